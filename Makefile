@@ -1,0 +1,63 @@
+# Quarry — every target works on a fresh machine by itself (it creates the virtualenv when missing).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+GENERATED := services/generated
+PYTEST_ARGS ?=
+
+.PHONY: help setup protos check-protos lint test run eval bench clean
+
+help:
+	@echo "make run    - start search tool, LLM gateway and agent locally (offline demo)"
+	@echo "make test   - lint, generated-code check and the whole test suite (what CI runs)"
+	@echo "make setup | protos | lint | eval | bench | clean"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+	@test -f $(GENERATED)/quarry/__init__.py || $(MAKE) protos
+
+protos: $(STAMP)
+	$(PY) scripts/gen_protos.py $(GENERATED)
+
+# Fails when the committed generated code differs from what the protos produce.
+check-protos: $(STAMP)
+	rm -rf .protos-check && $(PY) scripts/gen_protos.py .protos-check
+	diff -r $(GENERATED) .protos-check || { echo "generated code is stale: run 'make protos'"; rm -rf .protos-check; exit 1; }
+	rm -rf .protos-check
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/buf lint
+	$(BIN)/buf format -d --exit-code
+	@if git rev-parse --verify -q HEAD~1 >/dev/null && git cat-file -e HEAD~1:protos 2>/dev/null; then \
+		echo "buf breaking against HEAD~1"; \
+		$(BIN)/buf breaking --against '.git#ref=HEAD~1'; \
+	else echo "buf breaking: no previous commit with protos, skipped"; fi
+
+test: lint check-protos
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+run: setup
+	$(BIN)/quarry run
+
+eval: setup
+	$(PY) bench/eval_scifact.py --out bench/results/scifact.json
+
+bench: setup
+	$(PY) bench/search_latency.py
+	$(PY) bench/ingest_throughput.py
+
+clean:
+	rm -rf $(VENV) .protos-check .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,130 @@
+"""The grpc.aio server bootstrap every service uses, in `main` and in tests.
+
+`build_server` wires health (per service, NOT_SERVING while draining), reflection, tracing and error
+mapping around the servicers a service registers. `serve` runs it until SIGTERM/SIGINT, then flips
+health to NOT_SERVING, lets in-flight calls finish for `grace_s` and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from services.common.interceptors import ErrorMappingInterceptor
+from services.common.settings import ServerSettings
+from services.common.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+_HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+
+
+@dataclass
+class ServiceRegistration:
+    """One servicer to mount: its full proto name and the generated `add_*_to_server` call."""
+
+    name: str
+    """Full service name, e.g. `quarry.searchtool.v1.SearchToolService`."""
+    register: Callable[[grpc.aio.Server], None]
+    """Adds the servicer to a server."""
+
+
+@dataclass
+class QuarryServer:
+    """A built, not yet started, server and what it needs to start and stop cleanly."""
+
+    server: grpc.aio.Server
+    health: HealthServicer
+    service_names: list[str]
+    settings: ServerSettings
+    port: int = 0
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        host = self.settings.host
+        if host in ("0.0.0.0", "::", "[::]"):
+            host = "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+        await self.set_serving(True)
+        log.info("serving", extra={"address": self.address, "services": self.service_names})
+
+    async def set_serving(self, serving: bool, service: str | None = None) -> None:
+        """Flip health for one service, or for all of them and the server as a whole."""
+        status = _SERVING if serving else _NOT_SERVING
+        for name in [service] if service else ["", *self.service_names]:
+            await self.health.set(name, status)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """NOT_SERVING, then let in-flight calls finish for the grace period, then stop."""
+        grace = self.settings.grace_s if grace_s is None else grace_s
+        await self.set_serving(False)
+        await self.server.stop(grace)
+        for callback in self.on_stop:
+            await callback()
+        log.info("stopped", extra={"address": self.address})
+
+
+def build_server(
+    services: Sequence[ServiceRegistration],
+    settings: ServerSettings,
+    telemetry: Telemetry | None = None,
+    *,
+    interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
+) -> QuarryServer:
+    """A server with health, reflection, tracing and error mapping; bound but not started."""
+    chain: list[grpc.aio.ServerInterceptor[Any, Any]] = []
+    if telemetry is not None:
+        chain.extend(telemetry.server_interceptors())
+    chain.extend(interceptors)
+    chain.append(ErrorMappingInterceptor())
+    max_bytes = settings.max_message_mb * 1024 * 1024
+    server = grpc.aio.server(
+        interceptors=chain,
+        options=[
+            ("grpc.max_send_message_length", max_bytes),
+            ("grpc.max_receive_message_length", max_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    names = [s.name for s in services]
+    for service in services:
+        service.register(server)
+    reflection.enable_server_reflection(
+        [*names, _HEALTH_SERVICE, reflection.SERVICE_NAME],
+        server,
+    )
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        raise OSError(f"cannot bind {settings.host}:{settings.port}")
+    return QuarryServer(
+        server=server, health=health, service_names=names, settings=settings, port=port
+    )
+
+
+async def serve(server: QuarryServer) -> None:
+    """Start, run until SIGTERM or SIGINT, then drain and stop."""
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+    await server.start()
+    await stop_requested.wait()
+    log.info("signal received, draining", extra={"grace_s": server.settings.grace_s})
+    await server.stop()

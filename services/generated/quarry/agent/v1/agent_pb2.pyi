@@ -1,0 +1,205 @@
+from quarry.common.v1 import search_pb2 as _search_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODE_UNSPECIFIED: _ClassVar[Mode]
+    MODE_FAST: _ClassVar[Mode]
+    MODE_THINKING: _ClassVar[Mode]
+
+class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STOP_REASON_UNSPECIFIED: _ClassVar[StopReason]
+    STOP_REASON_ANSWERED: _ClassVar[StopReason]
+    STOP_REASON_FORCED_ANSWER: _ClassVar[StopReason]
+    STOP_REASON_BUDGET_EXHAUSTED: _ClassVar[StopReason]
+    STOP_REASON_FALLBACK_ANSWER: _ClassVar[StopReason]
+MODE_UNSPECIFIED: Mode
+MODE_FAST: Mode
+MODE_THINKING: Mode
+STOP_REASON_UNSPECIFIED: StopReason
+STOP_REASON_ANSWERED: StopReason
+STOP_REASON_FORCED_ANSWER: StopReason
+STOP_REASON_BUDGET_EXHAUSTED: StopReason
+STOP_REASON_FALLBACK_ANSWER: StopReason
+
+class ConversationTurn(_message.Message):
+    __slots__ = ("question", "answer")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    answer: str
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
+
+class Budget(_message.Message):
+    __slots__ = ("max_iterations", "max_tokens")
+    MAX_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    max_iterations: int
+    max_tokens: int
+    def __init__(self, max_iterations: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
+class RunRequest(_message.Message):
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    query: str
+    filter: _search_pb2.Filter
+    mode: Mode
+    limit: int
+    history: _containers.RepeatedCompositeFieldContainer[ConversationTurn]
+    budget: Budget
+    route: str
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ...) -> None: ...
+
+class StreamRunRequest(_message.Message):
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    query: str
+    filter: _search_pb2.Filter
+    mode: Mode
+    limit: int
+    history: _containers.RepeatedCompositeFieldContainer[ConversationTurn]
+    budget: Budget
+    route: str
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ...) -> None: ...
+
+class Citation(_message.Message):
+    __slots__ = ("result_id", "title", "url")
+    RESULT_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    result_id: str
+    title: str
+    url: str
+    def __init__(self, result_id: _Optional[str] = ..., title: _Optional[str] = ..., url: _Optional[str] = ...) -> None: ...
+
+class Answer(_message.Message):
+    __slots__ = ("text", "citations")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    citations: _containers.RepeatedCompositeFieldContainer[Citation]
+    def __init__(self, text: _Optional[str] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_calls", "searches")
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    SEARCHES_FIELD_NUMBER: _ClassVar[int]
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    model_calls: int
+    searches: int
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., model_calls: _Optional[int] = ..., searches: _Optional[int] = ...) -> None: ...
+
+class RunResponse(_message.Message):
+    __slots__ = ("answer", "results", "stop_reason", "usage", "iterations", "run_id")
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    answer: Answer
+    results: _containers.RepeatedCompositeFieldContainer[_search_pb2.SearchResult]
+    stop_reason: StopReason
+    usage: Usage
+    iterations: int
+    run_id: str
+    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class StartedEvent(_message.Message):
+    __slots__ = ("run_id", "collection", "mode", "route")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    collection: str
+    mode: Mode
+    route: str
+    def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., route: _Optional[str] = ...) -> None: ...
+
+class ThinkingEvent(_message.Message):
+    __slots__ = ("iteration", "text")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    text: str
+    def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+
+class SearchingEvent(_message.Message):
+    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    RESULT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    query: _search_pb2.SearchQuery
+    strategy: _search_pb2.RetrievalStrategy
+    filter: _search_pb2.Filter
+    result_count: int
+    total_count: int
+    duration_ms: int
+    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
+class DoneEvent(_message.Message):
+    __slots__ = ("response",)
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    response: RunResponse
+    def __init__(self, response: _Optional[_Union[RunResponse, _Mapping]] = ...) -> None: ...
+
+class ErrorEvent(_message.Message):
+    __slots__ = ("code", "message", "retryable")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    retryable: bool
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class StreamRunResponse(_message.Message):
+    __slots__ = ("started", "thinking", "searching", "done", "error")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    THINKING_FIELD_NUMBER: _ClassVar[int]
+    SEARCHING_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    started: StartedEvent
+    thinking: ThinkingEvent
+    searching: SearchingEvent
+    done: DoneEvent
+    error: ErrorEvent
+    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ...) -> None: ...

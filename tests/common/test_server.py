@@ -1,0 +1,151 @@
+"""The shared server bootstrap: health, reflection, error mapping, draining."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from services.common.errors import (
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    details_of_rpc_error,
+)
+from services.common.server import QuarryServer, ServiceRegistration, build_server
+from services.common.settings import ServerSettings
+
+SERVICE = "test.v1.ProbeService"
+
+
+async def _bad_field(request: bytes, context: Any) -> bytes:
+    raise InvalidArgument.for_field("query.primary", "must not be empty")
+
+
+async def _missing(request: bytes, context: Any) -> bytes:
+    raise NotFound("collection 'nope' does not exist", metadata={"collection": "nope"})
+
+
+async def _busy(request: bytes, context: Any) -> bytes:
+    raise Unavailable("try later", retry_after_s=1.5)
+
+
+async def _crash(request: bytes, context: Any) -> bytes:
+    raise RuntimeError("secret internals /etc/passwd")
+
+
+async def _stream_then_fail(request: bytes, context: Any) -> AsyncIterator[bytes]:
+    yield b"first"
+    raise NotFound("gone mid-stream")
+
+
+def _register(server: grpc.aio.Server) -> None:
+    handlers = {
+        "BadField": grpc.unary_unary_rpc_method_handler(_bad_field),
+        "Missing": grpc.unary_unary_rpc_method_handler(_missing),
+        "Busy": grpc.unary_unary_rpc_method_handler(_busy),
+        "Crash": grpc.unary_unary_rpc_method_handler(_crash),
+        "Stream": grpc.unary_stream_rpc_method_handler(_stream_then_fail),
+    }
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[QuarryServer]:
+    built = build_server([ServiceRegistration(SERVICE, _register)], ServerSettings(grace_s=0.5))
+    await built.start()
+    yield built
+    await built.stop(0)
+
+
+@pytest.fixture
+async def channel(server: QuarryServer) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        yield channel
+
+
+async def _call(channel: grpc.aio.Channel, method: str) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await channel.unary_unary(f"/{SERVICE}/{method}", None, None)(b"")
+    return caught.value
+
+
+async def test_server_binds_a_free_port_and_reports_each_service_serving(
+    server: QuarryServer, channel: grpc.aio.Channel
+) -> None:
+    assert server.port > 0
+    health = health_pb2_grpc.HealthStub(channel)
+    for name in ("", SERVICE):
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=name))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_reflection_lists_the_registered_service(channel: grpc.aio.Channel) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+
+    async def one_request() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+
+    names: list[str] = []
+    async for reply in stub.ServerReflectionInfo(one_request()):
+        names = [s.name for s in reply.list_services_response.service]
+    assert SERVICE in names
+    assert "grpc.health.v1.Health" in names
+
+
+async def test_invalid_argument_carries_bad_request_naming_the_field(
+    channel: grpc.aio.Channel,
+) -> None:
+    error = await _call(channel, "BadField")
+    details = details_of_rpc_error(error)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.reason == "INVALID_ARGUMENT"
+    assert [v.field for v in details.violations] == ["query.primary"]
+
+
+async def test_not_found_carries_error_info_metadata(channel: grpc.aio.Channel) -> None:
+    error = await _call(channel, "Missing")
+    details = details_of_rpc_error(error)
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert details.metadata == {"collection": "nope"}
+
+
+async def test_unavailable_carries_retry_info(channel: grpc.aio.Channel) -> None:
+    error = await _call(channel, "Busy")
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert details_of_rpc_error(error).retry_after_s == pytest.approx(1.5)
+
+
+async def test_unexpected_exception_is_internal_without_leaking_its_message(
+    channel: grpc.aio.Channel,
+) -> None:
+    error = await _call(channel, "Crash")
+    assert error.code() == grpc.StatusCode.INTERNAL
+    assert "passwd" not in (error.details() or "")
+    assert "Traceback" not in (error.details() or "")
+
+
+async def test_stream_delivers_items_before_a_mapped_error(channel: grpc.aio.Channel) -> None:
+    call = channel.unary_stream(f"/{SERVICE}/Stream", None, None)(b"")
+    received: list[bytes] = []
+    code = None
+    try:
+        async for item in call:
+            received.append(item)
+    except grpc.aio.AioRpcError as error:
+        code = error.code()
+    assert received == [b"first"]
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_stop_flips_health_to_not_serving_before_shutting_down(
+    server: QuarryServer, channel: grpc.aio.Channel
+) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    await server.set_serving(False)
+    reply = await health.Check(health_pb2.HealthCheckRequest(service=SERVICE))
+    assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
