@@ -1,0 +1,98 @@
+"""Domain types: documents as callers send them, chunks as the engine stores them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+MetadataValue = str | int | float | bool
+"""A scalar metadata value; the type of a key is fixed by the first value a collection sees."""
+
+
+def chunk_id(document_id: str, index: int) -> str:
+    """The id of chunk `index` of a document: `{document_id}__chunk_{index}`."""
+    return f"{document_id}__chunk_{index}"
+
+
+@dataclass(frozen=True)
+class Breadcrumb:
+    """A step in the path from the source root to a document."""
+
+    id: str
+    """Stable id of the step (a space, a folder, a page ...)."""
+    name: str
+    """Human-readable name."""
+    entity_type: str = ""
+    """What kind of thing the step is."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document to ingest."""
+
+    id: str
+    """Stable id; chunk ids derive from it."""
+    text: str
+    """The body that is chunked, embedded and indexed."""
+    title: str = ""
+    """Title; indexed for keyword search together with each chunk's text."""
+    source: str = ""
+    """Where the document comes from (`confluence`, `stdlib` ...)."""
+    entity_type: str = ""
+    """What the document is (`page`, `function` ...)."""
+    created_at: datetime | None = None
+    """Creation time, timezone-aware."""
+    updated_at: datetime | None = None
+    """Last change, timezone-aware."""
+    url: str = ""
+    """Where a person can read it."""
+    breadcrumbs: tuple[Breadcrumb, ...] = ()
+    """Path from the source root to the document."""
+    metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
+    """Scalar metadata, filterable as `metadata.<key>`."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of one document: the unit a search returns."""
+
+    id: str
+    """`{document_id}__chunk_{chunk_index}`."""
+    document_id: str
+    """The document it belongs to."""
+    chunk_index: int
+    """Position within the document, from 0."""
+    text: str
+    """The chunk's text."""
+    title: str = ""
+    """The document's title."""
+    source: str = ""
+    """The document's source."""
+    entity_type: str = ""
+    """The document's entity type."""
+    created_at: datetime | None = None
+    """The document's creation time."""
+    updated_at: datetime | None = None
+    """The document's last change."""
+    url: str = ""
+    """The document's url."""
+    breadcrumbs: tuple[Breadcrumb, ...] = ()
+    """The document's breadcrumbs."""
+    metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
+    """The document's metadata."""
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """A chunk as the engine stores it: with its dense vector and its content fingerprint."""
+
+    chunk: Chunk
+    """The chunk itself."""
+    vector: npt.NDArray[np.float32]
+    """L2-normalised embedding of the chunk, shape `(dimensions,)`."""
+    content_hash: str = ""
+    """Fingerprint of the document version the chunk came from; unchanged documents skip work."""

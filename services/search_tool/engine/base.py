@@ -1,0 +1,184 @@
+"""The engine interface: what the search tool needs from a store, embedded (LanceDB) or Vespa.
+
+Every method is async: the embedded engine keeps its blocking work off the event loop, a remote
+engine awaits the network. A search is one `EngineQuery` value, compiled by the engine into its own
+language (LanceDB SQL predicates, Vespa YQL) with its own timeout; the engine returns final, fused,
+paged hits plus the total and how much of the corpus answered (`coverage`, below 1.0 only when a
+remote engine times out on some content nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from services.search_tool.documents import Chunk, ChunkRecord
+from services.search_tool.filters import FieldType, FilterExpression
+
+
+class Strategy(StrEnum):
+    """How candidates are retrieved."""
+
+    SEMANTIC = "semantic"
+    KEYWORD = "keyword"
+    HYBRID = "hybrid"
+
+
+class FusionMethod(StrEnum):
+    """How the dense and keyword candidate lists become one ranking."""
+
+    RRF = "rrf"
+    LINEAR = "linear"
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """The fusion method and its parameter."""
+
+    method: FusionMethod = FusionMethod.RRF
+    """Reciprocal-rank fusion or a linear blend of normalised scores."""
+    rrf_k: int = 60
+    """RRF constant: score = sum over lists of 1 / (k + rank)."""
+    alpha: float = 0.5
+    """Linear weight of the dense side; the keyword side gets 1 - alpha."""
+
+
+@dataclass(frozen=True)
+class EngineQuery:
+    """One search, as the engine receives it: validated, embedded, ready to compile."""
+
+    strategy: Strategy
+    """Which sides run."""
+    keyword_text: str
+    """Text for BM25 (the primary query)."""
+    vectors: npt.NDArray[np.float32]
+    """Dense query vectors `(n, d)`: the primary first, then the variations. Empty for KEYWORD."""
+    filter: FilterExpression = field(default_factory=FilterExpression)
+    """Chunks must match this; evaluated by the engine."""
+    limit: int = 10
+    """Page size, 1..200."""
+    offset: int = 0
+    """Hits to skip."""
+    fusion: Fusion = field(default_factory=Fusion)
+    """How HYBRID (and several dense vectors) are fused."""
+    timeout_s: float | None = None
+    """Per-query time budget; None means no limit."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A chunk with its relevance."""
+
+    chunk: Chunk
+    """The matching chunk."""
+    score: float
+    """The fused score results are ordered by (higher is better)."""
+    dense_score: float | None = None
+    """Cosine similarity, when the dense side found the chunk (best over the query vectors)."""
+    keyword_score: float | None = None
+    """BM25 score, when the keyword side found the chunk."""
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of results."""
+
+    hits: list[Hit]
+    """Ordered by score, after offset/limit."""
+    total_count: int
+    """Chunks matching the filter and the query (an upper bound for HYBRID)."""
+    coverage: float = 1.0
+    """Fraction of the corpus that answered."""
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """What the engine holds for one document: its chunk ids and the content fingerprint."""
+
+    chunk_ids: frozenset[str]
+    """Ids of the stored chunks."""
+    content_hash: str
+    """Fingerprint recorded with the chunks ("" when unknown or mixed)."""
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    """What `GetCollection` reports."""
+
+    name: str
+    """Collection name."""
+    document_count: int
+    """Distinct documents."""
+    chunk_count: int
+    """Chunks (rows)."""
+    sources: Mapping[str, int] = field(default_factory=dict)
+    """Chunks per source."""
+    entity_types: Mapping[str, int] = field(default_factory=dict)
+    """Chunks per entity type."""
+    fields: Mapping[str, FieldType] = field(default_factory=dict)
+    """Filterable fields and their types, metadata keys as `metadata.<key>`."""
+    earliest_created_at: datetime | None = None
+    """Oldest `created_at`."""
+    latest_created_at: datetime | None = None
+    """Newest `created_at`."""
+    embedding_model: str = ""
+    """Model the collection's vectors come from."""
+    embedding_dimensions: int = 0
+    """Vector size."""
+
+
+@dataclass(frozen=True)
+class CollectionSpec:
+    """What fixes a collection's shape when it is created."""
+
+    embedding_model: str
+    """Model name recorded with the collection."""
+    dimensions: int
+    """Vector size."""
+
+
+class SearchEngine(Protocol):
+    """A store of chunk records that searches and filters them; unknown collections: NotFound."""
+
+    async def close(self) -> None:
+        """Release files and connections."""
+
+    async def list_collections(self) -> list[str]:
+        """Names, sorted."""
+
+    async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
+        """Create the collection when missing; an existing one must have the same dimensions."""
+
+    async def drop_collection(self, name: str) -> None:
+        """Remove a collection and everything in it."""
+
+    async def fields(self, name: str) -> Mapping[str, FieldType]:
+        """Filterable fields of a collection (chunk fields plus its metadata keys)."""
+
+    async def upsert(self, name: str, records: Sequence[ChunkRecord]) -> int:
+        """Insert or replace records by chunk id (new metadata keys widen the schema)."""
+
+    async def stored_versions(
+        self, name: str, document_ids: Sequence[str]
+    ) -> dict[str, StoredVersion]:
+        """What is stored for these documents (absent documents are left out)."""
+
+    async def delete_chunks(self, name: str, chunk_ids: Sequence[str]) -> int:
+        """Delete chunks by id; returns how many existed."""
+
+    async def delete_matching(
+        self, name: str, *, document_ids: Sequence[str], where: FilterExpression | None
+    ) -> int:
+        """Delete every chunk of these documents and every chunk matching `where`."""
+
+    async def search(self, name: str, query: EngineQuery) -> SearchPage:
+        """Run one search."""
+
+    async def describe(self, name: str) -> CollectionStats:
+        """Counts, fields, date range and embedding of a collection."""
