@@ -91,8 +91,8 @@ def _boundary_rank(text: str, offsets: list[tuple[int, int]], cut: int) -> int:
 
 
 def _word_start(offsets: list[tuple[int, int]], start: int, *, floor: int, limit: int) -> int:
-    """The token nearest `start` in `(floor, limit)` that begins a word, looking forward first."""
-    candidates: list[int] = [*range(start, limit), *range(start - 1, floor, -1)]
+    """The token nearest `start` in `(floor, limit]` that begins a word, looking forward first."""
+    candidates: list[int] = [*range(start, limit + 1), *range(start - 1, floor, -1)]
     for index in candidates:
         if offsets[index - 1][1] < offsets[index][0]:
             return index
