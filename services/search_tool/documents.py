@@ -9,8 +9,33 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
+from services.search_tool.filters import FieldType
+
 MetadataValue = str | int | float | bool
 """A scalar metadata value; the type of a key is fixed by the first value a collection sees."""
+
+
+def metadata_type(value: MetadataValue) -> FieldType:
+    """The field type a metadata value gives its key."""
+    if isinstance(value, bool):
+        return FieldType.BOOL
+    if isinstance(value, int):
+        return FieldType.INTEGER
+    if isinstance(value, float):
+        return FieldType.DOUBLE
+    return FieldType.STRING
+
+
+def widen(stored: FieldType, incoming: FieldType) -> FieldType | None:
+    """The type a key keeps when `incoming` meets `stored`; None when they cannot mix.
+
+    Integers fit a double key; a new key seen as both integer and double becomes double.
+    """
+    if stored is incoming:
+        return stored
+    if {stored, incoming} == {FieldType.INTEGER, FieldType.DOUBLE}:
+        return FieldType.DOUBLE
+    return None
 
 
 def chunk_id(document_id: str, index: int) -> str:

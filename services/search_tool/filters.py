@@ -8,6 +8,7 @@ only validated expressions, so they never see an unknown field or a value of the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -247,6 +248,8 @@ def _scalar(raw: RawValue, field_type: FieldType, path: str) -> Scalar:
             raise _Violation(path, f"malformed ISO-8601 date {raw!r}") from None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _Violation(path, f"expected a number ({field_type})")
+    if not math.isfinite(raw):
+        raise _Violation(path, "expected a finite number")
     if field_type is FieldType.INTEGER and float(raw).is_integer():
         return int(raw)
     return float(raw)

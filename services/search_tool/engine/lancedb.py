@@ -1,0 +1,414 @@
+"""The embedded engine: LanceDB 0.40, in process, persistent under a data directory.
+
+One table per collection. Dense search is exact (flat cosine over the rows the filter leaves, so
+selective filters keep full recall); keyword search is LanceDB's native BM25 index on
+`search_text`, which also scans rows added since the index was built, and is rebuilt once enough
+of them accumulate. Filters are prefilters compiled to SQL (`lancedb_sql`). Fusion happens here, in
+Python, over both candidate lists (`fusion`). Writes to one collection are serialised by a lock;
+reads run concurrently. LanceDB's async API runs its work on its own threads, off the event loop.
+Never fork a process after opening an engine: LanceDB does not survive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lancedb.index import FTS
+
+from services.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
+from services.search_tool.documents import ChunkRecord, metadata_type, widen
+from services.search_tool.engine.base import (
+    CollectionSpec,
+    CollectionStats,
+    EngineQuery,
+    Hit,
+    SearchPage,
+    StoredVersion,
+    Strategy,
+)
+from services.search_tool.engine.lancedb_rows import (
+    CONTENT_HASH_COLUMN,
+    SEARCH_TEXT_COLUMN,
+    base_schema,
+    embedding_of,
+    filterable_fields,
+    metadata_field,
+    metadata_types,
+    result_columns,
+    to_chunk,
+    to_table,
+)
+from services.search_tool.engine.lancedb_sql import compile_filter, literal
+from services.search_tool.filters import FieldType, FilterExpression
+from services.search_tool.fusion import Candidate, fuse
+
+log = logging.getLogger(__name__)
+
+FTS_INDEX = "search_text_bm25"
+_ID_BATCH = 500
+
+
+class LanceDBEngine:
+    """`SearchEngine` over a LanceDB database directory."""
+
+    def __init__(
+        self,
+        connection: lancedb.AsyncConnection,
+        *,
+        fts_refresh_rows: int = 20_000,
+        hybrid_candidates: int = 100,
+        keyword_count_cap: int = 10_000,
+    ) -> None:
+        self._db = connection
+        self._fts_refresh_rows = fts_refresh_rows
+        self._hybrid_candidates = hybrid_candidates
+        self._keyword_count_cap = keyword_count_cap
+        self._tables: dict[str, Any] = {}
+        self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    @classmethod
+    async def open(cls, data_dir: Path, **options: int) -> LanceDBEngine:
+        """Open (creating when missing) the database under `data_dir`."""
+        await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+        connection = await lancedb.connect_async(str(data_dir))
+        return cls(connection, **options)
+
+    async def close(self) -> None:
+        self._tables.clear()
+        self._db.close()  # type: ignore[no-untyped-call]
+
+    async def list_collections(self) -> list[str]:
+        names: list[str] = []
+        token: str | None = None
+        while True:
+            page = await self._db.list_tables(page_token=token)
+            names.extend(page.tables)
+            token = page.page_token
+            if not token:
+                return sorted(names)
+
+    async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
+        async with self._write_locks[name]:
+            if name not in await self.list_collections():
+                schema = base_schema(spec.embedding_model, spec.dimensions)
+                table = await self._db.create_table(name, schema=schema)
+                await self._ensure_fts(table)
+                self._tables[name] = table
+                log.info("collection created", extra={"collection": name})
+                return
+        table = await self._table(name)
+        _, dimensions = embedding_of(await table.schema())
+        if dimensions != spec.dimensions:
+            raise FailedPrecondition(
+                f"collection {name!r} holds {dimensions}-d vectors; the embedder makes "
+                f"{spec.dimensions}-d ones",
+                reason="EMBEDDING_MISMATCH",
+                metadata={"collection": name},
+            )
+
+    async def drop_collection(self, name: str) -> None:
+        async with self._write_locks[name]:
+            await self._table(name)
+            self._tables.pop(name, None)
+            await self._db.drop_table(name)
+
+    async def fields(self, name: str) -> Mapping[str, FieldType]:
+        table = await self._table(name)
+        return filterable_fields(await table.schema())
+
+    async def upsert(self, name: str, records: Sequence[ChunkRecord]) -> int:
+        if not records:
+            return 0
+        async with self._write_locks[name]:
+            table = await self._table(name)
+            schema = await self._widen_schema(table, records)
+            data = to_table(records, schema)
+            await (
+                table.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(data)
+            )
+            await self._refresh_fts(table, threshold=self._fts_refresh_rows)
+        return len(records)
+
+    async def refresh(self, name: str) -> None:
+        """Fold every row written since the last rebuild into the BM25 index (after bulk loads)."""
+        async with self._write_locks[name]:
+            await self._refresh_fts(await self._table(name), threshold=1)
+
+    async def stored_versions(
+        self, name: str, document_ids: Sequence[str]
+    ) -> dict[str, StoredVersion]:
+        table = await self._table(name)
+        ids: dict[str, set[str]] = defaultdict(set)
+        hashes: dict[str, set[str]] = defaultdict(set)
+        for batch in _batches(document_ids):
+            rows = await (
+                table.query()
+                .where(f"document_id IN ({', '.join(literal(d) for d in batch)})")
+                .select(["id", "document_id", CONTENT_HASH_COLUMN])
+                .to_arrow()
+            )
+            for row in rows.to_pylist():
+                ids[row["document_id"]].add(row["id"])
+                hashes[row["document_id"]].add(row[CONTENT_HASH_COLUMN] or "")
+        return {
+            doc: StoredVersion(
+                frozenset(chunks), next(iter(hashes[doc])) if len(hashes[doc]) == 1 else ""
+            )
+            for doc, chunks in ids.items()
+        }
+
+    async def delete_chunks(self, name: str, chunk_ids: Sequence[str]) -> int:
+        if not chunk_ids:
+            return 0
+        deleted = 0
+        async with self._write_locks[name]:
+            table = await self._table(name)
+            for batch in _batches(chunk_ids):
+                result = await table.delete(f"id IN ({', '.join(literal(c) for c in batch)})")
+                deleted += result.num_deleted_rows
+        return deleted
+
+    async def delete_matching(
+        self, name: str, *, document_ids: Sequence[str], where: FilterExpression | None
+    ) -> int:
+        predicates = [
+            f"document_id IN ({', '.join(literal(d) for d in batch)})"
+            for batch in _batches(document_ids)
+        ]
+        compiled = compile_filter(where) if where is not None else None
+        if compiled is not None:
+            predicates.append(compiled)
+        elif where is not None:
+            predicates.append("true")
+        deleted = 0
+        async with self._write_locks[name]:
+            table = await self._table(name)
+            for predicate in predicates:
+                result = await table.delete(predicate)
+                deleted += result.num_deleted_rows
+        return deleted
+
+    async def search(self, name: str, query: EngineQuery) -> SearchPage:
+        table = await self._table(name)
+        try:
+            async with asyncio.timeout(query.timeout_s):
+                return await self._search(table, query)
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"search in {name!r} took longer than {query.timeout_s} s",
+                metadata={"collection": name},
+            ) from None
+
+    async def describe(self, name: str) -> CollectionStats:
+        table = await self._table(name)
+        schema = await table.schema()
+        model, dimensions = embedding_of(schema)
+        rows = await (
+            table.query().select(["document_id", "source", "entity_type", "created_at"]).to_arrow()
+        )
+        created = rows.column("created_at")
+        return CollectionStats(
+            name=name,
+            document_count=pc.count_distinct(rows.column("document_id")).as_py(),
+            chunk_count=rows.num_rows,
+            sources=_documents_per(rows, "source"),
+            entity_types=_documents_per(rows, "entity_type"),
+            fields=filterable_fields(schema),
+            earliest_created_at=pc.min(created).as_py(),
+            latest_created_at=pc.max(created).as_py(),
+            embedding_model=model,
+            embedding_dimensions=dimensions,
+        )
+
+    async def _search(self, table: Any, query: EngineQuery) -> SearchPage:
+        where = compile_filter(query.filter)
+        columns = result_columns(await table.schema())
+        timeout = timedelta(seconds=query.timeout_s) if query.timeout_s else None
+        depth = query.offset + query.limit
+        hybrid = query.strategy is Strategy.HYBRID
+        candidates = max(depth, self._hybrid_candidates) if hybrid else depth
+        want_dense = query.strategy is not Strategy.KEYWORD and len(query.vectors) > 0
+        want_keyword = query.strategy is not Strategy.SEMANTIC
+        dense_rows, keyword_rows = await asyncio.gather(
+            _dense(table, query, where, columns, candidates, timeout) if want_dense else _none(),
+            _keyword(table, query.keyword_text, where, columns, candidates, timeout)
+            if want_keyword
+            else _none(),
+        )
+        rows: dict[str, dict[str, Any]] = {}
+        dense_lists = _dense_lists(dense_rows or [], len(query.vectors), rows)
+        keyword_list = _keyword_list(keyword_rows, rows)
+        fused = fuse(dense_lists, keyword_list, query.fusion)
+        page = fused[query.offset : depth]
+        hits = [Hit(to_chunk(rows[f.id]), f.score, f.dense_score, f.keyword_score) for f in page]
+        total = await self._total(table, query, where, keyword_list, candidates)
+        return SearchPage(hits=hits, total_count=max(total, len(fused)))
+
+    async def _total(
+        self,
+        table: Any,
+        query: EngineQuery,
+        where: str | None,
+        keyword_list: list[Candidate] | None,
+        candidates: int,
+    ) -> int:
+        if query.strategy is not Strategy.KEYWORD:
+            return int(await table.count_rows(where))
+        assert keyword_list is not None
+        if len(keyword_list) < candidates:
+            return len(keyword_list)
+        builder = table.query().nearest_to_text(query.keyword_text).select(["id", "_score"])
+        if where:
+            builder = builder.where(where)
+        matches = await builder.limit(self._keyword_count_cap).to_arrow()
+        return int(matches.num_rows)
+
+    async def _table(self, name: str) -> Any:
+        table = self._tables.get(name)
+        if table is not None:
+            return table
+        try:
+            table = await self._db.open_table(name)
+        except (ValueError, FileNotFoundError) as error:
+            raise NotFound(
+                f"collection {name!r} does not exist", metadata={"collection": name}
+            ) from error
+        await self._ensure_fts(table)
+        self._tables[name] = table
+        return table
+
+    async def _ensure_fts(self, table: Any) -> None:
+        indices = await table.list_indices()
+        if not any(index.name == FTS_INDEX for index in indices):
+            await _build_fts(table)
+
+    async def _refresh_fts(self, table: Any, *, threshold: int) -> None:
+        stats = await table.index_stats(FTS_INDEX)
+        if stats is not None and stats.num_unindexed_rows >= threshold:
+            await _build_fts(table)
+
+    async def _widen_schema(self, table: Any, records: Sequence[ChunkRecord]) -> pa.Schema:
+        schema = await table.schema()
+        known = metadata_types(schema)
+        new: dict[str, FieldType] = {}
+        for record in records:
+            for key, value in record.chunk.metadata.items():
+                incoming = metadata_type(value)
+                if key in known:
+                    if widen(known[key], incoming) is not known[key]:
+                        raise InvalidArgument.for_field(
+                            f"metadata.{key}", f"is {known[key]} in this collection, not {incoming}"
+                        )
+                    continue
+                merged = widen(new[key], incoming) if key in new else incoming
+                if merged is None:
+                    raise InvalidArgument.for_field(
+                        f"metadata.{key}", f"mixes {new[key]} and {incoming} values"
+                    )
+                new[key] = merged
+        if not new:
+            return schema
+        await table.add_columns([metadata_field(k, t) for k, t in sorted(new.items())])
+        log.info("metadata keys added", extra={"keys": sorted(new)})
+        return await table.schema()
+
+
+async def _build_fts(table: Any) -> None:
+    await table.create_index(
+        SEARCH_TEXT_COLUMN, config=FTS(with_position=False), replace=True, name=FTS_INDEX
+    )
+
+
+async def _none() -> None:
+    return None
+
+
+async def _dense(
+    table: Any,
+    query: EngineQuery,
+    where: str | None,
+    columns: list[str],
+    limit: int,
+    budget: timedelta | None,
+) -> list[dict[str, Any]]:
+    vectors = [np.asarray(v, dtype=np.float32) for v in query.vectors]
+    target: Any = vectors if len(vectors) > 1 else vectors[0]
+    builder = (
+        table.query()
+        .nearest_to(target)
+        .distance_type("cosine")
+        .bypass_vector_index()
+        .select([*columns, "_distance"])
+        .limit(limit)
+    )
+    if where:
+        builder = builder.where(where)
+    result = await builder.to_arrow(timeout=budget)
+    return list(result.to_pylist())
+
+
+async def _keyword(
+    table: Any,
+    text: str,
+    where: str | None,
+    columns: list[str],
+    limit: int,
+    budget: timedelta | None,
+) -> list[dict[str, Any]]:
+    builder = table.query().nearest_to_text(text).select([*columns, "_score"]).limit(limit)
+    if where:
+        builder = builder.where(where)
+    result = await builder.to_arrow(timeout=budget)
+    return list(result.to_pylist())
+
+
+def _dense_lists(
+    rows: list[dict[str, Any]], vectors: int, seen: dict[str, dict[str, Any]]
+) -> list[list[Candidate]]:
+    lists: list[list[Candidate]] = [[] for _ in range(vectors)]
+    for row in rows:
+        seen.setdefault(row["id"], row)
+        index = int(row.get("query_index", 0) or 0)
+        lists[index].append(Candidate(row["id"], 1.0 - float(row["_distance"])))
+    for ranking in lists:
+        ranking.sort(key=lambda c: -c.score)
+    return [ranking for ranking in lists if ranking] if vectors > 1 else lists[:vectors]
+
+
+def _keyword_list(
+    rows: list[dict[str, Any]] | None, seen: dict[str, dict[str, Any]]
+) -> list[Candidate] | None:
+    if rows is None:
+        return None
+    for row in rows:
+        seen.setdefault(row["id"], row)
+    return [Candidate(row["id"], float(row["_score"])) for row in rows]
+
+
+def _documents_per(rows: pa.Table, column: str) -> dict[str, int]:
+    if rows.num_rows == 0:
+        return {}
+    grouped = rows.group_by(column).aggregate([("document_id", "count_distinct")])
+    counts = zip(
+        grouped.column(column).to_pylist(),
+        grouped.column("document_id_count_distinct").to_pylist(),
+        strict=True,
+    )
+    return {value or "": int(count) for value, count in counts if value}
+
+
+def _batches(values: Sequence[str]) -> list[Sequence[str]]:
+    return [values[i : i + _ID_BATCH] for i in range(0, len(values), _ID_BATCH)]

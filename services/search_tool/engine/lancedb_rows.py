@@ -1,0 +1,177 @@
+"""How chunk records map to LanceDB rows: the table schema, and conversion both ways.
+
+One table per collection. Chunk fields are columns; breadcrumbs are kept three ways (the JSON
+list that round-trips, `breadcrumb_terms` with every id and name for equals/in, `breadcrumb_path`
+with the names joined by ` > ` for contains); `search_text` (title and text) carries the BM25
+index; each metadata key is its own typed, nullable column `meta__<key>`, added when first seen.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from services.search_tool.documents import Breadcrumb, Chunk, ChunkRecord, MetadataValue
+from services.search_tool.engine.lancedb_sql import (
+    BREADCRUMB_PATH_COLUMN,
+    BREADCRUMB_TERMS_COLUMN,
+    METADATA_COLUMN_PREFIX,
+)
+from services.search_tool.filters import CHUNK_FIELDS, METADATA_PREFIX, FieldType
+
+VECTOR_COLUMN = "vector"
+SEARCH_TEXT_COLUMN = "search_text"
+CONTENT_HASH_COLUMN = "content_hash"
+BREADCRUMBS_JSON_COLUMN = "breadcrumbs_json"
+EMBEDDING_MODEL_KEY = b"quarry.embedding_model"
+DIMENSIONS_KEY = b"quarry.embedding_dimensions"
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_ARROW_TYPES: Mapping[FieldType, pa.DataType] = {
+    FieldType.STRING: pa.string(),
+    FieldType.INTEGER: pa.int64(),
+    FieldType.DOUBLE: pa.float64(),
+    FieldType.BOOL: pa.bool_(),
+    FieldType.TIMESTAMP: _TIMESTAMP,
+}
+
+
+def base_schema(embedding_model: str, dimensions: int) -> pa.Schema:
+    """The columns every collection has, with the embedding recorded in the schema metadata."""
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("document_id", pa.string(), nullable=False),
+            pa.field("chunk_index", pa.int64(), nullable=False),
+            pa.field("title", pa.string()),
+            pa.field("text", pa.string()),
+            pa.field(SEARCH_TEXT_COLUMN, pa.string()),
+            pa.field("source", pa.string()),
+            pa.field("entity_type", pa.string()),
+            pa.field("created_at", _TIMESTAMP),
+            pa.field("updated_at", _TIMESTAMP),
+            pa.field("url", pa.string()),
+            pa.field(BREADCRUMBS_JSON_COLUMN, pa.string()),
+            pa.field(BREADCRUMB_TERMS_COLUMN, pa.list_(pa.string())),
+            pa.field(BREADCRUMB_PATH_COLUMN, pa.string()),
+            pa.field(CONTENT_HASH_COLUMN, pa.string()),
+            pa.field(VECTOR_COLUMN, pa.list_(pa.float32(), dimensions)),
+        ],
+        metadata={
+            EMBEDDING_MODEL_KEY: embedding_model.encode(),
+            DIMENSIONS_KEY: b"%d" % dimensions,
+        },
+    )
+
+
+def metadata_field(key: str, field_type: FieldType) -> pa.Field:
+    """The nullable column holding metadata key `key`."""
+    return pa.field(METADATA_COLUMN_PREFIX + key, _ARROW_TYPES[field_type])
+
+
+def embedding_of(schema: pa.Schema) -> tuple[str, int]:
+    """(model, dimensions) recorded when the collection was created."""
+    recorded = schema.metadata or {}
+    model = recorded.get(EMBEDDING_MODEL_KEY, b"").decode()
+    dimensions = schema.field(VECTOR_COLUMN).type.list_size
+    return model, int(dimensions)
+
+
+def metadata_types(schema: pa.Schema) -> dict[str, FieldType]:
+    """Metadata keys (without prefix) and their types."""
+    types: dict[str, FieldType] = {}
+    for field in schema:
+        if field.name.startswith(METADATA_COLUMN_PREFIX):
+            key = field.name[len(METADATA_COLUMN_PREFIX) :]
+            types[key] = _field_type(field.type)
+    return types
+
+
+def filterable_fields(schema: pa.Schema) -> dict[str, FieldType]:
+    """Chunk fields plus `metadata.<key>` for each metadata column."""
+    fields = dict(CHUNK_FIELDS)
+    for key, field_type in sorted(metadata_types(schema).items()):
+        fields[METADATA_PREFIX + key] = field_type
+    return fields
+
+
+def result_columns(schema: pa.Schema) -> list[str]:
+    """Columns a search reads back (everything but the vector and the BM25 text)."""
+    return [f.name for f in schema if f.name not in (VECTOR_COLUMN, SEARCH_TEXT_COLUMN)]
+
+
+def to_table(records: Sequence[ChunkRecord], schema: pa.Schema) -> pa.Table:
+    """Records as an Arrow table of exactly `schema` (absent metadata keys are null)."""
+    columns: dict[str, list[Any]] = {field.name: [] for field in schema}
+    for record in records:
+        for name, value in _row(record, schema).items():
+            columns[name].append(value)
+    arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
+    chunk = record.chunk
+    row: dict[str, Any] = {
+        "id": chunk.id,
+        "document_id": chunk.document_id,
+        "chunk_index": chunk.chunk_index,
+        "title": chunk.title,
+        "text": chunk.text,
+        SEARCH_TEXT_COLUMN: f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text,
+        "source": chunk.source,
+        "entity_type": chunk.entity_type,
+        "created_at": chunk.created_at,
+        "updated_at": chunk.updated_at,
+        "url": chunk.url,
+        BREADCRUMBS_JSON_COLUMN: json.dumps(
+            [{"id": b.id, "name": b.name, "entity_type": b.entity_type} for b in chunk.breadcrumbs]
+        ),
+        BREADCRUMB_TERMS_COLUMN: sorted(
+            {t for b in chunk.breadcrumbs for t in (b.id, b.name) if t}
+        ),
+        BREADCRUMB_PATH_COLUMN: " > ".join(b.name for b in chunk.breadcrumbs),
+        CONTENT_HASH_COLUMN: record.content_hash,
+        VECTOR_COLUMN: record.vector.tolist(),
+    }
+    for field in schema:
+        if field.name.startswith(METADATA_COLUMN_PREFIX):
+            value = chunk.metadata.get(field.name[len(METADATA_COLUMN_PREFIX) :])
+            if value is not None and pa.types.is_floating(field.type):
+                value = float(value)
+            row[field.name] = value
+    return row
+
+
+def to_chunk(row: Mapping[str, Any]) -> Chunk:
+    """A stored row as a `Chunk`."""
+    metadata: dict[str, MetadataValue] = {
+        name[len(METADATA_COLUMN_PREFIX) :]: value
+        for name, value in row.items()
+        if name.startswith(METADATA_COLUMN_PREFIX) and value is not None
+    }
+    crumbs = json.loads(row.get(BREADCRUMBS_JSON_COLUMN) or "[]")
+    return Chunk(
+        id=row["id"],
+        document_id=row["document_id"],
+        chunk_index=int(row["chunk_index"]),
+        text=row["text"] or "",
+        title=row["title"] or "",
+        source=row["source"] or "",
+        entity_type=row["entity_type"] or "",
+        created_at=row.get("created_at"),
+        updated_at=row.get("updated_at"),
+        url=row["url"] or "",
+        breadcrumbs=tuple(Breadcrumb(c["id"], c["name"], c.get("entity_type", "")) for c in crumbs),
+        metadata=metadata,
+    )
+
+
+def _field_type(arrow_type: pa.DataType) -> FieldType:
+    for field_type, candidate in _ARROW_TYPES.items():
+        if arrow_type == candidate:
+            return field_type
+    raise ValueError(f"unsupported metadata column type {arrow_type}")

@@ -1,0 +1,305 @@
+"""The embedded LanceDB engine: filters evaluated by the engine, fusion, paging, persistence."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.search_tool.documents import Document
+from services.search_tool.engine.base import (
+    CollectionSpec,
+    EngineQuery,
+    Fusion,
+    FusionMethod,
+    Strategy,
+)
+from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.filters import (
+    FilterExpression,
+    Operator,
+    RawCondition,
+    RawFilter,
+    combine_filters,
+    validate_filter,
+)
+from tests.search_tool.engine_fixtures import DIMENSIONS, record, records, vector_for
+from tests.search_tool.filter_cases import CASES, FIXTURE, FilterCase
+
+SPEC = CollectionSpec("test-model", DIMENSIONS)
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[LanceDBEngine]:
+    opened = await LanceDBEngine.open(tmp_path / "db")
+    await opened.ensure_collection("fixture", SPEC)
+    await opened.upsert("fixture", records(FIXTURE))
+    yield opened
+    await opened.close()
+
+
+def _semantic(vector_key: str = "probe", **overrides: object) -> EngineQuery:
+    query = EngineQuery(
+        strategy=Strategy.SEMANTIC,
+        keyword_text="",
+        vectors=np.stack([vector_for(vector_key)]),
+        limit=200,
+    )
+    return replace(query, **overrides)  # type: ignore[arg-type]
+
+
+async def _filter_of(engine: LanceDBEngine, *groups: list[RawCondition]) -> FilterExpression:
+    return validate_filter(
+        RawFilter(tuple(tuple(g) for g in groups)), await engine.fields("fixture")
+    )
+
+
+async def _matching(engine: LanceDBEngine, expression: FilterExpression) -> set[str]:
+    page = await engine.search("fixture", _semantic(filter=expression))
+    return {hit.chunk.document_id for hit in page.hits}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+async def test_filter_case_matches_exactly_the_expected_documents(
+    engine: LanceDBEngine, case: FilterCase
+) -> None:
+    expression = await _filter_of(engine, [RawCondition(case.field, case.operator, case.value)])
+    assert await _matching(engine, expression) == set(case.expected)
+    page = await engine.search("fixture", _semantic(filter=expression))
+    assert page.total_count == len(case.expected)
+
+
+async def test_filter_groups_are_or_of_and(engine: LanceDBEngine) -> None:
+    expression = await _filter_of(
+        engine,
+        [
+            RawCondition("source", Operator.EQUALS, "confluence"),
+            RawCondition("metadata.draft", Operator.EQUALS, True),
+        ],
+        [RawCondition("entity_type", Operator.EQUALS, "issue")],
+    )
+    assert await _matching(engine, expression) == {"beta", "gamma"}
+
+
+async def test_caller_and_model_filters_combine_so_the_model_only_narrows(
+    engine: LanceDBEngine,
+) -> None:
+    caller = await _filter_of(engine, [RawCondition("source", Operator.EQUALS, "confluence")])
+    model = await _filter_of(
+        engine,
+        [RawCondition("metadata.year", Operator.EQUALS, 2024)],
+        [RawCondition("source", Operator.EQUALS, "github")],
+    )
+    assert await _matching(engine, combine_filters(caller, model)) == {"beta"}
+    assert await _matching(engine, combine_filters(caller, FilterExpression())) == {
+        "alpha",
+        "beta",
+    }
+
+
+async def test_keyword_search_ranks_by_bm25_over_title_and_text(engine: LanceDBEngine) -> None:
+    query = EngineQuery(Strategy.KEYWORD, "release wheels", np.zeros((0, DIMENSIONS), np.float32))
+    page = await engine.search("fixture", query)
+    assert [h.chunk.id for h in page.hits] == ["gamma__chunk_0"]
+    assert page.hits[0].keyword_score is not None
+    assert page.hits[0].keyword_score > 0
+    assert page.hits[0].dense_score is None
+    assert page.total_count == 1
+
+
+async def test_keyword_query_syntax_is_treated_as_plain_words(engine: LanceDBEngine) -> None:
+    for text in ['"unbalanced AND (release OR', "NOT release", "release:*"]:
+        query = EngineQuery(Strategy.KEYWORD, text, np.zeros((0, DIMENSIONS), np.float32))
+        page = await engine.search("fixture", query)
+        assert "gamma__chunk_0" in [h.chunk.id for h in page.hits]
+
+
+async def test_semantic_search_orders_by_cosine_similarity(engine: LanceDBEngine) -> None:
+    page = await engine.search("fixture", _semantic("delta__chunk_0", limit=2))
+    assert page.hits[0].chunk.id == "delta__chunk_0"
+    assert page.hits[0].dense_score == pytest.approx(1.0, abs=1e-5)
+    assert page.hits[0].score >= page.hits[1].score
+    assert page.total_count == len(FIXTURE)
+
+
+async def test_hybrid_rrf_rewards_chunks_both_sides_found(engine: LanceDBEngine) -> None:
+    query = EngineQuery(
+        Strategy.HYBRID, "onboarding handbook", np.stack([vector_for("delta__chunk_0")]), limit=5
+    )
+    page = await engine.search("fixture", query)
+    top = page.hits[0]
+    assert top.chunk.id == "delta__chunk_0"
+    assert top.dense_score is not None
+    assert top.keyword_score is not None
+    assert top.score == pytest.approx(2 / 61)
+    assert all(h.score <= top.score for h in page.hits)
+
+
+async def test_hybrid_linear_blends_cosine_and_normalised_bm25(engine: LanceDBEngine) -> None:
+    query = EngineQuery(
+        Strategy.HYBRID,
+        "onboarding handbook",
+        np.stack([vector_for("delta__chunk_0")]),
+        limit=5,
+        fusion=Fusion(FusionMethod.LINEAR, alpha=0.25),
+    )
+    page = await engine.search("fixture", query)
+    top = page.hits[0]
+    assert top.chunk.id == "delta__chunk_0"
+    assert top.dense_score is not None
+    assert top.score == pytest.approx(0.25 * top.dense_score + 0.75 * 1.0, abs=1e-5)
+
+
+async def test_variations_add_dense_lists_that_are_fused(engine: LanceDBEngine) -> None:
+    vectors = np.stack([vector_for("alpha__chunk_0"), vector_for("epsilon__chunk_0")])
+    query = EngineQuery(Strategy.SEMANTIC, "", vectors, limit=5)
+    page = await engine.search("fixture", query)
+    exact = {h.chunk.id: h for h in page.hits if h.dense_score == pytest.approx(1.0, abs=1e-5)}
+    assert set(exact) == {"alpha__chunk_0", "epsilon__chunk_0"}
+    first_in_one_list = 1 / 61
+    assert all(h.score > first_in_one_list for h in exact.values())
+
+
+async def test_offset_and_limit_page_through_one_ranking(engine: LanceDBEngine) -> None:
+    full = await engine.search("fixture", _semantic(limit=5))
+    first = await engine.search("fixture", _semantic(limit=2))
+    second = await engine.search("fixture", _semantic(limit=2, offset=2))
+    ids = [h.chunk.id for h in full.hits]
+    assert [h.chunk.id for h in first.hits] == ids[:2]
+    assert [h.chunk.id for h in second.hits] == ids[2:4]
+    assert second.total_count == len(FIXTURE)
+
+
+async def test_chunk_fields_round_trip(engine: LanceDBEngine) -> None:
+    expression = await _filter_of(engine, [RawCondition("document_id", Operator.EQUALS, "alpha")])
+    page = await engine.search("fixture", _semantic(filter=expression))
+    chunk = page.hits[0].chunk
+    original = FIXTURE[0]
+    assert chunk.title == original.title
+    assert chunk.text == original.text
+    assert chunk.created_at == original.created_at
+    assert chunk.updated_at == original.updated_at
+    assert chunk.breadcrumbs == original.breadcrumbs
+    assert dict(chunk.metadata) == dict(original.metadata)
+
+
+async def test_rows_written_after_the_bm25_index_are_found(engine: LanceDBEngine) -> None:
+    late = Document(id="late", text="zebra crossing instructions", source="web")
+    await engine.upsert("fixture", [record(late)])
+    query = EngineQuery(Strategy.KEYWORD, "zebra", np.zeros((0, DIMENSIONS), np.float32))
+    page = await engine.search("fixture", query)
+    assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
+
+
+async def test_bm25_index_is_rebuilt_once_enough_rows_are_unindexed(tmp_path: Path) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db", fts_refresh_rows=3)
+    await engine.ensure_collection("c", SPEC)
+    await engine.upsert("c", records(FIXTURE))
+    table = await engine._table("c")
+    stats = await table.index_stats("search_text_bm25")
+    assert stats.num_unindexed_rows == 0
+    assert stats.num_indexed_rows == len(FIXTURE)
+    await engine.close()
+
+
+async def test_selective_filter_keeps_full_recall_among_many_rows(tmp_path: Path) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db")
+    await engine.ensure_collection("c", SPEC)
+    many = [Document(id=f"d{i}", text=f"filler {i}", source="bulk") for i in range(2000)]
+    rare = Document(id="rare", text="the only one", source="rare")
+    await engine.upsert("c", [*records(many), record(rare)])
+    fields = await engine.fields("c")
+    expression = validate_filter(
+        RawFilter(((RawCondition("source", Operator.EQUALS, "rare"),),)), fields
+    )
+    page = await engine.search("c", _semantic("far away", filter=expression, limit=10))
+    assert [h.chunk.id for h in page.hits] == ["rare__chunk_0"]
+    await engine.close()
+
+
+async def test_upsert_replaces_a_chunk_with_the_same_id(engine: LanceDBEngine) -> None:
+    changed = replace(FIXTURE[2], text="Completely rewritten body about giraffes")
+    await engine.upsert("fixture", [record(changed)])
+    query = EngineQuery(Strategy.KEYWORD, "giraffes", np.zeros((0, DIMENSIONS), np.float32))
+    page = await engine.search("fixture", query)
+    assert [h.chunk.text for h in page.hits] == [changed.text]
+    stats = await engine.describe("fixture")
+    assert stats.chunk_count == len(FIXTURE)
+
+
+async def test_stored_versions_report_chunk_ids_and_hash(engine: LanceDBEngine) -> None:
+    await engine.upsert("fixture", [record(FIXTURE[0], 1, text="second chunk")])
+    versions = await engine.stored_versions("fixture", ["alpha", "missing"])
+    assert set(versions) == {"alpha"}
+    assert versions["alpha"].chunk_ids == {"alpha__chunk_0", "alpha__chunk_1"}
+    assert versions["alpha"].content_hash == "h-alpha"
+
+
+async def test_delete_by_ids_and_by_filter(engine: LanceDBEngine) -> None:
+    assert await engine.delete_chunks("fixture", ["alpha__chunk_0", "nope__chunk_0"]) == 1
+    expression = await _filter_of(engine, [RawCondition("source", Operator.EQUALS, "github")])
+    deleted = await engine.delete_matching("fixture", document_ids=["delta"], where=expression)
+    assert deleted == 2
+    assert await _matching(engine, FilterExpression()) == {"beta", "epsilon"}
+
+
+async def test_metadata_key_keeps_the_type_it_was_first_given(engine: LanceDBEngine) -> None:
+    clash = Document(id="clash", text="x", metadata={"year": "twenty"})
+    with pytest.raises(InvalidArgument) as caught:
+        await engine.upsert("fixture", [record(clash)])
+    assert caught.value.violations[0].field == "metadata.year"
+    widened = Document(id="wide", text="x", metadata={"score": 7, "pages": 3})
+    await engine.upsert("fixture", [record(widened)])
+    fields = await engine.fields("fixture")
+    assert fields["metadata.score"] == "double"
+    assert fields["metadata.pages"] == "integer"
+
+
+async def test_describe_counts_documents_per_source_and_the_date_range(
+    engine: LanceDBEngine,
+) -> None:
+    stats = await engine.describe("fixture")
+    assert stats.document_count == len(FIXTURE)
+    assert stats.sources == {"confluence": 2, "github": 1, "gdrive": 1, "slack": 1}
+    assert stats.entity_types["page"] == 2
+    assert stats.earliest_created_at == FIXTURE[0].created_at
+    assert stats.latest_created_at == FIXTURE[3].created_at
+    assert (stats.embedding_model, stats.embedding_dimensions) == ("test-model", DIMENSIONS)
+
+
+async def test_everything_survives_closing_and_reopening(tmp_path: Path) -> None:
+    first = await LanceDBEngine.open(tmp_path / "db")
+    await first.ensure_collection("kept", SPEC)
+    await first.upsert("kept", records(FIXTURE))
+    await first.close()
+    second = await LanceDBEngine.open(tmp_path / "db")
+    assert await second.list_collections() == ["kept"]
+    stats = await second.describe("kept")
+    assert stats.chunk_count == len(FIXTURE)
+    assert stats.fields["metadata.year"] == "integer"
+    query = EngineQuery(Strategy.KEYWORD, "handbook", np.zeros((0, DIMENSIONS), np.float32))
+    assert [h.chunk.id for h in (await second.search("kept", query)).hits] == ["delta__chunk_0"]
+    await second.close()
+
+
+async def test_unknown_collection_is_not_found(engine: LanceDBEngine) -> None:
+    with pytest.raises(NotFound):
+        await engine.search("missing", _semantic())
+    with pytest.raises(NotFound):
+        await engine.describe("missing")
+    with pytest.raises(NotFound):
+        await engine.drop_collection("missing")
+
+
+async def test_dimension_mismatch_is_refused(engine: LanceDBEngine) -> None:
+    with pytest.raises(FailedPrecondition):
+        await engine.ensure_collection("fixture", CollectionSpec("other", DIMENSIONS + 1))
+
+
+async def test_drop_collection_removes_it(engine: LanceDBEngine) -> None:
+    await engine.drop_collection("fixture")
+    assert await engine.list_collections() == []
