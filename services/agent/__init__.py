@@ -1,0 +1,1 @@
+"""The agent service: one tool-calling conversation that searches, reads and answers."""

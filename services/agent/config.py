@@ -1,0 +1,57 @@
+"""Typed settings of the agent service (YAML section `agent`, env prefix `QUARRY_AGENT_`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, Field
+from pydantic_settings import SettingsConfigDict
+
+from services.common.settings import QuarrySettings, ServerSettings
+
+DEFAULT_PORT = 50053
+
+
+class LoopSettings(BaseModel):
+    """Caps and context-management knobs of the run loop."""
+
+    thinking_max_iterations: int = Field(default=20, ge=1, le=100)
+    """Safety cap on searches in THINKING mode."""
+    fast_max_iterations: int = Field(default=1, ge=1, le=5)
+    """Hard cap on searches in FAST mode."""
+    default_limit: int = Field(default=10, ge=1, le=200)
+    """Results returned when the request says 0."""
+    default_context_window_tokens: int = Field(default=32_000, ge=1_000)
+    """Used when the gateway does not report a window for the route's model."""
+    tool_result_share: float = Field(default=0.3, gt=0, le=1)
+    """Layer 1: the largest share of the window one tool result may take."""
+    soft_trim_ratio: float = Field(default=0.6, gt=0, le=1)
+    """Layer 2: soft-trim old tool results above this share of the window."""
+    hard_clear_ratio: float = Field(default=0.8, gt=0, le=1)
+    """Layer 2: replace old tool results with a placeholder above this share."""
+    keep_last_exchanges: int = Field(default=2, ge=1)
+    """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
+    max_filter_groups: int = Field(default=32, ge=1)
+    """Largest OR of groups the merged caller AND model filter may expand to."""
+
+
+class AgentSettings(QuarrySettings):
+    """Everything the agent process needs to run."""
+
+    yaml_section: ClassVar[str] = "agent"
+    model_config = SettingsConfigDict(
+        env_prefix="QUARRY_AGENT_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    server: ServerSettings = Field(default_factory=lambda: ServerSettings(port=DEFAULT_PORT))
+    search_tool_address: str = "127.0.0.1:50051"
+    """Where `quarry.searchtool.v1.SearchToolService` listens."""
+    llm_gateway_address: str = "127.0.0.1:50052"
+    """Where `quarry.llmgateway.v1.LlmGatewayService` listens."""
+    route: str = "agent"
+    """Gateway route used when a request names none."""
+    default_collection: str = ""
+    """Collection used when a request names none; empty means the request must name one."""
+    context_window_tokens: int | None = Field(default=None, ge=1_000)
+    """Overrides the window the gateway reports for the route's model."""
+    loop: LoopSettings = Field(default_factory=LoopSettings)

@@ -1,0 +1,57 @@
+"""What a run reports while it happens: started, thinking, searching, then done or error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.agent.filters import FilterGroup
+from services.agent.run import Mode, RunResult
+from services.agent.search import Strategy
+
+
+@dataclass(frozen=True)
+class Started:
+    run_id: str
+    collection: str
+    mode: Mode
+    route: str
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """The model's own text before its tool calls."""
+
+    iteration: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Searching:
+    """A search the model asked for, as executed."""
+
+    iteration: int
+    primary: str
+    variations: tuple[str, ...]
+    strategy: Strategy
+    filter_groups: tuple[FilterGroup, ...]
+    """The effective filter: caller AND model."""
+    result_count: int
+    total_count: int
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class Done:
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The run stopped on an error; `code` is the gRPC status code name."""
+
+    code: str
+    message: str
+    retryable: bool
+
+
+AgentEvent = Started | Thinking | Searching | Done | Failed

@@ -1,0 +1,494 @@
+"""The run loop of seed 000 §5: one conversation in which the model searches, reads and answers.
+
+Each turn the model sees the static system prompt, the first user message and everything since; it
+writes its reasoning and calls `search` or `submit_answer`. The loop executes the calls in order,
+each answered by its own tool result. When the search cap or the token budget is reached, or a turn
+has no tool call, one last call offers only `submit_answer`; if even that yields no answer, the
+agent composes an honest fallback from what was seen. The loop talks only to the `ModelClient` and
+`SearchClient` ports; it yields domain events and raises `services.common.errors` on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractContextManager
+
+from opentelemetry import trace
+from pydantic import ValidationError
+
+from services.agent.answers import (
+    SeenResults,
+    accept_answer,
+    fallback_answer,
+    final_results,
+    unknown_citations,
+)
+from services.agent.config import LoopSettings
+from services.agent.context import (
+    SUMMARY_SYSTEM_PROMPT,
+    ConversationSummary,
+    prune_tool_results,
+    split_for_compaction,
+    summary_prompt,
+)
+from services.agent.events import AgentEvent, Done, Searching, Started, Thinking
+from services.agent.filters import (
+    CHUNK_FIELDS,
+    FilterTooComplex,
+    check_caller_filter,
+    merge_filters,
+)
+from services.agent.messages import (
+    CHARS_PER_TOKEN,
+    Message,
+    ToolCall,
+    assistant,
+    estimate_tokens,
+    system,
+    tool_result,
+    total_chars,
+    user,
+)
+from services.agent.ports import (
+    ContextWindowExceeded,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    SearchClient,
+    StructuredRequest,
+    TokenUsage,
+    ToolChoice,
+    ToolSpec,
+)
+from services.agent.prompt import FORCE_ANSWER, system_prompt, task_message
+from services.agent.run import (
+    Deadline,
+    FinalAnswer,
+    Mode,
+    RunRequest,
+    RunResult,
+    RunUsage,
+    StopReason,
+)
+from services.agent.search import CollectionInfo, SearchRequest
+from services.agent.tools import (
+    SEARCH,
+    SEARCH_TOOL,
+    SUBMIT_ANSWER,
+    SUBMIT_ANSWER_TOOL,
+    Answer,
+    SearchPlan,
+    ToolArgumentsError,
+    format_results,
+    parse_arguments,
+    result_budget_chars,
+    tool_schema,
+)
+from services.common import semconv
+from services.common.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    InvalidArgument,
+    PermissionDenied,
+    QuarryError,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+ALL_TOOLS = (SEARCH_TOOL, SUBMIT_ANSWER_TOOL)
+ANSWER_ONLY = (SUBMIT_ANSWER_TOOL,)
+EXTRA_TURNS = 3
+"""Turns beyond the search cap a model may spend on invalid or unknown calls before it is forced."""
+SEARCH_FAILURES_THAT_END_THE_RUN = (
+    Unavailable,
+    DeadlineExceeded,
+    ResourceExhausted,
+    Cancelled,
+    Unauthenticated,
+    PermissionDenied,
+)
+
+
+class _ConversationTooLong(Exception):
+    """Even after compaction the model cannot take the conversation."""
+
+
+class AgentLoop:
+    """Runs questions against one model and one search tool."""
+
+    def __init__(
+        self,
+        model: ModelClient,
+        search: SearchClient,
+        *,
+        settings: LoopSettings | None = None,
+        default_route: str = "agent",
+        context_window_tokens: int | None = None,
+        tracer: trace.Tracer | None = None,
+        agent_name: str = "quarry-agent",
+    ) -> None:
+        self.model = model
+        self.search = search
+        self.settings = settings or LoopSettings()
+        self.default_route = default_route
+        self.context_window_tokens = context_window_tokens
+        self.tracer = tracer or trace.get_tracer(__name__)
+        self.agent_name = agent_name
+
+    def stream(
+        self, request: RunRequest, *, deadline: Deadline | None = None, run_id: str = ""
+    ) -> AsyncIterator[AgentEvent]:
+        """Started, then thinking and searching events, then Done; raises `QuarryError`s."""
+        run = _Run(self, request, deadline or Deadline(None), run_id or uuid.uuid4().hex)
+        return run.events()
+
+    async def run(self, request: RunRequest, *, deadline: Deadline | None = None) -> RunResult:
+        async for event in self.stream(request, deadline=deadline):
+            if isinstance(event, Done):
+                return event.result
+        raise QuarryError("the run ended without a result")
+
+
+class _Run:
+    """The state of one run: the conversation, what was seen, what was spent."""
+
+    def __init__(self, loop: AgentLoop, request: RunRequest, deadline: Deadline, run_id: str):
+        self.loop = loop
+        self.request = request
+        self.deadline = deadline
+        self.run_id = run_id
+        self.route = request.route or loop.default_route
+        self.cap = _search_cap(request, loop.settings)
+        self.seen = SeenResults()
+        self.usage = RunUsage()
+        self.searches = 0
+        self.turns = 0
+        self.history: list[Message] = []
+        self.exchanges: list[Message] = []
+        self.collection = CollectionInfo(name=request.collection)
+        self.window = loop.settings.default_context_window_tokens
+        self.summary = ""
+        self.answer: FinalAnswer | None = None
+        self.stop_reason = StopReason.ANSWERED
+        self.citations_rejected = False
+
+    async def events(self) -> AsyncIterator[AgentEvent]:
+        yield Started(self.run_id, self.request.collection, self.request.mode, self.route)
+        attributes = {
+            semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
+            semconv.GEN_AI_AGENT_NAME: self.loop.agent_name,
+            semconv.GEN_AI_CONVERSATION_ID: self.run_id,
+            semconv.GEN_AI_DATA_SOURCE_ID: self.request.collection,
+        }
+        with self.loop.tracer.start_as_current_span(semconv.INVOKE_AGENT, attributes=attributes):
+            await self._prepare()
+            try:
+                async for event in self._search_phase():
+                    yield event
+                if self.answer is None:
+                    async for event in self._final_phase():
+                        yield event
+            except _ConversationTooLong:
+                log.warning("conversation too long even after compaction", extra=self._log())
+                self.answer, self.stop_reason = (
+                    fallback_answer(self.seen),
+                    StopReason.FALLBACK_ANSWER,
+                )
+            result = self._result()
+            _record_usage(trace.get_current_span(), self.usage)
+        log.info("run finished", extra={**self._log(), "stop_reason": result.stop_reason.value})
+        yield Done(result)
+
+    async def _prepare(self) -> None:
+        self.collection = await self.loop.search.get_collection(
+            self.request.collection, remaining_s=self.deadline.remaining()
+        )
+        known = CHUNK_FIELDS | {name for name, _ in self.collection.fields}
+        check_caller_filter(self.request.filter_groups, set(known))
+        self.window = await self._context_window()
+        for turn in self.request.history:
+            self.history += [user(turn.question), assistant(turn.answer)]
+
+    async def _context_window(self) -> int:
+        if self.loop.context_window_tokens:
+            return self.loop.context_window_tokens
+        reported = await self.loop.model.context_window(
+            self.route, remaining_s=self.deadline.remaining()
+        )
+        return reported or self.loop.settings.default_context_window_tokens
+
+    async def _search_phase(self) -> AsyncIterator[AgentEvent]:
+        """Turns with both tools until the model answers or a limit says stop."""
+        while self.answer is None:
+            if self.searches >= self.cap:
+                fast = self.request.mode is Mode.FAST
+                self.stop_reason = StopReason.ANSWERED if fast else StopReason.FORCED_ANSWER
+                return
+            if self.turns >= self.cap + EXTRA_TURNS:
+                self.stop_reason = StopReason.FORCED_ANSWER
+                return
+            if self._over_budget(ALL_TOOLS):
+                self.stop_reason = StopReason.BUDGET_EXHAUSTED
+                return
+            response = await self._call(ALL_TOOLS, ToolChoice())
+            if response.text.strip():
+                yield Thinking(self.searches + 1, response.text)
+            if not response.tool_calls:
+                self.stop_reason = StopReason.FORCED_ANSWER
+                return
+            async for event in self._execute(response.tool_calls, allow_search=True):
+                yield event
+
+    async def _final_phase(self) -> AsyncIterator[AgentEvent]:
+        """One last call offering only submit_answer (twice if its citations were sent back)."""
+        if self.stop_reason is not StopReason.ANSWERED:
+            self.exchanges.append(user(FORCE_ANSWER))
+        for _ in range(2):
+            if self.request.max_tokens and self.usage_total >= self.request.max_tokens:
+                break
+            response = await self._call(ANSWER_ONLY, ToolChoice("named", SUBMIT_ANSWER))
+            if response.text.strip():
+                yield Thinking(self.searches + 1, response.text)
+            rejected_before = self.citations_rejected
+            async for event in self._execute(response.tool_calls, allow_search=False):
+                yield event
+            if self.answer is not None or rejected_before or not self.citations_rejected:
+                break
+        if self.answer is None:
+            self.answer, self.stop_reason = fallback_answer(self.seen), StopReason.FALLBACK_ANSWER
+
+    async def _execute(
+        self, calls: Sequence[ToolCall], *, allow_search: bool
+    ) -> AsyncIterator[AgentEvent]:
+        for call in calls:
+            if self.answer is not None:
+                return
+            if call.name == SEARCH and allow_search and self.searches < self.cap:
+                event = await self._search(call)
+                if event is not None:
+                    yield event
+            elif call.name == SEARCH:
+                self._tool_error(
+                    call,
+                    f"No more searches are allowed in this run (limit {self.cap}). "
+                    "Call submit_answer now with the best answer you can compose.",
+                )
+            elif call.name == SUBMIT_ANSWER:
+                self._submit(call)
+            else:
+                self._tool_error(
+                    call, f"Unknown tool {call.name!r}. The tools are search and submit_answer."
+                )
+
+    async def _search(self, call: ToolCall) -> Searching | None:
+        self.searches += 1
+        with self._tool_span(call):
+            try:
+                plan = parse_arguments(SearchPlan, call.arguments_json)
+                groups = merge_filters(
+                    self.request.filter_groups,
+                    plan.filter_groups,
+                    max_groups=self.loop.settings.max_filter_groups,
+                )
+            except (ToolArgumentsError, FilterTooComplex) as error:
+                self._tool_error(call, str(error))
+                return None
+            request = SearchRequest(
+                collection=self.request.collection,
+                primary=plan.query.primary,
+                variations=tuple(plan.query.variations),
+                strategy=plan.retrieval_strategy,
+                filter_groups=tuple(groups),
+                limit=plan.limit,
+                offset=plan.offset,
+            )
+            started = time.perf_counter()
+            try:
+                page = await self.loop.search.search(request, remaining_s=self.deadline.remaining())
+            except SEARCH_FAILURES_THAT_END_THE_RUN:
+                raise
+            except QuarryError as error:
+                self._tool_error(call, _search_error_text(error))
+                return None
+            duration_ms = int((time.perf_counter() - started) * 1000)
+            budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
+            formatted = format_results(page.hits, page.total_count, max_chars=budget)
+        self.seen.add(formatted.shown)
+        self.usage.searches += 1
+        self.exchanges.append(tool_result(call.id, formatted.text))
+        return Searching(
+            iteration=self.searches,
+            primary=request.primary,
+            variations=request.variations,
+            strategy=request.strategy,
+            filter_groups=request.filter_groups,
+            result_count=len(page.hits),
+            total_count=page.total_count,
+            duration_ms=duration_ms,
+        )
+
+    def _submit(self, call: ToolCall) -> None:
+        with self._tool_span(call):
+            try:
+                answer = parse_arguments(Answer, call.arguments_json)
+            except ToolArgumentsError as error:
+                self._tool_error(call, str(error))
+                return
+            unknown = unknown_citations(answer, self.seen)
+            if unknown and not self.citations_rejected:
+                self.citations_rejected = True
+                self._tool_error(
+                    call,
+                    "These citations name results you have not seen in this conversation: "
+                    + ", ".join(unknown)
+                    + ". Cite only ids shown in search results (`### [result_id] title`) and "
+                    "call submit_answer again.",
+                )
+                return
+            self.answer = accept_answer(answer, self.seen)
+
+    def _tool_span(self, call: ToolCall) -> AbstractContextManager[trace.Span]:
+        return self.loop.tracer.start_as_current_span(
+            f"{semconv.EXECUTE_TOOL} {call.name}",
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL,
+                semconv.GEN_AI_TOOL_NAME: call.name,
+                semconv.GEN_AI_TOOL_CALL_ID: call.id,
+                semconv.GEN_AI_TOOL_TYPE: "function",
+            },
+        )
+
+    def _tool_error(self, call: ToolCall, text: str) -> None:
+        log.info("tool error", extra={**self._log(), "tool": call.name, "error": text[:200]})
+        trace.get_current_span().set_attribute(semconv.ERROR_TYPE, "tool_error")
+        self.exchanges.append(tool_result(call.id, text, is_error=True))
+
+    async def _call(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
+        """One model turn: prune (Layer 2), call; on overflow compact (Layer 3) and retry once."""
+        self.exchanges = prune_tool_results(
+            self.exchanges,
+            self.window,
+            fixed_chars=self._fixed_chars(tools),
+            soft_ratio=self.loop.settings.soft_trim_ratio,
+            hard_ratio=self.loop.settings.hard_clear_ratio,
+        )
+        try:
+            response = await self._generate(tools, choice)
+        except ContextWindowExceeded:
+            log.info("context window exceeded, compacting", extra=self._log())
+            await self._compact()
+            try:
+                response = await self._generate(tools, choice)
+            except ContextWindowExceeded as error:
+                raise _ConversationTooLong from error
+        self.turns += 1
+        if response.text or response.tool_calls:
+            self.exchanges.append(assistant(response.text, response.tool_calls))
+        return response
+
+    async def _generate(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
+        request = ModelRequest(self.route, tuple(self._messages()), tuple(tools), choice)
+        response = await self.loop.model.generate(request, remaining_s=self.deadline.remaining())
+        self._count(response.usage)
+        return response
+
+    async def _compact(self) -> None:
+        split = split_for_compaction(self.exchanges, self.loop.settings.keep_last_exchanges)
+        if split is None:
+            raise _ConversationTooLong
+        task = task_message(
+            self.request.query, self.request.mode, self.request.filter_groups, self.collection
+        )
+        prompt = summary_prompt(
+            task, self.summary, split.old, max_chars=self.window * CHARS_PER_TOKEN // 2
+        )
+        request = StructuredRequest(
+            route=self.route,
+            messages=(system(SUMMARY_SYSTEM_PROMPT), user(prompt)),
+            schema=tool_schema(ConversationSummary),
+            schema_name="ConversationSummary",
+        )
+        try:
+            response = await self.loop.model.generate_structured(
+                request, remaining_s=self.deadline.remaining()
+            )
+            self._count(response.usage)
+            summary = ConversationSummary.model_validate_json(response.json_text)
+        except (ContextWindowExceeded, ValidationError) as error:
+            raise _ConversationTooLong from error
+        self.summary = summary.render()
+        self.exchanges = split.recent
+
+    def _messages(self) -> list[Message]:
+        task = task_message(
+            self.request.query,
+            self.request.mode,
+            self.request.filter_groups,
+            self.collection,
+            summary=self.summary,
+        )
+        return [system(system_prompt()), *self.history, user(task), *self.exchanges]
+
+    def _fixed_chars(self, tools: Sequence[ToolSpec]) -> int:
+        schemas = sum(len(json.dumps(t.parameters)) + len(t.description) for t in tools)
+        return schemas + len(system_prompt()) + total_chars(self.history) + 2000
+
+    def _over_budget(self, tools: Sequence[ToolSpec]) -> bool:
+        if not self.request.max_tokens:
+            return False
+        chars = total_chars(self._messages()) + self._fixed_chars(tools) - len(system_prompt())
+        return self.usage_total + estimate_tokens(chars) > self.request.max_tokens
+
+    @property
+    def usage_total(self) -> int:
+        return self.usage.input_tokens + self.usage.output_tokens
+
+    def _count(self, usage: TokenUsage) -> None:
+        self.usage.model_calls += 1
+        self.usage.input_tokens += usage.input_tokens
+        self.usage.output_tokens += usage.output_tokens
+        self.usage.cache_read_tokens += usage.cache_read_tokens
+        self.usage.cache_write_tokens += usage.cache_write_tokens
+
+    def _result(self) -> RunResult:
+        answer = self.answer or fallback_answer(self.seen)
+        return RunResult(
+            run_id=self.run_id,
+            answer=answer,
+            results=final_results(answer, self.seen, self.request.limit),
+            stop_reason=self.stop_reason,
+            usage=self.usage,
+            iterations=self.searches,
+        )
+
+    def _log(self) -> dict[str, object]:
+        return {"run_id": self.run_id, "collection": self.request.collection, "route": self.route}
+
+
+def _search_cap(request: RunRequest, settings: LoopSettings) -> int:
+    mode_cap = (
+        settings.fast_max_iterations
+        if request.mode is Mode.FAST
+        else settings.thinking_max_iterations
+    )
+    return min(request.max_iterations, mode_cap) if request.max_iterations > 0 else mode_cap
+
+
+def _search_error_text(error: QuarryError) -> str:
+    text = f"The search failed: {error.message}."
+    if isinstance(error, InvalidArgument) and error.violations:
+        fixes = "; ".join(f"{v.field}: {v.description}" for v in error.violations)
+        text += f" Fix these and search again: {fixes}."
+    return text
+
+
+def _record_usage(span: trace.Span, usage: RunUsage) -> None:
+    span.set_attribute(semconv.GEN_AI_USAGE_INPUT_TOKENS, usage.input_tokens)
+    span.set_attribute(semconv.GEN_AI_USAGE_OUTPUT_TOKENS, usage.output_tokens)

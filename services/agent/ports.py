@@ -1,0 +1,118 @@
+"""What the loop needs from the outside world, and nothing more: a model and a search tool.
+
+The gRPC implementations live in `clients.py`; tests use the doubles in `testing.py`. Failures
+are `services.common.errors` exceptions, except an overflowing context: `ContextWindowExceeded`.
+`remaining_s` is the caller's time left, passed downstream as the call's deadline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from services.agent.messages import Message, ToolCall
+from services.agent.search import CollectionInfo, SearchPage, SearchRequest
+
+
+class ContextWindowExceeded(Exception):
+    """The model's context window cannot hold the conversation: compact and retry."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool offered to the model."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments object."""
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    mode: Literal["auto", "required", "named"] = "auto"
+    name: str = ""
+    """The tool the model must call when `mode` is named."""
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One model turn."""
+
+    route: str
+    messages: tuple[Message, ...]
+    """System prompt first, then the conversation."""
+    tools: tuple[ToolSpec, ...]
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+
+
+@dataclass
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, other: TokenUsage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """The model's turn: reasoning text and tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    provider: str = ""
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class StructuredRequest:
+    route: str
+    messages: tuple[Message, ...]
+    schema: dict[str, Any]
+    schema_name: str
+
+
+@dataclass(frozen=True)
+class StructuredResponse:
+    json_text: str
+    """JSON that validates against the schema."""
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+class ModelClient(Protocol):
+    """The LLM gateway, as the loop uses it."""
+
+    async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
+        """One turn; raises `ContextWindowExceeded` when the conversation does not fit."""
+        ...
+
+    async def generate_structured(
+        self, request: StructuredRequest, *, remaining_s: float | None
+    ) -> StructuredResponse: ...
+
+    async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
+        """Tokens the route's first model holds, or None when unknown."""
+        ...
+
+
+class SearchClient(Protocol):
+    """The search tool, as the loop uses it."""
+
+    async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
+        """Raises `InvalidArgument` (with violations) for a filter the search tool rejects."""
+        ...
+
+    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
+        """Raises `NotFound` for an unknown collection."""
+        ...

@@ -1,0 +1,77 @@
+"""The static system prompt (a package resource, identical for every run so providers can cache
+it) and the dynamic first user message, in the format of `docs/agent-tool-contract.md`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cache
+from importlib import resources
+
+from services.agent.filters import FilterGroup
+from services.agent.run import Mode
+from services.agent.search import CollectionInfo, Facet
+
+MODE_INSTRUCTIONS = {
+    Mode.FAST: "FAST — perform exactly ONE search, then immediately call submit_answer.",
+    Mode.THINKING: "THINKING — search as often as needed, then call submit_answer.",
+}
+FORCE_ANSWER = (
+    "You must now call submit_answer with the best answer you can compose from what you've found "
+    "so far. If no direct answer was found, say so honestly."
+)
+SUMMARY_HEADING = "## Previous search history summary"
+
+
+@cache
+def system_prompt() -> str:
+    return resources.files("services.agent.prompts").joinpath("agent_task.md").read_text("utf-8")
+
+
+def task_message(
+    query: str,
+    mode: Mode,
+    caller_filter: Sequence[FilterGroup],
+    collection: CollectionInfo,
+    *,
+    summary: str = "",
+) -> str:
+    """The first user message: query, mode, caller filter, collection (and a summary, if any)."""
+    sections = [
+        f"## Query\n{query}",
+        f"## Mode\n{MODE_INSTRUCTIONS[mode]}",
+        f"## Caller filter\n{_filter_text(caller_filter)}",
+        f"## Collection\n{describe_collection(collection)}",
+    ]
+    if summary:
+        sections.append(f"{SUMMARY_HEADING}\n{summary}")
+    return "\n\n".join(sections) + "\n"
+
+
+def _filter_text(groups: Sequence[FilterGroup]) -> str:
+    if not groups:
+        return "none"
+    return json.dumps([g.model_dump(mode="json") for g in groups])
+
+
+def describe_collection(info: CollectionInfo) -> str:
+    lines = [
+        f"name: {info.name}",
+        f"documents: {info.document_count}; chunks: {info.chunk_count}",
+        f"sources: {_facets(info.sources)}",
+        f"entity types: {_facets(info.entity_types)}",
+        "filterable fields: " + (", ".join(f"{n} ({t})" for n, t in info.fields) or "none"),
+    ]
+    if info.earliest_created_at and info.latest_created_at:
+        earliest, latest = _date(info.earliest_created_at), _date(info.latest_created_at)
+        lines.append(f"created_at range: {earliest} to {latest}")
+    return "\n".join(lines)
+
+
+def _facets(facets: Sequence[Facet]) -> str:
+    return ", ".join(f"{f.value} ({f.count})" for f in facets) or "none"
+
+
+def _date(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")

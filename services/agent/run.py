@@ -1,0 +1,106 @@
+"""What goes into a run and what comes out of it, in domain terms."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from services.agent.filters import FilterGroup
+from services.agent.search import SearchHit
+from services.common.errors import DeadlineExceeded
+
+
+class Mode(Enum):
+    FAST = "fast"
+    """One search, then the answer."""
+    THINKING = "thinking"
+    """The model decides how often to search, up to a safety cap."""
+
+
+class StopReason(Enum):
+    ANSWERED = "answered"
+    FORCED_ANSWER = "forced_answer"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    FALLBACK_ANSWER = "fallback_answer"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """An earlier question and its answer in the same conversation."""
+
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    collection: str
+    query: str
+    filter_groups: tuple[FilterGroup, ...] = ()
+    """The caller's filter: the model can narrow it, never widen it."""
+    mode: Mode = Mode.FAST
+    limit: int = 10
+    """Results returned, 1..200."""
+    history: tuple[Turn, ...] = ()
+    max_iterations: int = 0
+    """0 means the mode's cap; never above it."""
+    max_tokens: int = 0
+    """Total input + output tokens across model calls; 0 means unlimited."""
+    route: str = ""
+    """LLM gateway route; empty means the agent's configured route."""
+
+
+@dataclass(frozen=True)
+class Citation:
+    result_id: str
+    title: str = ""
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class FinalAnswer:
+    text: str
+    citations: tuple[Citation, ...] = ()
+
+
+@dataclass
+class RunUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    model_calls: int = 0
+    searches: int = 0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    answer: FinalAnswer
+    results: tuple[SearchHit, ...]
+    """Cited results first, then the others seen (best score first), up to the limit."""
+    stop_reason: StopReason
+    usage: RunUsage = field(default_factory=RunUsage)
+    iterations: int = 0
+    """Search iterations performed."""
+
+
+class Deadline:
+    """When the caller stops waiting; every downstream call gets the time that is left."""
+
+    def __init__(
+        self, seconds: float | None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock
+        self._expires_at = None if seconds is None else clock() + seconds
+
+    def remaining(self) -> float | None:
+        """Seconds left (raises once none are), or None without a deadline."""
+        if self._expires_at is None:
+            return None
+        left = self._expires_at - self._clock()
+        if left <= 0:
+            raise DeadlineExceeded("the caller's deadline expired")
+        return left

@@ -1,0 +1,83 @@
+"""The search tool as the agent sees it: requests, hits, pages and collection metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from services.agent.filters import FilterGroup, Scalar
+
+Strategy = Literal["semantic", "keyword", "hybrid"]
+
+
+@dataclass(frozen=True)
+class Breadcrumb:
+    id: str
+    name: str
+    entity_type: str
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One chunk a search returned, with its relevance."""
+
+    id: str
+    """Chunk id, `{document_id}__chunk_{i}`: what citations name."""
+    document_id: str
+    title: str
+    text: str
+    score: float
+    """Fused relevance, higher is better."""
+    chunk_index: int = 0
+    source: str = ""
+    entity_type: str = ""
+    url: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    breadcrumbs: tuple[Breadcrumb, ...] = ()
+    metadata: dict[str, Scalar] = field(default_factory=dict)
+    dense_score: float | None = None
+    keyword_score: float | None = None
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One call of the search tool, after the caller's filter was merged in."""
+
+    collection: str
+    primary: str
+    variations: tuple[str, ...] = ()
+    strategy: Strategy = "hybrid"
+    filter_groups: tuple[FilterGroup, ...] = ()
+    limit: int = 10
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    hits: list[SearchHit]
+    """Best first."""
+    total_count: int
+    took_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Facet:
+    value: str
+    count: int
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """What the model is told about the collection it searches."""
+
+    name: str
+    document_count: int = 0
+    chunk_count: int = 0
+    sources: tuple[Facet, ...] = ()
+    entity_types: tuple[Facet, ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()
+    """Filterable fields as (name, type), e.g. ("created_at", "timestamp")."""
+    earliest_created_at: datetime | None = None
+    latest_created_at: datetime | None = None

@@ -1,0 +1,177 @@
+"""The two tools the model gets: `search` and `submit_answer`.
+
+Their JSON schemas are generated from the same pydantic models that validate the arguments, so
+what the model is told and what is accepted cannot drift apart. Search results are formatted for
+the model within the Layer-1 budget: lowest-ranked results are dropped whole, a result is never cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from services.agent.filters import FilterGroup
+from services.agent.messages import CHARS_PER_TOKEN
+from services.agent.ports import ToolSpec
+from services.agent.search import SearchHit, Strategy
+
+M = TypeVar("M", bound=BaseModel)
+
+SEARCH = "search"
+SUBMIT_ANSWER = "submit_answer"
+
+
+class SearchQuery(BaseModel):
+    """What to search for."""
+
+    primary: str = Field(
+        min_length=1, description="The main query; feeds keyword and semantic retrieval."
+    )
+    variations: list[str] = Field(
+        default_factory=list,
+        max_length=9,
+        description="Up to 9 rephrasings; semantic retrieval only.",
+    )
+
+
+class SearchPlan(BaseModel):
+    """Arguments of the `search` tool."""
+
+    query: SearchQuery
+    filter_groups: list[FilterGroup] = Field(
+        default_factory=list,
+        description="OR of groups, each an AND of conditions; combined with the caller's filter "
+        "(you can narrow the search, never widen it). Empty: no extra filter.",
+    )
+    limit: int = Field(default=10, ge=1, le=200, description="Results to return.")
+    offset: int = Field(default=0, ge=0, description="Results to skip (paging).")
+    retrieval_strategy: Strategy = Field(
+        default="hybrid",
+        description="semantic (meaning), keyword (exact terms, BM25) or hybrid (both, fused).",
+    )
+
+
+class CitationRef(BaseModel):
+    """One source the answer relies on."""
+
+    result_id: str = Field(
+        min_length=1, description="Id of a search result you saw, e.g. doc-7__chunk_0."
+    )
+
+
+class Answer(BaseModel):
+    """Arguments of the `submit_answer` tool."""
+
+    text: str = Field(min_length=1, description="The answer; cite sources as [1], [2], ...")
+    citations: list[CitationRef] = Field(
+        default_factory=list,
+        description="The results the answer relies on, in the order of their [n] markers.",
+    )
+
+
+def tool_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema, `$ref`s inlined and titles removed, ready for any provider."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+    return _inline(schema, definitions)  # type: ignore[no-any-return]
+
+
+def _inline(node: Any, definitions: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = definitions[node["$ref"].rsplit("/", 1)[-1]]
+            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+            return _inline(merged, definitions)
+        return {
+            k: _inline(v, definitions)
+            for k, v in node.items()
+            if not (k == "title" and isinstance(v, str))
+        }
+    if isinstance(node, list):
+        return [_inline(item, definitions) for item in node]
+    return node
+
+
+SEARCH_TOOL = ToolSpec(
+    name=SEARCH,
+    description="Search the collection for relevant passages. Use different retrieval strategies, "
+    "rephrasings and filters to refine results.",
+    parameters=tool_schema(SearchPlan),
+)
+SUBMIT_ANSWER_TOOL = ToolSpec(
+    name=SUBMIT_ANSWER,
+    description="Submit the final answer with citations. Call this when you have enough "
+    "information to answer the user's query, or when further searching would not improve it.",
+    parameters=tool_schema(Answer),
+)
+
+
+class ToolArgumentsError(ValueError):
+    """Tool arguments the model must correct; the message tells it how."""
+
+
+def parse_arguments(model: type[M], arguments_json: str) -> M:
+    """Validate a tool call's arguments, or explain to the model what to fix."""
+    try:
+        raw = json.loads(arguments_json or "{}")
+    except json.JSONDecodeError as error:
+        raise ToolArgumentsError(
+            f"The arguments are not valid JSON ({error.msg} at position {error.pos}). "
+            "Call the tool again with a JSON object matching its schema."
+        ) from error
+    try:
+        return model.model_validate(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+            for e in error.errors()
+        )
+        raise ToolArgumentsError(
+            f"The arguments do not match the schema: {problems}. Fix them and call again."
+        ) from error
+
+
+@dataclass(frozen=True)
+class FormattedResults:
+    """A search tool result as the model sees it."""
+
+    text: str
+    shown: list[SearchHit]
+    """The hits that fit the budget, best first; only these count as seen."""
+
+
+def result_budget_chars(context_window_tokens: int, share: float) -> int:
+    return int(context_window_tokens * share * CHARS_PER_TOKEN)
+
+
+def format_results(hits: Sequence[SearchHit], total: int, *, max_chars: int) -> FormattedResults:
+    """Results best first until the budget is spent; lower-ranked ones are dropped whole."""
+    blocks: list[str] = []
+    used = len(_header(total, len(hits)))
+    for hit in hits:
+        block = _block(hit)
+        if used + len(block) > max_chars:
+            break
+        blocks.append(block)
+        used += len(block)
+    shown = list(hits[: len(blocks)])
+    text = _header(total, len(shown)) + "".join(blocks)
+    if not hits:
+        text += "\nNo results. Try other words, another retrieval strategy or fewer filters.\n"
+    return FormattedResults(text=text, shown=shown)
+
+
+def _header(total: int, shown: int) -> str:
+    return f"Found {total} results; showing {shown}.\n"
+
+
+def _block(hit: SearchHit) -> str:
+    meta = (
+        f"source: {hit.source} | entity_type: {hit.entity_type} | "
+        f"score: {hit.score:.4f} | url: {hit.url}"
+    )
+    return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"

@@ -1,0 +1,70 @@
+"""A small fake collection and helpers shared by the agent tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.agent.events import AgentEvent, Done
+from services.agent.loop import AgentLoop
+from services.agent.run import RunResult
+from services.agent.testing import FakeDocument, FakeSearch
+
+DOCUMENTS = [
+    FakeDocument(
+        "tempfile__chunk_0",
+        "tempfile — Generate temporary files and directories",
+        "TemporaryDirectory() creates a temporary directory; it is removed automatically "
+        "when the context manager exits.",
+        source="stdlib",
+        entity_type="module",
+        url="https://docs.python.org/3/library/tempfile.html",
+    ),
+    FakeDocument(
+        "tempfile__chunk_1",
+        "tempfile — mkdtemp",
+        "mkdtemp() creates a temporary directory; the user is responsible for deleting it.",
+        source="stdlib",
+        entity_type="module",
+        url="https://docs.python.org/3/library/tempfile.html#mkdtemp",
+    ),
+    FakeDocument(
+        "shutil__chunk_0",
+        "shutil — High-level file operations",
+        "shutil.rmtree() deletes an entire directory tree.",
+        source="stdlib",
+        entity_type="module",
+        url="https://docs.python.org/3/library/shutil.html",
+    ),
+    FakeDocument(
+        "tutorial__chunk_0",
+        "Tutorial — Reading and writing files",
+        "open() returns a file object; use the with statement so the file is closed.",
+        source="tutorial",
+        entity_type="page",
+        url="https://docs.python.org/3/tutorial/inputoutput.html",
+    ),
+]
+
+
+@pytest.fixture
+def search() -> FakeSearch:
+    return FakeSearch(DOCUMENTS, collection="python-docs")
+
+
+async def collect(events: AsyncIterator[AgentEvent]) -> list[AgentEvent]:
+    return [event async for event in events]
+
+
+def result_of(events: list[AgentEvent]) -> RunResult:
+    last = events[-1]
+    assert isinstance(last, Done)
+    return last.result
+
+
+async def run_events(loop: AgentLoop, **kwargs: object) -> list[AgentEvent]:
+    from services.agent.run import RunRequest
+
+    request = RunRequest(**{"collection": "python-docs", "query": "temporary directory", **kwargs})  # type: ignore[arg-type]
+    return await collect(loop.stream(request))
