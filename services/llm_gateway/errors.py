@@ -6,6 +6,8 @@
     ├── FatalProviderError         401/403/404, other 400s: bad request or bad credentials
     └── ContextWindowExceeded      does not fit: never retried, never a breaker failure
 
+    InvalidConversation            the caller's conversation is malformed (before any provider)
+
 Messages are safe to show: API keys never appear in them.
 """
 
@@ -52,3 +54,14 @@ class FatalProviderError(ProviderError):
 
 class ContextWindowExceeded(ProviderError):
     """The request does not fit the model's context window."""
+
+
+class InvalidConversation(ValueError):
+    """The request cannot be sent to any provider as it stands (e.g. a tool result without its
+    call); the servicer reports it as INVALID_ARGUMENT naming `field`. Not a provider failure."""
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(f"{field}: {description}")
+        self.field = field
+        """Path of the offending request field, e.g. `messages[3].tool_call_id`."""
+        self.description = description
