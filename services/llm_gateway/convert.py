@@ -1,0 +1,345 @@
+"""The protobuf edge: requests to the domain model (validated, naming the bad field), responses
+and attempts back, and routed-request failures to the statuses callers see."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+from google.protobuf.timestamp_pb2 import Timestamp
+from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
+
+from services.common import errors as status
+from services.common.errors import FieldViolation, InvalidArgument
+from services.llm_gateway.attempts import (
+    AllProvidersFailed,
+    Attempt,
+    AttemptOutcome,
+    ChainError,
+    DeadlineReached,
+    RequestRejected,
+    RequestTooLarge,
+    RouteNotFound,
+)
+from services.llm_gateway.breaker import BreakerState
+from services.llm_gateway.chain import ChainLink
+from services.llm_gateway.model import (
+    ChatRequest,
+    ChatResponse,
+    Message,
+    Role,
+    StopReason,
+    TextDelta,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolChoiceMode,
+    Usage,
+)
+
+CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_DEFAULT_RETRY_AFTER_S = 1.0
+
+_ROLES = {
+    pb.ROLE_SYSTEM: Role.SYSTEM,
+    pb.ROLE_USER: Role.USER,
+    pb.ROLE_ASSISTANT: Role.ASSISTANT,
+    pb.ROLE_TOOL: Role.TOOL,
+}
+_ROLES_BACK = {role: number for number, role in _ROLES.items()}
+_CHOICES = {
+    pb.TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.AUTO,
+    pb.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
+    pb.TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.REQUIRED,
+    pb.TOOL_CHOICE_MODE_NONE: ToolChoiceMode.NONE,
+    pb.TOOL_CHOICE_MODE_NAMED: ToolChoiceMode.NAMED,
+}
+_STOPS = {
+    StopReason.END_TURN: pb.STOP_REASON_END_TURN,
+    StopReason.TOOL_USE: pb.STOP_REASON_TOOL_USE,
+    StopReason.MAX_TOKENS: pb.STOP_REASON_MAX_TOKENS,
+    StopReason.CONTENT_FILTER: pb.STOP_REASON_CONTENT_FILTER,
+}
+_OUTCOMES = {
+    AttemptOutcome.SUCCESS: pb.ATTEMPT_OUTCOME_SUCCESS,
+    AttemptOutcome.RETRYABLE_ERROR: pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR,
+    AttemptOutcome.FATAL_ERROR: pb.ATTEMPT_OUTCOME_FATAL_ERROR,
+    AttemptOutcome.CONTEXT_WINDOW_EXCEEDED: pb.ATTEMPT_OUTCOME_CONTEXT_WINDOW_EXCEEDED,
+    AttemptOutcome.SKIPPED_BREAKER_OPEN: pb.ATTEMPT_OUTCOME_SKIPPED_BREAKER_OPEN,
+    AttemptOutcome.SKIPPED_CONTEXT_WINDOW: pb.ATTEMPT_OUTCOME_SKIPPED_CONTEXT_WINDOW,
+    AttemptOutcome.CANCELLED: pb.ATTEMPT_OUTCOME_CANCELLED,
+}
+_BREAKER_STATES = {
+    BreakerState.CLOSED: pb.BREAKER_STATE_CLOSED,
+    BreakerState.OPEN: pb.BREAKER_STATE_OPEN,
+    BreakerState.HALF_OPEN: pb.BREAKER_STATE_HALF_OPEN,
+}
+
+
+def chat_request(request: pb.GenerateRequest | pb.StreamGenerateRequest) -> ChatRequest:
+    """The domain request; `InvalidArgument` naming the field when it is malformed."""
+    messages = messages_of(request.messages)
+    tools = tuple(_tool(tool, index) for index, tool in enumerate(request.tools))
+    _check_unique_tools(tools)
+    choice = _tool_choice(request.tool_choice, tools)
+    return ChatRequest(
+        messages=messages,
+        tools=tools,
+        tool_choice=choice,
+        max_output_tokens=_max_tokens(request),
+        temperature=_temperature(request),
+        seed=request.seed if request.HasField("seed") else None,
+        parallel_tool_calls=(
+            request.parallel_tool_calls if request.HasField("parallel_tool_calls") else None
+        ),
+    )
+
+
+def messages_of(messages: Any) -> tuple[Message, ...]:
+    if not messages:
+        raise InvalidArgument.for_field("messages", "at least one message is required")
+    return tuple(_message(message, index) for index, message in enumerate(messages))
+
+
+def normalise_schema(value: Any) -> Any:
+    """Integer-valued floats become ints (`1.0` → `1`), recursively: Struct-born schemas carry
+    doubles, and providers reject `"maxItems": 10.0`."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: normalise_schema(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [normalise_schema(item) for item in value]
+    return value
+
+
+def parse_schema(text: str, field_path: str, *, require_object: bool = False) -> dict[str, Any]:
+    """A JSON schema from its serialised form, checked against the JSON Schema meta-schema."""
+    try:
+        schema = json.loads(text) if text.strip() else {"type": "object", "properties": {}}
+    except json.JSONDecodeError as error:
+        raise InvalidArgument.for_field(field_path, f"not valid JSON: {error.msg}") from None
+    if not isinstance(schema, dict):
+        raise InvalidArgument.for_field(field_path, "must be a JSON object (a JSON schema)")
+    schema = normalise_schema(schema)
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise InvalidArgument.for_field(
+            field_path, f"not a valid JSON schema: {error.message}"
+        ) from None
+    if require_object and schema.get("type", "object") != "object":
+        raise InvalidArgument.for_field(field_path, "the schema must describe an object")
+    return dict(schema)
+
+
+def generate_response(
+    response: ChatResponse, provider: str, attempts: list[Attempt]
+) -> pb.GenerateResponse:
+    return pb.GenerateResponse(
+        message=pb.Message(
+            role=pb.ROLE_ASSISTANT,
+            text=response.text,
+            tool_calls=[
+                pb.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json)
+                for c in response.tool_calls
+            ],
+        ),
+        stop_reason=_STOPS[response.stop_reason],
+        context_window_exceeded=response.context_window_exceeded,
+        usage=usage_message(response.usage),
+        provider=provider,
+        model=response.model,
+        attempts=[attempt_message(a) for a in attempts],
+    )
+
+
+def delta_message(delta: TextDelta | ToolCallDelta) -> pb.StreamGenerateResponse:
+    if isinstance(delta, TextDelta):
+        return pb.StreamGenerateResponse(text_delta=pb.TextDelta(text=delta.text))
+    return pb.StreamGenerateResponse(
+        tool_call_delta=pb.ToolCallDelta(
+            index=delta.index, id=delta.id, name=delta.name, arguments_delta=delta.arguments_delta
+        )
+    )
+
+
+def usage_message(usage: Usage) -> pb.Usage:
+    return pb.Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd,
+    )
+
+
+def attempt_message(attempt: Attempt) -> pb.Attempt:
+    return pb.Attempt(
+        provider=attempt.provider,
+        model=attempt.model,
+        outcome=_OUTCOMES[attempt.outcome],
+        error=attempt.error,
+        latency_ms=attempt.latency_ms,
+        try_number=attempt.try_number,
+    )
+
+
+def provider_status(link: ChainLink) -> pb.ProviderStatus:
+    breaker = link.breaker
+    health = breaker.health
+    message = pb.ProviderStatus(
+        name=link.provider.name,
+        kind=link.provider.kind,
+        model=link.provider.model,
+        breaker_state=_BREAKER_STATES[breaker.state],
+        consecutive_failures=breaker.consecutive_failures,
+        last_error=health.last_error,
+        requests=health.requests,
+        successes=health.successes,
+        failures=health.failures,
+        context_window_tokens=link.provider.context_window_tokens,
+    )
+    if health.last_error_at is not None:
+        stamp = Timestamp()
+        stamp.FromDatetime(health.last_error_at)
+        message.last_error_at.CopyFrom(stamp)
+    return message
+
+
+def quarry_error(error: ChainError) -> status.QuarryError:
+    """The one mapping of a failed routed request to the status the caller sees."""
+    metadata = {"attempts": _attempts_json(error.attempts)} if error.attempts else {}
+    if isinstance(error, RouteNotFound):
+        return status.NotFound(error.message, metadata={"route": error.route})
+    if isinstance(error, RequestTooLarge):
+        return InvalidArgument(
+            error.message,
+            reason=CONTEXT_WINDOW_EXCEEDED,
+            violations=[FieldViolation("messages", error.message)],
+            metadata={
+                **metadata,
+                "provider": error.provider,
+                "model": error.model,
+                "context_window_tokens": str(error.context_window_tokens),
+            },
+        )
+    if isinstance(error, RequestRejected):
+        return InvalidArgument(
+            error.message,
+            reason="REQUEST_REJECTED_BY_PROVIDER",
+            violations=[FieldViolation("messages", error.message)],
+            metadata=metadata,
+        )
+    if isinstance(error, DeadlineReached):
+        return status.DeadlineExceeded(error.message, metadata=metadata)
+    if isinstance(error, AllProvidersFailed) and error.rate_limited_everywhere:
+        return status.ResourceExhausted(
+            "every provider of the route is rate limited",
+            reason="RATE_LIMITED",
+            retry_after_s=error.retry_after_s or _DEFAULT_RETRY_AFTER_S,
+            metadata=metadata,
+        )
+    retry_after = error.retry_after_s if isinstance(error, AllProvidersFailed) else None
+    return status.Unavailable(
+        error.message, reason=error.reason, retry_after_s=retry_after, metadata=metadata
+    )
+
+
+def _attempts_json(attempts: list[Attempt]) -> str:
+    return json.dumps(
+        [
+            {
+                "provider": a.provider,
+                "model": a.model,
+                "outcome": a.outcome.value,
+                "try_number": a.try_number,
+                "latency_ms": round(a.latency_ms, 1),
+                "error": a.error,
+            }
+            for a in attempts
+        ]
+    )
+
+
+def _message(message: pb.Message, index: int) -> Message:
+    path = f"messages[{index}]"
+    role = _ROLES.get(message.role)
+    if role is None:
+        raise InvalidArgument.for_field(f"{path}.role", "must be system, user, assistant or tool")
+    if message.tool_calls and role is not Role.ASSISTANT:
+        raise InvalidArgument.for_field(f"{path}.tool_calls", "only assistant messages call tools")
+    if role is Role.TOOL and not message.tool_call_id:
+        raise InvalidArgument.for_field(
+            f"{path}.tool_call_id", "a tool message must name the call it answers"
+        )
+    calls = []
+    for number, call in enumerate(message.tool_calls):
+        if not call.id:
+            raise InvalidArgument.for_field(f"{path}.tool_calls[{number}].id", "must not be empty")
+        if not _TOOL_NAME.match(call.name):
+            raise InvalidArgument.for_field(
+                f"{path}.tool_calls[{number}].name", "must match ^[A-Za-z0-9_-]{1,128}$"
+            )
+        calls.append(ToolCall(id=call.id, name=call.name, arguments_json=call.arguments_json))
+    return Message(
+        role=role,
+        text=message.text,
+        tool_calls=tuple(calls),
+        tool_call_id=message.tool_call_id,
+        is_error=message.is_error,
+    )
+
+
+def _tool(tool: pb.Tool, index: int) -> Tool:
+    if not _TOOL_NAME.match(tool.name):
+        raise InvalidArgument.for_field(f"tools[{index}].name", "must match ^[A-Za-z0-9_-]{1,128}$")
+    parameters = parse_schema(
+        tool.parameters_json, f"tools[{index}].parameters_json", require_object=True
+    )
+    return Tool(name=tool.name, description=tool.description, parameters=parameters)
+
+
+def _check_unique_tools(tools: tuple[Tool, ...]) -> None:
+    seen: set[str] = set()
+    for index, tool in enumerate(tools):
+        if tool.name in seen:
+            raise InvalidArgument.for_field(
+                f"tools[{index}].name", f"{tool.name!r} is declared twice"
+            )
+        seen.add(tool.name)
+
+
+def _tool_choice(choice: pb.ToolChoice, tools: tuple[Tool, ...]) -> ToolChoice:
+    mode = _CHOICES.get(choice.mode)
+    if mode is None:
+        raise InvalidArgument.for_field("tool_choice.mode", "unknown tool choice mode")
+    if mode is ToolChoiceMode.NAMED and choice.name not in {t.name for t in tools}:
+        raise InvalidArgument.for_field("tool_choice.name", "must name one of the offered tools")
+    if mode is ToolChoiceMode.REQUIRED and not tools:
+        raise InvalidArgument.for_field("tool_choice.mode", "REQUIRED needs at least one tool")
+    return ToolChoice(mode=mode, name=choice.name if mode is ToolChoiceMode.NAMED else "")
+
+
+def _max_tokens(request: Any) -> int | None:
+    if not request.HasField("max_output_tokens"):
+        return None
+    if request.max_output_tokens <= 0:
+        raise InvalidArgument.for_field("max_output_tokens", "must be positive")
+    return int(request.max_output_tokens)
+
+
+def _temperature(request: Any) -> float | None:
+    if not request.HasField("temperature"):
+        return None
+    if not 0 <= request.temperature <= 2:
+        raise InvalidArgument.for_field("temperature", "must be between 0 and 2")
+    return float(request.temperature)
+
+
+def role_number(role: Role) -> int:
+    return int(_ROLES_BACK[role])

@@ -1,0 +1,257 @@
+"""The extractive provider: an offline, deterministic and honest policy instead of an LLM.
+
+It follows docs/agent-tool-contract.md. With `search` offered and nothing searched yet it searches
+for the user's question; in THINKING mode, when that first search found fewer than
+`THIN_RESULTS` results, it searches again with the question's salient terms (keyword strategy).
+Then it calls `submit_answer` with the passage sentences most relevant to the question, citing
+exactly the results they came from — or says it could not find the answer, citing nothing.
+Without tools it replies with the same extractive text; asked for structured output it fills the
+schema deterministically (strings with that text, numbers 0, arrays empty).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import jsonschema
+
+from services.llm_gateway.errors import FatalProviderError
+from services.llm_gateway.model import (
+    ChatRequest,
+    ChatResponse,
+    Message,
+    Role,
+    StopReason,
+    StreamEvent,
+    ToolCall,
+    ToolChoiceMode,
+    Usage,
+)
+from services.llm_gateway.providers.extractive_text import (
+    Passage,
+    Sentence,
+    rank_sentences,
+    read_question,
+    read_searches,
+    salient_terms,
+    split_sentences,
+)
+from services.llm_gateway.providers.offline_stream import stream_response
+from services.llm_gateway.tokens import count_text_tokens, estimate_request_tokens
+
+SEARCH = "search"
+SUBMIT_ANSWER = "submit_answer"
+THIN_RESULTS = 3
+"""A THINKING-mode search that found fewer results than this triggers a keyword search."""
+MAX_SENTENCES = 4
+MIN_SENTENCES = 2
+RELATIVE_CUTOFF = 0.35
+"""Beyond the first `MIN_SENTENCES`, keep sentences scoring at least this share of the best."""
+NOT_FOUND_TEXT = "I could not find this in the collection."
+MODEL = "extractive-v1"
+CONTEXT_WINDOW_TOKENS = 1_000_000
+
+
+class ExtractiveProvider:
+    """See the module docstring."""
+
+    kind = "extractive"
+
+    def __init__(
+        self,
+        *,
+        name: str = "extractive",
+        model: str = MODEL,
+        context_window_tokens: int = CONTEXT_WINDOW_TOKENS,
+    ) -> None:
+        self._name = name
+        self._model = model
+        self._context_window_tokens = context_window_tokens
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def context_window_tokens(self) -> int:
+        return self._context_window_tokens
+
+    async def generate(self, request: ChatRequest) -> ChatResponse:
+        return self.respond(request)
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        async for event in stream_response(self.respond(request)):
+            yield event
+
+    async def aclose(self) -> None:
+        return None
+
+    def respond(self, request: ChatRequest) -> ChatResponse:
+        """The whole turn, computed synchronously (it is pure)."""
+        if request.response_schema is not None:
+            return self._reply(request, json.dumps(_fill_schema(request), ensure_ascii=False))
+        offered = {tool.name for tool in request.tools}
+        if request.tool_choice.mode is ToolChoiceMode.NONE:
+            offered = set()
+        elif request.tool_choice.mode is ToolChoiceMode.NAMED:
+            offered &= {request.tool_choice.name}
+        call = _next_call(request, offered)
+        if call is not None:
+            return self._reply(request, "", call)
+        return self._reply(request, compose_answer(request)[0])
+
+    def _reply(self, request: ChatRequest, text: str, call: ToolCall | None = None) -> ChatResponse:
+        output = text + (call.name + call.arguments_json if call else "")
+        return ChatResponse(
+            text=text,
+            tool_calls=[call] if call else [],
+            stop_reason=StopReason.TOOL_USE if call else StopReason.END_TURN,
+            usage=Usage(
+                input_tokens=estimate_request_tokens(request),
+                output_tokens=count_text_tokens(output),
+            ),
+            model=self._model,
+        )
+
+
+def _next_call(request: ChatRequest, offered: set[str]) -> ToolCall | None:
+    question = read_question(request.messages)
+    searches = read_searches(request.messages)
+    call_id = f"extractive_{_calls_so_far(request.messages) + 1}"
+    if SEARCH in offered and not searches:
+        return ToolCall(call_id, SEARCH, _search_arguments(question.text, "hybrid"))
+    first_was_thin = len(searches) == 1 and searches[0].total < THIN_RESULTS
+    if SEARCH in offered and question.thinking and first_was_thin:
+        keywords = " ".join(salient_terms(question.text)) or question.text
+        return ToolCall(call_id, SEARCH, _search_arguments(keywords, "keyword"))
+    if SUBMIT_ANSWER in offered:
+        text, citations = compose_answer(request)
+        arguments = {"text": text, "citations": [{"result_id": c} for c in citations]}
+        return ToolCall(call_id, SUBMIT_ANSWER, json.dumps(arguments, ensure_ascii=False))
+    return None
+
+
+def compose_answer(request: ChatRequest) -> tuple[str, list[str]]:
+    """The most relevant passage sentences with `[n]` markers, and the result ids they cite."""
+    question = read_question(request.messages).text
+    chosen = _choose(rank_sentences(question, _passages(request.messages)))
+    if not chosen:
+        return NOT_FOUND_TEXT, []
+    citations: list[str] = []
+    parts = []
+    for sentence in chosen:
+        if not sentence.result_id:
+            parts.append(sentence.text)
+            continue
+        if sentence.result_id not in citations:
+            citations.append(sentence.result_id)
+        parts.append(f"{sentence.text} [{citations.index(sentence.result_id) + 1}]")
+    return " ".join(parts), citations
+
+
+def _choose(ranked: list[Sentence]) -> list[Sentence]:
+    if not ranked:
+        return []
+    best = ranked[0].score
+    chosen = ranked[:MIN_SENTENCES]
+    for sentence in ranked[MIN_SENTENCES:MAX_SENTENCES]:
+        if sentence.score >= RELATIVE_CUTOFF * best:
+            chosen.append(sentence)
+    return chosen
+
+
+def _passages(messages: tuple[Message, ...]) -> list[Passage]:
+    """Passages of successful searches; else, for plain chat, prior assistant and tool text."""
+    passages = [p for outcome in read_searches(messages) for p in outcome.passages]
+    if passages:
+        return passages
+    return [
+        Passage(result_id="", text=m.text)
+        for m in messages
+        if m.role in (Role.ASSISTANT, Role.TOOL) and m.text and not m.is_error
+    ]
+
+
+def _calls_so_far(messages: tuple[Message, ...]) -> int:
+    return sum(len(m.tool_calls) for m in messages if m.role is Role.ASSISTANT)
+
+
+def _search_arguments(query: str, strategy: str) -> str:
+    arguments = {
+        "query": {"primary": query, "variations": []},
+        "filter_groups": [],
+        "limit": 10,
+        "offset": 0,
+        "retrieval_strategy": strategy,
+    }
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _fill_schema(request: ChatRequest) -> Any:
+    """A deterministic value satisfying the response schema, strings carrying the summary."""
+    schema = request.response_schema or {}
+    summary = _summary(request)
+    value = _value_for(schema, summary, schema)
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as error:
+        raise FatalProviderError(
+            f"extractive cannot fill this schema: {error.message}", caller_error=True
+        ) from None
+    return value
+
+
+def _summary(request: ChatRequest) -> str:
+    """Relevant sentences of the conversation's tool results and assistant text."""
+    text, _ = compose_answer(request)
+    if text != NOT_FOUND_TEXT:
+        return text
+    sources = [
+        m.text
+        for m in request.messages
+        if m.role in (Role.ASSISTANT, Role.TOOL) and m.text and not m.is_error
+    ]
+    sentences = [s for source in sources for s in split_sentences(source)]
+    return " ".join(sentences[:MAX_SENTENCES]) or NOT_FOUND_TEXT
+
+
+def _value_for(schema: dict[str, Any], summary: str, root: dict[str, Any]) -> Any:
+    if "$ref" in schema:
+        return _value_for(_resolve(schema["$ref"], root), summary, root)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return _value_for(schema[key][0], summary, root)
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {name: _value_for(sub, summary, root) for name, sub in properties.items()}
+    if kind == "array":
+        count = schema.get("minItems", 0)
+        return [_value_for(schema.get("items", {}), summary, root) for _ in range(count)]
+    if kind in ("integer", "number"):
+        return max(0, schema.get("minimum", 0))
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    limit = schema.get("maxLength")
+    return summary[:limit] if isinstance(limit, int) else summary
+
+
+def _resolve(reference: str, root: dict[str, Any]) -> dict[str, Any]:
+    node: Any = root
+    for part in reference.lstrip("#/").split("/"):
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+    return node if isinstance(node, dict) else {}

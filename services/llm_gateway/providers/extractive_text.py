@@ -1,0 +1,185 @@
+"""Reading the agent's conversation (docs/agent-tool-contract.md) and picking relevant sentences.
+
+Used by the extractive provider: the question and mode from the first user message, the passages
+from `search` tool results, and a BM25-style score of each passage sentence against the question.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from services.llm_gateway.model import Message, Role
+
+_SECTION = re.compile(r"^## (?P<name>[^\n]+)\n(?P<body>.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
+_FOUND = re.compile(r"Found (?P<total>\d+) results?; showing (?P<shown>\d+)\.")
+_RESULT = re.compile(r"^### \[(?P<id>[^\]\n]+)\][^\n]*\n(?P<body>.*?)(?=^### \[|\Z)", re.M | re.S)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
+_K1 = 1.2
+_B = 0.75
+
+_STOPWORD_TEXT = """
+a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further
+had has have having he her here hers herself him himself his how i if in into is it its
+itself just me more most my myself no nor not of off on once only or other our ours
+ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+tell explain describe give list show find please know
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+@dataclass(frozen=True)
+class AgentQuestion:
+    """What the agent asks, read from the first user message."""
+
+    text: str
+    """The user's question (`## Query`), or the last user message."""
+    thinking: bool
+    """`## Mode` starts with THINKING: more than one search is allowed."""
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One search result the model was shown."""
+
+    result_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """One `search` tool result: how many results it found and the passages it showed."""
+
+    total: int
+    passages: tuple[Passage, ...]
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str
+    result_id: str
+    """Result the sentence came from; empty for conversation text that is not a passage."""
+    score: float
+
+
+def read_question(messages: tuple[Message, ...]) -> AgentQuestion:
+    """The question under `## Query` of the first user message; else the last user message."""
+    users = [m for m in messages if m.role is Role.USER]
+    if not users:
+        return AgentQuestion(text="", thinking=False)
+    sections = _sections(users[0].text)
+    mode = sections.get("mode", "").strip().upper()
+    query = sections.get("query", "").strip()
+    return AgentQuestion(text=query or users[-1].text.strip(), thinking=mode.startswith("THINKING"))
+
+
+def read_searches(messages: tuple[Message, ...], tool_name: str = "search") -> list[SearchOutcome]:
+    """Results of every `tool_name` call in the conversation, in order."""
+    search_ids = {
+        call.id
+        for m in messages
+        if m.role is Role.ASSISTANT
+        for call in m.tool_calls
+        if call.name == tool_name
+    }
+    outcomes = []
+    for message in messages:
+        if message.role is Role.TOOL and message.tool_call_id in search_ids:
+            outcomes.append(parse_search_result(message.text, is_error=message.is_error))
+    return outcomes
+
+
+def parse_search_result(text: str, *, is_error: bool = False) -> SearchOutcome:
+    """A `search` tool result in the contract's format."""
+    if is_error:
+        return SearchOutcome(total=0, passages=(), is_error=True)
+    found = _FOUND.search(text)
+    passages = tuple(
+        Passage(result_id=m.group("id").strip(), text=_passage_text(m.group("body")))
+        for m in _RESULT.finditer(text)
+    )
+    total = int(found.group("total")) if found else len(passages)
+    return SearchOutcome(total=total, passages=passages)
+
+
+def salient_terms(text: str) -> list[str]:
+    """Lower-case content words of `text`, first occurrence order, stopwords removed."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if word not in STOPWORDS and len(word) > 1:
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def rank_sentences(question: str, passages: list[Passage]) -> list[Sentence]:
+    """Every sentence of the passages matching the question, best first (BM25 over sentences)."""
+    terms = salient_terms(question)
+    candidates = [
+        (sentence, passage.result_id)
+        for passage in passages
+        for sentence in split_sentences(passage.text)
+    ]
+    if not terms or not candidates:
+        return []
+    tokenised = [_tokens(sentence) for sentence, _ in candidates]
+    average = sum(len(t) for t in tokenised) / len(tokenised) or 1.0
+    frequency = Counter(term for tokens in tokenised for term in set(tokens))
+    ranked = []
+    for (sentence, result_id), tokens in zip(candidates, tokenised, strict=True):
+        score = _bm25(terms, tokens, frequency, len(tokenised), average)
+        if score > 0:
+            ranked.append(Sentence(text=sentence, result_id=result_id, score=score))
+    ranked.sort(key=lambda s: s.score, reverse=True)
+    return _unique(ranked)
+
+
+def split_sentences(text: str) -> list[str]:
+    flat = " ".join(text.split())
+    return [s.strip() for s in _SENTENCE_END.split(flat) if len(s.strip()) > 1]
+
+
+def _bm25(
+    terms: list[str], tokens: list[str], frequency: Counter[str], count: int, average: float
+) -> float:
+    counts = Counter(tokens)
+    score = 0.0
+    for term in terms:
+        tf = counts.get(term, 0)
+        if not tf:
+            continue
+        idf = math.log(1 + (count - frequency[term] + 0.5) / (frequency[term] + 0.5))
+        score += idf * tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * len(tokens) / average))
+    return score
+
+
+def _tokens(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+def _unique(sentences: list[Sentence]) -> list[Sentence]:
+    seen: set[str] = set()
+    unique = []
+    for sentence in sentences:
+        if sentence.text not in seen:
+            seen.add(sentence.text)
+            unique.append(sentence)
+    return unique
+
+
+def _sections(text: str) -> dict[str, str]:
+    return {m.group("name").strip().lower(): m.group("body") for m in _SECTION.finditer(text)}
+
+
+def _passage_text(body: str) -> str:
+    """The chunk text of one result: the lines after its `source: ...` metadata line."""
+    lines = body.strip("\n").split("\n")
+    if lines and lines[0].startswith("source:"):
+        lines = lines[1:]
+    return "\n".join(lines).strip()

@@ -1,0 +1,144 @@
+"""The gateway through gRPC: offline default route, request validation, status mapping."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
+
+from services.common.errors import details_of_rpc_error
+from tests.llm_gateway.gateway_fixtures import (
+    agent_question,
+    agent_tools,
+    gateway_settings,
+    running_gateway,
+    search_result,
+    user,
+)
+
+
+async def test_default_route_without_keys_answers_with_a_search_call_from_extractive() -> None:
+    async with running_gateway(gateway_settings()) as stub:
+        response = await stub.Generate(
+            pb.GenerateRequest(
+                messages=[user(agent_question("Who founded the Royal Society?"))],
+                tools=agent_tools(),
+            )
+        )
+    assert response.provider == "extractive"
+    assert response.model == "extractive-v1"
+    assert response.stop_reason == pb.STOP_REASON_TOOL_USE
+    (call,) = response.message.tool_calls
+    assert call.name == "search"
+    assert json.loads(call.arguments_json)["query"]["primary"] == "Who founded the Royal Society?"
+    assert [a.outcome for a in response.attempts] == [pb.ATTEMPT_OUTCOME_SUCCESS]
+    assert response.usage.input_tokens > 0
+
+
+async def test_stream_generate_sends_tool_call_deltas_then_the_completed_message() -> None:
+    question = agent_question("When was the Royal Society founded?")
+    passages = search_result(
+        [("doc-1__chunk_0", "Royal Society", "The Royal Society was founded in 1660 in London.")]
+    )
+    messages = [
+        user(question),
+        pb.Message(
+            role=pb.ROLE_ASSISTANT,
+            tool_calls=[pb.ToolCall(id="c1", name="search", arguments_json="{}")],
+        ),
+        pb.Message(role=pb.ROLE_TOOL, tool_call_id="c1", text=passages),
+    ]
+    async with running_gateway(gateway_settings()) as stub:
+        events = [
+            event
+            async for event in stub.StreamGenerate(
+                pb.StreamGenerateRequest(messages=messages, tools=agent_tools())
+            )
+        ]
+    deltas = [e.tool_call_delta for e in events if e.HasField("tool_call_delta")]
+    completed = events[-1].completed
+    assert events[-1].HasField("completed")
+    assert deltas[0].name == "submit_answer"
+    assert (
+        "".join(d.arguments_delta for d in deltas) == completed.message.tool_calls[0].arguments_json
+    )
+    answer = json.loads(completed.message.tool_calls[0].arguments_json)
+    assert "1660" in answer["text"]
+    assert answer["citations"] == [{"result_id": "doc-1__chunk_0"}]
+
+
+async def test_unknown_route_is_not_found() -> None:
+    async with running_gateway(gateway_settings()) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Generate(pb.GenerateRequest(route="nope", messages=[user("hi")]))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "nope" in (caught.value.details() or "")
+
+
+@pytest.mark.parametrize(
+    ("request_message", "field"),
+    [
+        (pb.GenerateRequest(), "messages"),
+        (
+            pb.GenerateRequest(
+                messages=[
+                    user("q"),
+                    pb.Message(role=pb.ROLE_ASSISTANT, text="thinking"),
+                    user("more"),
+                    pb.Message(role=pb.ROLE_TOOL, tool_call_id="missing", text="result"),
+                ]
+            ),
+            "messages[3].tool_call_id",
+        ),
+        (
+            pb.GenerateRequest(
+                messages=[user("q")],
+                tools=[pb.Tool(name="search", parameters_json="{not json")],
+            ),
+            "tools[0].parameters_json",
+        ),
+        (
+            pb.GenerateRequest(
+                messages=[user("q")],
+                tools=[pb.Tool(name="search", parameters_json='{"type": "wrong-type"}')],
+            ),
+            "tools[0].parameters_json",
+        ),
+        (
+            pb.GenerateRequest(messages=[pb.Message(role=pb.ROLE_UNSPECIFIED, text="x")]),
+            "messages[0].role",
+        ),
+        (
+            pb.GenerateRequest(
+                messages=[user("q")],
+                tool_choice=pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_NAMED, name="absent"),
+            ),
+            "tool_choice.name",
+        ),
+    ],
+)
+async def test_caller_mistakes_are_invalid_argument_naming_the_field(
+    request_message: pb.GenerateRequest, field: str
+) -> None:
+    async with running_gateway(gateway_settings()) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Generate(request_message)
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in details.violations] == [field]
+
+
+async def test_invalid_json_schema_for_structured_output_names_schema_json() -> None:
+    async with running_gateway(gateway_settings()) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GenerateStructured(
+                pb.GenerateStructuredRequest(
+                    messages=[user("summarise")],
+                    schema_json='{"type": "object", "properties": {"a": {"type": 5}}}',
+                )
+            )
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in details.violations] == ["schema_json"]
