@@ -1,0 +1,97 @@
+"""The search tool's settings: YAML section `search_tool`, environment `QUARRY_SEARCH_TOOL_*`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from services.common.settings import QuarrySettings, ServerSettings
+from services.search_tool.embedding.config import EmbeddingSettings
+from services.search_tool.engine.base import Fusion, FusionMethod
+
+DEFAULT_PORT = 50051
+
+
+class ChunkingSettings(BaseModel):
+    """How documents are split before embedding."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_tokens: int = Field(default=200, ge=16, le=256)
+    """Word pieces per chunk (MiniLM reads at most 256)."""
+    overlap_tokens: int = Field(default=40, ge=0)
+    """Word pieces shared by neighbouring chunks (at most half a chunk)."""
+
+    @property
+    def recipe(self) -> str:
+        """Identifies the chunking in content fingerprints."""
+        return f"chunks={self.chunk_tokens}/overlap={self.overlap_tokens}"
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkingSettings:
+        if self.overlap_tokens > self.chunk_tokens // 2:
+            raise ValueError("overlap_tokens must be at most half of chunk_tokens")
+        return self
+
+
+class FusionSettings(BaseModel):
+    """How HYBRID merges the dense and keyword rankings (chosen by `make eval` on SciFact)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["rrf", "linear"] = "rrf"
+    """`rrf`: reciprocal-rank fusion; `linear`: alpha * cosine + (1 - alpha) * BM25 / max BM25."""
+    rrf_k: int = Field(default=60, ge=1)
+    """RRF constant."""
+    alpha: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Weight of the dense side in linear fusion."""
+    candidates: int = Field(default=100, ge=10, le=1000)
+    """Candidates each side contributes to a HYBRID fusion (at least offset + limit)."""
+
+    def to_fusion(self) -> Fusion:
+        return Fusion(FusionMethod(self.method), rrf_k=self.rrf_k, alpha=self.alpha)
+
+
+class EngineSettings(BaseModel):
+    """Which engine stores the collections."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["embedded"] = "embedded"
+    """`embedded`: LanceDB in this process, under `data_dir` (Vespa comes later)."""
+    fts_refresh_rows: int = Field(default=20_000, ge=1)
+    """Rebuild the BM25 index once this many rows were written since the last build."""
+    keyword_count_cap: int = Field(default=10_000, ge=1)
+    """KEYWORD `total_count` counts matches up to this many."""
+    search_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest a search may run in the engine (also bounded by the caller's deadline)."""
+
+
+class SearchToolSettings(QuarrySettings):
+    """Everything the search tool reads at start-up."""
+
+    yaml_section: ClassVar[str] = "search_tool"
+    model_config = SettingsConfigDict(env_prefix="QUARRY_SEARCH_TOOL_")
+
+    server: ServerSettings = Field(default_factory=lambda: ServerSettings(port=DEFAULT_PORT))
+    data_dir: Path = Path("./var/search_tool")
+    """Where the embedded engine keeps its collections."""
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    """The dense embedder."""
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    """Chunk sizes."""
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    """The engine."""
+    fusion: FusionSettings = Field(default_factory=FusionSettings)
+    """Hybrid fusion."""
+    max_document_bytes: int = Field(default=1_000_000, ge=1)
+    """Largest document text accepted, in UTF-8 bytes."""
+    max_documents_per_request: int = Field(default=1_000, ge=1)
+    """Most documents one UpsertDocuments call may carry."""
+    write_batch_documents: int = Field(default=64, ge=1)
+    """Documents chunked, embedded and written together; a crash loses at most one batch."""
+    max_embed_texts: int = Field(default=256, ge=1)
+    """Most texts one Embed call may carry."""

@@ -1,0 +1,265 @@
+"""Ingest: validate a whole request, then chunk, embed and upsert documents batch by batch.
+
+Nothing is written until every document of the request is valid. Each batch is written in two
+steps, upsert then removal of stale chunks (those beyond a changed document's new chunk count), so
+a crash between or during them never loses a document that was stored before: at worst stale
+chunks linger until the document is ingested again. A document whose content fingerprint and chunk
+ids match what is stored is skipped without being embedded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from services.common.errors import FieldViolation, InvalidArgument
+from services.search_tool.chunking import Chunker
+from services.search_tool.documents import (
+    Chunk,
+    ChunkRecord,
+    Document,
+    chunk_id,
+    metadata_type,
+    widen,
+)
+from services.search_tool.embedding import Embedder
+from services.search_tool.engine.base import CollectionSpec, SearchEngine
+from services.search_tool.filters import METADATA_PREFIX, FieldType
+
+log = logging.getLogger(__name__)
+
+DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
+METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    """Bounds on one request."""
+
+    max_document_bytes: int
+    """Largest text, in UTF-8 bytes."""
+    max_documents: int
+    """Most documents per request."""
+    batch_documents: int
+    """Documents embedded and written together."""
+    chunking_recipe: str = ""
+    """Identifies the chunk sizes, so that changing them re-ingests unchanged documents."""
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What an upsert did."""
+
+    documents_upserted: int
+    """Documents now stored as sent (unchanged ones included)."""
+    chunks_upserted: int
+    """Chunks written."""
+    chunks_deleted: int
+    """Chunks of earlier versions removed."""
+
+
+class Ingestor:
+    """Turns documents into stored, embedded chunks."""
+
+    def __init__(
+        self, engine: SearchEngine, embedder: Embedder, chunker: Chunker, limits: IngestLimits
+    ) -> None:
+        self._engine = engine
+        self._embedder = embedder
+        self._chunker = chunker
+        self._limits = limits
+
+    async def upsert(self, collection: str, documents: Sequence[Document]) -> IngestResult:
+        """Validate everything, then write batch by batch."""
+        known = await self._known_fields(collection)
+        validate_documents(documents, known, self._limits)
+        await self._engine.ensure_collection(
+            collection, CollectionSpec(self._embedder.model_name, self._embedder.dimensions)
+        )
+        written = deleted = 0
+        size = self._limits.batch_documents
+        for start in range(0, len(documents), size):
+            batch_written, batch_deleted = await self._write(
+                collection, documents[start : start + size]
+            )
+            written += batch_written
+            deleted += batch_deleted
+        log.info(
+            "documents upserted",
+            extra={"collection": collection, "documents": len(documents), "chunks": written},
+        )
+        return IngestResult(len(documents), written, deleted)
+
+    async def _known_fields(self, collection: str) -> Mapping[str, FieldType]:
+        if collection not in await self._engine.list_collections():
+            return {}
+        return await self._engine.fields(collection)
+
+    async def _write(self, collection: str, batch: Sequence[Document]) -> tuple[int, int]:
+        stored = await self._engine.stored_versions(collection, [d.id for d in batch])
+        pending: list[tuple[Document, list[Chunk], str]] = []
+        stale: list[str] = []
+        for document in batch:
+            chunks = self._chunks(document)
+            fingerprint = self._fingerprint(document)
+            previous = stored.get(document.id)
+            new_ids = {c.id for c in chunks}
+            if previous and previous.content_hash == fingerprint and previous.chunk_ids == new_ids:
+                continue
+            pending.append((document, chunks, fingerprint))
+            if previous:
+                stale.extend(sorted(previous.chunk_ids - new_ids))
+        records = await self._embed(pending)
+        await self._engine.upsert(collection, records)
+        deleted = await self._engine.delete_chunks(collection, stale)
+        return len(records), deleted
+
+    def _chunks(self, document: Document) -> list[Chunk]:
+        return [
+            Chunk(
+                id=chunk_id(document.id, piece.index),
+                document_id=document.id,
+                chunk_index=piece.index,
+                text=piece.text,
+                title=document.title,
+                source=document.source,
+                entity_type=document.entity_type,
+                created_at=document.created_at,
+                updated_at=document.updated_at,
+                url=document.url,
+                breadcrumbs=document.breadcrumbs,
+                metadata=dict(document.metadata),
+            )
+            for piece in self._chunker.split(document.text)
+        ]
+
+    async def _embed(self, pending: list[tuple[Document, list[Chunk], str]]) -> list[ChunkRecord]:
+        chunks = [
+            (chunk, fingerprint) for _, doc_chunks, fingerprint in pending for chunk in doc_chunks
+        ]
+        if not chunks:
+            return []
+        vectors = await self._embedder.embed([embedding_text(c) for c, _ in chunks])
+        return [
+            ChunkRecord(chunk=c, vector=vectors[i], content_hash=fingerprint)
+            for i, (c, fingerprint) in enumerate(chunks)
+        ]
+
+    def _fingerprint(self, document: Document) -> str:
+        recipe = f"{self._embedder.model_name}/{self._limits.chunking_recipe}"
+        return content_fingerprint(document, recipe)
+
+
+def embedding_text(chunk: Chunk) -> str:
+    """What the dense side sees for a chunk: its document's title, then its text."""
+    return f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text
+
+
+def content_fingerprint(document: Document, recipe: str) -> str:
+    """A hash of everything stored for a document, and of how it was chunked and embedded."""
+    payload = {
+        "recipe": recipe,
+        "title": document.title,
+        "text": document.text,
+        "source": document.source,
+        "entity_type": document.entity_type,
+        "created_at": document.created_at.isoformat() if document.created_at else None,
+        "updated_at": document.updated_at.isoformat() if document.updated_at else None,
+        "url": document.url,
+        "breadcrumbs": [[b.id, b.name, b.entity_type] for b in document.breadcrumbs],
+        "metadata": sorted((k, type(v).__name__, v) for k, v in document.metadata.items()),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def validate_documents(
+    documents: Sequence[Document], known: Mapping[str, FieldType], limits: IngestLimits
+) -> None:
+    """Raise InvalidArgument naming every bad `documents[i].<field>`; nothing is written before."""
+    if not documents:
+        raise InvalidArgument.for_field("documents", "at least one document is required")
+    if len(documents) > limits.max_documents:
+        raise InvalidArgument.for_field(
+            "documents", f"at most {limits.max_documents} documents per request"
+        )
+    violations: list[FieldViolation] = []
+    seen: dict[str, int] = {}
+    stored = {
+        k[len(METADATA_PREFIX) :]: t for k, t in known.items() if k.startswith(METADATA_PREFIX)
+    }
+    introduced: dict[str, FieldType] = {}
+    for i, document in enumerate(documents):
+        path = f"documents[{i}]"
+        violations.extend(_id_violations(document.id, path, seen, i))
+        violations.extend(_text_violations(document.text, path, limits.max_document_bytes))
+        violations.extend(_metadata_violations(document.metadata, path, stored, introduced))
+    if violations:
+        raise InvalidArgument(
+            "; ".join(f"{v.field}: {v.description}" for v in violations[:10]),
+            violations=violations,
+        )
+
+
+def _id_violations(
+    document_id: str, path: str, seen: dict[str, int], index: int
+) -> list[FieldViolation]:
+    if not DOCUMENT_ID.match(document_id):
+        return [
+            FieldViolation(
+                f"{path}.id", "1 to 256 characters, letters, digits and `_ - . : /` only"
+            )
+        ]
+    if document_id in seen:
+        return [FieldViolation(f"{path}.id", f"duplicates documents[{seen[document_id]}].id")]
+    seen[document_id] = index
+    return []
+
+
+def _text_violations(text: str, path: str, max_bytes: int) -> list[FieldViolation]:
+    if not text.strip():
+        return [FieldViolation(f"{path}.text", "must not be empty")]
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        return [FieldViolation(f"{path}.text", f"is {size} bytes; the limit is {max_bytes}")]
+    return []
+
+
+def _metadata_violations(
+    metadata: Mapping[str, object],
+    path: str,
+    stored: Mapping[str, FieldType],
+    introduced: dict[str, FieldType],
+) -> list[FieldViolation]:
+    """Keys are well formed; a stored key keeps its type, a new key may only widen int to double."""
+    violations: list[FieldViolation] = []
+    for key, value in metadata.items():
+        field_path = f'{path}.metadata["{key}"]'
+        if not METADATA_KEY.match(key):
+            violations.append(
+                FieldViolation(field_path, "keys are a letter or _, then letters, digits or _")
+            )
+            continue
+        if not isinstance(value, str | int | float | bool):
+            violations.append(FieldViolation(field_path, "must be a string, number or bool"))
+            continue
+        incoming = metadata_type(value)
+        if key in stored:
+            if widen(stored[key], incoming) is not stored[key]:
+                violations.append(
+                    FieldViolation(field_path, f"is {incoming}; the collection holds {stored[key]}")
+                )
+            continue
+        merged = widen(introduced[key], incoming) if key in introduced else incoming
+        if merged is None:
+            violations.append(
+                FieldViolation(
+                    field_path, f"is {incoming}; earlier documents gave {introduced[key]}"
+                )
+            )
+            continue
+        introduced[key] = merged
+    return violations

@@ -1,0 +1,101 @@
+"""Builds the search tool's gRPC server, used by `__main__` and by tests (port 0).
+
+The server starts answering health checks at once: the process is SERVING, the search tool service
+NOT_SERVING until the engine is open and the embedder loaded (about a second for MiniLM), then
+SERVING. On stop the engine is closed after in-flight calls have drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health_pb2
+from quarry.searchtool.v1 import search_tool_pb2_grpc
+
+from services.common.server import QuarryServer, ServiceRegistration, build_server
+from services.common.telemetry import Telemetry
+from services.search_tool.config import SearchToolSettings
+from services.search_tool.embedding import Embedder, build_embedder
+from services.search_tool.engine.base import SearchEngine
+from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.service import SearchService
+from services.search_tool.servicer import SERVICE_NAME, SearchToolServicer
+
+log = logging.getLogger(__name__)
+
+EmbedderFactory = Callable[[], Embedder]
+
+
+@dataclass
+class SearchToolServer(QuarryServer):
+    """A `QuarryServer` that loads the engine and the embedder while already answering health."""
+
+    servicer: SearchToolServicer = field(default_factory=SearchToolServicer)
+    search_settings: SearchToolSettings = field(default_factory=SearchToolSettings)
+    embedder_factory: EmbedderFactory | None = None
+    service: SearchService | None = None
+
+    async def start(self) -> None:
+        await self.set_serving(False)
+        await self.server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("loading engine and embedder", extra={"address": self.address})
+        self.service = await open_search_service(self.search_settings, self.embedder_factory)
+        self.servicer.attach(self.service)
+        await self.set_serving(True)
+        log.info("serving", extra={"address": self.address, "services": self.service_names})
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        await super().stop(grace_s)
+        if self.service is not None:
+            await self.service.close()
+            self.service = None
+
+
+def build_search_tool_server(
+    settings: SearchToolSettings,
+    telemetry: Telemetry | None = None,
+    *,
+    embedder_factory: EmbedderFactory | None = None,
+) -> SearchToolServer:
+    """A bound, not started server; `start()` opens the engine and loads the embedder."""
+    servicer = SearchToolServicer()
+
+    def register(server: grpc.aio.Server) -> None:
+        search_tool_pb2_grpc.add_SearchToolServiceServicer_to_server(servicer, server)
+
+    built = build_server([ServiceRegistration(SERVICE_NAME, register)], settings.server, telemetry)
+    return SearchToolServer(
+        server=built.server,
+        health=built.health,
+        service_names=built.service_names,
+        settings=built.settings,
+        port=built.port,
+        servicer=servicer,
+        search_settings=settings,
+        embedder_factory=embedder_factory,
+    )
+
+
+async def open_search_service(
+    settings: SearchToolSettings, embedder_factory: EmbedderFactory | None = None
+) -> SearchService:
+    """Open the configured engine and load the embedder (off the event loop)."""
+    factory = embedder_factory or (lambda: build_embedder(settings.embedding))
+    engine_task = open_engine(settings)
+    embedder, engine = await asyncio.gather(asyncio.to_thread(factory), engine_task)
+    return SearchService(engine, embedder, settings)
+
+
+async def open_engine(settings: SearchToolSettings) -> SearchEngine:
+    """The engine `settings.engine.kind` names, opened on `settings.data_dir`."""
+    return await LanceDBEngine.open(
+        settings.data_dir,
+        fts_refresh_rows=settings.engine.fts_refresh_rows,
+        hybrid_candidates=settings.fusion.candidates,
+        keyword_count_cap=settings.engine.keyword_count_cap,
+    )

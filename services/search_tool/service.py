@@ -1,0 +1,223 @@
+"""The search tool's domain facade: collections, ingest, delete, search, describe, embed.
+
+The servicer calls only this; it never touches the engine or the embedder itself. Every request is
+validated here before anything is read or written, with InvalidArgument naming the bad field.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from services.common.errors import FieldViolation, InvalidArgument
+from services.search_tool.chunking import Chunker
+from services.search_tool.config import SearchToolSettings
+from services.search_tool.documents import Document
+from services.search_tool.embedding import Embedder
+from services.search_tool.engine.base import (
+    CollectionStats,
+    EngineQuery,
+    SearchEngine,
+    SearchPage,
+    Strategy,
+)
+from services.search_tool.filters import FilterExpression, RawFilter, validate_filter
+from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
+
+COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+MAX_VARIATIONS = 9
+MAX_LIMIT = 200
+DEFAULT_LIMIT = 10
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search as the caller asked for it, before validation."""
+
+    collection: str
+    """Collection to search."""
+    primary: str
+    """Feeds both keyword and dense retrieval."""
+    variations: tuple[str, ...] = ()
+    """Extra dense queries, at most 9."""
+    strategy: Strategy = Strategy.HYBRID
+    """Which sides run."""
+    filter: RawFilter = field(default_factory=RawFilter)
+    """Filter as sent."""
+    limit: int = 0
+    """1..200; 0 means 10."""
+    offset: int = 0
+    """Hits to skip."""
+    deadline_s: float | None = None
+    """Time the caller still allows, if it set a deadline."""
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """A page of results and how long the search took."""
+
+    page: SearchPage
+    """Hits, total, coverage."""
+    took_ms: float
+    """Wall time inside the search tool, embedding included."""
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """Vectors and the model that made them."""
+
+    vectors: npt.NDArray[np.float32]
+    """`(n, dimensions)`, L2-normalised."""
+    model: str
+    """Model name."""
+    dimensions: int
+    """Vector size."""
+
+
+class SearchService:
+    """Everything the SearchToolService RPCs do, without protobuf."""
+
+    def __init__(
+        self, engine: SearchEngine, embedder: Embedder, settings: SearchToolSettings
+    ) -> None:
+        self._engine = engine
+        self._embedder = embedder
+        self._settings = settings
+        chunker = Chunker(
+            chunk_tokens=settings.chunking.chunk_tokens,
+            overlap_tokens=settings.chunking.overlap_tokens,
+        )
+        limits = IngestLimits(
+            max_document_bytes=settings.max_document_bytes,
+            max_documents=settings.max_documents_per_request,
+            batch_documents=settings.write_batch_documents,
+            chunking_recipe=settings.chunking.recipe,
+        )
+        self._ingestor = Ingestor(engine, embedder, chunker, limits)
+
+    @property
+    def engine(self) -> SearchEngine:
+        return self._engine
+
+    async def close(self) -> None:
+        await self._engine.close()
+
+    async def upsert_documents(
+        self, collection: str, documents: Sequence[Document]
+    ) -> IngestResult:
+        validate_collection_name(collection)
+        return await self._ingestor.upsert(collection, documents)
+
+    async def delete_documents(
+        self, collection: str, document_ids: Sequence[str], raw_filter: RawFilter
+    ) -> int:
+        validate_collection_name(collection)
+        if not document_ids and not raw_filter.groups:
+            raise InvalidArgument(
+                "name document_ids or a filter (or both)",
+                violations=[
+                    FieldViolation("document_ids", "document_ids and filter are both empty"),
+                    FieldViolation("filter", "document_ids and filter are both empty"),
+                ],
+            )
+        expression = await self._filter(collection, raw_filter)
+        return await self._engine.delete_matching(
+            collection,
+            document_ids=list(document_ids),
+            where=None if expression.is_empty else expression,
+        )
+
+    async def search(self, request: SearchRequest) -> SearchOutcome:
+        started = time.perf_counter()
+        limit = _validate_search(request)
+        expression = await self._filter(request.collection, request.filter)
+        vectors = await self._query_vectors(request)
+        timeout = self._settings.engine.search_timeout_s
+        if request.deadline_s is not None:
+            timeout = min(timeout, max(request.deadline_s, 0.001))
+        query = EngineQuery(
+            strategy=request.strategy,
+            keyword_text=request.primary,
+            vectors=vectors,
+            filter=expression,
+            limit=limit,
+            offset=request.offset,
+            fusion=self._settings.fusion.to_fusion(),
+            timeout_s=timeout,
+        )
+        page = await self._engine.search(request.collection, query)
+        return SearchOutcome(page, (time.perf_counter() - started) * 1000)
+
+    async def get_collection(self, collection: str) -> CollectionStats:
+        validate_collection_name(collection)
+        return await self._engine.describe(collection)
+
+    async def list_collections(self) -> list[CollectionStats]:
+        return [await self._engine.describe(name) for name in await self._engine.list_collections()]
+
+    async def delete_collection(self, collection: str) -> None:
+        validate_collection_name(collection)
+        await self._engine.drop_collection(collection)
+
+    async def embed(self, texts: Sequence[str]) -> Embeddings:
+        if not texts:
+            raise InvalidArgument.for_field("texts", "at least one text is required")
+        most = self._settings.max_embed_texts
+        if len(texts) > most:
+            raise InvalidArgument.for_field("texts", f"at most {most} texts per call")
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise InvalidArgument.for_field(f"texts[{i}]", "must not be empty")
+        vectors = await self._embedder.embed(list(texts))
+        return Embeddings(vectors, self._embedder.model_name, self._embedder.dimensions)
+
+    async def _filter(self, collection: str, raw: RawFilter) -> FilterExpression:
+        fields = await self._engine.fields(collection)
+        return validate_filter(raw, fields)
+
+    async def _query_vectors(self, request: SearchRequest) -> npt.NDArray[np.float32]:
+        if request.strategy is Strategy.KEYWORD:
+            return np.zeros((0, self._embedder.dimensions), dtype=np.float32)
+        return await self._embedder.embed([request.primary, *request.variations])
+
+
+def validate_collection_name(name: str) -> None:
+    """Lower-case letters, digits, `_` and `-`, starting with a letter or digit, at most 64."""
+    if not COLLECTION_NAME.match(name):
+        raise InvalidArgument.for_field(
+            "collection",
+            "1 to 64 characters: a-z, 0-9, `_` or `-`, starting with a letter or digit",
+        )
+
+
+def _validate_search(request: SearchRequest) -> int:
+    """The effective limit; raises InvalidArgument listing every bad field."""
+    violations: list[FieldViolation] = []
+    if not COLLECTION_NAME.match(request.collection):
+        violations.append(FieldViolation("collection", "not a valid collection name"))
+    if not request.primary.strip():
+        violations.append(FieldViolation("query.primary", "must not be empty"))
+    if len(request.variations) > MAX_VARIATIONS:
+        violations.append(
+            FieldViolation("query.variations", f"at most {MAX_VARIATIONS} variations")
+        )
+    for i, variation in enumerate(request.variations):
+        if not variation.strip():
+            violations.append(FieldViolation(f"query.variations[{i}]", "must not be empty"))
+    limit = request.limit or DEFAULT_LIMIT
+    if not 1 <= limit <= MAX_LIMIT:
+        violations.append(
+            FieldViolation("limit", f"must be between 1 and {MAX_LIMIT} (0 means 10)")
+        )
+    if request.offset < 0:
+        violations.append(FieldViolation("offset", "must not be negative"))
+    if violations:
+        raise InvalidArgument(
+            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
+        )
+    return limit

@@ -1,0 +1,118 @@
+"""The gRPC edge of the search tool: protobuf in, domain call, protobuf out.
+
+Errors are domain exceptions; the shared interceptor maps them to statuses. Until the embedder
+and the engine are loaded, every call is UNAVAILABLE with a retry hint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from services.common.errors import Unavailable
+from services.search_tool.convert import (
+    collection_to_proto,
+    document_from_proto,
+    filter_from_proto,
+    hit_to_proto,
+    strategy_from_proto,
+)
+from services.search_tool.service import SearchRequest, SearchService
+
+Context = grpc.aio.ServicerContext[Any, Any]
+SERVICE_NAME = search_tool_pb2.DESCRIPTOR.services_by_name["SearchToolService"].full_name
+
+
+class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # type: ignore[misc]
+    """Implements `quarry.searchtool.v1.SearchToolService` on a `SearchService`."""
+
+    def __init__(self, service: SearchService | None = None) -> None:
+        self._service = service
+
+    def attach(self, service: SearchService) -> None:
+        """Start answering with `service` (once the embedder and engine are loaded)."""
+        self._service = service
+
+    @property
+    def ready(self) -> bool:
+        return self._service is not None
+
+    def _ready(self) -> SearchService:
+        if self._service is None:
+            raise Unavailable("the search tool is still loading its model", retry_after_s=1.0)
+        return self._service
+
+    async def UpsertDocuments(
+        self, request: search_tool_pb2.UpsertDocumentsRequest, context: Context
+    ) -> search_tool_pb2.UpsertDocumentsResponse:
+        service = self._ready()
+        documents = [
+            document_from_proto(d, f"documents[{i}]") for i, d in enumerate(request.documents)
+        ]
+        result = await service.upsert_documents(request.collection, documents)
+        return search_tool_pb2.UpsertDocumentsResponse(
+            documents_upserted=result.documents_upserted,
+            chunks_upserted=result.chunks_upserted,
+            chunks_deleted=result.chunks_deleted,
+        )
+
+    async def DeleteDocuments(
+        self, request: search_tool_pb2.DeleteDocumentsRequest, context: Context
+    ) -> search_tool_pb2.DeleteDocumentsResponse:
+        deleted = await self._ready().delete_documents(
+            request.collection, list(request.document_ids), filter_from_proto(request.filter)
+        )
+        return search_tool_pb2.DeleteDocumentsResponse(chunks_deleted=deleted)
+
+    async def Search(
+        self, request: search_tool_pb2.SearchRequest, context: Context
+    ) -> search_tool_pb2.SearchResponse:
+        outcome = await self._ready().search(
+            SearchRequest(
+                collection=request.collection,
+                primary=request.query.primary,
+                variations=tuple(request.query.variations),
+                strategy=strategy_from_proto(request.strategy),
+                filter=filter_from_proto(request.filter),
+                limit=request.limit,
+                offset=request.offset,
+                deadline_s=context.time_remaining(),
+            )
+        )
+        return search_tool_pb2.SearchResponse(
+            results=[hit_to_proto(hit) for hit in outcome.page.hits],
+            total_count=outcome.page.total_count,
+            took_ms=outcome.took_ms,
+        )
+
+    async def GetCollection(
+        self, request: search_tool_pb2.GetCollectionRequest, context: Context
+    ) -> search_tool_pb2.GetCollectionResponse:
+        stats = await self._ready().get_collection(request.collection)
+        return search_tool_pb2.GetCollectionResponse(collection=collection_to_proto(stats))
+
+    async def ListCollections(
+        self, request: search_tool_pb2.ListCollectionsRequest, context: Context
+    ) -> search_tool_pb2.ListCollectionsResponse:
+        collections = await self._ready().list_collections()
+        return search_tool_pb2.ListCollectionsResponse(
+            collections=[collection_to_proto(c, full=False) for c in collections]
+        )
+
+    async def DeleteCollection(
+        self, request: search_tool_pb2.DeleteCollectionRequest, context: Context
+    ) -> search_tool_pb2.DeleteCollectionResponse:
+        await self._ready().delete_collection(request.collection)
+        return search_tool_pb2.DeleteCollectionResponse()
+
+    async def Embed(
+        self, request: search_tool_pb2.EmbedRequest, context: Context
+    ) -> search_tool_pb2.EmbedResponse:
+        result = await self._ready().embed(list(request.texts))
+        return search_tool_pb2.EmbedResponse(
+            embeddings=[search_tool_pb2.Embedding(values=row.tolist()) for row in result.vectors],
+            model=result.model,
+            dimensions=result.dimensions,
+        )

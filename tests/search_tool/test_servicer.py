@@ -1,0 +1,284 @@
+"""The SearchToolService over gRPC, with the real MiniLM embedder and a fresh data directory."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from services.search_tool.config import SearchToolSettings
+from services.search_tool.embedding import Embedder
+from services.search_tool.server import build_search_tool_server
+from services.search_tool.servicer import SERVICE_NAME
+from tests.search_tool.grpc_helpers import Op, condition, document, fails, search, where
+
+Stub: TypeAlias = Any
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+SEMANTIC = search_pb2.RETRIEVAL_STRATEGY_SEMANTIC
+KEYWORD = search_pb2.RETRIEVAL_STRATEGY_KEYWORD
+HYBRID = search_pb2.RETRIEVAL_STRATEGY_HYBRID
+
+DOCS = [
+    document(
+        "py-asyncio",
+        "asyncio runs coroutines on an event loop; tasks are scheduled cooperatively.",
+        title="asyncio",
+        source="stdlib",
+        entity_type="module",
+        url="https://docs.python.org/3/library/asyncio.html",
+        created_at=datetime(2024, 1, 10, tzinfo=UTC),
+        metadata={"since": 3, "stable": True, "area": "Concurrency"},
+        breadcrumbs=[search_pb2.Breadcrumb(id="lib", name="Library", entity_type="section")],
+    ),
+    document(
+        "py-json",
+        "The json module encodes and decodes JSON documents to and from Python objects.",
+        title="json",
+        source="stdlib",
+        entity_type="module",
+        created_at=datetime(2024, 2, 20, tzinfo=UTC),
+        metadata={"since": 2, "stable": True, "area": "Data formats"},
+    ),
+    document(
+        "recipe-bread",
+        "Knead the dough for ten minutes, let it rise, then bake the bread at 220 degrees.",
+        title="Sourdough bread",
+        source="cookbook",
+        entity_type="recipe",
+        created_at=datetime(2023, 6, 1, tzinfo=UTC),
+        metadata={"minutes": 240, "vegan": True},
+    ),
+]
+
+
+@pytest.fixture
+async def loaded(stub: Stub) -> Stub:
+    reply = await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+    )
+    assert reply.documents_upserted == len(DOCS)
+    return stub
+
+
+async def _ids(stub: Stub, request: search_tool_pb2.SearchRequest) -> list[str]:
+    reply = await stub.Search(request)
+    return [r.chunk.document_id for r in reply.results]
+
+
+@pytest.mark.parametrize("strategy", [SEMANTIC, KEYWORD, HYBRID])
+async def test_each_strategy_finds_the_relevant_document_first(
+    loaded: Stub, strategy: search_pb2.RetrievalStrategy
+) -> None:
+    ids = await _ids(loaded, search("docs", "how do I bake bread dough", strategy))
+    assert ids[0] == "recipe-bread"
+
+
+async def test_hybrid_results_carry_both_score_parts_and_a_total(loaded: Stub) -> None:
+    reply = await loaded.Search(search("docs", "event loop coroutines", HYBRID, limit=5))
+    top = reply.results[0]
+    assert top.chunk.document_id == "py-asyncio"
+    assert top.HasField("dense_score")
+    assert top.HasField("keyword_score")
+    assert [r.score for r in reply.results] == sorted(
+        (r.score for r in reply.results), reverse=True
+    )
+    assert reply.total_count >= len(reply.results)
+    assert reply.took_ms > 0
+
+
+async def test_semantic_results_have_only_the_dense_part(loaded: Stub) -> None:
+    reply = await loaded.Search(search("docs", "parsing JSON", SEMANTIC))
+    assert reply.results[0].chunk.document_id == "py-json"
+    assert all(r.HasField("dense_score") and not r.HasField("keyword_score") for r in reply.results)
+    assert reply.total_count == sum(1 for _ in reply.results)
+
+
+async def test_variations_add_dense_queries_whose_best_similarity_counts(loaded: Stub) -> None:
+    async def bread_similarity(variations: list[str]) -> float:
+        request = search("docs", "zzzz qqqq", SEMANTIC, variations=variations, limit=3)
+        reply = await loaded.Search(request)
+        scores = [r.dense_score for r in reply.results if r.chunk.document_id == "recipe-bread"]
+        return float(scores[0])
+
+    assert await bread_similarity(["baking a loaf"]) > await bread_similarity([]) + 0.2
+
+
+async def test_search_returns_every_chunk_field(loaded: Stub) -> None:
+    reply = await loaded.Search(search("docs", "asyncio", KEYWORD, limit=1))
+    chunk = reply.results[0].chunk
+    assert chunk.id == "py-asyncio__chunk_0"
+    assert chunk.chunk_index == 0
+    assert (chunk.title, chunk.source, chunk.entity_type) == ("asyncio", "stdlib", "module")
+    assert chunk.url.endswith("asyncio.html")
+    assert chunk.created_at.ToDatetime(tzinfo=UTC) == datetime(2024, 1, 10, tzinfo=UTC)
+    assert [b.name for b in chunk.breadcrumbs] == ["Library"]
+    assert chunk.metadata["since"].int_value == 3
+    assert chunk.metadata["stable"].bool_value is True
+
+
+async def test_filters_narrow_results_and_contains_ignores_case(loaded: Stub) -> None:
+    by_source = search(
+        "docs", "python", filter=where([condition("source", Op.FILTER_OPERATOR_EQUALS, "stdlib")])
+    )
+    assert set(await _ids(loaded, by_source)) == {"py-asyncio", "py-json"}
+    contains = where([condition("metadata.area", Op.FILTER_OPERATOR_CONTAINS, "CONCURRENCY")])
+    assert await _ids(loaded, search("docs", "python", filter=contains)) == ["py-asyncio"]
+    dated = where([condition("created_at", Op.FILTER_OPERATOR_LESS_THAN, "2024-01-01")])
+    assert await _ids(loaded, search("docs", "python", filter=dated)) == ["recipe-bread"]
+
+
+async def test_hostile_filter_values_cannot_change_the_query(loaded: Stub) -> None:
+    for hostile in ["stdlib' OR '1'='1", "' OR 1=1 --", "x') OR (source = 'stdlib", "%", "_"]:
+        request = search(
+            "docs",
+            "python",
+            filter=where([condition("source", Op.FILTER_OPERATOR_EQUALS, hostile)]),
+        )
+        assert await _ids(loaded, request) == []
+        contains = search(
+            "docs",
+            "python",
+            filter=where([condition("title", Op.FILTER_OPERATOR_CONTAINS, hostile)]),
+        )
+        assert await _ids(loaded, contains) == []
+
+
+async def test_offset_pages_through_results(loaded: Stub) -> None:
+    everything = await _ids(loaded, search("docs", "python module", SEMANTIC, limit=3))
+    second = await _ids(loaded, search("docs", "python module", SEMANTIC, limit=1, offset=1))
+    assert second == everything[1:2]
+
+
+async def test_get_collection_describes_counts_fields_and_dates(loaded: Stub) -> None:
+    reply = await loaded.GetCollection(search_tool_pb2.GetCollectionRequest(collection="docs"))
+    c = reply.collection
+    assert (c.name, c.document_count) == ("docs", 3)
+    assert c.chunk_count >= 3
+    assert [(f.value, f.count) for f in c.sources] == [("stdlib", 2), ("cookbook", 1)]
+    assert {f.value: f.count for f in c.entity_types} == {"module": 2, "recipe": 1}
+    types = {f.name: f.type for f in c.fields}
+    assert types["metadata.since"] == search_tool_pb2.FIELD_TYPE_INTEGER
+    assert types["metadata.vegan"] == search_tool_pb2.FIELD_TYPE_BOOL
+    assert types["metadata.area"] == search_tool_pb2.FIELD_TYPE_STRING
+    assert types["created_at"] == search_tool_pb2.FIELD_TYPE_TIMESTAMP
+    assert c.earliest_created_at.ToDatetime(tzinfo=UTC) == datetime(2023, 6, 1, tzinfo=UTC)
+    assert c.latest_created_at.ToDatetime(tzinfo=UTC) == datetime(2024, 2, 20, tzinfo=UTC)
+    assert c.embedding_model.endswith("all-MiniLM-L6-v2")
+    assert c.embedding_dimensions == 384
+
+
+async def test_list_and_delete_collections(loaded: Stub) -> None:
+    await loaded.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="other", documents=[DOCS[0]])
+    )
+    listed = await loaded.ListCollections(search_tool_pb2.ListCollectionsRequest())
+    assert [(c.name, c.document_count) for c in listed.collections] == [("docs", 3), ("other", 1)]
+    await loaded.DeleteCollection(search_tool_pb2.DeleteCollectionRequest(collection="other"))
+    listed = await loaded.ListCollections(search_tool_pb2.ListCollectionsRequest())
+    assert [c.name for c in listed.collections] == ["docs"]
+
+
+async def test_embed_returns_unit_vectors_of_the_model(stub: Stub) -> None:
+    reply = await stub.Embed(search_tool_pb2.EmbedRequest(texts=["hello", "world"]))
+    assert (reply.dimensions, len(reply.embeddings)) == (384, 2)
+    for embedding in reply.embeddings:
+        assert np.linalg.norm(np.array(embedding.values)) == pytest.approx(1.0, abs=1e-3)
+
+
+async def test_reingesting_a_shorter_document_replaces_all_its_chunks(stub: Stub) -> None:
+    long_text = " ".join(f"Sentence number {i} talks about glaciers and fjords." for i in range(30))
+    first = await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="c", documents=[document("d", long_text)])
+    )
+    assert first.chunks_upserted > 3
+    second = await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(
+            collection="c", documents=[document("d", "Now it is only about volcanoes.")]
+        )
+    )
+    assert (second.chunks_upserted, second.chunks_deleted) == (1, first.chunks_upserted - 1)
+    collection = await stub.GetCollection(search_tool_pb2.GetCollectionRequest(collection="c"))
+    assert collection.collection.chunk_count == 1
+    assert await _ids(stub, search("c", "glaciers", KEYWORD)) == []
+    assert await _ids(stub, search("c", "volcanoes", KEYWORD)) == ["d"]
+
+
+async def test_reingesting_an_unchanged_document_writes_nothing(loaded: Stub) -> None:
+    again = await loaded.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+    )
+    assert (again.documents_upserted, again.chunks_upserted, again.chunks_deleted) == (3, 0, 0)
+
+
+async def test_delete_documents_by_id_and_by_filter(loaded: Stub) -> None:
+    by_id = await loaded.DeleteDocuments(
+        search_tool_pb2.DeleteDocumentsRequest(collection="docs", document_ids=["py-json"])
+    )
+    assert by_id.chunks_deleted >= 1
+    by_filter = await loaded.DeleteDocuments(
+        search_tool_pb2.DeleteDocumentsRequest(
+            collection="docs",
+            filter=where([condition("source", Op.FILTER_OPERATOR_EQUALS, "cookbook")]),
+        )
+    )
+    assert by_filter.chunks_deleted >= 1
+    assert await _ids(loaded, search("docs", "python bread json", SEMANTIC)) == ["py-asyncio"]
+
+
+async def test_everything_survives_a_server_restart(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    first = build_search_tool_server(settings, embedder_factory=lambda: embedder)
+    await first.start()
+    async with grpc.aio.insecure_channel(first.address) as channel:
+        await search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
+            search_tool_pb2.UpsertDocumentsRequest(collection="kept", documents=DOCS)
+        )
+    await first.stop(0)
+    second = build_search_tool_server(settings, embedder_factory=lambda: embedder)
+    await second.start()
+    async with grpc.aio.insecure_channel(second.address) as channel:
+        stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+        collection = await stub.GetCollection(
+            search_tool_pb2.GetCollectionRequest(collection="kept")
+        )
+        assert collection.collection.document_count == 3
+        assert (await _ids(stub, search("kept", "sourdough", HYBRID)))[0] == "recipe-bread"
+    await second.stop(0)
+
+
+async def test_service_is_not_serving_until_the_embedder_is_loaded(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    release = threading.Event()
+
+    def slow_embedder() -> Embedder:
+        release.wait(timeout=10)
+        return embedder
+
+    server = build_search_tool_server(settings, embedder_factory=slow_embedder)
+    starting = asyncio.create_task(server.start())
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        health = health_pb2_grpc.Healthsearch_tool_pb2_grpc.SearchToolServiceStub(channel)
+        request = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
+        reply = await health.Check(request, wait_for_ready=True)
+        assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        await fails(
+            search_tool_pb2_grpc.SearchToolServiceStub(channel).Embed(
+                search_tool_pb2.EmbedRequest(texts=["x"])
+            ),
+            grpc.StatusCode.UNAVAILABLE,
+        )
+        release.set()
+        await starting
+        reply = await health.Check(request)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    await server.stop(0)
