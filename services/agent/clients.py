@@ -1,0 +1,197 @@
+"""The ports over gRPC: the LLM gateway and the search tool, with deadlines passed downstream.
+
+Every failed call is turned into the `services.common.errors` exception of the same status code
+(the gateway's CONTEXT_WINDOW_EXCEEDED into `ContextWindowExceeded`), so the loop never sees grpc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+from quarry.llmgateway.v1 import llm_gateway_pb2 as gw
+from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from services.agent import wire
+from services.agent.messages import Message, Role, ToolCall
+from services.agent.ports import (
+    ContextWindowExceeded,
+    ModelRequest,
+    ModelResponse,
+    StructuredRequest,
+    StructuredResponse,
+    TokenUsage,
+)
+from services.agent.search import CollectionInfo, SearchPage, SearchRequest
+from services.common import errors
+from services.common.errors import details_of_rpc_error
+
+CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
+_ROLES = {
+    Role.SYSTEM: gw.ROLE_SYSTEM,
+    Role.USER: gw.ROLE_USER,
+    Role.ASSISTANT: gw.ROLE_ASSISTANT,
+    Role.TOOL: gw.ROLE_TOOL,
+}
+_CHOICES = {
+    "auto": gw.TOOL_CHOICE_MODE_AUTO,
+    "required": gw.TOOL_CHOICE_MODE_REQUIRED,
+    "named": gw.TOOL_CHOICE_MODE_NAMED,
+}
+_ERRORS: dict[grpc.StatusCode, type[errors.QuarryError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
+    grpc.StatusCode.CANCELLED: errors.Cancelled,
+}
+
+
+def domain_error(error: grpc.aio.AioRpcError, service: str) -> errors.QuarryError:
+    """The domain exception for a failed call to `service`, keeping its code and details."""
+    details = details_of_rpc_error(error)
+    message = f"{service}: {details.message or details.code.name}"
+    cls = _ERRORS.get(details.code, errors.QuarryError)
+    if cls is errors.InvalidArgument:
+        return errors.InvalidArgument(
+            message, violations=details.violations, reason=details.reason or None
+        )
+    if cls in (errors.Unavailable, errors.ResourceExhausted):
+        return cls(message, retry_after_s=details.retry_after_s)
+    return cls(message, reason=details.reason or None, metadata=details.metadata)
+
+
+class GatewayModelClient:
+    """`ModelClient` over `quarry.llmgateway.v1.LlmGatewayService`."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = gw_grpc.LlmGatewayServiceStub(channel)
+        self._windows: dict[str, int | None] = {}
+        self._lock = asyncio.Lock()
+
+    async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
+        message = gw.GenerateRequest(
+            route=request.route,
+            messages=[_message(m) for m in request.messages],
+            tools=[
+                gw.Tool(
+                    name=t.name, description=t.description, parameters_json=json.dumps(t.parameters)
+                )
+                for t in request.tools
+            ],
+            tool_choice=gw.ToolChoice(
+                mode=_CHOICES[request.tool_choice.mode], name=request.tool_choice.name
+            ),
+        )
+        try:
+            reply = await self._stub.Generate(message, timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise _gateway_error(error) from error
+        if reply.context_window_exceeded:
+            raise ContextWindowExceeded(f"{reply.provider} reported a full context window")
+        calls = tuple(ToolCall(c.id, c.name, c.arguments_json) for c in reply.message.tool_calls)
+        return ModelResponse(
+            text=reply.message.text,
+            tool_calls=calls,
+            usage=_usage(reply.usage),
+            provider=reply.provider,
+            model=reply.model,
+        )
+
+    async def generate_structured(
+        self, request: StructuredRequest, *, remaining_s: float | None
+    ) -> StructuredResponse:
+        message = gw.GenerateStructuredRequest(
+            route=request.route,
+            messages=[_message(m) for m in request.messages],
+            schema_json=json.dumps(request.schema),
+            schema_name=request.schema_name,
+        )
+        try:
+            reply = await self._stub.GenerateStructured(message, timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise _gateway_error(error) from error
+        return StructuredResponse(json_text=reply.json, usage=_usage(reply.usage))
+
+    async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
+        """The first provider of `route`'s window, from `GetStatus`, read once per route."""
+        async with self._lock:
+            if route not in self._windows:
+                try:
+                    status = await self._stub.GetStatus(gw.GetStatusRequest(), timeout=remaining_s)
+                except grpc.aio.AioRpcError as error:
+                    raise _gateway_error(error) from error
+                self._windows[route] = _route_window(status, route)
+            return self._windows[route]
+
+
+def _route_window(status: gw.GetStatusResponse, route: str) -> int | None:
+    name = route or status.default_route
+    chains = {r.name: list(r.chain) for r in status.routes}
+    windows = {p.name: p.context_window_tokens for p in status.providers}
+    chain = chains.get(name) or []
+    return (windows.get(chain[0]) or None) if chain else None
+
+
+def _gateway_error(error: grpc.aio.AioRpcError) -> Exception:
+    details = details_of_rpc_error(error)
+    if details.reason == CONTEXT_WINDOW_EXCEEDED:
+        return ContextWindowExceeded(details.message)
+    if details.code == grpc.StatusCode.INVALID_ARGUMENT:
+        return errors.QuarryError(f"llm gateway rejected the conversation: {details.message}")
+    return domain_error(error, "llm gateway")
+
+
+def _message(message: Message) -> gw.Message:
+    return gw.Message(
+        role=_ROLES[message.role],
+        text=message.text,
+        tool_calls=[
+            gw.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json)
+            for c in message.tool_calls
+        ],
+        tool_call_id=message.tool_call_id,
+        is_error=message.is_error,
+    )
+
+
+def _usage(usage: gw.Usage) -> TokenUsage:
+    return TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
+
+
+class SearchToolClient:
+    """`SearchClient` over `quarry.searchtool.v1.SearchToolService`."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+
+    async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
+        try:
+            reply = await self._stub.Search(wire.search_request(request), timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+        return SearchPage(
+            hits=[wire.search_hit(r) for r in reply.results],
+            total_count=reply.total_count,
+            took_ms=reply.took_ms,
+        )
+
+    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
+        request = search_tool_pb2.GetCollectionRequest(collection=name)
+        try:
+            reply = await self._stub.GetCollection(request, timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+        return wire.collection_info(reply.collection)

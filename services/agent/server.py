@@ -1,0 +1,45 @@
+"""Bootstrap of the agent service: channels to its two dependencies, the loop, the gRPC server."""
+
+from __future__ import annotations
+
+import grpc
+from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
+
+from services.agent.clients import GatewayModelClient, SearchToolClient
+from services.agent.config import AgentSettings
+from services.agent.loop import AgentLoop
+from services.agent.servicer import AgentServicer
+from services.common.channels import open_channel
+from services.common.server import QuarryServer, ServiceRegistration, build_server
+from services.common.telemetry import Telemetry
+
+SERVICE_NAME = agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name
+AGENT_NAME = "quarry-agent"
+
+
+def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = None) -> QuarryServer:
+    """The agent's server, bound but not started; its channels close when it stops."""
+    gateway = open_channel(settings.llm_gateway_address, telemetry)
+    search = open_channel(settings.search_tool_address, telemetry)
+    loop = AgentLoop(
+        GatewayModelClient(gateway),
+        SearchToolClient(search),
+        settings=settings.loop,
+        default_route=settings.route,
+        context_window_tokens=settings.context_window_tokens,
+        tracer=telemetry.tracer("services.agent") if telemetry else None,
+        agent_name=AGENT_NAME,
+    )
+    servicer = AgentServicer(loop, settings)
+
+    def register(server: grpc.aio.Server) -> None:
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
+
+    server = build_server([ServiceRegistration(SERVICE_NAME, register)], settings.server, telemetry)
+
+    async def close_channels() -> None:
+        await gateway.close(None)
+        await search.close(None)
+
+    server.on_stop.append(close_channels)
+    return server

@@ -1,0 +1,72 @@
+"""`quarry.agent.v1.AgentService`: protobuf in, the loop's events out.
+
+`StreamRun` and `Run` share one code path (the loop's event stream). Once a run has started, a
+failure is sent as an `error` event and the stream then ends with the same status; `Run` fails
+with that status. A request that cannot start (bad fields) fails with INVALID_ARGUMENT at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
+
+from services.agent import wire
+from services.agent.config import AgentSettings
+from services.agent.events import Done, Failed
+from services.agent.loop import AgentLoop
+from services.agent.run import Deadline, RunRequest
+from services.common.errors import QuarryError
+
+log = logging.getLogger(__name__)
+
+RETRYABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
+    def __init__(self, loop: AgentLoop, settings: AgentSettings) -> None:
+        self._loop = loop
+        self._settings = settings
+
+    async def Run(
+        self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.RunResponse:
+        run = self._request(request)
+        async for event in self._loop.stream(run, deadline=_deadline(context)):
+            if isinstance(event, Done):
+                return wire.run_response(event.result)
+        raise QuarryError("the run ended without a result")
+
+    async def StreamRun(
+        self, request: agent_pb2.StreamRunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
+        run = self._request(request)
+        try:
+            async for event in self._loop.stream(run, deadline=_deadline(context)):
+                yield wire.event_message(event)
+        except QuarryError as error:
+            yield wire.event_message(failed_event(error))
+            raise
+        except Exception:
+            log.exception("run failed unexpectedly", extra={"collection": run.collection})
+            yield wire.event_message(Failed("INTERNAL", "internal error", retryable=False))
+            raise
+
+    def _request(self, request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest) -> RunRequest:
+        return wire.run_request(
+            request,
+            default_collection=self._settings.default_collection,
+            default_limit=self._settings.loop.default_limit,
+        )
+
+
+def failed_event(error: QuarryError) -> Failed:
+    code = error.code.name
+    return Failed(code=code, message=error.message, retryable=code in RETRYABLE)
+
+
+def _deadline(context: grpc.aio.ServicerContext[Any, Any]) -> Deadline:
+    return Deadline(context.time_remaining())

@@ -1,0 +1,356 @@
+"""Protobuf <-> agent domain, in one place: filters, search hits, collections, runs and events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.protobuf import struct_pb2, timestamp_pb2
+from quarry.agent.v1 import agent_pb2
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2
+
+from services.agent.events import AgentEvent, Done, Failed, Searching, Started, Thinking
+from services.agent.filters import FilterCondition, FilterGroup, FilterValue, Scalar
+from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
+from services.agent.search import (
+    Breadcrumb,
+    CollectionInfo,
+    Facet,
+    SearchHit,
+    SearchRequest,
+)
+from services.common.errors import FieldViolation, InvalidArgument
+
+_OPERATORS: dict[int, str] = {
+    search_pb2.FILTER_OPERATOR_EQUALS: "equals",
+    search_pb2.FILTER_OPERATOR_NOT_EQUALS: "not_equals",
+    search_pb2.FILTER_OPERATOR_CONTAINS: "contains",
+    search_pb2.FILTER_OPERATOR_GREATER_THAN: "greater_than",
+    search_pb2.FILTER_OPERATOR_GREATER_THAN_OR_EQUAL: "greater_than_or_equal",
+    search_pb2.FILTER_OPERATOR_LESS_THAN: "less_than",
+    search_pb2.FILTER_OPERATOR_LESS_THAN_OR_EQUAL: "less_than_or_equal",
+    search_pb2.FILTER_OPERATOR_IN: "in",
+    search_pb2.FILTER_OPERATOR_NOT_IN: "not_in",
+}
+_OPERATOR_NUMBERS = {name: number for number, name in _OPERATORS.items()}
+_STRATEGIES: dict[str, int] = {
+    "semantic": search_pb2.RETRIEVAL_STRATEGY_SEMANTIC,
+    "keyword": search_pb2.RETRIEVAL_STRATEGY_KEYWORD,
+    "hybrid": search_pb2.RETRIEVAL_STRATEGY_HYBRID,
+}
+_MODES = {agent_pb2.MODE_UNSPECIFIED: Mode.FAST, agent_pb2.MODE_FAST: Mode.FAST}
+_MODES[agent_pb2.MODE_THINKING] = Mode.THINKING
+_MODE_NUMBERS = {Mode.FAST: agent_pb2.MODE_FAST, Mode.THINKING: agent_pb2.MODE_THINKING}
+_STOP_REASONS = {
+    StopReason.ANSWERED: agent_pb2.STOP_REASON_ANSWERED,
+    StopReason.FORCED_ANSWER: agent_pb2.STOP_REASON_FORCED_ANSWER,
+    StopReason.BUDGET_EXHAUSTED: agent_pb2.STOP_REASON_BUDGET_EXHAUSTED,
+    StopReason.FALLBACK_ANSWER: agent_pb2.STOP_REASON_FALLBACK_ANSWER,
+}
+_FIELD_TYPES = {
+    search_tool_pb2.FIELD_TYPE_STRING: "string",
+    search_tool_pb2.FIELD_TYPE_INTEGER: "integer",
+    search_tool_pb2.FIELD_TYPE_DOUBLE: "double",
+    search_tool_pb2.FIELD_TYPE_BOOL: "bool",
+    search_tool_pb2.FIELD_TYPE_TIMESTAMP: "timestamp",
+}
+MAX_LIMIT = 200
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+
+def run_request(
+    message: agent_pb2.RunRequest | agent_pb2.StreamRunRequest,
+    *,
+    default_collection: str = "",
+    default_limit: int = 10,
+) -> RunRequest:
+    """Validate a request and turn it into the domain's, naming every bad field."""
+    violations: list[FieldViolation] = []
+    query = message.query.strip()
+    if not query:
+        violations.append(FieldViolation("query", "must not be empty"))
+    collection = message.collection or default_collection
+    if not collection:
+        violations.append(FieldViolation("collection", "must name a collection"))
+    if message.mode not in _MODES:
+        violations.append(FieldViolation("mode", f"unknown mode {message.mode}"))
+    if not 0 <= message.limit <= MAX_LIMIT:
+        violations.append(FieldViolation("limit", f"must be 1..{MAX_LIMIT} (0 means the default)"))
+    if message.budget.max_iterations < 0:
+        violations.append(FieldViolation("budget.max_iterations", "must not be negative"))
+    if message.budget.max_tokens < 0:
+        violations.append(FieldViolation("budget.max_tokens", "must not be negative"))
+    groups = filter_groups(message.filter, "filter", violations)
+    if violations:
+        raise InvalidArgument(
+            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
+        )
+    return RunRequest(
+        collection=collection,
+        query=query,
+        filter_groups=tuple(groups),
+        mode=_MODES[message.mode],
+        limit=message.limit or default_limit,
+        history=tuple(Turn(t.question, t.answer) for t in message.history),
+        max_iterations=message.budget.max_iterations,
+        max_tokens=message.budget.max_tokens,
+        route=message.route,
+    )
+
+
+def filter_groups(
+    message: search_pb2.Filter, path: str, violations: list[FieldViolation]
+) -> list[FilterGroup]:
+    groups: list[FilterGroup] = []
+    for g, group in enumerate(message.groups):
+        if not group.conditions:
+            violations.append(FieldViolation(f"{path}.groups[{g}].conditions", "is empty"))
+            continue
+        conditions = []
+        for c, condition in enumerate(group.conditions):
+            where = f"{path}.groups[{g}].conditions[{c}]"
+            converted = _condition(condition, where, violations)
+            if converted is not None:
+                conditions.append(converted)
+        if len(conditions) == len(group.conditions):
+            groups.append(FilterGroup(conditions=conditions))
+    return groups
+
+
+def _condition(
+    message: search_pb2.FilterCondition, where: str, violations: list[FieldViolation]
+) -> FilterCondition | None:
+    before = len(violations)
+    if not message.field:
+        violations.append(FieldViolation(f"{where}.field", "must not be empty"))
+    operator = _OPERATORS.get(message.operator)
+    if operator is None:
+        violations.append(FieldViolation(f"{where}.operator", "must be set to a known operator"))
+    value = _python_value(message.value) if message.HasField("value") else None
+    if value is None:
+        violations.append(
+            FieldViolation(f"{where}.value", "must be a string, number, bool or list")
+        )
+    if len(violations) > before:
+        return None
+    return FilterCondition(field=message.field, operator=operator, value=value)
+
+
+def _python_value(value: struct_pb2.Value) -> FilterValue | None:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "number_value":
+        return _number(value.number_value)
+    if kind == "list_value":
+        items = [_python_value(v) for v in value.list_value.values]
+        if any(i is None or isinstance(i, bool | list) for i in items):
+            return None
+        return items  # type: ignore[return-value]
+    return None
+
+
+def _number(number: float) -> int | float:
+    return int(number) if number.is_integer() else number
+
+
+def filter_message(groups: tuple[FilterGroup, ...] | list[FilterGroup]) -> search_pb2.Filter:
+    return search_pb2.Filter(
+        groups=[
+            search_pb2.FilterGroup(
+                conditions=[
+                    search_pb2.FilterCondition(
+                        field=c.field,
+                        operator=_OPERATOR_NUMBERS[c.operator],  # type: ignore[arg-type]
+                        value=_value_message(c.value),
+                    )
+                    for c in g.conditions
+                ]
+            )
+            for g in groups
+        ]
+    )
+
+
+def _value_message(value: FilterValue) -> struct_pb2.Value:
+    message = struct_pb2.Value()
+    if isinstance(value, list):
+        message.list_value.values.extend(_value_message(v) for v in value)
+    elif isinstance(value, bool):
+        message.bool_value = value
+    elif isinstance(value, int | float):
+        message.number_value = float(value)
+    else:
+        message.string_value = value
+    return message
+
+
+def search_request(request: SearchRequest) -> search_tool_pb2.SearchRequest:
+    return search_tool_pb2.SearchRequest(
+        collection=request.collection,
+        query=search_pb2.SearchQuery(primary=request.primary, variations=request.variations),
+        strategy=_STRATEGIES[request.strategy],  # type: ignore[arg-type]
+        filter=filter_message(request.filter_groups),
+        limit=request.limit,
+        offset=request.offset,
+    )
+
+
+# --- search tool replies -------------------------------------------------------------------------
+
+
+def search_hit(result: search_pb2.SearchResult) -> SearchHit:
+    chunk = result.chunk
+    return SearchHit(
+        id=chunk.id,
+        document_id=chunk.document_id,
+        chunk_index=chunk.chunk_index,
+        title=chunk.title,
+        text=chunk.text,
+        score=result.score,
+        source=chunk.source,
+        entity_type=chunk.entity_type,
+        url=chunk.url,
+        created_at=_datetime(chunk.created_at) if chunk.HasField("created_at") else None,
+        updated_at=_datetime(chunk.updated_at) if chunk.HasField("updated_at") else None,
+        breadcrumbs=tuple(Breadcrumb(b.id, b.name, b.entity_type) for b in chunk.breadcrumbs),
+        metadata={k: _metadata_value(v) for k, v in chunk.metadata.items()},
+        dense_score=result.dense_score if result.HasField("dense_score") else None,
+        keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
+    )
+
+
+def _metadata_value(value: search_pb2.MetadataValue) -> Scalar:
+    kind = value.WhichOneof("kind")
+    return getattr(value, kind) if kind else ""
+
+
+def collection_info(message: search_tool_pb2.Collection) -> CollectionInfo:
+    return CollectionInfo(
+        name=message.name,
+        document_count=message.document_count,
+        chunk_count=message.chunk_count,
+        sources=tuple(Facet(f.value, f.count) for f in message.sources),
+        entity_types=tuple(Facet(f.value, f.count) for f in message.entity_types),
+        fields=tuple((f.name, _FIELD_TYPES.get(f.type, "unknown")) for f in message.fields),
+        earliest_created_at=_datetime(message.earliest_created_at)
+        if message.HasField("earliest_created_at")
+        else None,
+        latest_created_at=_datetime(message.latest_created_at)
+        if message.HasField("latest_created_at")
+        else None,
+    )
+
+
+def _datetime(stamp: timestamp_pb2.Timestamp) -> datetime:
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+# --- results and events --------------------------------------------------------------------------
+
+
+def search_result(hit: SearchHit) -> search_pb2.SearchResult:
+    chunk = search_pb2.Chunk(
+        id=hit.id,
+        document_id=hit.document_id,
+        chunk_index=hit.chunk_index,
+        title=hit.title,
+        text=hit.text,
+        source=hit.source,
+        entity_type=hit.entity_type,
+        url=hit.url,
+        breadcrumbs=[
+            search_pb2.Breadcrumb(id=b.id, name=b.name, entity_type=b.entity_type)
+            for b in hit.breadcrumbs
+        ],
+        metadata={k: _metadata_message(v) for k, v in hit.metadata.items()},
+    )
+    if hit.created_at is not None:
+        chunk.created_at.FromDatetime(hit.created_at)
+    if hit.updated_at is not None:
+        chunk.updated_at.FromDatetime(hit.updated_at)
+    result = search_pb2.SearchResult(chunk=chunk, score=hit.score)
+    if hit.dense_score is not None:
+        result.dense_score = hit.dense_score
+    if hit.keyword_score is not None:
+        result.keyword_score = hit.keyword_score
+    return result
+
+
+def _metadata_message(value: Scalar) -> search_pb2.MetadataValue:
+    if isinstance(value, bool):
+        return search_pb2.MetadataValue(bool_value=value)
+    if isinstance(value, int):
+        return search_pb2.MetadataValue(int_value=value)
+    if isinstance(value, float):
+        return search_pb2.MetadataValue(double_value=value)
+    return search_pb2.MetadataValue(string_value=value)
+
+
+def run_response(result: RunResult) -> agent_pb2.RunResponse:
+    answer = agent_pb2.Answer(
+        text=result.answer.text,
+        citations=[
+            agent_pb2.Citation(result_id=c.result_id, title=c.title, url=c.url)
+            for c in result.answer.citations
+        ],
+    )
+    usage = result.usage
+    return agent_pb2.RunResponse(
+        answer=answer,
+        results=[search_result(h) for h in result.results],
+        stop_reason=_STOP_REASONS[result.stop_reason],
+        usage=agent_pb2.Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            model_calls=usage.model_calls,
+            searches=usage.searches,
+        ),
+        iterations=result.iterations,
+        run_id=result.run_id,
+    )
+
+
+def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
+    if isinstance(event, Started):
+        return agent_pb2.StreamRunResponse(
+            started=agent_pb2.StartedEvent(
+                run_id=event.run_id,
+                collection=event.collection,
+                mode=_MODE_NUMBERS[event.mode],
+                route=event.route,
+            )
+        )
+    if isinstance(event, Thinking):
+        return agent_pb2.StreamRunResponse(
+            thinking=agent_pb2.ThinkingEvent(iteration=event.iteration, text=event.text)
+        )
+    if isinstance(event, Searching):
+        return agent_pb2.StreamRunResponse(searching=_searching(event))
+    if isinstance(event, Done):
+        return agent_pb2.StreamRunResponse(
+            done=agent_pb2.DoneEvent(response=run_response(event.result))
+        )
+    return agent_pb2.StreamRunResponse(error=_error(event))
+
+
+def _searching(event: Searching) -> agent_pb2.SearchingEvent:
+    return agent_pb2.SearchingEvent(
+        iteration=event.iteration,
+        query=search_pb2.SearchQuery(primary=event.primary, variations=event.variations),
+        strategy=_STRATEGIES[event.strategy],  # type: ignore[arg-type]
+        filter=filter_message(event.filter_groups),
+        result_count=event.result_count,
+        total_count=event.total_count,
+        duration_ms=event.duration_ms,
+    )
+
+
+def _error(event: Failed) -> agent_pb2.ErrorEvent:
+    return agent_pb2.ErrorEvent(code=event.code, message=event.message, retryable=event.retryable)
