@@ -266,19 +266,20 @@ async def test_service_is_not_serving_until_the_embedder_is_loaded(
 
     server = build_search_tool_server(settings, embedder_factory=slow_embedder)
     starting = asyncio.create_task(server.start())
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        health = health_pb2_grpc.Healthsearch_tool_pb2_grpc.SearchToolServiceStub(channel)
-        request = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
-        reply = await health.Check(request, wait_for_ready=True)
-        assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
-        await fails(
-            search_tool_pb2_grpc.SearchToolServiceStub(channel).Embed(
-                search_tool_pb2.EmbedRequest(texts=["x"])
-            ),
-            grpc.StatusCode.UNAVAILABLE,
-        )
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            request = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
+            reply = await health.Check(request, wait_for_ready=True)
+            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            embed = stub.Embed(search_tool_pb2.EmbedRequest(texts=["x"]))
+            await fails(embed, grpc.StatusCode.UNAVAILABLE)
+            release.set()
+            await starting
+            reply = await health.Check(request)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
         release.set()
         await starting
-        reply = await health.Check(request)
-        assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    await server.stop(0)
+        await server.stop(0)
