@@ -1,0 +1,302 @@
+"""The agent over real gRPC clients against in-process fake gateway and search servicers:
+wire translation, overflow mapping, the route's window read once, and one trace end to end."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from quarry.llmgateway.v1 import llm_gateway_pb2 as gw
+from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
+from quarry.searchtool.v1 import search_tool_pb2 as st
+from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
+
+from services.agent import wire
+from services.agent.client import AgentClient
+from services.agent.config import AgentSettings
+from services.agent.search import SearchRequest
+from services.agent.server import build_agent_server
+from services.agent.testing import FakeSearch
+from services.common.errors import FieldViolation, InvalidArgument, QuarryError
+from services.common.server import QuarryServer, ServiceRegistration, build_server
+from services.common.settings import ServerSettings
+from services.common.telemetry import Telemetry, setup_telemetry
+from tests.agent.conftest import DOCUMENTS
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _reply(text: str, *calls: tuple[str, str, dict[str, Any]]) -> gw.GenerateResponse:
+    return gw.GenerateResponse(
+        message=gw.Message(
+            role=gw.ROLE_ASSISTANT,
+            text=text,
+            tool_calls=[
+                gw.ToolCall(id=i, name=n, arguments_json=json.dumps(a)) for i, n, a in calls
+            ],
+        ),
+        usage=gw.Usage(input_tokens=120, output_tokens=30, cache_read_tokens=100),
+        provider="fake/model",
+        model="model",
+    )
+
+
+class FakeGateway(gw_grpc.LlmGatewayServiceServicer):  # type: ignore[misc]
+    def __init__(self, replies: list[gw.GenerateResponse | QuarryError], window: int) -> None:
+        self.replies = deque(replies)
+        self.window = window
+        self.requests: list[gw.GenerateRequest] = []
+        self.structured: list[gw.GenerateStructuredRequest] = []
+        self.status_calls = 0
+
+    async def Generate(self, request: gw.GenerateRequest, context: Context) -> gw.GenerateResponse:
+        self.requests.append(request)
+        reply = self.replies.popleft()
+        if isinstance(reply, QuarryError):
+            raise reply
+        return reply
+
+    async def GenerateStructured(
+        self, request: gw.GenerateStructuredRequest, context: Context
+    ) -> gw.GenerateStructuredResponse:
+        self.structured.append(request)
+        return gw.GenerateStructuredResponse(json=json.dumps({"summary": "searched tempfile"}))
+
+    async def GetStatus(
+        self, request: gw.GetStatusRequest, context: Context
+    ) -> gw.GetStatusResponse:
+        self.status_calls += 1
+        return gw.GetStatusResponse(
+            providers=[gw.ProviderStatus(name="fake/model", context_window_tokens=self.window)],
+            routes=[gw.RouteStatus(name="agent", chain=["fake/model"])],
+            default_route="agent",
+        )
+
+
+class FakeSearchService(st_grpc.SearchToolServiceServicer):  # type: ignore[misc]
+    def __init__(self, search: FakeSearch) -> None:
+        self.search = search
+        self.requests: list[st.SearchRequest] = []
+
+    async def Search(self, request: st.SearchRequest, context: Context) -> st.SearchResponse:
+        self.requests.append(request)
+        if request.filter.groups and request.filter.groups[0].conditions[0].field == "colour":
+            raise InvalidArgument(
+                "unknown field",
+                violations=[
+                    FieldViolation("filter.groups[0].conditions[0].field", "unknown field 'colour'")
+                ],
+            )
+        violations: list[FieldViolation] = []
+        groups = wire.filter_groups(request.filter, "filter", violations)
+        page = await self.search.search(
+            SearchRequest(
+                collection=request.collection,
+                primary=request.query.primary,
+                filter_groups=tuple(groups),
+                limit=request.limit,
+            ),
+            remaining_s=None,
+        )
+        return st.SearchResponse(
+            results=[wire.search_result(h) for h in page.hits], total_count=page.total_count
+        )
+
+    async def GetCollection(
+        self, request: st.GetCollectionRequest, context: Context
+    ) -> st.GetCollectionResponse:
+        info = await self.search.get_collection(request.collection, remaining_s=None)
+        return st.GetCollectionResponse(
+            collection=st.Collection(
+                name=info.name,
+                document_count=info.document_count,
+                chunk_count=info.chunk_count,
+                sources=[st.FacetCount(value=f.value, count=f.count) for f in info.sources],
+                fields=[st.FieldInfo(name="source", type=st.FIELD_TYPE_STRING)],
+            )
+        )
+
+
+Stack = Callable[..., Any]
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def telemetry(exporter: InMemorySpanExporter) -> Telemetry:
+    return setup_telemetry("test", span_exporter=exporter)
+
+
+@pytest.fixture
+async def stack(telemetry: Telemetry) -> AsyncIterator[Stack]:
+    servers: list[QuarryServer] = []
+
+    async def start(gateway: FakeGateway, search: FakeSearchService) -> AgentClient:
+        def serve_gateway(server: grpc.aio.Server) -> None:
+            gw_grpc.add_LlmGatewayServiceServicer_to_server(gateway, server)
+
+        def serve_search(server: grpc.aio.Server) -> None:
+            st_grpc.add_SearchToolServiceServicer_to_server(search, server)
+
+        settings = ServerSettings(port=0, grace_s=0)
+        gateway_server = build_server(
+            [ServiceRegistration("gw", serve_gateway)], settings, telemetry
+        )
+        search_server = build_server([ServiceRegistration("st", serve_search)], settings, telemetry)
+        for server in (gateway_server, search_server):
+            await server.start()
+            servers.append(server)
+        agent = build_agent_server(
+            AgentSettings(
+                server=settings,
+                llm_gateway_address=gateway_server.address,
+                search_tool_address=search_server.address,
+            ),
+            telemetry,
+        )
+        await agent.start()
+        servers.append(agent)
+        return AgentClient(agent.address)
+
+    yield start
+    for server in reversed(servers):
+        await server.stop(0)
+
+
+SEARCH_ARGS = {"query": {"primary": "temporary directory"}, "limit": 5}
+ANSWER_ARGS = {"text": "TemporaryDirectory [1]", "citations": [{"result_id": "tempfile__chunk_0"}]}
+
+
+async def test_one_stream_run_is_one_trace_across_agent_gateway_and_search(
+    stack: Stack, exporter: InMemorySpanExporter
+) -> None:
+    gateway = FakeGateway(
+        [
+            _reply("search first", ("c1", "search", SEARCH_ARGS)),
+            _reply("", ("c2", "submit_answer", ANSWER_ARGS)),
+        ],
+        window=50_000,
+    )
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+    async with await stack(gateway, search) as agent:
+        events = [
+            e async for e in agent.stream_run("temporary directory", collection="python-docs")
+        ]
+    assert events[-1].done.response.answer.citations[0].title.startswith("tempfile")
+    assert events[-1].done.response.usage.cache_read_tokens == 200
+
+    spans = exporter.get_finished_spans()
+    names = [s.name for s in spans]
+    invoke = next(s for s in spans if s.name == "invoke_agent")
+    assert invoke.attributes is not None
+    assert invoke.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert invoke.attributes["gen_ai.conversation.id"] == events[0].started.run_id
+    tool = next(s for s in spans if s.name == "execute_tool search")
+    assert tool.attributes is not None
+    assert tool.attributes["gen_ai.tool.call.id"] == "c1"
+    assert "execute_tool submit_answer" in names
+    trace_ids = {s.context.trace_id for s in spans if s.context is not None}
+    assert len(trace_ids) == 1
+    server_spans = [s.name for s in spans if s.name.startswith("/quarry")]
+    assert "/quarry.llmgateway.v1.LlmGatewayService/Generate" in server_spans
+    assert "/quarry.searchtool.v1.SearchToolService/Search" in server_spans
+    search_span = next(
+        s for s in spans if s.name == "/quarry.searchtool.v1.SearchToolService/Search"
+    )
+    parents = {s.context.span_id: s for s in spans if s.context is not None}
+    chain = []
+    span = search_span
+    while span.parent is not None and span.parent.span_id in parents:
+        span = parents[span.parent.span_id]
+        chain.append(span.name)
+    assert "execute_tool search" in chain
+    assert "invoke_agent" in chain
+
+
+async def test_requests_carry_schemas_tool_choice_and_pairs_over_the_wire(stack: Stack) -> None:
+    gateway = FakeGateway(
+        [
+            _reply("", ("c1", "search", SEARCH_ARGS)),
+            _reply("", ("c2", "submit_answer", ANSWER_ARGS)),
+        ],
+        window=50_000,
+    )
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+    async with await stack(gateway, search) as agent:
+        await agent.run("temporary directory", collection="python-docs")
+    first, second = gateway.requests
+    assert [t.name for t in first.tools] == ["search", "submit_answer"]
+    assert json.loads(first.tools[0].parameters_json)["properties"]["limit"]["type"] == "integer"
+    assert first.messages[0].role == gw.ROLE_SYSTEM
+    assert second.tool_choice.mode == gw.TOOL_CHOICE_MODE_NAMED
+    assert second.tool_choice.name == "submit_answer"
+    tool = second.messages[-1]
+    assert (tool.role, tool.tool_call_id) == (gw.ROLE_TOOL, "c1")
+    assert tool.text.startswith("Found ")
+    assert search.requests[0].limit == 5
+
+
+async def test_window_is_read_once_per_route_and_bounds_tool_results(stack: Stack) -> None:
+    replies: list[gw.GenerateResponse | QuarryError] = []
+    for _ in range(2):
+        replies += [
+            _reply("", ("c1", "search", SEARCH_ARGS)),
+            _reply("", ("c2", "submit_answer", {"text": "nothing fits"})),
+        ]
+    gateway = FakeGateway(replies, window=100)
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+    async with await stack(gateway, search) as agent:
+        for _ in range(2):
+            response = await agent.run("temporary directory", collection="python-docs")
+    assert gateway.status_calls == 1
+    assert gateway.requests[1].messages[-1].text.startswith("Found 3 results; showing 0.")
+    assert list(response.answer.citations) == []
+
+
+async def test_gateway_overflow_is_compacted_through_generate_structured(stack: Stack) -> None:
+    overflow = InvalidArgument("prompt is too long", reason="CONTEXT_WINDOW_EXCEEDED")
+    gateway = FakeGateway(
+        [
+            _reply("a", ("c1", "search", SEARCH_ARGS)),
+            _reply("b", ("c2", "search", {"query": {"primary": "shutil"}})),
+            overflow,
+            _reply("", ("c3", "submit_answer", ANSWER_ARGS)),
+        ],
+        window=50_000,
+    )
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+    async with await stack(gateway, search) as agent:
+        response = await agent.run("temporary directory", collection="python-docs", mode="thinking")
+    assert response.answer.citations[0].result_id == "tempfile__chunk_0"
+    assert gateway.structured[0].schema_name == "ConversationSummary"
+    assert "searched tempfile" in gateway.requests[-1].messages[1].text
+
+
+async def test_search_tool_rejection_reaches_the_model_as_a_tool_error(stack: Stack) -> None:
+    colour = {
+        "query": {"primary": "q"},
+        "filter_groups": [
+            {"conditions": [{"field": "colour", "operator": "equals", "value": "r"}]}
+        ],
+    }
+    gateway = FakeGateway(
+        [
+            _reply("", ("c1", "search", colour)),
+            _reply("", ("c2", "submit_answer", {"text": "none"})),
+        ],
+        window=50_000,
+    )
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+    async with await stack(gateway, search) as agent:
+        await agent.run("q", collection="python-docs", mode="thinking")
+    tool = gateway.requests[1].messages[-1]
+    assert tool.is_error
+    assert "unknown field 'colour'" in tool.text
