@@ -3,13 +3,24 @@ before each test that asks for it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer
+from services.llm_gateway.model import (
+    ChatRequest,
+    ChatResponse,
+    Completed,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+)
+from services.llm_gateway.providers.base import Provider
+from services.llm_gateway.providers.openai import OpenAIProvider
+from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer, FakeServer, Reply
 
 FAKE_API_KEY = "sk-test-fake-key-0123456789abcdef"
 """The key tests configure; it must never appear in errors, logs or spans."""
@@ -59,3 +70,67 @@ async def anthropic_sdk(
         api_key=FAKE_API_KEY, base_url=fake_anthropic.base_url, max_retries=0, timeout=5.0
     ) as client:
         yield client
+
+
+async def collect(stream: AsyncIterator[StreamEvent]) -> tuple[list[StreamEvent], ChatResponse]:
+    """Every event of a provider stream, and the response its `Completed` event carries."""
+    events = [event async for event in stream]
+    assert isinstance(events[-1], Completed), "a successful stream ends with Completed"
+    assert not any(isinstance(e, Completed) for e in events[:-1])
+    return events[:-1], events[-1].response
+
+
+async def both_paths(
+    provider: Provider, fake: FakeServer, reply: Reply, request: ChatRequest
+) -> tuple[ChatResponse, list[StreamEvent]]:
+    """Answer `request` with `reply` non-streamed and streamed; the two responses must be equal.
+    Returns the response and the streamed deltas."""
+    fake.push(reply, reply)
+    plain = await provider.generate(request)
+    deltas, streamed = await collect(provider.stream(request))
+    assert streamed == plain, "the streamed turn must equal the non-streamed one"
+    return plain, deltas
+
+
+def replay_deltas(deltas: list[StreamEvent]) -> tuple[str, dict[int, tuple[str, str, str]]]:
+    """Text and tool calls (id, name, arguments by index) as a client assembles them from deltas."""
+    text = ""
+    calls: dict[int, tuple[str, str, str]] = {}
+    for event in deltas:
+        if isinstance(event, TextDelta):
+            text += event.text
+        elif isinstance(event, ToolCallDelta):
+            call_id, name, args = calls.get(event.index, ("", "", ""))
+            calls[event.index] = (
+                call_id or event.id,
+                name or event.name,
+                args + event.arguments_delta,
+            )
+    return text, calls
+
+
+@pytest.fixture
+async def make_openai_provider(
+    fake_openai: FakeOpenAIServer,
+) -> AsyncIterator[Callable[..., OpenAIProvider]]:
+    """Build `OpenAIProvider`s against the fake (keyword overrides allowed); closed afterwards."""
+    made: list[OpenAIProvider] = []
+
+    def make(**overrides: Any) -> OpenAIProvider:
+        options: dict[str, Any] = {
+            "name": "fake-openai/gpt-test",
+            "model": "gpt-test",
+            "api_key": FAKE_API_KEY,
+            "base_url": fake_openai.base_url,
+            "context_window_tokens": 8192,
+            "default_max_output_tokens": 512,
+            "timeout_s": 5.0,
+            **overrides,
+        }
+        provider = OpenAIProvider(**options)
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        await provider.aclose()

@@ -1,0 +1,319 @@
+"""Generic `ChatRequest` ⇄ OpenAI chat completions (and every OpenAI-compatible endpoint).
+
+`to_openai_request` builds the `chat.completions.create` keyword arguments; `from_completion`
+reads a `ChatCompletion`; `OpenAIStreamReader` reads `ChatCompletionChunk`s into `StreamEvent`s.
+Both directions end in `_response`, so a streamed turn equals the same turn not streamed.
+
+Tool-call arguments come back exactly as the model wrote them (`""` becomes `{}`): a weak model's
+invalid JSON is kept, so the caller can answer the call with an error result the model sees.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+
+from services.llm_gateway.classify import truncated_stream
+from services.llm_gateway.conversation import (
+    ToolCallIds,
+    Turn,
+    group_turns,
+    leading_system_texts,
+    normalise_arguments,
+    parse_arguments,
+    structured_output_name,
+)
+from services.llm_gateway.model import (
+    ChatRequest,
+    ChatResponse,
+    Role,
+    StopReason,
+    StreamEvent,
+    TextDelta,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoiceMode,
+    Usage,
+)
+from services.llm_gateway.translate.schemas import collapse_unions, strict_schema
+
+
+@dataclass(frozen=True)
+class OpenAIQuirks:
+    """What one OpenAI-compatible endpoint accepts."""
+
+    strict_schemas: bool = False
+    """Send `strict: true` with strict-compatible schemas (closed objects, all required)."""
+    collapse_unions: bool = False
+    """Collapse `anyOf`/`oneOf` of simple types: the endpoint rejects unions."""
+    supports_parallel_tool_calls: bool = True
+    """Forward `parallel_tool_calls`."""
+    supports_seed: bool = True
+    supports_json_schema_response: bool = True
+    """`response_format: json_schema`; otherwise `json_object` with the schema in the prompt."""
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
+
+
+@dataclass
+class OpenAIRequest:
+    """The keyword arguments of `chat.completions.create` and what reading the answer needs."""
+
+    params: dict[str, Any]
+    ids: ToolCallIds
+
+
+_FINISH_REASONS = {
+    "stop": StopReason.END_TURN,
+    "eos": StopReason.END_TURN,
+    "tool_calls": StopReason.TOOL_USE,
+    "function_call": StopReason.TOOL_USE,
+    "length": StopReason.MAX_TOKENS,
+    "content_filter": StopReason.CONTENT_FILTER,
+}
+
+JSON_INSTRUCTION = "Reply with only a JSON object that conforms to this JSON schema:\n"
+
+
+def to_openai_request(
+    request: ChatRequest, *, model: str, quirks: OpenAIQuirks, default_max_output_tokens: int
+) -> OpenAIRequest:
+    """The `chat.completions.create` arguments for `request` (without `stream`)."""
+    ids = ToolCallIds(request.messages)
+    params: dict[str, Any] = {"model": model, "messages": _messages(request, ids, quirks)}
+    params[quirks.max_tokens_param] = request.max_output_tokens or default_max_output_tokens
+    if request.temperature is not None:
+        params["temperature"] = request.temperature
+    if request.seed is not None and quirks.supports_seed:
+        params["seed"] = request.seed
+    if request.tools:
+        params["tools"] = [_tool(tool, quirks) for tool in request.tools]
+        params["tool_choice"] = _tool_choice(request)
+        if request.parallel_tool_calls is not None and quirks.supports_parallel_tool_calls:
+            params["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.response_schema is not None:
+        params["response_format"] = _response_format(request, request.response_schema, quirks)
+    return OpenAIRequest(params, ids)
+
+
+def _messages(request: ChatRequest, ids: ToolCallIds, quirks: OpenAIQuirks) -> list[dict[str, Any]]:
+    system, start = leading_system_texts(request.messages)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": text} for text in system]
+    if request.response_schema is not None and not quirks.supports_json_schema_response:
+        instruction = JSON_INSTRUCTION + json.dumps(request.response_schema)
+        messages.append({"role": "system", "content": instruction})
+    for turn in group_turns(request.messages, start, ids):
+        messages += _assistant(turn) if turn.role is Role.ASSISTANT else _user(turn)
+    return messages
+
+
+def _assistant(turn: Turn) -> list[dict[str, Any]]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "\n\n".join(text for _, text in turn.texts) or None,
+    }
+    if turn.calls:
+        message["tool_calls"] = [
+            {
+                "id": sent_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _sendable(call.arguments_json)},
+            }
+            for call, sent_id in turn.calls
+        ]
+    return [message]
+
+
+def _user(turn: Turn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": r.sent_id, "content": r.message.text} for r in turn.results
+    ]
+    messages += [
+        {"role": "system" if role is Role.SYSTEM else "user", "content": text}
+        for role, text in turn.texts
+    ]
+    return messages
+
+
+def _sendable(arguments_json: str) -> str:
+    """Past arguments as the endpoint will accept them: `{}` in place of empty or invalid JSON."""
+    if parse_arguments(arguments_json) is None or not arguments_json.strip():
+        return "{}"
+    return arguments_json
+
+
+def _schema(schema: dict[str, Any], quirks: OpenAIQuirks) -> dict[str, Any]:
+    if quirks.strict_schemas:
+        schema = strict_schema(schema)
+    if quirks.collapse_unions:
+        schema = collapse_unions(schema)
+    return schema
+
+
+def _tool(tool: Tool, quirks: OpenAIQuirks) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": _schema(tool.parameters, quirks),
+    }
+    if quirks.strict_schemas:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(request: ChatRequest) -> Any:
+    choice = request.tool_choice
+    if choice.mode is ToolChoiceMode.NAMED:
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode.value
+
+
+def _response_format(
+    request: ChatRequest, schema: dict[str, Any], quirks: OpenAIQuirks
+) -> dict[str, Any]:
+    if not quirks.supports_json_schema_response:
+        return {"type": "json_object"}
+    json_schema = {
+        "name": structured_output_name(request),
+        "schema": _schema(schema, quirks),
+        "strict": quirks.strict_schemas,
+    }
+    return {"type": "json_schema", "json_schema": json_schema}
+
+
+@dataclass
+class _CallDraft:
+    id: str
+    name: str
+    arguments: str = ""
+    wire_index: int | None = None
+
+
+@dataclass
+class _Draft:
+    """A turn as read so far, streamed or not."""
+
+    model: str
+    text: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    calls: list[_CallDraft] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+def from_completion(completion: ChatCompletion, ids: ToolCallIds, *, model: str) -> ChatResponse:
+    """The generic response for a non-streamed completion."""
+    draft = _Draft(model=completion.model or model)
+    if completion.usage is not None:
+        draft.usage = _usage(completion.usage)
+    if completion.choices:
+        choice = completion.choices[0]
+        message = choice.message
+        draft.text.append(message.content or "")
+        draft.refusal.append(getattr(message, "refusal", None) or "")
+        for i, call in enumerate(message.tool_calls or []):
+            function = getattr(call, "function", None)
+            if function is None:
+                continue
+            call_id = call.id or f"call_{i}"
+            draft.calls.append(_CallDraft(call_id, function.name, function.arguments or ""))
+        draft.finish_reason = choice.finish_reason
+    return _response(draft, ids)
+
+
+class OpenAIStreamReader:
+    """Reads one stream of chunks; `finish()` gives the response once the stream has ended."""
+
+    def __init__(self, ids: ToolCallIds, *, model: str, provider: str) -> None:
+        self._ids = ids
+        self._provider = provider
+        self._draft = _Draft(model=model)
+
+    def feed(self, chunk: ChatCompletionChunk) -> list[StreamEvent]:
+        if chunk.model:
+            self._draft.model = chunk.model
+        if chunk.usage is not None:
+            self._draft.usage = _usage(chunk.usage)
+        events: list[StreamEvent] = []
+        for choice in chunk.choices[:1]:
+            delta = choice.delta
+            if delta.content:
+                self._draft.text.append(delta.content)
+                events.append(TextDelta(delta.content))
+            if getattr(delta, "refusal", None):
+                self._draft.refusal.append(str(delta.refusal))
+            for call in delta.tool_calls or []:
+                events.append(self._tool_delta(call))
+            if choice.finish_reason:
+                self._draft.finish_reason = choice.finish_reason
+        return events
+
+    def finish(self) -> ChatResponse:
+        """The whole turn; a stream without a finish reason was cut off (retryable)."""
+        if self._draft.finish_reason is None:
+            raise truncated_stream(self._provider, "its finish reason")
+        return _response(self._draft, self._ids)
+
+    def _tool_delta(self, delta: ChoiceDeltaToolCall) -> ToolCallDelta:
+        index = getattr(delta, "index", None)
+        call_id = getattr(delta, "id", None) or ""
+        function = getattr(delta, "function", None)
+        name = (getattr(function, "name", None) or "") if function else ""
+        arguments = (getattr(function, "arguments", None) or "") if function else ""
+        calls = self._draft.calls
+        position = self._locate(index, call_id)
+        if position is None:
+            calls.append(_CallDraft(call_id or f"call_{len(calls)}", name, wire_index=index))
+            position = len(calls) - 1
+            draft = calls[position]
+            draft.arguments += arguments
+            sent = self._ids.original(draft.id)
+            return ToolCallDelta(position, id=sent, name=draft.name, arguments_delta=arguments)
+        draft = calls[position]
+        draft.name = draft.name or name
+        draft.arguments += arguments
+        return ToolCallDelta(position, arguments_delta=arguments)
+
+    def _locate(self, index: int | None, call_id: str) -> int | None:
+        """Which call a delta continues, or None for a new call. Accepts servers that send a
+        whole call per chunk (same index, new id) and continuations without id or index."""
+        calls = self._draft.calls
+        if index is not None:
+            for position, draft in enumerate(calls):
+                if draft.wire_index == index and (not call_id or call_id == draft.id):
+                    return position
+            return None
+        if call_id:
+            return next((p for p, d in enumerate(calls) if d.id == call_id), None)
+        return len(calls) - 1 if calls else None
+
+
+def _response(draft: _Draft, ids: ToolCallIds) -> ChatResponse:
+    text = "".join(draft.text)
+    refusal = "".join(draft.refusal)
+    calls = [
+        ToolCall(ids.original(c.id), c.name, normalise_arguments(c.arguments)) for c in draft.calls
+    ]
+    stop = _FINISH_REASONS.get(draft.finish_reason or "stop", StopReason.END_TURN)
+    if calls and stop is StopReason.END_TURN:
+        stop = StopReason.TOOL_USE
+    if refusal and not text and not calls:
+        text, stop = refusal, StopReason.CONTENT_FILTER
+    return ChatResponse(
+        text=text, tool_calls=calls, stop_reason=stop, usage=draft.usage, model=draft.model
+    )
+
+
+def _usage(usage: CompletionUsage) -> Usage:
+    details = usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=cached,
+    )
