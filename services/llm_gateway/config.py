@@ -82,7 +82,8 @@ class ProviderSettings(BaseModel):
     """Overrides the preset's or SDK's base URL."""
     api_key_env: str = ""
     """Environment variable holding the API key; defaults per kind/preset."""
-    context_window_tokens: int = Field(default=128_000, gt=0)
+    context_window_tokens: int | None = Field(default=None, gt=0)
+    """Tokens the model holds; default: the endpoint preset's table, else 128,000."""
     default_max_output_tokens: int = Field(default=4096, gt=0)
     timeout_s: float = Field(default=60.0, gt=0)
     """Per-try timeout, a whole stream included."""
@@ -100,7 +101,7 @@ class ProviderSettings(BaseModel):
     def _fill_defaults(self) -> ProviderSettings:
         if self.kind == EXTRACTIVE:
             self.model = self.model or "extractive-v1"
-            self.context_window_tokens = max(self.context_window_tokens, 1_000_000)
+            self.context_window_tokens = self.context_window_tokens or 1_000_000
         if self.kind == "scripted":
             self.model = self.model or "scripted"
             if not self.script:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import grpc
 import pytest
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
 from services.common.errors import details_of_rpc_error
+from services.llm_gateway.config import ProviderSettings
 from tests.llm_gateway.gateway_fixtures import (
     agent_question,
     agent_tools,
     gateway_settings,
     running_gateway,
+    scripted_entry,
     search_result,
     user,
 )
@@ -142,3 +145,79 @@ async def test_invalid_json_schema_for_structured_output_names_schema_json() -> 
     details = details_of_rpc_error(caught.value)
     assert details.code == grpc.StatusCode.INVALID_ARGUMENT
     assert [v.field for v in details.violations] == ["schema_json"]
+
+
+def _scripted(tmp_path: Path, name: str, turns: str) -> ProviderSettings:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(turns)
+    return scripted_entry(str(path), name=name, retry={"max_attempts": 1})
+
+
+async def test_every_provider_failing_is_unavailable_with_the_attempts(tmp_path: Path) -> None:
+    providers = [
+        _scripted(tmp_path, "a", "- fault: retryable\n  message: upstream 503\n- text: late\n"),
+        _scripted(tmp_path, "b", "- fault: fatal\n  message: 401 invalid key\n- text: late\n"),
+    ]
+    settings = gateway_settings(providers, {"agent": ["a", "b"]})
+    async with running_gateway(settings) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.UNAVAILABLE
+    assert details.reason == "ALL_PROVIDERS_FAILED"
+    attempts = json.loads(details.metadata["attempts"])
+    assert [(a["provider"], a["outcome"]) for a in attempts] == [
+        ("a", "retryable_error"),
+        ("b", "fatal_error"),
+    ]
+    assert "upstream 503" in attempts[0]["error"]
+
+
+async def test_rate_limited_everywhere_is_resource_exhausted_with_retry_info(
+    tmp_path: Path,
+) -> None:
+    providers = [
+        _scripted(tmp_path, "a", "- fault: rate_limited\n  retry_after_s: 7\n- text: x\n"),
+        _scripted(tmp_path, "b", "- fault: rate_limited\n  retry_after_s: 3\n- text: x\n"),
+    ]
+    settings = gateway_settings(providers, {"agent": ["a", "b"]})
+    async with running_gateway(settings) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details.retry_after_s == 3
+
+
+async def test_context_overflow_is_invalid_argument_with_the_window_for_compaction(
+    tmp_path: Path,
+) -> None:
+    providers = [
+        _scripted(
+            tmp_path,
+            "a",
+            "- fault: context_window_exceeded\n  message: prompt is too long\n- text: x\n",
+        ),
+    ]
+    providers[0].context_window_tokens = 32_000
+    settings = gateway_settings(providers, {"agent": ["a", "extractive"]})
+    async with running_gateway(settings) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.StreamGenerate(pb.StreamGenerateRequest(messages=[user("hi")])).read()
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.reason == "CONTEXT_WINDOW_EXCEEDED"
+    assert details.metadata["provider"] == "a"
+    assert details.metadata["context_window_tokens"] == "32000"
+
+
+async def test_a_fallback_answer_lists_every_attempt(tmp_path: Path) -> None:
+    providers = [_scripted(tmp_path, "a", "- fault: retryable\n- text: never\n")]
+    settings = gateway_settings(providers, {"agent": ["a", "extractive"]})
+    async with running_gateway(settings) as stub:
+        response = await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+    assert response.provider == "extractive"
+    assert [(a.provider, a.outcome, a.try_number) for a in response.attempts] == [
+        ("a", pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR, 1),
+        ("extractive", pb.ATTEMPT_OUTCOME_SUCCESS, 1),
+    ]

@@ -6,9 +6,14 @@ from collections.abc import Callable
 
 from services.llm_gateway.config import GatewaySettings, ProviderSettings
 from services.llm_gateway.providers.base import Provider
+from services.llm_gateway.providers.extractive import CONTEXT_WINDOW_TOKENS as EXTRACTIVE_WINDOW
 from services.llm_gateway.providers.extractive import ExtractiveProvider
 from services.llm_gateway.providers.recording import RecordingProvider
 from services.llm_gateway.providers.scripted import Conversation, ScriptedProvider
+
+SCRIPTED_WINDOW = 1_000_000
+DEFAULT_WINDOW = 128_000
+"""Context window of a vendor model neither configured nor in the endpoint preset's table."""
 
 
 def build_providers(settings: GatewaySettings) -> dict[str, Provider]:
@@ -29,7 +34,9 @@ def build_provider(entry: ProviderSettings) -> Provider:
 
 def _extractive(entry: ProviderSettings) -> Provider:
     return ExtractiveProvider(
-        name=entry.name, model=entry.model, context_window_tokens=entry.context_window_tokens
+        name=entry.name,
+        model=entry.model,
+        context_window_tokens=entry.context_window_tokens or EXTRACTIVE_WINDOW,
     )
 
 
@@ -38,7 +45,7 @@ def _scripted(entry: ProviderSettings) -> Provider:
         Conversation.load(entry.script),
         name=entry.name,
         model=entry.model,
-        context_window_tokens=entry.context_window_tokens,
+        context_window_tokens=entry.context_window_tokens or SCRIPTED_WINDOW,
     )
 
 

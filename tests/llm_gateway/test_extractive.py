@@ -1,0 +1,198 @@
+"""The extractive provider follows docs/agent-tool-contract.md: search, maybe search again, answer
+with the most relevant sentences citing exactly their results — or honestly find nothing."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from services.llm_gateway.model import (
+    ChatRequest,
+    Completed,
+    Message,
+    Role,
+    StopReason,
+    TextDelta,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolChoiceMode,
+)
+from services.llm_gateway.providers.extractive import NOT_FOUND_TEXT, ExtractiveProvider
+from tests.llm_gateway.gateway_fixtures import (
+    SEARCH_PARAMETERS,
+    SUBMIT_PARAMETERS,
+    agent_question,
+    search_result,
+)
+
+TOOLS = (
+    Tool("search", "Search the collection", SEARCH_PARAMETERS),
+    Tool("submit_answer", "Submit the answer", SUBMIT_PARAMETERS),
+)
+PASSAGES = [
+    (
+        "doc-1__chunk_0",
+        "Photosynthesis",
+        "Photosynthesis converts light energy into chemical energy. It takes place in the "
+        "chloroplasts of plant cells. Many people enjoy gardening on weekends.",
+    ),
+    (
+        "doc-2__chunk_3",
+        "Chlorophyll",
+        "Chlorophyll is the pigment that absorbs light for photosynthesis in chloroplasts. "
+        "The weather was pleasant yesterday.",
+    ),
+    ("doc-3__chunk_1", "Trains", "Steam locomotives were common in the nineteenth century."),
+]
+
+
+def _conversation(question: str, *results: str, thinking: bool = False) -> list[Message]:
+    messages = [Message(Role.USER, text=agent_question(question, thinking=thinking))]
+    for number, result in enumerate(results, start=1):
+        call = ToolCall(f"c{number}", "search", "{}")
+        messages.append(Message(Role.ASSISTANT, tool_calls=(call,)))
+        messages.append(Message(Role.TOOL, text=result, tool_call_id=call.id))
+    return messages
+
+
+async def _answer(messages: list[Message], tools: tuple[Tool, ...] = TOOLS) -> dict[str, object]:
+    response = await ExtractiveProvider().generate(ChatRequest(tuple(messages), tools))
+    (call,) = response.tool_calls
+    assert call.name == "submit_answer"
+    return json.loads(call.arguments_json)  # type: ignore[no-any-return]
+
+
+async def test_first_turn_searches_the_question_under_query_with_the_contract_defaults() -> None:
+    question = "Where does photosynthesis take place?"
+    response = await ExtractiveProvider().generate(
+        ChatRequest(tuple(_conversation(question)), TOOLS)
+    )
+    assert response.stop_reason is StopReason.TOOL_USE
+    (call,) = response.tool_calls
+    assert call.name == "search"
+    assert json.loads(call.arguments_json) == {
+        "query": {"primary": question, "variations": []},
+        "filter_groups": [],
+        "limit": 10,
+        "offset": 0,
+        "retrieval_strategy": "hybrid",
+    }
+
+
+async def test_without_a_query_section_the_last_user_message_is_the_question() -> None:
+    messages = (Message(Role.USER, text="earlier"), Message(Role.USER, text="what is chlorophyll"))
+    response = await ExtractiveProvider().generate(ChatRequest(messages, TOOLS))
+    primary = json.loads(response.tool_calls[0].arguments_json)["query"]["primary"]
+    assert primary == "what is chlorophyll"
+
+
+async def test_the_answer_is_the_relevant_sentences_citing_exactly_their_results() -> None:
+    answer = await _answer(
+        _conversation("Where does photosynthesis take place?", search_result(PASSAGES))
+    )
+    text = str(answer["text"])
+    assert "chloroplasts of plant cells" in text
+    for unrelated in ("gardening", "weather", "locomotives"):
+        assert unrelated not in text
+    cited = [c["result_id"] for c in answer["citations"]]  # type: ignore[attr-defined]
+    assert set(cited) == {"doc-1__chunk_0", "doc-2__chunk_3"}
+    assert ("[1]" in text, "[2]" in text) == (True, True)
+
+
+async def test_nothing_relevant_gives_an_honest_answer_without_citations() -> None:
+    answer = await _answer(
+        _conversation("Who won the 1998 football world cup?", search_result(PASSAGES))
+    )
+    assert answer == {"text": NOT_FOUND_TEXT, "citations": []}
+
+
+async def test_thinking_mode_searches_again_by_keywords_when_the_first_search_found_little() -> (
+    None
+):
+    thin = search_result(PASSAGES[2:], total=1)
+    messages = _conversation("What pigment absorbs light in plants?", thin, thinking=True)
+    response = await ExtractiveProvider().generate(ChatRequest(tuple(messages), TOOLS))
+    (call,) = response.tool_calls
+    arguments = json.loads(call.arguments_json)
+    assert call.name == "search"
+    assert arguments["retrieval_strategy"] == "keyword"
+    assert arguments["query"]["primary"] == "pigment absorbs light plants"
+    assert call.id not in {"c1"}
+
+
+async def test_fast_mode_answers_after_one_search_even_when_it_found_little() -> None:
+    thin = search_result(PASSAGES[2:], total=1)
+    answer = await _answer(_conversation("What pigment absorbs light?", thin))
+    assert answer["text"] == NOT_FOUND_TEXT
+
+
+async def test_thinking_mode_answers_after_a_first_search_that_found_enough() -> None:
+    rich = search_result(PASSAGES, total=12)
+    answer = await _answer(_conversation("What pigment absorbs light?", rich, thinking=True))
+    assert "Chlorophyll is the pigment" in str(answer["text"])
+
+
+async def test_with_only_submit_answer_offered_it_answers_directly() -> None:
+    messages = _conversation("Where does photosynthesis take place?", search_result(PASSAGES))
+    answer = await _answer(messages, tools=TOOLS[1:])
+    assert answer["citations"]
+
+
+async def test_without_tools_it_replies_with_extractive_text() -> None:
+    messages = _conversation("Where does photosynthesis take place?", search_result(PASSAGES))
+    response = await ExtractiveProvider().generate(ChatRequest(tuple(messages)))
+    assert response.tool_calls == []
+    assert response.stop_reason is StopReason.END_TURN
+    assert "chloroplasts" in response.text
+
+
+async def test_tool_choice_none_means_no_tool_call() -> None:
+    request = ChatRequest(
+        tuple(_conversation("photosynthesis?")), TOOLS, ToolChoice(ToolChoiceMode.NONE)
+    )
+    assert (await ExtractiveProvider().generate(request)).tool_calls == []
+
+
+async def test_structured_output_fills_the_schema_deterministically_and_validates() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "summary": {"type": "string", "maxLength": 400},
+            "facts": {"type": "array", "items": {"type": "string"}},
+            "searches": {"type": "integer", "minimum": 0},
+            "confident": {"type": "boolean"},
+        },
+        "required": ["summary", "facts", "searches", "confident"],
+        "additionalProperties": False,
+    }
+    messages = _conversation("Where does photosynthesis take place?", search_result(PASSAGES))
+    request = ChatRequest(tuple(messages), response_schema=schema)
+    first = await ExtractiveProvider().generate(request)
+    second = await ExtractiveProvider().generate(request)
+    value = json.loads(first.text)
+    jsonschema.validate(value, schema)
+    assert first.text == second.text
+    assert "chloroplasts" in value["summary"]
+    assert (value["facts"], value["searches"], value["confident"]) == ([], 0, False)
+
+
+async def test_the_stream_equals_the_whole_response_and_usage_is_counted() -> None:
+    messages = _conversation("Where does photosynthesis take place?", search_result(PASSAGES))
+    request = ChatRequest(tuple(messages), TOOLS)
+    whole = await ExtractiveProvider().generate(request)
+    events = [e async for e in ExtractiveProvider().stream(request)]
+    final = events[-1]
+    assert isinstance(final, Completed)
+    assert final.response == whole
+    arguments = "".join(e.arguments_delta for e in events if isinstance(e, ToolCallDelta))
+    assert arguments == whole.tool_calls[0].arguments_json
+    assert not [e for e in events if isinstance(e, TextDelta)]
+    characters = sum(len(m.text) for m in messages)
+    assert whole.usage.input_tokens >= characters // 4
+    assert whole.usage.output_tokens == pytest.approx(
+        len("submit_answer" + whole.tool_calls[0].arguments_json) / 4, abs=1
+    )
