@@ -17,7 +17,7 @@ class EmbeddingSettings(BaseModel):
     max_tokens: int = Field(default=256, ge=8, le=512)
     """MiniLM truncates each text to this many word pieces (including [CLS] and [SEP])."""
     threads: int = Field(default=0, ge=0)
-    """onnxruntime intra-op threads; 0 lets onnxruntime choose (one per physical core)."""
+    """onnxruntime threads per model call; 0: one thread per call and one call per core at once."""
     openai_model: str = "text-embedding-3-small"
     """OpenAI embedding model name."""
     openai_base_url: str | None = None

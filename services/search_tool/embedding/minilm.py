@@ -8,7 +8,7 @@ mean of the last hidden state, L2-normalised — the sentence-transformers recip
 from __future__ import annotations
 
 import asyncio
-import functools
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -23,7 +23,6 @@ from services.search_tool.embedding.base import l2_normalise
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIMENSIONS = 384
-_INFERENCE_WORKERS = 2
 
 
 def load_tokenizer(max_tokens: int = 256) -> Tokenizer:
@@ -43,7 +42,12 @@ def default_model_path() -> Path:
 
 
 class MiniLmEmbedder:
-    """The default embedder: 384-d, offline, CPU."""
+    """The default embedder: 384-d, offline, CPU.
+
+    Texts are tokenised, sorted by length (less padding) and cut into batches; batches run on a
+    bounded pool of threads (onnxruntime releases the GIL). With `threads=0` each model call uses
+    one thread and one call per core runs at once — on small CPUs that beats fewer, wider calls.
+    """
 
     def __init__(
         self,
@@ -55,9 +59,9 @@ class MiniLmEmbedder:
     ) -> None:
         self._batch_size = batch_size
         self._tokenizer = load_tokenizer(max_tokens)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
+        options.intra_op_num_threads = threads or 1
         self._session = ort.InferenceSession(
             str(model_path or default_model_path()),
             sess_options=options,
@@ -65,7 +69,7 @@ class MiniLmEmbedder:
         )
         self._input_names = {i.name for i in self._session.get_inputs()}
         self._executor = ThreadPoolExecutor(
-            max_workers=_INFERENCE_WORKERS, thread_name_prefix="minilm"
+            max_workers=max(1, cores // (threads or 1)), thread_name_prefix="minilm"
         )
 
     @property
@@ -84,13 +88,16 @@ class MiniLmEmbedder:
             self._executor, self._tokenizer.encode_batch, list(texts)
         )
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
-        vectors = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
-        for start in range(0, len(order), self._batch_size):
-            rows = order[start : start + self._batch_size]
-            batch = [encodings[i] for i in rows]
-            vectors[rows] = await loop.run_in_executor(
-                self._executor, functools.partial(self._infer, batch)
+        batches = [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
+        results = await asyncio.gather(
+            *(
+                loop.run_in_executor(self._executor, self._infer, [encodings[i] for i in rows])
+                for rows in batches
             )
+        )
+        vectors = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        for rows, rows_vectors in zip(batches, results, strict=True):
+            vectors[rows] = rows_vectors
         return vectors
 
     def close(self) -> None:

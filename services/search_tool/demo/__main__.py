@@ -1,0 +1,43 @@
+"""Build the demo collection through a running search tool when it is missing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from services.search_tool.demo.build import (
+    DEFAULT_COLLECTION,
+    ProgressBar,
+    ensure_demo_collection,
+    print_lines,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.search_tool.demo", description=__doc__
+    )
+    parser.add_argument("--address", default="127.0.0.1:50051", help="search tool HOST:PORT")
+    parser.add_argument("--collection", default=DEFAULT_COLLECTION)
+    parser.add_argument("--batch-size", type=int, default=64, help="documents per request")
+    args = parser.parse_args(argv)
+    with ProgressBar() as bar:
+        status = asyncio.run(
+            ensure_demo_collection(
+                args.address,
+                collection=args.collection,
+                progress=bar if sys.stderr.isatty() else print_lines,
+                batch_size=args.batch_size,
+            )
+        )
+    action = "built" if status.built else "already present"
+    print(
+        f"{status.collection}: {action}, {status.documents} documents, {status.chunks} chunks "
+        f"({status.seconds:.1f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

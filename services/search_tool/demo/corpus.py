@@ -1,0 +1,258 @@
+"""The demo corpus: the Python standard library's own documentation, read from this interpreter.
+
+Module, class, function and method docstrings of a curated list of standard-library modules, plus
+the language-reference topics that `pydoc` ships (`pydoc_data.topics`). Nothing is downloaded and
+the text is the PSF-licensed documentation already installed with Python. The corpus is
+deterministic for a given interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import platform
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+
+from services.search_tool.documents import Breadcrumb, Document
+
+SOURCE_DOCSTRINGS = "stdlib-docstrings"
+SOURCE_TOPICS = "pydoc-topics"
+PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+DOCS_ROOT = f"https://docs.python.org/{PYTHON_VERSION}"
+
+MODULES: tuple[str, ...] = (
+    "abc", "argparse", "array", "asyncio", "base64", "bisect", "bz2", "cmd", "collections",
+    "collections.abc", "concurrent.futures", "configparser", "contextlib", "contextvars", "copy",
+    "csv", "dataclasses", "datetime", "difflib", "dis", "email.message", "email.utils", "enum",
+    "fnmatch", "fractions", "functools", "getpass", "gettext", "glob", "graphlib", "gzip",
+    "hashlib", "heapq", "hmac", "html", "html.parser", "http.client", "http.server", "importlib",
+    "inspect", "io", "ipaddress", "itertools", "json", "keyword", "locale", "logging", "lzma",
+    "math", "mimetypes", "operator", "os", "os.path", "pathlib", "pickle", "platform", "pprint",
+    "queue", "random", "re", "sched", "secrets", "shlex", "shutil", "signal", "socket", "sqlite3",
+    "stat", "statistics", "string", "struct", "subprocess", "tempfile", "textwrap", "threading",
+    "time", "timeit", "tomllib", "traceback", "types", "typing", "unicodedata", "urllib.parse",
+    "urllib.request", "uuid", "warnings", "weakref", "xml.etree.ElementTree", "zipfile", "zlib",
+    "zoneinfo",
+)  # fmt: skip
+
+_MIN_DOC_CHARS = 20
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where a module's documentation comes from and when it was written."""
+
+    module: str
+    """Dotted module name."""
+    created_at: datetime
+    """When this interpreter was built."""
+    updated_at: datetime
+    """Modification time of the module's source file (the build time for built-in modules)."""
+
+
+def build_corpus(modules: tuple[str, ...] = MODULES) -> list[Document]:
+    """Every demo document, in a stable order, ids unique."""
+    documents: dict[str, Document] = {}
+    for name in modules:
+        module = _import_quietly(name)
+        if module is None:
+            continue
+        for document in _module_documents(module, _origin_of(name, module)):
+            documents.setdefault(document.id, document)
+    for document in _topic_documents():
+        documents.setdefault(document.id, document)
+    return list(documents.values())
+
+
+def interpreter_built_at() -> datetime:
+    """The build date this interpreter reports (`platform.python_build()`), as UTC."""
+    try:
+        return datetime.strptime(platform.python_build()[1], "%b %d %Y %H:%M:%S").replace(
+            tzinfo=UTC
+        )
+    except ValueError:
+        return datetime.fromtimestamp(Path(sys.executable).stat().st_mtime, UTC)
+
+
+def _import_quietly(name: str) -> ModuleType | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            return None
+
+
+def _origin_of(name: str, module: ModuleType) -> _Origin:
+    built = interpreter_built_at()
+    path = getattr(module, "__file__", None)
+    updated = datetime.fromtimestamp(Path(path).stat().st_mtime, UTC) if path else built
+    return _Origin(name, created_at=built, updated_at=updated)
+
+
+def _module_documents(module: ModuleType, origin: _Origin) -> Iterator[Document]:
+    doc = _own_doc(module)
+    if doc:
+        yield _document(origin, (), origin.module, "module", doc, signature="")
+    for name, member in _public_members(module):
+        if inspect.isclass(member):
+            yield from _class_documents(origin, name, member)
+        elif _is_function(member):
+            member_doc = _own_doc(member)
+            if member_doc:
+                yield _document(
+                    origin, (), name, "function", member_doc, _signature(member), member
+                )
+
+
+def _class_documents(origin: _Origin, name: str, cls: type) -> Iterator[Document]:
+    doc = _own_doc(cls)
+    if doc:
+        yield _document(origin, (), name, "class", doc, _signature(cls))
+    for attr, member in sorted(vars(cls).items()):
+        if attr.startswith("__") or not _is_function(member):
+            continue
+        function = member.__func__ if isinstance(member, classmethod | staticmethod) else member
+        member_doc = _own_doc(function)
+        if member_doc:
+            yield _document(
+                origin, (name,), attr, "method", member_doc, _signature(function), function
+            )
+
+
+def _public_members(module: ModuleType) -> list[tuple[str, object]]:
+    """Members defined in `module` or its private submodules, in `__all__` when it has one."""
+    exported = getattr(module, "__all__", None)
+    names = sorted(exported) if isinstance(exported, list | tuple) else sorted(vars(module))
+    members = []
+    for name in names:
+        member = getattr(module, name, None)
+        if member is None or (exported is None and name.startswith("__")):
+            continue
+        home = getattr(member, "__module__", None) or ""
+        if home == module.__name__ or home.startswith(f"{module.__name__}."):
+            members.append((name, member))
+    return members
+
+
+def _is_function(member: object) -> bool:
+    if isinstance(member, classmethod | staticmethod):
+        member = member.__func__
+    return inspect.isfunction(member) or inspect.isbuiltin(member) or inspect.isroutine(member)
+
+
+def _own_doc(obj: object) -> str:
+    """The object's own docstring, cleaned; empty when absent or too short to be useful."""
+    raw = getattr(obj, "__doc__", None)
+    if not isinstance(raw, str):
+        return ""
+    doc = inspect.cleandoc(raw)
+    return doc if len(doc) >= _MIN_DOC_CHARS else ""
+
+
+def _signature(obj: object) -> str:
+    try:
+        return str(inspect.signature(obj))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+
+
+def _document(
+    origin: _Origin,
+    owners: tuple[str, ...],
+    name: str,
+    entity_type: str,
+    doc: str,
+    signature: str,
+    function: object | None = None,
+) -> Document:
+    module = origin.module
+    qualified = ".".join((module, *owners, name)) if entity_type != "module" else module
+    heading = f"{qualified}{signature}"
+    return Document(
+        id=f"py:{qualified}",
+        title=qualified,
+        text=f"{heading}\n\n{doc}",
+        source=SOURCE_DOCSTRINGS,
+        entity_type=entity_type,
+        created_at=origin.created_at,
+        updated_at=origin.updated_at,
+        url=_docs_url(module, qualified, entity_type),
+        breadcrumbs=_breadcrumbs(module, owners),
+        metadata={
+            "module": module,
+            "package": module.split(".")[0],
+            "python_version": PYTHON_VERSION,
+            "is_private": any(part.startswith("_") for part in (*owners, name)),
+            "is_async": inspect.iscoroutinefunction(function) if function is not None else False,
+            "deprecated": "deprecated" in doc.lower(),
+            "line_count": doc.count("\n") + 1,
+        },
+    )
+
+
+def _docs_url(module: str, qualified: str, entity_type: str) -> str:
+    anchor = f"module-{module}" if entity_type == "module" else qualified
+    return f"{DOCS_ROOT}/library/{module.lower()}.html#{anchor}"
+
+
+def _breadcrumbs(module: str, owners: tuple[str, ...]) -> tuple[Breadcrumb, ...]:
+    """package → module → class, each a step with its own id."""
+    parts = module.split(".")
+    crumbs = [
+        Breadcrumb(
+            id=f"py:{'.'.join(parts[: i + 1])}",
+            name=".".join(parts[: i + 1]),
+            entity_type="package",
+        )
+        for i in range(len(parts) - 1)
+    ]
+    crumbs.append(Breadcrumb(id=f"py:{module}", name=module, entity_type="module"))
+    for i in range(len(owners)):
+        path = ".".join((module, *owners[: i + 1]))
+        crumbs.append(Breadcrumb(id=f"py:{path}", name=owners[i], entity_type="class"))
+    return tuple(crumbs)
+
+
+def _topic_documents() -> Iterator[Document]:
+    from pydoc_data import topics
+
+    built = interpreter_built_at()
+    updated = datetime.fromtimestamp(Path(topics.__file__).stat().st_mtime, UTC)
+    for label in sorted(topics.topics):
+        text = topics.topics[label].strip()
+        title = _topic_title(label, text)
+        yield Document(
+            id=f"topic:{label}",
+            title=title,
+            text=text,
+            source=SOURCE_TOPICS,
+            entity_type="topic",
+            created_at=built,
+            updated_at=updated,
+            url=f"{DOCS_ROOT}/search.html?q={label}",
+            breadcrumbs=(
+                Breadcrumb(id="topic:reference", name="Language reference", entity_type="section"),
+            ),
+            metadata={
+                "module": "",
+                "package": "",
+                "python_version": PYTHON_VERSION,
+                "is_private": False,
+                "is_async": False,
+                "deprecated": "deprecated" in text.lower(),
+                "line_count": text.count("\n") + 1,
+            },
+        )
+
+
+def _topic_title(label: str, text: str) -> str:
+    """The topic's first heading line (e.g. "Assignment statements"), else its label."""
+    first = text.splitlines()[0].strip() if text else ""
+    return first if 0 < len(first) <= 80 else label

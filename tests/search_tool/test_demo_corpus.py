@@ -1,0 +1,157 @@
+"""The demo corpus built from the standard library's documentation, and its wire form."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from services.search_tool.chunking import Chunker
+from services.search_tool.demo.build import document_to_proto
+from services.search_tool.demo.corpus import (
+    SOURCE_DOCSTRINGS,
+    SOURCE_TOPICS,
+    build_corpus,
+)
+from services.search_tool.documents import Document
+
+_ID = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[Document]:
+    return build_corpus()
+
+
+def _by_id(corpus: list[Document]) -> dict[str, Document]:
+    return {d.id: d for d in corpus}
+
+
+def test_corpus_is_deterministic(corpus: list[Document]) -> None:
+    assert build_corpus() == corpus
+
+
+def test_ids_are_unique_and_use_only_allowed_characters(corpus: list[Document]) -> None:
+    ids = [d.id for d in corpus]
+    assert len(ids) == len(set(ids))
+    assert all(_ID.match(i) for i in ids), [i for i in ids if not _ID.match(i)][:5]
+
+
+def test_corpus_is_sized_for_a_first_build_under_two_minutes(corpus: list[Document]) -> None:
+    chunker = Chunker()
+    chunks = sum(len(chunker.split(d.text)) for d in corpus)
+    assert 2_500 <= chunks <= 4_000
+
+
+def test_every_kind_of_entity_and_both_sources_are_present(corpus: list[Document]) -> None:
+    kinds = Counter(d.entity_type for d in corpus)
+    assert set(kinds) == {"module", "class", "function", "method", "topic"}
+    assert min(kinds.values()) >= 50
+    assert {d.source for d in corpus} == {SOURCE_DOCSTRINGS, SOURCE_TOPICS}
+
+
+def test_every_document_has_text_title_url_timestamps_and_breadcrumbs(
+    corpus: list[Document],
+) -> None:
+    for d in corpus:
+        assert d.text.strip(), d.id
+        assert d.title, d.id
+        assert d.url.startswith("https://docs.python.org/3."), d.id
+        assert d.created_at is not None, d.id
+        assert d.created_at.tzinfo is not None, d.id
+        assert d.updated_at is not None, d.id
+        assert d.updated_at.tzinfo is not None, d.id
+        assert d.breadcrumbs, d.id
+
+
+def test_metadata_keys_have_one_type_each_across_the_corpus(corpus: list[Document]) -> None:
+    types: dict[str, set[type]] = {}
+    for d in corpus:
+        for key, value in d.metadata.items():
+            types.setdefault(key, set()).add(type(value))
+    assert types == {
+        "module": {str},
+        "package": {str},
+        "python_version": {str},
+        "is_private": {bool},
+        "is_async": {bool},
+        "deprecated": {bool},
+        "line_count": {int},
+    }
+
+
+def test_metadata_values_vary_so_filters_select_something(corpus: list[Document]) -> None:
+    private = Counter(d.metadata["is_private"] for d in corpus)
+    asynchronous = Counter(d.metadata["is_async"] for d in corpus)
+    assert private[True] > 20
+    assert private[False] > 1000
+    assert asynchronous[True] > 10
+    assert len({d.metadata["module"] for d in corpus}) > 50
+
+
+def test_temporary_directory_class_is_documented_with_its_signature(
+    corpus: list[Document],
+) -> None:
+    doc = _by_id(corpus)["py:tempfile.TemporaryDirectory"]
+    assert doc.entity_type == "class"
+    assert doc.title == "tempfile.TemporaryDirectory"
+    assert doc.text.startswith("tempfile.TemporaryDirectory(")
+    assert "temporary directory" in doc.text
+    assert (
+        doc.url == "https://docs.python.org/3.11/library/tempfile.html#tempfile.TemporaryDirectory"
+    )
+    assert doc.metadata["module"] == "tempfile"
+    assert [b.name for b in doc.breadcrumbs] == ["tempfile"]
+
+
+def test_method_breadcrumbs_lead_from_package_through_module_to_class(
+    corpus: list[Document],
+) -> None:
+    doc = _by_id(corpus)["py:xml.etree.ElementTree.ElementTree.findall"]
+    assert doc.entity_type == "method"
+    assert [(b.name, b.entity_type) for b in doc.breadcrumbs] == [
+        ("xml", "package"),
+        ("xml.etree", "package"),
+        ("xml.etree.ElementTree", "module"),
+        ("ElementTree", "class"),
+    ]
+    assert doc.metadata["package"] == "xml"
+
+
+def test_package_members_are_named_by_their_public_module(corpus: list[Document]) -> None:
+    by_id = _by_id(corpus)
+    create_task = by_id["py:asyncio.create_task"]
+    assert create_task.metadata["is_async"] is False
+    assert by_id["py:asyncio.sleep"].metadata["is_async"] is True
+    assert "py:os.path.join" in by_id
+
+
+def test_private_members_are_marked_private(corpus: list[Document]) -> None:
+    private = [d for d in corpus if d.metadata["is_private"]]
+    assert all(any(part.startswith("_") for part in d.id.split(".")) for d in private)
+
+
+def test_pydoc_topics_are_language_reference_documents(corpus: list[Document]) -> None:
+    topic = _by_id(corpus)["topic:assignment"]
+    assert topic.source == SOURCE_TOPICS
+    assert topic.entity_type == "topic"
+    assert topic.title == "Assignment statements"
+    assert topic.metadata["module"] == ""
+
+
+def test_wire_form_keeps_every_field_and_metadata_type(corpus: list[Document]) -> None:
+    doc = _by_id(corpus)["py:tempfile.TemporaryDirectory"]
+    message = document_to_proto(doc)
+    assert (message.id, message.title, message.text) == (doc.id, doc.title, doc.text)
+    assert (message.source, message.entity_type, message.url) == (
+        doc.source,
+        doc.entity_type,
+        doc.url,
+    )
+    assert doc.created_at is not None
+    assert message.created_at.ToDatetime().replace(tzinfo=doc.created_at.tzinfo) == doc.created_at
+    assert [b.id for b in message.breadcrumbs] == [b.id for b in doc.breadcrumbs]
+    assert message.metadata["is_private"].WhichOneof("kind") == "bool_value"
+    assert message.metadata["line_count"].int_value == doc.metadata["line_count"]
+    assert message.metadata["module"].string_value == "tempfile"
