@@ -9,7 +9,7 @@ from pathlib import Path
 from services.common.log import configure_logging
 from services.common.server import serve
 from services.common.settings import ServerSettings, load_settings
-from services.common.telemetry import setup_telemetry
+from services.common.telemetry import Telemetry, setup_telemetry
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.server import build_search_tool_server
 
@@ -30,9 +30,13 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging("search_tool", settings.log_level, settings.log_format)
     telemetry = setup_telemetry("search_tool", install_global=True)
     try:
-        asyncio.run(serve(build_search_tool_server(settings, telemetry)))
+        asyncio.run(_serve(settings, telemetry))
     finally:
         telemetry.shutdown()
+
+
+async def _serve(settings: SearchToolSettings, telemetry: Telemetry) -> None:
+    await serve(build_search_tool_server(settings, telemetry))
 
 
 if __name__ == "__main__":
