@@ -10,7 +10,7 @@ from services.agent.server import build_agent_server
 from services.common.log import configure_logging
 from services.common.server import serve
 from services.common.settings import load_settings
-from services.common.telemetry import setup_telemetry
+from services.common.telemetry import Telemetry, setup_telemetry
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,9 +31,14 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging("agent", settings.log_level, settings.log_format)
     telemetry = setup_telemetry("quarry-agent", install_global=True)
     try:
-        asyncio.run(serve(build_agent_server(settings, telemetry)))
+        asyncio.run(_serve(settings, telemetry))
     finally:
         telemetry.shutdown()
+
+
+async def _serve(settings: AgentSettings, telemetry: Telemetry) -> None:
+    """Built inside the running loop: its channels belong to that loop."""
+    await serve(build_agent_server(settings, telemetry))
 
 
 if __name__ == "__main__":

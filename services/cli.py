@@ -1,0 +1,162 @@
+"""`quarry`: ask the agent a question from the terminal, or run the whole suite locally.
+
+quarry ask "How do I ...?" --collection python-docs --mode thinking
+quarry run            # what `make run` calls: three services, demo collection, how to ask
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+
+from google.protobuf import json_format
+from pydantic import ValidationError
+from quarry.agent.v1 import agent_pb2
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+
+from services.agent.client import AgentClient, AgentError, parse_filter
+
+DEFAULT_AGENT = "127.0.0.1:50053"
+STOP_REASONS = {
+    agent_pb2.STOP_REASON_ANSWERED: "answered",
+    agent_pb2.STOP_REASON_FORCED_ANSWER: "forced answer",
+    agent_pb2.STOP_REASON_BUDGET_EXHAUSTED: "budget exhausted",
+    agent_pb2.STOP_REASON_FALLBACK_ANSWER: "fallback answer",
+}
+STRATEGIES = {1: "semantic", 2: "keyword", 3: "hybrid"}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "ask":
+        sys.exit(asyncio.run(ask(args)))
+    if args.command == "run":
+        from services.runner import run_suite
+
+        sys.exit(run_suite(args))
+    parser.print_help()
+    sys.exit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quarry", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command")
+    ask_parser = commands.add_parser("ask", help="ask the agent and watch it search")
+    ask_parser.add_argument("question")
+    ask_parser.add_argument("--collection", default="python-docs")
+    ask_parser.add_argument("--mode", choices=["fast", "thinking"], default="fast")
+    ask_parser.add_argument("--address", default=DEFAULT_AGENT, help="agent HOST:PORT")
+    ask_parser.add_argument(
+        "--filter",
+        help='caller filter as JSON: [{"conditions": [{"field": "source", "operator": '
+        '"equals", "value": "library"}]}]',
+    )
+    ask_parser.add_argument("--limit", type=int, default=0, help="results returned (1..200)")
+    ask_parser.add_argument("--route", default="", help="LLM gateway route")
+    ask_parser.add_argument("--max-iterations", type=int, default=0)
+    ask_parser.add_argument("--max-tokens", type=int, default=0)
+    ask_parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
+    ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
+    run_parser = commands.add_parser("run", help="run the three services locally (make run)")
+    from services.runner import add_arguments
+
+    add_arguments(run_parser)
+    return parser
+
+
+async def ask(args: argparse.Namespace) -> int:
+    """Stream one run and render it; 0 when it ended with an answer."""
+    console = Console(highlight=False)
+    try:
+        caller_filter = parse_filter(args.filter) if args.filter else None
+    except (ValueError, ValidationError) as error:
+        console.print(f"[red]--filter is not a valid filter:[/] {escape(str(error))}")
+        return 2
+    render = _print_json if args.json else _Renderer(console)
+    try:
+        async with AgentClient(args.address) as agent:
+            ended_well = False
+            async for event in agent.stream_run(
+                args.question,
+                collection=args.collection,
+                mode=args.mode,
+                filter=caller_filter,
+                limit=args.limit,
+                max_iterations=args.max_iterations,
+                max_tokens=args.max_tokens,
+                route=args.route,
+                timeout_s=args.timeout,
+            ):
+                render(event)
+                ended_well = event.WhichOneof("event") == "done"
+            return 0 if ended_well else 1
+    except AgentError as error:
+        if args.json:
+            print(json.dumps({"error": {"code": error.code, "message": error.message}}))
+        else:
+            console.print(f"[red bold]{error.code}[/] {escape(error.message)}")
+            if error.code == "UNAVAILABLE":
+                console.print(f"[dim]Is the agent running at {args.address}? Try `make run`.[/]")
+        return 1
+
+
+def _print_json(event: agent_pb2.StreamRunResponse) -> None:
+    print(json.dumps(json_format.MessageToDict(event)), flush=True)
+
+
+class _Renderer:
+    """Prints each event as it arrives: thinking, searches, then the answer with sources."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __call__(self, event: agent_pb2.StreamRunResponse) -> None:
+        kind = event.WhichOneof("event")
+        if kind == "started":
+            s = event.started
+            mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
+            self.console.print(
+                f"[dim]run {s.run_id[:8]} · {escape(s.collection)} · {mode} · route {s.route}[/]"
+            )
+        elif kind == "thinking":
+            self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")
+        elif kind == "searching":
+            self._searching(event.searching)
+        elif kind == "done":
+            self._done(event.done.response)
+        elif kind == "error":
+            e = event.error
+            hint = " (retryable)" if e.retryable else ""
+            self.console.print(f"[red bold]error {e.code}[/]{hint}: {escape(e.message)}")
+
+    def _searching(self, s: agent_pb2.SearchingEvent) -> None:
+        strategy = STRATEGIES.get(s.strategy, "hybrid")
+        filtered = " filtered" if s.filter.groups else ""
+        self.console.print(
+            f"[cyan]search {s.iteration}[/] [bold]{escape(s.query.primary)}[/] "
+            f"[dim]({strategy}{filtered})[/] → {s.result_count} of {s.total_count} results "
+            f"in {s.duration_ms} ms"
+        )
+
+    def _done(self, response: agent_pb2.RunResponse) -> None:
+        self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))
+        for n, citation in enumerate(response.answer.citations, start=1):
+            title = escape(citation.title or citation.result_id)
+            url = f" [dim]{escape(citation.url)}[/]" if citation.url else ""
+            self.console.print(f"  [bold]{escape(f'[{n}]')}[/] {title}{url}")
+        usage = response.usage
+        self.console.print(
+            f"[dim]{STOP_REASONS.get(response.stop_reason, 'done')} · "
+            f"{response.iterations} searches · {usage.model_calls} model calls · "
+            f"{usage.input_tokens} in / {usage.output_tokens} out tokens[/]"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""`quarry run` (what `make run` calls): the three services as separate processes on fixed local
+ports, the embedded engine under `./var/`, the demo collection, and how to ask a question.
+
+Each child runs in its own session so a terminal Ctrl-C reaches only this process, which forwards
+SIGTERM to the children (agent first), waits for them to drain, and kills what is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
+
+from services.common.channels import open_channel
+
+QUESTION = "How do I create a temporary directory that is removed automatically?"
+STOP_GRACE_S = 15.0
+T = TypeVar("T")
+
+
+@dataclass
+class Child:
+    """One service process."""
+
+    name: str
+    service: str
+    """Full gRPC service name, for its health check."""
+    address: str
+    args: list[str]
+    process: asyncio.subprocess.Process | None = None
+    log_path: Path | None = None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--search-tool-port", type=int, default=50051)
+    parser.add_argument("--llm-gateway-port", type=int, default=50052)
+    parser.add_argument("--agent-port", type=int, default=50053)
+    parser.add_argument("--data-dir", type=Path, default=Path("var"), help="engine data and logs")
+    parser.add_argument("--collection", default="python-docs", help="demo collection name")
+    parser.add_argument("--no-demo", action="store_true", help="do not ingest the demo collection")
+    parser.add_argument("--config", help="YAML config passed to every service")
+    parser.add_argument("--startup-timeout", type=float, default=300.0, help="seconds")
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    return asyncio.run(_run(args))
+
+
+def children(args: argparse.Namespace) -> list[Child]:
+    host = args.host
+    search = f"{host}:{args.search_tool_port}"
+    gateway = f"{host}:{args.llm_gateway_port}"
+    agent = f"{host}:{args.agent_port}"
+    config = ["--config", args.config] if args.config else []
+    data = str(args.data_dir / "search_tool")
+    return [
+        Child(
+            "search_tool",
+            "quarry.searchtool.v1.SearchToolService",
+            search,
+            [
+                "-m",
+                "services.search_tool",
+                "--port",
+                str(args.search_tool_port),
+                "--data-dir",
+                data,
+            ],
+        ),
+        Child(
+            "llm_gateway",
+            "quarry.llmgateway.v1.LlmGatewayService",
+            gateway,
+            ["-m", "services.llm_gateway", "--port", str(args.llm_gateway_port), *config],
+        ),
+        Child(
+            "agent",
+            "quarry.agent.v1.AgentService",
+            agent,
+            [
+                "-m",
+                "services.agent",
+                "--port",
+                str(args.agent_port),
+                "--search-tool",
+                search,
+                "--llm-gateway",
+                gateway,
+                *config,
+            ],
+        ),
+    ]
+
+
+async def _run(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    logs = args.data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    services = children(args)
+    _say(f"starting the search tool, the LLM gateway and the agent (logs in {logs}/)")
+    try:
+        for child in services:
+            await start(child, logs)
+        ready = await _wait_until_ready(services, stop, args.startup_timeout)
+        if ready and not args.no_demo:
+            ready = await _ensure_demo(services[0].address, args.collection, stop)
+        if ready:
+            await _print_how_to_ask(services, args.collection)
+            return await _supervise(services, stop)
+        return 0 if stop.is_set() else 1
+    finally:
+        await stop_all(services)
+
+
+async def start(child: Child, logs: Path, *, env: dict[str, str] | None = None) -> None:
+    """Start `child` in its own session, stderr and stdout to `logs/<name>.log`."""
+    child.log_path = logs / f"{child.name}.log"
+    log_file: IO[bytes] = child.log_path.open("ab")
+    try:
+        child.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *child.args,
+            stdout=log_file,
+            stderr=log_file,
+            stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            env=env or dict(os.environ),
+        )
+    finally:
+        log_file.close()
+
+
+async def wait_serving(child: Child, timeout_s: float) -> bool:
+    """Poll the child's health until SERVING; False when it exits or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    request = health_pb2.HealthCheckRequest(service=child.service)
+    async with open_channel(child.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if child.process is None or child.process.returncode is not None:
+                return False
+            try:
+                reply = await stub.Check(request, timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.2)
+    return False
+
+
+async def stop_all(services: list[Child]) -> None:
+    """SIGTERM in reverse start order, wait for the drain, then kill what is left."""
+    for child in reversed(services):
+        process = child.process
+        if process is None or process.returncode is not None:
+            continue
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_GRACE_S)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def _wait_until_ready(services: list[Child], stop: asyncio.Event, timeout_s: float) -> bool:
+    for child in services:
+        _say(f"waiting for {child.name} at {child.address} ...")
+        serving = await _unless_stopped(wait_serving(child, timeout_s), stop)
+        if serving is None:
+            return False
+        if not serving:
+            _say(f"{child.name} did not become ready; last lines of {child.log_path}:")
+            _tail(child.log_path)
+            return False
+    return True
+
+
+async def _ensure_demo(address: str, collection: str, stop: asyncio.Event) -> bool:
+    from services.search_tool.demo.build import ProgressBar, ensure_demo_collection, print_lines
+
+    _say(f"checking the demo collection {collection!r} ...")
+    with ProgressBar() as bar:
+        progress = bar if sys.stderr.isatty() else print_lines
+        status = await _unless_stopped(
+            ensure_demo_collection(address, collection=collection, progress=progress), stop
+        )
+    if status is None:
+        return False
+    action = "built" if status.built else "ready"
+    _say(f"{collection}: {action}, {status.documents} documents, {status.chunks} chunks")
+    return True
+
+
+async def _supervise(services: list[Child], stop: asyncio.Event) -> int:
+    """Until Ctrl-C / SIGTERM (0) or until a child dies on its own (1)."""
+    exits = [c.process.wait() for c in services if c.process is not None]
+    ended = await _unless_stopped(_first(exits), stop)
+    if ended is None:
+        _say("stopping ...")
+        return 0
+    for child in services:
+        if child.process is not None and child.process.returncode is not None:
+            _say(f"{child.name} exited unexpectedly; last lines of {child.log_path}:")
+            _tail(child.log_path)
+    return 1
+
+
+async def _first(awaitables: list[Coroutine[Any, Any, int]]) -> int:
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        return done.pop().result()
+    finally:
+        await _cancel(tasks)
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """`work`'s result, or None when `stop` is set first (`work` is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await _cancel([task, stopping])
+    if stop.is_set() or task.cancelled():
+        return None
+    return task.result()
+
+
+async def _cancel(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _print_how_to_ask(services: list[Child], collection: str) -> None:
+    search, gateway, agent = (c.address for c in services)
+    route = await _route_description(gateway)
+    request = f'{{"collection": "{collection}", "query": "{QUESTION}", "mode": "MODE_THINKING"}}'
+    quarry = Path(sys.executable).with_name("quarry")
+    print(
+        f"""
+Quarry is running.
+  search tool  {search}
+  llm gateway  {gateway}   route: {route}
+  agent        {agent}
+
+Ask a question:
+  {quarry} ask "{QUESTION}" --collection {collection} --mode thinking
+
+or with grpcurl (reflection, no proto files needed):
+  grpcurl -plaintext -d '{request}' {agent} quarry.agent.v1.AgentService/StreamRun
+
+Press Ctrl-C to stop.
+""",
+        flush=True,
+    )
+
+
+async def _route_description(address: str) -> str:
+    try:
+        async with open_channel(address) as channel:
+            stub = llm_gateway_pb2_grpc.LlmGatewayServiceStub(channel)
+            status = await stub.GetStatus(llm_gateway_pb2.GetStatusRequest(), timeout=5.0)
+    except grpc.aio.AioRpcError:
+        return "unknown"
+    chains = {r.name: list(r.chain) for r in status.routes}
+    return f"{status.default_route} = " + " → ".join(chains.get(status.default_route, []))
+
+
+def _tail(path: Path | None, lines: int = 15) -> None:
+    if path is not None and path.exists():
+        for line in path.read_text(errors="replace").splitlines()[-lines:]:
+            print(f"    {line}", file=sys.stderr)
+
+
+def _say(text: str) -> None:
+    print(f"quarry: {text}", file=sys.stderr, flush=True)
