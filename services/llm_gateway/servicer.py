@@ -16,12 +16,12 @@ from services.common.errors import InvalidArgument
 from services.llm_gateway import convert
 from services.llm_gateway.attempts import ChainError
 from services.llm_gateway.chain import ProviderChain, RoutedCompleted
+from services.llm_gateway.conversation import validate_conversation
 from services.llm_gateway.errors import InvalidConversation
 from services.llm_gateway.model import ChatRequest
 from services.llm_gateway.routes import Router
 from services.llm_gateway.structured import StructuredRequest, generate_structured
 from services.llm_gateway.telemetry import GatewayTelemetry
-from services.llm_gateway.validation import validate_conversation
 
 log = logging.getLogger(__name__)
 

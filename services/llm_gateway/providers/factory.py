@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.llm_gateway.config import GatewaySettings, ProviderSettings
+from services.llm_gateway.config import GatewaySettings, ProviderSettings, resolve_api_key
 from services.llm_gateway.providers.base import Provider
 from services.llm_gateway.providers.extractive import CONTEXT_WINDOW_TOKENS as EXTRACTIVE_WINDOW
 from services.llm_gateway.providers.extractive import ExtractiveProvider
+from services.llm_gateway.providers.openai import ENDPOINT_PRESETS, OpenAIProvider, OpenAIQuirks
 from services.llm_gateway.providers.recording import RecordingProvider
 from services.llm_gateway.providers.scripted import Conversation, ScriptedProvider
 
@@ -49,7 +50,32 @@ def _scripted(entry: ProviderSettings) -> Provider:
     )
 
 
+def _openai(entry: ProviderSettings) -> Provider:
+    endpoint = entry.endpoint or "openai"
+    preset = ENDPOINT_PRESETS.get(endpoint)
+    if preset is None:
+        raise ValueError(
+            f"provider {entry.name!r}: unknown endpoint {endpoint!r} "
+            f"(known: {', '.join(sorted(ENDPOINT_PRESETS))}); set base_url and omit endpoint for "
+            "another OpenAI-compatible server"
+        )
+    custom_server = bool(entry.base_url) and not entry.endpoint
+    return OpenAIProvider(
+        name=entry.name,
+        model=entry.model,
+        api_key=resolve_api_key(entry),
+        base_url=entry.base_url or preset.base_url,
+        context_window_tokens=(
+            entry.context_window_tokens or preset.context_windows.get(entry.model, DEFAULT_WINDOW)
+        ),
+        default_max_output_tokens=entry.default_max_output_tokens,
+        timeout_s=entry.timeout_s,
+        quirks=OpenAIQuirks() if custom_server else preset.quirks,
+    )
+
+
 _BUILDERS: dict[str, Callable[[ProviderSettings], Provider]] = {
+    "openai": _openai,
     "extractive": _extractive,
     "scripted": _scripted,
 }

@@ -1,0 +1,192 @@
+"""The whole gateway over gRPC against the fake OpenAI server, through the real SDK: fallback,
+Retry-After, hangs, cancellation, secrets, and record → replay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
+
+from services.common.errors import details_of_rpc_error
+from services.common.telemetry import setup_telemetry
+from services.llm_gateway.config import ProviderSettings
+from services.llm_gateway.testing import FakeOpenAIServer, Reply, ScriptedError, ScriptedToolCall
+from tests.llm_gateway.conftest import FAKE_API_KEY
+from tests.llm_gateway.gateway_fixtures import (
+    agent_tools,
+    gateway_settings,
+    running_gateway,
+    scripted_entry,
+    user,
+)
+
+KEY_ENV = "QUARRY_TEST_OPENAI_KEY"
+NAME = "openai/gpt-test"
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, FAKE_API_KEY)
+
+
+def _openai(fake: FakeOpenAIServer, **overrides: object) -> ProviderSettings:
+    values: dict[str, object] = {
+        "kind": "openai",
+        "model": "gpt-test",
+        "base_url": fake.base_url,
+        "api_key_env": KEY_ENV,
+        "context_window_tokens": 16_000,
+        "timeout_s": 5.0,
+        "retry": {"max_attempts": 2, "base_backoff_s": 0.001, "max_backoff_s": 0.05},
+        **overrides,
+    }
+    return ProviderSettings.model_validate(values)
+
+
+async def test_a_failing_vendor_falls_back_to_extractive_with_every_attempt_listed(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.reset(default=Reply.server_error(503))
+    settings = gateway_settings([_openai(fake_openai)], {"agent": [NAME, "extractive"]})
+    async with running_gateway(settings) as stub:
+        response = await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+    assert response.provider == "extractive"
+    assert [(a.provider, a.outcome, a.try_number) for a in response.attempts] == [
+        (NAME, pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR, 1),
+        (NAME, pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR, 2),
+        ("extractive", pb.ATTEMPT_OUTCOME_SUCCESS, 1),
+    ]
+    assert len(fake_openai.requests) == 2
+
+
+async def test_a_429_is_retried_after_its_retry_after_and_then_answers(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.reset([Reply.rate_limited("0.02"), Reply(text="after the wait")])
+    settings = gateway_settings([_openai(fake_openai)], {"agent": [NAME, "extractive"]})
+    async with running_gateway(settings) as stub:
+        response = await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+    assert response.message.text == "after the wait"
+    assert [a.outcome for a in response.attempts] == [
+        pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR,
+        pb.ATTEMPT_OUTCOME_SUCCESS,
+    ]
+
+
+async def test_a_vendor_hanging_past_the_per_try_timeout_falls_back(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.reset(default=Reply.hang(30))
+    entry = _openai(fake_openai, timeout_s=0.2, retry={"max_attempts": 1})
+    settings = gateway_settings([entry], {"agent": [NAME, "extractive"]})
+    async with running_gateway(settings) as stub:
+        response = await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+    assert response.provider == "extractive"
+    assert response.attempts[0].outcome == pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR
+
+
+async def test_cancelling_mid_stream_closes_the_upstream_and_leaves_the_breaker_alone(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.reset(
+        [Reply(text="a long answer that stalls", chunk_size=2, stall_after_events=3, delay_s=30)]
+    )
+    settings = gateway_settings([_openai(fake_openai)], {"agent": [NAME, "extractive"]})
+    async with running_gateway(settings) as stub:
+        call = stub.StreamGenerate(pb.StreamGenerateRequest(messages=[user("hi")]))
+        first = await call.read()
+        assert first.HasField("text_delta")
+        call.cancel()
+        (upstream,) = fake_openai.requests
+        assert await asyncio.to_thread(upstream.disconnected.wait, 5)
+        status = await stub.GetStatus(pb.GetStatusRequest())
+    vendor = next(p for p in status.providers if p.name == NAME)
+    assert (vendor.consecutive_failures, vendor.failures) == (0, 0)
+    assert vendor.breaker_state == pb.BREAKER_STATE_CLOSED
+
+
+async def test_api_keys_never_reach_logs_spans_or_statuses(
+    fake_openai: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    leaky = ScriptedError(status=401, message=f"Incorrect API key provided: {FAKE_API_KEY}")
+    fake_openai.reset(default=Reply(error=leaky))
+    spans = InMemorySpanExporter()
+    telemetry = setup_telemetry("llm_gateway", span_exporter=spans)
+    settings = gateway_settings([_openai(fake_openai)], {"agent": [NAME]})
+    with caplog.at_level(logging.DEBUG):
+        async with running_gateway(settings, telemetry) as stub:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stub.StreamGenerate(pb.StreamGenerateRequest(messages=[user("hi")])).read()
+            status = await stub.GetStatus(pb.GetStatusRequest())
+    telemetry.shutdown()
+
+    assert fake_openai.requests[0].sent_api_key(FAKE_API_KEY), "the key was used"
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.UNAVAILABLE
+    assert "Incorrect API key provided" in details.metadata["attempts"]
+    exposed = [
+        caught.value.details() or "",
+        str(caught.value.trailing_metadata()),
+        json.dumps(details.metadata),
+        str(status),
+        caplog.text,
+        *(
+            json.dumps(dict(s.attributes or {})) + s.name + str(s.status.description)
+            for s in spans.get_finished_spans()
+        ),
+        *(
+            json.dumps([dict(e.attributes or {}) for e in s.events])
+            for s in spans.get_finished_spans()
+        ),
+    ]
+    assert caplog.text, "the failure was logged"
+    for text in exposed:
+        assert FAKE_API_KEY not in text
+        assert FAKE_API_KEY[:20] not in text
+
+
+async def test_a_run_recorded_against_the_vendor_replays_identically_through_scripted(
+    fake_openai: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    recording = tmp_path / "run.yaml"
+    fake_openai.reset(
+        [
+            Reply(tool_calls=[ScriptedToolCall("call_a", "search", '{"query": {"primary": "x"}}')]),
+            Reply(text="The answer [1]."),
+        ]
+    )
+    live = gateway_settings([_openai(fake_openai, record_to=str(recording))], {"agent": [NAME]})
+    replay = gateway_settings([scripted_entry(str(recording), name=NAME)], {"agent": [NAME]})
+
+    async def run(settings: object) -> list[pb.GenerateResponse]:
+        async with running_gateway(settings) as stub:  # type: ignore[arg-type]
+            first = await stub.Generate(
+                pb.GenerateRequest(messages=[user("q")], tools=agent_tools())
+            )
+            call = first.message.tool_calls[0]
+            follow_up = [
+                user("q"),
+                first.message,
+                pb.Message(
+                    role=pb.ROLE_TOOL, tool_call_id=call.id, text="Found 0 results; showing 0."
+                ),
+            ]
+            second = await stub.Generate(
+                pb.GenerateRequest(messages=follow_up, tools=agent_tools())
+            )
+        return [first, second]
+
+    recorded, replayed = await run(live), await run(replay)
+    for original, again in zip(recorded, replayed, strict=True):
+        assert again.message == original.message
+        assert again.stop_reason == original.stop_reason
+        assert again.usage == original.usage
+        assert again.model == original.model
