@@ -1,18 +1,22 @@
 """Ingest: validate a whole request, then chunk, embed and upsert documents batch by batch.
 
-Nothing is written until every document of the request is valid. Each batch is written in two
-steps, upsert then removal of stale chunks (those beyond a changed document's new chunk count), so
-a crash between or during them never loses a document that was stored before: at worst stale
-chunks linger until the document is ingested again. A document whose content fingerprint and chunk
-ids match what is stored is skipped without being embedded.
+Nothing is written until every document of the request is valid. Each batch is chunked and
+embedded first (concurrently with other requests), then written under a per-collection lock in two
+steps, upsert then removal of stale chunks (those beyond a changed document's new chunk count, read
+again under the lock, so concurrent rewrites of one document leave exactly one version). A crash
+between or during the steps never loses a document that was stored before: at worst stale chunks
+linger until the document is ingested again. A document whose content fingerprint and chunk ids
+match what is stored is skipped without being embedded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 import re
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -72,6 +76,7 @@ class Ingestor:
         self._embedder = embedder
         self._chunker = chunker
         self._limits = limits
+        self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def upsert(self, collection: str, documents: Sequence[Document]) -> IngestResult:
         """Validate everything, then write batch by batch."""
@@ -100,22 +105,31 @@ class Ingestor:
         return await self._engine.fields(collection)
 
     async def _write(self, collection: str, batch: Sequence[Document]) -> tuple[int, int]:
-        stored = await self._engine.stored_versions(collection, [d.id for d in batch])
+        ids = [d.id for d in batch]
+        stored = await self._engine.stored_versions(collection, ids)
         pending: list[tuple[Document, list[Chunk], str]] = []
-        stale: list[str] = []
         for document in batch:
             chunks = self._chunks(document)
             fingerprint = self._fingerprint(document)
             previous = stored.get(document.id)
-            new_ids = {c.id for c in chunks}
-            if previous and previous.content_hash == fingerprint and previous.chunk_ids == new_ids:
+            if (
+                previous is not None
+                and previous.content_hash == fingerprint
+                and previous.chunk_ids == {c.id for c in chunks}
+            ):
                 continue
             pending.append((document, chunks, fingerprint))
-            if previous:
-                stale.extend(sorted(previous.chunk_ids - new_ids))
         records = await self._embed(pending)
-        await self._engine.upsert(collection, records)
-        deleted = await self._engine.delete_chunks(collection, stale)
+        async with self._write_locks[collection]:
+            current = await self._engine.stored_versions(collection, [d.id for d, _, _ in pending])
+            stale = [
+                chunk
+                for document, chunks, _ in pending
+                if document.id in current
+                for chunk in sorted(current[document.id].chunk_ids - {c.id for c in chunks})
+            ]
+            await self._engine.upsert(collection, records)
+            deleted = await self._engine.delete_chunks(collection, stale)
         return len(records), deleted
 
     def _chunks(self, document: Document) -> list[Chunk]:

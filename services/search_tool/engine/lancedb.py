@@ -75,6 +75,7 @@ class LanceDBEngine:
         self._keyword_count_cap = keyword_count_cap
         self._tables: dict[str, Any] = {}
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._open_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     @classmethod
     async def open(cls, data_dir: Path, **options: int) -> LanceDBEngine:
@@ -98,8 +99,8 @@ class LanceDBEngine:
                 return sorted(names)
 
     async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
-        async with self._write_locks[name]:
-            if name not in await self.list_collections():
+        async with self._write_locks[name], self._open_locks[name]:
+            if name not in self._tables and name not in await self.list_collections():
                 schema = base_schema(spec.embedding_model, spec.dimensions)
                 table = await self._db.create_table(name, schema=schema)
                 await self._ensure_fts(table)
@@ -119,8 +120,9 @@ class LanceDBEngine:
     async def drop_collection(self, name: str) -> None:
         async with self._write_locks[name]:
             await self._table(name)
-            self._tables.pop(name, None)
-            await self._db.drop_table(name)
+            async with self._open_locks[name]:
+                self._tables.pop(name, None)
+                await self._db.drop_table(name)
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
         table = await self._table(name)
@@ -280,15 +282,18 @@ class LanceDBEngine:
         table = self._tables.get(name)
         if table is not None:
             return table
-        try:
-            table = await self._db.open_table(name)
-        except (ValueError, FileNotFoundError) as error:
-            raise NotFound(
-                f"collection {name!r} does not exist", metadata={"collection": name}
-            ) from error
-        await self._ensure_fts(table)
-        self._tables[name] = table
-        return table
+        async with self._open_locks[name]:
+            if name in self._tables:
+                return self._tables[name]
+            try:
+                table = await self._db.open_table(name)
+            except (ValueError, FileNotFoundError) as error:
+                raise NotFound(
+                    f"collection {name!r} does not exist", metadata={"collection": name}
+                ) from error
+            await self._ensure_fts(table)
+            self._tables[name] = table
+            return table
 
     async def _ensure_fts(self, table: Any) -> None:
         indices = await table.list_indices()
