@@ -18,6 +18,7 @@ from services.llm_gateway.model import (
     TextDelta,
     ToolCallDelta,
 )
+from services.llm_gateway.providers.anthropic import AnthropicProvider
 from services.llm_gateway.providers.base import Provider
 from services.llm_gateway.providers.openai import OpenAIProvider
 from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer, FakeServer, Reply
@@ -128,6 +129,33 @@ async def make_openai_provider(
             **overrides,
         }
         provider = OpenAIProvider(**options)
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        await provider.aclose()
+
+
+@pytest.fixture
+async def make_anthropic_provider(
+    fake_anthropic: FakeAnthropicServer,
+) -> AsyncIterator[Callable[..., AnthropicProvider]]:
+    """Build `AnthropicProvider`s against the fake (keyword overrides allowed), closed after."""
+    made: list[AnthropicProvider] = []
+
+    def make(**overrides: Any) -> AnthropicProvider:
+        options: dict[str, Any] = {
+            "name": "fake-anthropic/claude-test",
+            "model": "claude-test",
+            "api_key": FAKE_API_KEY,
+            "base_url": fake_anthropic.base_url,
+            "context_window_tokens": 200_000,
+            "default_max_output_tokens": 1024,
+            "timeout_s": 5.0,
+            **overrides,
+        }
+        provider = AnthropicProvider(**options)
         made.append(provider)
         return provider
 
