@@ -1,0 +1,215 @@
+"""The three real services as separate processes, a small collection, and fake vendor APIs.
+
+Started once per module: the search tool loads its embedding model, which takes seconds. Ports are
+picked by binding port 0 and releasing it (processes cannot share port 0); each process logs to a
+file under the temp directory, shown when a service does not come up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer
+
+COLLECTION = "e2e-docs"
+DOCUMENTS = [
+    (
+        "tempfile-tempdir",
+        "tempfile.TemporaryDirectory",
+        "tempfile.TemporaryDirectory() creates a "
+        "temporary directory. On completion of the context or destruction of the object the "
+        "temporary directory and all its contents are removed automatically.",
+    ),
+    (
+        "tempfile-mkdtemp",
+        "tempfile.mkdtemp",
+        "tempfile.mkdtemp() creates a temporary directory in "
+        "the most secure manner possible. The user of mkdtemp() is responsible for deleting the "
+        "temporary directory and its contents when done with it.",
+    ),
+    (
+        "shutil-rmtree",
+        "shutil.rmtree",
+        "shutil.rmtree(path) deletes an entire directory tree; path must point to a directory.",
+    ),
+    (
+        "pathlib-mkdir",
+        "pathlib.Path.mkdir",
+        "Path.mkdir() creates a new directory at this given "
+        "path. If parents is true, any missing parents of this path are created as needed.",
+    ),
+    ("json-dumps", "json.dumps", "json.dumps(obj) serializes obj to a JSON formatted str."),
+]
+CHUNK_IDS = {f"{doc_id}__chunk_0" for doc_id, _, _ in DOCUMENTS}
+STARTUP_TIMEOUT_S = 120.0
+
+
+@dataclass
+class Stack:
+    agent: str
+    search_tool: str
+    gateway: str
+    openai: FakeOpenAIServer
+    anthropic: FakeAnthropicServer
+    logs: Path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def gateway_has_anthropic() -> bool:
+    """Whether the gateway can build an `anthropic` provider yet (it is being built in parallel)."""
+    from services.llm_gateway.config import ProviderSettings
+    from services.llm_gateway.providers.factory import build_provider
+
+    try:
+        build_provider(ProviderSettings(kind="anthropic", model="probe", base_url="http://x"))
+    except KeyError:
+        return False
+    return True
+
+
+def _gateway_config(path: Path, openai_url: str, anthropic_url: str) -> None:
+    single_try = {"max_attempts": 1}
+    providers = [
+        {"kind": "openai", "model": "gpt-fake", "base_url": openai_url, "retry": single_try}
+    ]
+    routes = {"agent": ["extractive"], "openai": ["openai/gpt-fake"]}
+    if gateway_has_anthropic():
+        providers.append(
+            {
+                "kind": "anthropic",
+                "model": "claude-fake",
+                "base_url": anthropic_url,
+                "retry": single_try,
+            }
+        )
+        routes["anthropic"] = ["anthropic/claude-fake"]
+    config = {"llm_gateway": {"providers": providers, "routes": routes, "default_route": "agent"}}
+    path.write_text(yaml.safe_dump(config))
+
+
+def _wait_serving(address: str, service: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                break
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    raise RuntimeError(f"{service} at {address} did not become SERVING:\n{tail}")
+
+
+def _ingest(address: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+        stub.UpsertDocuments(
+            search_tool_pb2.UpsertDocumentsRequest(
+                collection=COLLECTION,
+                documents=[
+                    search_tool_pb2.Document(
+                        id=doc_id,
+                        title=title,
+                        text=text,
+                        source="python-docs",
+                        entity_type="api",
+                        url=f"https://docs.python.org/3/{doc_id}.html",
+                    )
+                    for doc_id, title, text in DOCUMENTS
+                ],
+            ),
+            timeout=60,
+        )
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("e2e")
+    openai, anthropic = FakeOpenAIServer(), FakeAnthropicServer()
+    openai.start()
+    anthropic.start()
+    config = root / "gateway.yaml"
+    _gateway_config(config, openai.base_url, anthropic.base_url)
+    ports = {name: free_port() for name in ("search_tool", "llm_gateway", "agent")}
+    address = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": "sk-e2e-fake",
+        "ANTHROPIC_API_KEY": "sk-ant-e2e-fake",
+        "QUARRY_AGENT_ROUTE": "agent",
+    }
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    commands = {
+        "search_tool": ["-m", "services.search_tool", "--data-dir", str(root / "data")],
+        "llm_gateway": ["-m", "services.llm_gateway", "--config", str(config)],
+        "agent": [
+            "-m",
+            "services.agent",
+            "--search-tool",
+            address["search_tool"],
+            "--llm-gateway",
+            address["llm_gateway"],
+        ],
+    }
+    services = {
+        "search_tool": "quarry.searchtool.v1.SearchToolService",
+        "llm_gateway": "quarry.llmgateway.v1.LlmGatewayService",
+        "agent": "quarry.agent.v1.AgentService",
+    }
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, args in commands.items():
+            log = root / f"{name}.log"
+            with log.open("wb") as out:
+                process = subprocess.Popen(
+                    [sys.executable, *args, "--port", str(ports[name])],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+            processes.append(process)
+        for name, process in zip(commands, processes, strict=True):
+            _wait_serving(address[name], services[name], process, root / f"{name}.log")
+        _ingest(address["search_tool"])
+        yield Stack(
+            agent=address["agent"],
+            search_tool=address["search_tool"],
+            gateway=address["llm_gateway"],
+            openai=openai,
+            anthropic=anthropic,
+            logs=root,
+        )
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in reversed(processes):
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        openai.stop()
+        anthropic.stop()
