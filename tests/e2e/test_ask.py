@@ -8,7 +8,7 @@ import json
 import pytest
 from quarry.agent.v1 import agent_pb2
 
-from services.agent.client import AgentClient
+from services.agent.client import AgentClient, ModeName
 from services.llm_gateway.testing import Reply, ScriptedToolCall
 from tests.e2e.conftest import CHUNK_IDS, COLLECTION, Stack, gateway_has_anthropic
 
@@ -22,7 +22,7 @@ def _kinds(events: list[agent_pb2.StreamRunResponse]) -> list[str]:
 
 
 async def _ask(
-    stack: Stack, *, route: str, mode: str = "fast"
+    stack: Stack, *, route: str, mode: ModeName = "fast"
 ) -> list[agent_pb2.StreamRunResponse]:
     async with AgentClient(stack.agent) as agent:
         return [
@@ -32,7 +32,7 @@ async def _ask(
                 collection=COLLECTION,
                 mode=mode,
                 route=route,
-                timeout_s=60,  # type: ignore[arg-type]
+                timeout_s=60,
             )
         ]
 
