@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 
@@ -25,6 +26,12 @@ from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer, 
 
 FAKE_API_KEY = "sk-test-fake-key-0123456789abcdef"
 """The key tests configure; it must never appear in errors, logs or spans."""
+
+
+def loopback_http_client() -> httpx2.AsyncClient:
+    """An HTTP client for the fakes: plain HTTP on 127.0.0.1 needs no CA bundle, and not loading
+    one saves the SDKs' default client ~0.1-0.5 s per construction."""
+    return httpx2.AsyncClient(verify=False)
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +64,11 @@ def fake_anthropic(_anthropic_server: FakeAnthropicServer) -> FakeAnthropicServe
 async def openai_sdk(fake_openai: FakeOpenAIServer) -> AsyncIterator[openai.AsyncOpenAI]:
     """A raw OpenAI SDK client pointed at the fake, without retries."""
     async with openai.AsyncOpenAI(
-        api_key=FAKE_API_KEY, base_url=fake_openai.base_url, max_retries=0, timeout=5.0
+        api_key=FAKE_API_KEY,
+        base_url=fake_openai.base_url,
+        max_retries=0,
+        timeout=5.0,
+        http_client=loopback_http_client(),
     ) as client:
         yield client
 
@@ -68,7 +79,11 @@ async def anthropic_sdk(
 ) -> AsyncIterator[anthropic.AsyncAnthropic]:
     """A raw Anthropic SDK client pointed at the fake, without retries."""
     async with anthropic.AsyncAnthropic(
-        api_key=FAKE_API_KEY, base_url=fake_anthropic.base_url, max_retries=0, timeout=5.0
+        api_key=FAKE_API_KEY,
+        base_url=fake_anthropic.base_url,
+        max_retries=0,
+        timeout=5.0,
+        http_client=loopback_http_client(),
     ) as client:
         yield client
 
@@ -84,12 +99,16 @@ async def collect(stream: AsyncIterator[StreamEvent]) -> tuple[list[StreamEvent]
 async def both_paths(
     provider: Provider, fake: FakeServer, reply: Reply, request: ChatRequest
 ) -> tuple[ChatResponse, list[StreamEvent]]:
-    """Answer `request` with `reply` non-streamed and streamed; the two responses must be equal.
-    Returns the response and the streamed deltas."""
+    """Answer `request` with `reply` non-streamed and streamed: both must send the same request
+    (but for the stream flags) and read the same response. Returns it and the streamed deltas."""
     fake.push(reply, reply)
     plain = await provider.generate(request)
     deltas, streamed = await collect(provider.stream(request))
     assert streamed == plain, "the streamed turn must equal the non-streamed one"
+    sent_plain, sent_streamed = (r.body for r in fake.requests[-2:])
+    assert sent_streamed.pop("stream") is True
+    sent_streamed.pop("stream_options", None)
+    assert sent_streamed == sent_plain, "both paths must send the same request"
     return plain, deltas
 
 
@@ -126,6 +145,7 @@ async def make_openai_provider(
             "context_window_tokens": 8192,
             "default_max_output_tokens": 512,
             "timeout_s": 5.0,
+            "http_client": loopback_http_client(),
             **overrides,
         }
         provider = OpenAIProvider(**options)
@@ -153,6 +173,7 @@ async def make_anthropic_provider(
             "context_window_tokens": 200_000,
             "default_max_output_tokens": 1024,
             "timeout_s": 5.0,
+            "http_client": loopback_http_client(),
             **overrides,
         }
         provider = AnthropicProvider(**options)

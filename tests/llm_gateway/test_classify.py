@@ -29,6 +29,12 @@ from services.llm_gateway.errors import (
 
 SECRET = "sk-live-AbCdEf0123456789"
 REQUEST = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
+_OPENAI = openai.OpenAI(
+    api_key="x", base_url="http://127.0.0.1/v1", http_client=httpx2.Client(verify=False)
+)
+_ANTHROPIC = anthropic.Anthropic(
+    api_key="x", base_url="http://127.0.0.1", http_client=httpx2.Client(verify=False)
+)
 
 OVERFLOW_MESSAGES = [
     "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.",
@@ -45,16 +51,14 @@ def _openai_status_error(
     status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> openai.APIStatusError:
     response = httpx2.Response(status, json=body, headers=headers or {}, request=REQUEST)
-    client = openai.OpenAI(api_key="x", base_url="http://127.0.0.1/v1")
-    return client._make_status_error_from_response(response)
+    return _OPENAI._make_status_error_from_response(response)
 
 
 def _anthropic_status_error(
     status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> anthropic.APIStatusError:
     response = httpx2.Response(status, json=body, headers=headers or {}, request=REQUEST)
-    client = anthropic.Anthropic(api_key="x", base_url="http://127.0.0.1")
-    return client._make_status_error_from_response(response)
+    return _ANTHROPIC._make_status_error_from_response(response)
 
 
 def test_every_overflow_pattern_has_a_row_in_the_table() -> None:

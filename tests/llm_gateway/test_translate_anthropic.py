@@ -50,10 +50,9 @@ async def _sent(
     request: ChatRequest,
     **kw: Any,
 ) -> dict[str, Any]:
-    """The JSON body the provider sent for `request`."""
-    fake.push(Reply(text="ok"))
-    await make(**kw).generate(request)
-    return fake.requests[-1].body
+    """The JSON body the provider sent for `request`, the same on both paths."""
+    await both_paths(make(**kw), fake, Reply(text="ok"), request)
+    return fake.requests[-2].body
 
 
 async def test_only_leading_system_messages_are_hoisted_and_cached(

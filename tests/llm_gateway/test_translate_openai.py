@@ -53,10 +53,9 @@ def _request(*messages: Message, **options: Any) -> ChatRequest:
 async def _sent(
     make: Callable[..., OpenAIProvider], fake: FakeOpenAIServer, request: ChatRequest, **kw: Any
 ) -> dict[str, Any]:
-    """The JSON body the provider sent for `request`."""
-    fake.push(Reply(text="ok"))
-    await make(**kw).generate(request)
-    return fake.requests[-1].body
+    """The JSON body the provider sent for `request`, the same on both paths."""
+    await both_paths(make(**kw), fake, Reply(text="ok"), request)
+    return fake.requests[-2].body
 
 
 async def test_system_messages_stay_in_place_and_tool_results_come_first_in_call_order(

@@ -93,6 +93,7 @@ class FakeServer:
         self._closing = threading.Event()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]
         self._server: uvicorn.Server | None = None
