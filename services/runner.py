@@ -26,6 +26,8 @@ from services.common.channels import open_channel
 
 QUESTION = "How do I create a temporary directory that is removed automatically?"
 STOP_GRACE_S = 15.0
+DEMO_TIMEOUT_S = 600.0
+"""Per ingest call: generous, the first build embeds the whole corpus on a laptop CPU."""
 T = TypeVar("T")
 
 
@@ -195,11 +197,19 @@ async def _ensure_demo(address: str, collection: str, stop: asyncio.Event) -> bo
     from services.search_tool.demo.build import ProgressBar, ensure_demo_collection, print_lines
 
     _say(f"checking the demo collection {collection!r} ...")
-    with ProgressBar() as bar:
-        progress = bar if sys.stderr.isatty() else print_lines
-        status = await _unless_stopped(
-            ensure_demo_collection(address, collection=collection, progress=progress), stop
+    try:
+        with ProgressBar() as bar:
+            progress = bar if sys.stderr.isatty() else print_lines
+            building = ensure_demo_collection(
+                address, collection=collection, progress=progress, timeout_s=DEMO_TIMEOUT_S
+            )
+            status = await _unless_stopped(building, stop)
+    except grpc.aio.AioRpcError as error:
+        _say(
+            f"the demo collection could not be built ({error.code().name}: {error.details()}); "
+            "the services keep running, and the next `quarry run` resumes the build"
         )
+        return not stop.is_set()
     if status is None:
         return False
     action = "built" if status.built else "ready"

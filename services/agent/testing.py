@@ -13,12 +13,12 @@ import itertools
 import json
 import re
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.agent.filters import FilterCondition, FilterGroup
-from services.agent.messages import ToolCall
+from services.agent.messages import Role, ToolCall
 from services.agent.ports import (
     ModelRequest,
     ModelResponse,
@@ -144,6 +144,56 @@ class ScriptedModel:
         except asyncio.CancelledError:
             self.cancelled.set()
             raise
+
+
+class FunctionModel:
+    """A `ModelClient` whose every turn is computed by a function of the request (a rule-based
+    model): one instance serves any number of concurrent runs."""
+
+    def __init__(
+        self,
+        respond: Callable[[ModelRequest], ModelResponse],
+        *,
+        context_window_tokens: int | None = 32_000,
+        latency_s: float = 0.0,
+    ) -> None:
+        self.respond = respond
+        self.context_window_tokens = context_window_tokens
+        self.latency_s = latency_s
+        self.calls = 0
+
+    async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
+        self.calls += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return self.respond(request)
+
+    async def generate_structured(
+        self, request: StructuredRequest, *, remaining_s: float | None
+    ) -> StructuredResponse:
+        raise NotImplementedError("FunctionModel does not summarise")
+
+    async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
+        return self.context_window_tokens
+
+
+_RESULT_ID = re.compile(r"^### \[([^\]]+)\]", re.MULTILINE)
+
+
+def search_then_answer(searches: int = 1) -> Callable[[ModelRequest], ModelResponse]:
+    """A rule: search `searches` times (the question as the query), then answer citing the first
+    result of the last search."""
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        results = [m for m in request.messages if m.role is Role.TOOL]
+        query = request.messages[1].text.split("\n", 2)[1] if len(request.messages) > 1 else "q"
+        offered = {t.name for t in request.tools}
+        if len(results) < searches and "search" in offered:
+            return turn(f"Searching ({len(results) + 1}).", search_call(query))
+        cited = _RESULT_ID.findall(results[-1].text)[:1] if results else []
+        return turn("Answering.", answer_call("The answer [1].", cited))
+
+    return respond
 
 
 @dataclass

@@ -1,0 +1,167 @@
+"""200 concurrent StreamRun sessions through gRPC against a scripted model with 200 ms per turn.
+
+The agent runs as its own process (this script with `--serve`), with a rule-based model that
+answers every turn after `--latency-ms` (search once, then submit an answer citing a result) and
+the in-memory search tool. The parent opens `--sessions` StreamRun calls at once over one
+channel and reports throughput, latency and the agent process's peak RSS (VmHWM).
+
+    python bench/agent_concurrency.py [--sessions 200] [--latency-ms 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from services.agent.client import AgentClient
+
+RESULTS = Path(__file__).parent / "results" / "agent_concurrency.json"
+QUESTION = "How do I create a temporary directory that is removed automatically?"
+
+
+def _documents() -> list[object]:
+    from services.agent.testing import FakeDocument
+
+    words = [
+        "temporary",
+        "directory",
+        "file",
+        "path",
+        "remove",
+        "create",
+        "context",
+        "manager",
+        "automatically",
+    ]
+    return [
+        FakeDocument(
+            f"doc{i}__chunk_0",
+            f"Document {i}",
+            " ".join(words[(i + j) % len(words)] for j in range(120)),
+        )
+        for i in range(50)
+    ]
+
+
+async def _serve(port: int, latency_s: float) -> None:
+    import grpc
+    from quarry.agent.v1 import agent_pb2_grpc
+
+    from services.agent.config import AgentSettings
+    from services.agent.loop import AgentLoop
+    from services.agent.server import SERVICE_NAME
+    from services.agent.servicer import AgentServicer
+    from services.agent.testing import FakeSearch, FunctionModel, search_then_answer
+    from services.common.server import ServiceRegistration, build_server, serve
+    from services.common.settings import ServerSettings
+
+    settings = AgentSettings(server=ServerSettings(port=port, grace_s=1))
+    model = FunctionModel(search_then_answer(1), latency_s=latency_s)
+    search = FakeSearch(_documents(), collection="bench")  # type: ignore[arg-type]
+    servicer = AgentServicer(AgentLoop(model, search), settings)
+
+    def register(server: grpc.aio.Server) -> None:
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
+
+    await serve(build_server([ServiceRegistration(SERVICE_NAME, register)], settings.server))
+
+
+async def _session(agent: AgentClient) -> tuple[float, str]:
+    started = time.perf_counter()
+    kinds: list[str] = []
+    async for event in agent.stream_run(QUESTION, collection="bench", timeout_s=120):
+        kinds.append(str(event.WhichOneof("event")))
+    return time.perf_counter() - started, kinds[-1] if kinds else "none"
+
+
+async def _wait_ready(address: str) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from services.common.channels import open_channel
+
+    async with open_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for _ in range(300):
+            try:
+                await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                return
+            except Exception:
+                await asyncio.sleep(0.1)
+    raise RuntimeError("the agent did not start")
+
+
+async def _drive(address: str, sessions: int) -> tuple[float, list[tuple[float, str]]]:
+    await _wait_ready(address)
+    async with AgentClient(address) as agent:
+        await _session(agent)
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(_session(agent) for _ in range(sessions)))
+        return time.perf_counter() - started, list(outcomes)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    rss: int = psutil.Process(pid).memory_info().rss
+    return rss / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve is not None:
+        asyncio.run(_serve(args.serve, args.latency_ms / 1000))
+        return
+    port = _free_port()
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port), "--latency-ms", str(args.latency_ms)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wall, outcomes = asyncio.run(_drive(f"127.0.0.1:{port}", args.sessions))
+        peak = _peak_rss_mb(child.pid)
+    finally:
+        child.terminate()
+        child.wait(timeout=15)
+    latencies = sorted(t for t, _ in outcomes)
+    errors = sum(1 for _, last in outcomes if last != "done")
+    report = {
+        "bench": "agent_concurrent_stream_run",
+        "sessions": args.sessions,
+        "model_latency_ms_per_turn": args.latency_ms,
+        "model_turns_per_session": 2,
+        "errors": errors,
+        "wall_s": round(wall, 3),
+        "throughput_runs_per_s": round(args.sessions / wall, 1),
+        "session_p50_ms": round(statistics.median(latencies) * 1000, 1),
+        "session_p95_ms": round(statistics.quantiles(latencies, n=100)[94] * 1000, 1),
+        "agent_peak_rss_mb": round(peak, 1),
+        "python": platform.python_version(),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
