@@ -206,3 +206,13 @@ def test_presets_name_an_endpoint_a_key_variable_and_quirks() -> None:
     assert ENDPOINT_PRESETS["openai"].quirks.strict_schemas
     assert ENDPOINT_PRESETS["cerebras"].quirks.collapse_unions
     assert ENDPOINT_PRESETS["groq"].context_windows["llama-3.3-70b-versatile"] == 131_072
+
+
+async def test_streams_ask_for_usage(
+    make_openai_provider: Callable[..., OpenAIProvider], fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.push(Reply(text="hi"))
+    await collect(make_openai_provider().stream(REQUEST))
+    body = fake_openai.requests[0].body
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}

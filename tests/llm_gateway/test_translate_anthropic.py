@@ -377,3 +377,17 @@ async def test_a_non_object_schema_is_wrapped_and_unwrapped(
     assert json.loads(response.text) == ["a", "b"]
     sent_schema = fake_anthropic.requests[0].body["tools"][0]["input_schema"]
     assert sent_schema["properties"]["value"] == schema
+
+
+async def test_ids_the_provider_echoes_are_mapped_back_to_the_callers(
+    make_anthropic_provider: Callable[..., AnthropicProvider], fake_anthropic: FakeAnthropicServer
+) -> None:
+    request = _request(
+        USER,
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("functions.search:0", "search", "{}"),)),
+        Message(Role.TOOL, "one", tool_call_id="functions.search:0"),
+    )
+    reply = Reply(tool_calls=[ScriptedToolCall("functions_search_0", "search", "{}")])
+    response, deltas = await both_paths(make_anthropic_provider(), fake_anthropic, reply, request)
+    assert response.tool_calls[0].id == "functions.search:0"
+    assert replay_deltas(deltas)[1][0][0] == "functions.search:0"
