@@ -16,7 +16,13 @@ from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 from services.common.errors import details_of_rpc_error
 from services.common.telemetry import setup_telemetry
 from services.llm_gateway.config import ProviderSettings
-from services.llm_gateway.testing import FakeOpenAIServer, Reply, ScriptedError, ScriptedToolCall
+from services.llm_gateway.testing import (
+    FakeAnthropicServer,
+    FakeOpenAIServer,
+    Reply,
+    ScriptedError,
+    ScriptedToolCall,
+)
 from tests.llm_gateway.conftest import FAKE_API_KEY
 from tests.llm_gateway.gateway_fixtures import (
     agent_tools,
@@ -190,3 +196,34 @@ async def test_a_run_recorded_against_the_vendor_replays_identically_through_scr
         assert again.stop_reason == original.stop_reason
         assert again.usage == original.usage
         assert again.model == original.model
+
+
+async def test_an_overloaded_anthropic_falls_back_to_openai_on_the_stream_path(
+    fake_openai: FakeOpenAIServer, fake_anthropic: FakeAnthropicServer
+) -> None:
+    fake_anthropic.reset(default=Reply.overloaded())
+    fake_openai.reset([Reply(text="from openai")])
+    claude = ProviderSettings.model_validate(
+        {
+            "kind": "anthropic",
+            "model": "claude-test",
+            "base_url": fake_anthropic.base_url,
+            "api_key_env": KEY_ENV,
+            "retry": {"max_attempts": 1},
+        }
+    )
+    settings = gateway_settings(
+        [claude, _openai(fake_openai)], {"agent": ["anthropic/claude-test", NAME, "extractive"]}
+    )
+    async with running_gateway(settings) as stub:
+        events = [
+            e async for e in stub.StreamGenerate(pb.StreamGenerateRequest(messages=[user("hi")]))
+        ]
+    completed = events[-1].completed
+    assert "".join(e.text_delta.text for e in events[:-1]) == "from openai"
+    assert completed.provider == NAME
+    assert [(a.provider, a.outcome) for a in completed.attempts] == [
+        ("anthropic/claude-test", pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR),
+        (NAME, pb.ATTEMPT_OUTCOME_SUCCESS),
+    ]
+    assert len(fake_anthropic.requests) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.llm_gateway.config import GatewaySettings, ProviderSettings, resolve_api_key
+from services.llm_gateway.providers.anthropic import AnthropicProvider
 from services.llm_gateway.providers.base import Provider
 from services.llm_gateway.providers.extractive import CONTEXT_WINDOW_TOKENS as EXTRACTIVE_WINDOW
 from services.llm_gateway.providers.extractive import ExtractiveProvider
@@ -15,6 +16,8 @@ from services.llm_gateway.providers.scripted import Conversation, ScriptedProvid
 SCRIPTED_WINDOW = 1_000_000
 DEFAULT_WINDOW = 128_000
 """Context window of a vendor model neither configured nor in the endpoint preset's table."""
+ANTHROPIC_WINDOW = 200_000
+"""Context window of current Claude models unless configured (some offer more on request)."""
 
 
 def build_providers(settings: GatewaySettings) -> dict[str, Provider]:
@@ -74,8 +77,22 @@ def _openai(entry: ProviderSettings) -> Provider:
     )
 
 
+def _anthropic(entry: ProviderSettings) -> Provider:
+    return AnthropicProvider(
+        name=entry.name,
+        model=entry.model,
+        api_key=resolve_api_key(entry),
+        base_url=entry.base_url or None,
+        context_window_tokens=entry.context_window_tokens or ANTHROPIC_WINDOW,
+        default_max_output_tokens=entry.default_max_output_tokens,
+        timeout_s=entry.timeout_s,
+        prompt_caching=entry.prompt_caching,
+    )
+
+
 _BUILDERS: dict[str, Callable[[ProviderSettings], Provider]] = {
     "openai": _openai,
+    "anthropic": _anthropic,
     "extractive": _extractive,
     "scripted": _scripted,
 }
