@@ -116,6 +116,9 @@ SEARCH_FAILURES_THAT_END_THE_RUN = (
 )
 
 
+_SCHEMA_CHARS = {t.name: len(json.dumps(t.parameters)) + len(t.description) for t in ALL_TOOLS}
+
+
 class _ConversationTooLong(Exception):
     """Even after compaction the model cannot take the conversation."""
 
@@ -437,7 +440,7 @@ class _Run:
         return [system(system_prompt()), *self.history, user(task), *self.exchanges]
 
     def _fixed_chars(self, tools: Sequence[ToolSpec]) -> int:
-        schemas = sum(len(json.dumps(t.parameters)) + len(t.description) for t in tools)
+        schemas = sum(_SCHEMA_CHARS[t.name] for t in tools)
         return schemas + len(system_prompt()) + total_chars(self.history) + 2000
 
     def _over_budget(self, tools: Sequence[ToolSpec]) -> bool:

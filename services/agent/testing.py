@@ -230,6 +230,7 @@ class FakeSearch:
         self.remaining_s: list[float | None] = []
         self.called = asyncio.Event()
         self.cancelled = asyncio.Event()
+        self._word_cache: dict[tuple[str, str, str], set[str]] = {}
 
     async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
         self.requests.append(request)
@@ -250,8 +251,9 @@ class FakeSearch:
         if request.collection != self.collection:
             raise NotFound(f"collection {request.collection!r} does not exist")
         ranked = self._rank(request)
-        page = ranked[request.offset : request.offset + request.limit]
-        return SearchPage(hits=page, total_count=len(ranked), took_ms=0.1)
+        window = ranked[request.offset : request.offset + request.limit]
+        hits = [_hit(doc, score) for score, doc in window]
+        return SearchPage(hits=hits, total_count=len(ranked), took_ms=0.1)
 
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
         if name != self.collection:
@@ -268,16 +270,22 @@ class FakeSearch:
             fields=fields,
         )
 
-    def _rank(self, request: SearchRequest) -> list[SearchHit]:
+    def _rank(self, request: SearchRequest) -> list[tuple[float, FakeDocument]]:
         words = set(_WORD.findall(" ".join((request.primary, *request.variations)).lower()))
-        scored: list[SearchHit] = []
+        scored: list[tuple[float, FakeDocument]] = []
         for doc in self.documents:
             if request.filter_groups and not any(_matches(doc, g) for g in request.filter_groups):
                 continue
-            overlap = len(words & set(_WORD.findall(f"{doc.title} {doc.text}".lower())))
+            overlap = len(words & self._words(doc))
             if overlap:
-                scored.append(_hit(doc, overlap / max(len(words), 1)))
-        return sorted(scored, key=lambda h: (-h.score, h.id))
+                scored.append((overlap / max(len(words), 1), doc))
+        return sorted(scored, key=lambda pair: (-pair[0], pair[1].id))
+
+    def _words(self, doc: FakeDocument) -> set[str]:
+        key = (doc.id, doc.title, doc.text)
+        if key not in self._word_cache:
+            self._word_cache[key] = set(_WORD.findall(f"{doc.title} {doc.text}".lower()))
+        return self._word_cache[key]
 
 
 def _matches(doc: FakeDocument, group: FilterGroup) -> bool:
