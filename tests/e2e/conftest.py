@@ -73,35 +73,32 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def gateway_has_anthropic() -> bool:
-    """Whether the gateway can build an `anthropic` provider yet (it is being built in parallel)."""
-    from services.llm_gateway.config import ProviderSettings
-    from services.llm_gateway.providers.factory import build_provider
-
-    try:
-        build_provider(ProviderSettings(kind="anthropic", model="probe", base_url="http://x"))
-    except KeyError:
-        return False
-    return True
-
-
 def _gateway_config(path: Path, openai_url: str, anthropic_url: str) -> None:
     single_try = {"max_attempts": 1}
-    providers = [
-        {"kind": "openai", "model": "gpt-fake", "base_url": openai_url, "retry": single_try}
-    ]
-    routes = {"agent": ["extractive"], "openai": ["openai/gpt-fake"]}
-    if gateway_has_anthropic():
-        providers.append(
-            {
-                "kind": "anthropic",
-                "model": "claude-fake",
-                "base_url": anthropic_url,
-                "retry": single_try,
-            }
-        )
-        routes["anthropic"] = ["anthropic/claude-fake"]
-    config = {"llm_gateway": {"providers": providers, "routes": routes, "default_route": "agent"}}
+    config = {
+        "llm_gateway": {
+            "providers": [
+                {
+                    "kind": "openai",
+                    "model": "gpt-fake",
+                    "base_url": openai_url,
+                    "retry": single_try,
+                },
+                {
+                    "kind": "anthropic",
+                    "model": "claude-fake",
+                    "base_url": anthropic_url,
+                    "retry": single_try,
+                },
+            ],
+            "routes": {
+                "agent": ["extractive"],
+                "openai": ["openai/gpt-fake"],
+                "anthropic": ["anthropic/claude-fake"],
+            },
+            "default_route": "agent",
+        }
+    }
     path.write_text(yaml.safe_dump(config))
 
 

@@ -10,7 +10,7 @@ from quarry.agent.v1 import agent_pb2
 
 from services.agent.client import AgentClient, ModeName
 from services.llm_gateway.testing import Reply, ScriptedToolCall
-from tests.e2e.conftest import CHUNK_IDS, COLLECTION, Stack, gateway_has_anthropic
+from tests.e2e.conftest import CHUNK_IDS, COLLECTION, Stack
 
 pytestmark = pytest.mark.slow
 QUESTION = "How do I create a temporary directory that is removed automatically?"
@@ -80,8 +80,6 @@ def _script(search_id: str, answer_id: str) -> list[Reply]:
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_vendor_provider_runs_the_scripted_conversation(stack: Stack, provider: str) -> None:
-    if provider == "anthropic" and not gateway_has_anthropic():
-        pytest.skip("the LLM gateway has no anthropic provider yet (issue 3 in progress)")
     fake = stack.openai if provider == "openai" else stack.anthropic
     before = len(fake.requests)
     ids = ("call_search_1", "call_answer_1") if provider == "openai" else ("toolu_01", "toolu_02")
