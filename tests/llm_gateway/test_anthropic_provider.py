@@ -215,3 +215,11 @@ async def test_the_sdk_emits_no_span_of_its_own(
     await provider.generate(REQUEST)
     await collect(provider.stream(REQUEST))
     assert global_spans.get_finished_spans() == ()
+
+
+async def test_a_connection_dropped_mid_stream_is_retryable(
+    make_anthropic_provider: Callable[..., AnthropicProvider], fake_anthropic: FakeAnthropicServer
+) -> None:
+    fake_anthropic.push(Reply(text="a longer answer that breaks", abort_after_events=4))
+    with pytest.raises(RetryableProviderError):
+        await collect(make_anthropic_provider().stream(REQUEST))

@@ -16,11 +16,18 @@ from services.llm_gateway.errors import (
     RateLimited,
     RetryableProviderError,
 )
-from services.llm_gateway.model import ChatRequest, Message, Role, TextDelta, ToolCallDelta
+from services.llm_gateway.model import (
+    ChatRequest,
+    Message,
+    Role,
+    StopReason,
+    TextDelta,
+    ToolCallDelta,
+)
 from services.llm_gateway.providers.base import Provider
 from services.llm_gateway.providers.openai import ENDPOINT_PRESETS, OpenAIProvider
 from services.llm_gateway.testing import FakeOpenAIServer, Reply, ScriptedError, ScriptedToolCall
-from tests.llm_gateway.conftest import FAKE_API_KEY, collect
+from tests.llm_gateway.conftest import FAKE_API_KEY, both_paths, collect
 
 REQUEST = ChatRequest(messages=(Message(Role.USER, "hello"),))
 
@@ -216,3 +223,20 @@ async def test_streams_ask_for_usage(
     body = fake_openai.requests[0].body
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
+
+
+async def test_a_connection_dropped_mid_stream_is_retryable(
+    make_openai_provider: Callable[..., OpenAIProvider], fake_openai: FakeOpenAIServer
+) -> None:
+    fake_openai.push(Reply(text="a longer answer that breaks", abort_after_events=3))
+    with pytest.raises(RetryableProviderError):
+        await collect(make_openai_provider().stream(REQUEST))
+
+
+async def test_a_refusal_is_a_content_filter_stop_with_its_message(
+    make_openai_provider: Callable[..., OpenAIProvider], fake_openai: FakeOpenAIServer
+) -> None:
+    reply = Reply(refusal="I can't help with that.")
+    response, _ = await both_paths(make_openai_provider(), fake_openai, reply, REQUEST)
+    assert response.stop_reason is StopReason.CONTENT_FILTER
+    assert response.text == "I can't help with that."

@@ -31,6 +31,7 @@ SIGINT/SIGTERM. Script file (JSON, or YAML by suffix):
       - {fault: hang, seconds: 30} # | unauthorized(message) | hang(seconds)
       - text: "partial"
         cut_after_events: 2        # stream ends without finish reason / [DONE]
+                                   # (abort_after_events: the connection drops mid-body)
       - error: {status: 400, message: "bad", code: "x"}
     default: {text: "fallback"}    # repeated once the queue is empty (optional)
 
@@ -90,6 +91,8 @@ class FakeOpenAIServer(FakeServer):
 
     def render_body(self, reply: Reply, model: str) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.refusal:
+            message["refusal"] = reply.refusal
         if reply.tool_calls:
             message["tool_calls"] = [
                 {
@@ -123,6 +126,7 @@ class FakeOpenAIServer(FakeServer):
 
         events = [chunk({"role": "assistant", "content": ""})]
         events += [chunk({"content": piece}) for piece in chunks(reply.text, reply.chunk_size)]
+        events += [chunk({"refusal": piece}) for piece in chunks(reply.refusal, reply.chunk_size)]
         for index, call in enumerate(reply.tool_calls):
             head = {"index": index, "id": call.id, "type": "function"}
             if reply.whole_tool_call_chunks:

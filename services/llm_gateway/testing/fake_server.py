@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import socket
 import sys
 import threading
@@ -35,6 +36,21 @@ from services.llm_gateway.testing.script import (
 
 REDACTED = "REDACTED"
 _AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
+
+
+class InjectedConnectionAbort(ConnectionAbortedError):
+    """Raised inside a streamed body on purpose: the server drops the connection mid-transfer."""
+
+
+class _HideInjectedAborts(logging.Filter):
+    """Keep uvicorn from logging the aborts the script asked for as application errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, InjectedConnectionAbort)
+
+
+logging.getLogger("uvicorn.error").addFilter(_HideInjectedAborts())
 
 
 @dataclass(frozen=True)
@@ -265,6 +281,8 @@ class FakeServer:
             for i, event in enumerate(events):
                 if i == reply.stall_after_events and not await self._wait(reply.delay_s, request):
                     return
+                if i == reply.abort_after_events:
+                    raise InjectedConnectionAbort("abort_after_events")
                 yield event.encode()
             record.finished.set()
         finally:

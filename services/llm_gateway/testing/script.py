@@ -77,6 +77,8 @@ class Reply:
     stall_after_events: int | None = None
     """Streaming: send this many events, then wait `delay_s` before the rest."""
     cut_after_events: int | None = None
+    abort_after_events: int | None = None
+    """Streaming: send this many events, then drop the connection mid-body (a broken transfer)."""
     """Streaming: send this many events, then end the body without the terminal event."""
     stream_error: ScriptedError | None = None
     """Streaming: send this error inside the 200 stream (Anthropic `error` event, OpenAI
@@ -86,6 +88,8 @@ class Reply:
     """OpenAI streaming quirk: each tool call (id, name, all arguments) in one chunk."""
     anonymous_continuations: bool = False
     """OpenAI streaming quirk: argument continuation chunks carry neither id nor index."""
+    refusal: str = ""
+    """OpenAI: the model's refusal message (`message.refusal`, streamed as `delta.refusal`)."""
 
     @classmethod
     def rate_limited(cls, retry_after: str = "1", *, header: str = "retry-after") -> Reply:
