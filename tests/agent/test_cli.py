@@ -1,0 +1,91 @@
+"""`quarry ask` renders the event stream: thinking, each search, the answer with its sources."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from quarry.agent.v1 import agent_pb2_grpc
+
+from services.agent.config import AgentSettings
+from services.agent.loop import AgentLoop
+from services.agent.server import SERVICE_NAME
+from services.agent.servicer import AgentServicer
+from services.agent.testing import FakeSearch, ScriptedModel, answer_call, search_call, turn
+from services.cli import ask
+from services.common.server import QuarryServer, ServiceRegistration, build_server
+from services.common.settings import ServerSettings
+
+
+@pytest.fixture
+async def agent(search: FakeSearch) -> AsyncIterator[QuarryServer]:
+    model = ScriptedModel(
+        [
+            turn("Looking for tempfile.", search_call("temporary directory")),
+            turn("", answer_call("Use TemporaryDirectory [1].", ["tempfile__chunk_0"])),
+        ]
+    )
+    settings = AgentSettings(server=ServerSettings(port=0, grace_s=0))
+    servicer = AgentServicer(AgentLoop(model, search), settings)
+
+    def register(server: grpc.aio.Server) -> None:
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
+
+    server = build_server([ServiceRegistration(SERVICE_NAME, register)], settings.server)
+    await server.start()
+    yield server
+    await server.stop(0)
+
+
+def _args(address: str, **overrides: object) -> argparse.Namespace:
+    values: dict[str, object] = {
+        "question": "temporary directory",
+        "collection": "python-docs",
+        "mode": "fast",
+        "address": address,
+        "filter": None,
+        "limit": 0,
+        "route": "",
+        "max_iterations": 0,
+        "max_tokens": 0,
+        "timeout": 10.0,
+        "json": False,
+    }
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+async def test_ask_shows_thinking_searches_and_numbered_sources(
+    agent: QuarryServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await ask(_args(agent.address)) == 0
+    out = capsys.readouterr().out
+    assert "thinking Looking for tempfile." in out
+    assert "search 1 temporary directory (hybrid)" in out
+    assert "Use TemporaryDirectory [1]." in out
+    assert "[1] tempfile — Generate temporary files and directories" in out
+    assert "https://docs.python.org/3/library/tempfile.html" in out
+    assert "answered · 1 searches" in out
+
+
+async def test_ask_json_prints_one_event_per_line(
+    agent: QuarryServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await ask(_args(agent.address, json=True)) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [next(iter(line)) for line in lines] == ["started", "thinking", "searching", "done"]
+
+
+async def test_ask_reports_a_bad_filter_without_calling(capsys: pytest.CaptureFixture[str]) -> None:
+    assert await ask(_args("127.0.0.1:1", filter='[{"conditions": "nope"}]')) == 2
+    assert "--filter is not a valid filter" in capsys.readouterr().out
+
+
+async def test_ask_explains_an_unreachable_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    assert await ask(_args("127.0.0.1:1")) == 1
+    out = capsys.readouterr().out
+    assert "UNAVAILABLE" in out
+    assert "make run" in out
