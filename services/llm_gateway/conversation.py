@@ -238,6 +238,27 @@ def normalise_arguments(raw: str) -> str:
     return raw if raw.strip() else "{}"
 
 
+WRAPPED_KEY = "value"
+"""Where a non-object response schema sits inside the object schema vendors require."""
+
+
+def object_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`schema` as an object schema (vendors require one at the root), and whether it was wrapped
+    under `WRAPPED_KEY`."""
+    if schema.get("type") == "object":
+        return schema, False
+    wrapped = {"type": "object", "properties": {WRAPPED_KEY: schema}, "required": [WRAPPED_KEY]}
+    return wrapped, True
+
+
+def unwrap_structured(text: str) -> str:
+    """The JSON text of the wrapped value; `text` itself when it holds no wrapped value."""
+    value = parse_arguments(text)
+    if value is None or WRAPPED_KEY not in value:
+        return text
+    return json.dumps(value[WRAPPED_KEY])
+
+
 def structured_output_name(request: ChatRequest) -> str:
     name = request.response_schema_name or STRUCTURED_OUTPUT_TOOL
     return name if TOOL_NAME.match(name) else sanitize_id(name)[:64]

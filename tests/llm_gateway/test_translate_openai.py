@@ -367,3 +367,16 @@ async def test_structured_reply_is_the_json_text(
         make_openai_provider(), fake_openai, reply, _request(response_schema=schema)
     )
     assert json.loads(response.text) == {"answer": "42"}
+
+
+async def test_a_non_object_schema_is_wrapped_and_the_reply_unwrapped(
+    make_openai_provider: Callable[..., OpenAIProvider], fake_openai: FakeOpenAIServer
+) -> None:
+    schema = {"type": "array", "items": {"type": "string"}}
+    reply = Reply(text='{"value": ["a", "b"]}')
+    response, _ = await both_paths(
+        make_openai_provider(), fake_openai, reply, _request(response_schema=schema)
+    )
+    assert json.loads(response.text) == ["a", "b"]
+    sent = fake_openai.requests[0].body["response_format"]["json_schema"]["schema"]
+    assert sent["properties"]["value"] == schema

@@ -154,11 +154,11 @@ class OpenAIProvider:
             completion = await self._client.chat.completions.create(**wire.params)
         except (openai.OpenAIError, httpx2.HTTPError) as error:
             raise self._classify(error) from None
-        return from_completion(completion, wire.ids, model=self._model)
+        return from_completion(completion, wire, model=self._model)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         wire = self._wire(request)
-        reader = OpenAIStreamReader(wire.ids, model=self._model, provider=self._name)
+        reader = OpenAIStreamReader(wire, model=self._model, provider=self._name)
         try:
             chunks = await self._client.chat.completions.create(
                 **wire.params, stream=True, stream_options={"include_usage": True}

@@ -42,8 +42,10 @@ from services.llm_gateway.conversation import (
     group_turns,
     leading_system_texts,
     normalise_arguments,
+    object_schema,
     parse_arguments,
     structured_output_name,
+    unwrap_structured,
 )
 from services.llm_gateway.model import (
     ChatRequest,
@@ -60,7 +62,6 @@ from services.llm_gateway.model import (
 
 CACHE_CONTROL = {"type": "ephemeral"}
 STRUCTURED_DESCRIPTION = "Give the final answer by calling this tool with the requested JSON."
-_WRAPPED_KEY = "value"
 
 _STOP_REASONS = {
     "end_turn": StopReason.END_TURN,
@@ -181,13 +182,7 @@ def _structured_tool(
     request: ChatRequest, schema: dict[str, Any]
 ) -> tuple[StructuredTool, dict[str, Any]]:
     name = structured_output_name(request)
-    wrapped = schema.get("type") != "object"
-    if wrapped:
-        schema = {
-            "type": "object",
-            "properties": {_WRAPPED_KEY: schema},
-            "required": [_WRAPPED_KEY],
-        }
+    schema, wrapped = object_schema(schema)
     tool = {"name": name, "description": STRUCTURED_DESCRIPTION, "input_schema": schema}
     return StructuredTool(name, wrapped), tool
 
@@ -356,9 +351,4 @@ def _arguments(raw: str) -> str:
 
 
 def _unwrap(arguments: str, structured: StructuredTool) -> str:
-    if not structured.wrapped:
-        return arguments
-    value = parse_arguments(arguments)
-    if value is None or _WRAPPED_KEY not in value:
-        return arguments
-    return json.dumps(value[_WRAPPED_KEY])
+    return unwrap_structured(arguments) if structured.wrapped else arguments

@@ -25,8 +25,10 @@ from services.llm_gateway.conversation import (
     group_turns,
     leading_system_texts,
     normalise_arguments,
+    object_schema,
     parse_arguments,
     structured_output_name,
+    unwrap_structured,
 )
 from services.llm_gateway.model import (
     ChatRequest,
@@ -66,6 +68,8 @@ class OpenAIRequest:
 
     params: dict[str, Any]
     ids: ToolCallIds
+    wrapped_schema: bool = False
+    """The response schema was not an object and sits under `value`: unwrap the reply text."""
 
 
 _FINISH_REASONS = {
@@ -96,16 +100,18 @@ def to_openai_request(
         params["tool_choice"] = _tool_choice(request)
         if request.parallel_tool_calls is not None and quirks.supports_parallel_tool_calls:
             params["parallel_tool_calls"] = request.parallel_tool_calls
+    wrapped = False
     if request.response_schema is not None:
-        params["response_format"] = _response_format(request, request.response_schema, quirks)
-    return OpenAIRequest(params, ids)
+        schema, wrapped = object_schema(request.response_schema)
+        params["response_format"] = _response_format(request, schema, quirks)
+    return OpenAIRequest(params, ids, wrapped)
 
 
 def _messages(request: ChatRequest, ids: ToolCallIds, quirks: OpenAIQuirks) -> list[dict[str, Any]]:
     system, start = leading_system_texts(request.messages)
     messages: list[dict[str, Any]] = [{"role": "system", "content": text} for text in system]
     if request.response_schema is not None and not quirks.supports_json_schema_response:
-        instruction = JSON_INSTRUCTION + json.dumps(request.response_schema)
+        instruction = JSON_INSTRUCTION + json.dumps(object_schema(request.response_schema)[0])
         messages.append({"role": "system", "content": instruction})
     for turn in group_turns(request.messages, start, ids):
         messages += _assistant(turn) if turn.role is Role.ASSISTANT else _user(turn)
@@ -206,7 +212,7 @@ class _Draft:
     usage: Usage = field(default_factory=Usage)
 
 
-def from_completion(completion: ChatCompletion, ids: ToolCallIds, *, model: str) -> ChatResponse:
+def from_completion(completion: ChatCompletion, wire: OpenAIRequest, *, model: str) -> ChatResponse:
     """The generic response for a non-streamed completion."""
     draft = _Draft(model=completion.model or model)
     if completion.usage is not None:
@@ -223,14 +229,15 @@ def from_completion(completion: ChatCompletion, ids: ToolCallIds, *, model: str)
             call_id = call.id or f"call_{i}"
             draft.calls.append(_CallDraft(call_id, function.name, function.arguments or ""))
         draft.finish_reason = choice.finish_reason
-    return _response(draft, ids)
+    return _response(draft, wire)
 
 
 class OpenAIStreamReader:
     """Reads one stream of chunks; `finish()` gives the response once the stream has ended."""
 
-    def __init__(self, ids: ToolCallIds, *, model: str, provider: str) -> None:
-        self._ids = ids
+    def __init__(self, wire: OpenAIRequest, *, model: str, provider: str) -> None:
+        self._wire = wire
+        self._ids = wire.ids
         self._provider = provider
         self._draft = _Draft(model=model)
 
@@ -257,7 +264,7 @@ class OpenAIStreamReader:
         """The whole turn; a stream without a finish reason was cut off (retryable)."""
         if self._draft.finish_reason is None:
             raise truncated_stream(self._provider, "its finish reason")
-        return _response(self._draft, self._ids)
+        return _response(self._draft, self._wire)
 
     def _tool_delta(self, delta: ChoiceDeltaToolCall) -> ToolCallDelta:
         index = getattr(delta, "index", None)
@@ -293,8 +300,11 @@ class OpenAIStreamReader:
         return len(calls) - 1 if calls else None
 
 
-def _response(draft: _Draft, ids: ToolCallIds) -> ChatResponse:
+def _response(draft: _Draft, wire: OpenAIRequest) -> ChatResponse:
+    ids = wire.ids
     text = "".join(draft.text)
+    if wire.wrapped_schema:
+        text = unwrap_structured(text)
     refusal = "".join(draft.refusal)
     calls = [
         ToolCall(ids.original(c.id), c.name, normalise_arguments(c.arguments)) for c in draft.calls
