@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         asyncio.run(_serve(settings, telemetry))
+    except OSError as error:
+        print(f"llm_gateway: {error}", file=sys.stderr)
+        return 1
     finally:
         telemetry.shutdown()
     return 0

@@ -100,7 +100,7 @@ class ProviderBreaker:
             name=name,
             throw_new_error_on_trip=False,
         )
-        self._probe_in_flight = False
+        self._probes_in_flight = 0
         self.health = ProviderHealth()
 
     @property
@@ -121,7 +121,7 @@ class ProviderBreaker:
         """Calls would be refused now: open, or half-open with its probe in flight."""
         state = self.state
         return state is BreakerState.OPEN or (
-            state is BreakerState.HALF_OPEN and self._probe_in_flight
+            state is BreakerState.HALF_OPEN and self._probes_in_flight > 0
         )
 
     @contextmanager
@@ -134,7 +134,7 @@ class ProviderBreaker:
         if self.is_open() and not force:
             raise BreakerOpen(f"circuit breaker of {self._breaker.name} is open")
         probing = self.state is not BreakerState.CLOSED
-        self._probe_in_flight = self._probe_in_flight or probing
+        self._probes_in_flight += probing
         self.health.requests += 1
         try:
             with self._guarded():
@@ -142,8 +142,7 @@ class ProviderBreaker:
         except pybreaker.CircuitBreakerError as error:
             raise BreakerOpen(str(error)) from None
         finally:
-            if probing:
-                self._probe_in_flight = False
+            self._probes_in_flight -= probing
 
     @contextmanager
     def _guarded(self) -> Iterator[None]:

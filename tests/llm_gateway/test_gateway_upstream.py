@@ -227,3 +227,19 @@ async def test_an_overloaded_anthropic_falls_back_to_openai_on_the_stream_path(
         (NAME, pb.ATTEMPT_OUTCOME_SUCCESS),
     ]
     assert len(fake_anthropic.requests) == 1
+
+
+async def test_the_callers_deadline_bounds_the_try_and_is_not_charged_to_the_provider(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.reset(default=Reply.hang(30))
+    settings = gateway_settings([_openai(fake_openai, timeout_s=30)], {"agent": [NAME]})
+    async with running_gateway(settings) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Generate(pb.GenerateRequest(messages=[user("hi")]), timeout=0.3)
+        (upstream,) = fake_openai.requests
+        assert await asyncio.to_thread(upstream.disconnected.wait, 5)
+        status = await stub.GetStatus(pb.GetStatusRequest())
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    vendor = next(p for p in status.providers if p.name == NAME)
+    assert (vendor.failures, vendor.consecutive_failures) == (0, 0)
