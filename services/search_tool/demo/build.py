@@ -8,7 +8,7 @@ reporting progress. Upserts are idempotent, so finishing an interrupted build is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -32,6 +32,7 @@ from services.search_tool.demo.corpus import build_corpus
 from services.search_tool.documents import Document, MetadataValue
 
 DEFAULT_COLLECTION = "python-docs"
+_BATCH_CHARS = 40_000
 
 ProgressCallback = Callable[[int, int], None]
 """Called after each batch with (documents ingested so far, documents in the corpus)."""
@@ -59,9 +60,13 @@ async def ensure_demo_collection(
     collection: str = DEFAULT_COLLECTION,
     progress: ProgressCallback | None = None,
     batch_size: int = 64,
-    timeout_s: float = 120.0,
+    timeout_s: float = 300.0,
 ) -> DemoCollectionStatus:
-    """Make sure `collection` holds the demo corpus; ingest it when missing or incomplete."""
+    """Make sure `collection` holds the demo corpus; ingest it when missing or incomplete.
+
+    Requests carry at most `batch_size` documents and about `_BATCH_CHARS` characters of text,
+    so each call stays short and progress moves steadily even through the long pydoc topics.
+    """
     if isinstance(channel_or_address, str):
         async with open_channel(channel_or_address) as channel:
             return await _ensure(channel, collection, progress, batch_size, timeout_s)
@@ -87,16 +92,17 @@ async def _ensure(
             built=False,
             seconds=time.monotonic() - started,
         )
-    for done in range(0, len(corpus), batch_size):
-        batch = corpus[done : done + batch_size]
+    done = 0
+    for batch in _batches(corpus, batch_size):
         await stub.UpsertDocuments(
             search_tool_pb2.UpsertDocumentsRequest(
                 collection=collection, documents=[document_to_proto(d) for d in batch]
             ),
             timeout=timeout_s,
         )
+        done += len(batch)
         if progress is not None:
-            progress(done + len(batch), len(corpus))
+            progress(done, len(corpus))
     final = await _describe(stub, collection, timeout_s)
     if final is None:
         raise RuntimeError(f"collection {collection!r} vanished while it was being built")
@@ -107,6 +113,19 @@ async def _ensure(
         built=True,
         seconds=time.monotonic() - started,
     )
+
+
+def _batches(corpus: Sequence[Document], batch_size: int) -> Iterator[list[Document]]:
+    batch: list[Document] = []
+    chars = 0
+    for document in corpus:
+        if batch and (len(batch) >= batch_size or chars + len(document.text) > _BATCH_CHARS):
+            yield batch
+            batch, chars = [], 0
+        batch.append(document)
+        chars += len(document.text)
+    if batch:
+        yield batch
 
 
 async def _describe(

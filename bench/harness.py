@@ -1,0 +1,111 @@
+"""What every benchmark shares: paths, an in-process search tool, SciFact loading, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.common.settings import ServerSettings
+from services.search_tool.config import FusionSettings, SearchToolSettings
+from services.search_tool.server import build_search_tool_server
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+VAR_DIR = REPO_ROOT / "var"
+SCIFACT_DIR = REPO_ROOT.parent / "shared" / "datasets" / "scifact"
+
+
+def settings_for(data_dir: Path, *, fusion: FusionSettings | None = None) -> SearchToolSettings:
+    """Search tool settings on `data_dir`, port 0, quiet logs, defaults otherwise."""
+    settings = SearchToolSettings(
+        server=ServerSettings(host="127.0.0.1", port=0), data_dir=data_dir, log_level="WARNING"
+    )
+    if fusion is not None:
+        settings = settings.model_copy(update={"fusion": fusion})
+    return settings
+
+
+@asynccontextmanager
+async def running_search_tool(settings: SearchToolSettings) -> AsyncIterator[str]:
+    """An in-process search tool (built exactly as `python -m services.search_tool` builds it)."""
+    server = build_search_tool_server(settings)
+    await server.start()
+    try:
+        yield server.address
+    finally:
+        await server.stop(0)
+
+
+def machine() -> dict[str, Any]:
+    """The conditions a figure was taken under (the machine is shared: note the load)."""
+    return {
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def emit(result: dict[str, Any], out: Path) -> None:
+    """Print the result as one JSON object and write it to `out`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(result, indent=2, sort_keys=False)
+    out.write_text(text + "\n", encoding="utf-8")
+    print(text)
+
+
+def note(message: str) -> None:
+    """Progress for the person watching (stderr, so stdout stays one JSON object)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class SciFact:
+    """BEIR SciFact: the corpus, the test queries and their relevance judgements."""
+
+    corpus: list[dict[str, str]]
+    """`{_id, title, text}` per abstract."""
+    queries: dict[str, str]
+    """Test query id → text (only queries that have judgements)."""
+    qrels: dict[str, dict[str, int]]
+    """Query id → {document id → relevance}."""
+
+
+def load_scifact(root: Path = SCIFACT_DIR) -> SciFact:
+    """Read the dataset from `root` (evaluation only: never bundled with the product)."""
+    if not (root / "corpus.jsonl").exists():
+        raise SystemExit(f"SciFact not found under {root}")
+    corpus = list(_jsonl(root / "corpus.jsonl"))
+    qrels: dict[str, dict[str, int]] = {}
+    with (root / "qrels" / "test.tsv").open(encoding="utf-8") as lines:
+        next(lines)
+        for line in lines:
+            query_id, doc_id, score = line.rstrip("\n").split("\t")
+            qrels.setdefault(query_id, {})[doc_id] = int(score)
+    queries = {q["_id"]: q["text"] for q in _jsonl(root / "queries.jsonl") if q["_id"] in qrels}
+    return SciFact(corpus=corpus, queries=queries, qrels=qrels)
+
+
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
