@@ -244,6 +244,7 @@ def test_standalone_server_prints_its_url_and_serves_the_script(tmp_path: Path) 
     process = subprocess.Popen(
         [sys.executable, "-m", "services.llm_gateway.testing.fake_openai", "--script", str(script)],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
@@ -254,4 +255,5 @@ def test_standalone_server_prints_its_url_and_serves_the_script(tmp_path: Path) 
         assert completion.choices[0].message.content == "from file"
     finally:
         process.terminate()
-        process.wait(10)
+        _, errors = process.communicate(timeout=10)
+    assert "Warning" not in errors
