@@ -4,6 +4,7 @@ wire translation, overflow mapping, the route's window read once, and one trace 
 from __future__ import annotations
 
 import json
+import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -300,3 +301,37 @@ async def test_search_tool_rejection_reaches_the_model_as_a_tool_error(stack: St
     tool = gateway.requests[1].messages[-1]
     assert tool.is_error
     assert "unknown field 'colour'" in tool.text
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_unreachable_gateway_ends_the_stream_with_a_retryable_error() -> None:
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+    settings = ServerSettings(port=0, grace_s=0)
+
+    def serve_search(server: grpc.aio.Server) -> None:
+        st_grpc.add_SearchToolServiceServicer_to_server(search, server)
+
+    search_server = build_server([ServiceRegistration("st", serve_search)], settings)
+    await search_server.start()
+    lonely = build_agent_server(
+        AgentSettings(
+            server=settings,
+            llm_gateway_address=f"127.0.0.1:{_closed_port()}",
+            search_tool_address=search_server.address,
+        )
+    )
+    await lonely.start()
+    try:
+        async with AgentClient(lonely.address) as agent:
+            events = [e async for e in agent.stream_run("q", collection="python-docs")]
+        assert [e.WhichOneof("event") for e in events] == ["started", "error"]
+        assert (events[-1].error.code, events[-1].error.retryable) == ("UNAVAILABLE", True)
+        assert "llm gateway" in events[-1].error.message
+    finally:
+        await lonely.stop(0)
+        await search_server.stop(0)
