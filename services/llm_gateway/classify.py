@@ -53,7 +53,9 @@ OVERFLOW_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
 """How providers word a context overflow (OpenAI, Anthropic, Groq, vLLM, TGI, llama.cpp ...)."""
 
 OVERFLOW_STATUSES = frozenset({400, 413, 422})
-CALLER_ERROR_STATUSES = frozenset({400, 404, 413, 422})
+# 404 is not here: a vendor's 404 means the configured model or endpoint does not exist there, a
+# provider-configuration failure that should fall back and count against that provider's breaker.
+CALLER_ERROR_STATUSES = frozenset({400, 413, 422})
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429})
 
 ANTHROPIC_ERROR_STATUS: Mapping[str, int] = {

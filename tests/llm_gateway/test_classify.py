@@ -93,7 +93,7 @@ def test_structured_overflow_code_wins_over_an_unfamiliar_message() -> None:
     ("status", "kind", "caller_error"),
     [
         (400, FatalProviderError, True),
-        (404, FatalProviderError, True),
+        (404, FatalProviderError, False),
         (413, FatalProviderError, True),
         (422, FatalProviderError, True),
         (401, FatalProviderError, False),
