@@ -44,8 +44,9 @@ def default_model_path() -> Path:
 class MiniLmEmbedder:
     """The default embedder: 384-d, offline, CPU.
 
-    Texts are tokenised, sorted by length (less padding) and cut into batches; batches run on a
-    bounded pool of threads (onnxruntime releases the GIL). With `threads=0` each model call uses
+    Texts are tokenised, sorted by length (less padding) and cut into batches — at most
+    `batch_size`, and small enough that every worker gets one; batches run on a bounded pool of
+    threads (onnxruntime releases the GIL). With `threads=0` each model call uses
     one thread and one call per core runs at once — on small CPUs that beats fewer, wider calls.
     """
 
@@ -68,9 +69,8 @@ class MiniLmEmbedder:
             providers=["CPUExecutionProvider"],
         )
         self._input_names = {i.name for i in self._session.get_inputs()}
-        self._executor = ThreadPoolExecutor(
-            max_workers=max(1, cores // (threads or 1)), thread_name_prefix="minilm"
-        )
+        self._workers = max(1, cores // (threads or 1))
+        self._executor = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="minilm")
 
     @property
     def model_name(self) -> str:
@@ -88,7 +88,8 @@ class MiniLmEmbedder:
             self._executor, self._tokenizer.encode_batch, list(texts)
         )
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
-        batches = [order[i : i + self._batch_size] for i in range(0, len(order), self._batch_size)]
+        size = min(self._batch_size, -(-len(order) // self._workers))
+        batches = [order[i : i + size] for i in range(0, len(order), size)]
         results = await asyncio.gather(
             *(
                 loop.run_in_executor(self._executor, self._infer, [encodings[i] for i in rows])
