@@ -335,3 +335,46 @@ async def test_unreachable_gateway_ends_the_stream_with_a_retryable_error() -> N
     finally:
         await lonely.stop(0)
         await search_server.stop(0)
+
+
+@pytest.mark.slow
+async def test_the_trace_reaches_the_real_gateways_provider_attempt(
+    telemetry: Telemetry, exporter: InMemorySpanExporter
+) -> None:
+    from services.llm_gateway.config import GatewaySettings
+    from services.llm_gateway.server import build_gateway_server
+
+    settings = ServerSettings(port=0, grace_s=0)
+    gateway = build_gateway_server(GatewaySettings(server=settings), telemetry)
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+
+    def serve_search(server: grpc.aio.Server) -> None:
+        st_grpc.add_SearchToolServiceServicer_to_server(search, server)
+
+    search_server = build_server([ServiceRegistration("st", serve_search)], settings, telemetry)
+    agent_server = build_agent_server(
+        AgentSettings(
+            server=settings,
+            llm_gateway_address=gateway.address,
+            search_tool_address=search_server.address,
+        ),
+        telemetry,
+    )
+    servers = [gateway, search_server, agent_server]
+    for server in servers:
+        await server.start()
+    try:
+        async with AgentClient(agent_server.address) as agent:
+            events = [
+                e async for e in agent.stream_run("temporary directory", collection="python-docs")
+            ]
+    finally:
+        for server in reversed(servers):
+            await server.stop(0)
+    assert events[-1].WhichOneof("event") == "done"
+    assert events[-1].done.response.answer.citations
+    spans = exporter.get_finished_spans()
+    names = {s.name for s in spans}
+    assert {"invoke_agent", "execute_tool search"} <= names
+    assert any(n.startswith("chat") for n in names), names
+    assert len({s.context.trace_id for s in spans if s.context is not None}) == 1
