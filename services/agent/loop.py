@@ -277,18 +277,19 @@ class _Run:
                 event = await self._search(call)
                 if event is not None:
                     yield event
-            elif call.name == SEARCH:
-                self._tool_error(
-                    call,
-                    f"No more searches are allowed in this run (limit {self.cap}). "
-                    "Call submit_answer now with the best answer you can compose.",
-                )
             elif call.name == SUBMIT_ANSWER:
                 self._submit(call)
             else:
-                self._tool_error(
-                    call, f"Unknown tool {call.name!r}. The tools are search and submit_answer."
-                )
+                with self._tool_span(call):
+                    self._tool_error(call, self._refusal(call))
+
+    def _refusal(self, call: ToolCall) -> str:
+        if call.name == SEARCH:
+            return (
+                f"No more searches are allowed in this run (limit {self.cap}). "
+                "Call submit_answer now with the best answer you can compose."
+            )
+        return f"Unknown tool {call.name!r}. The tools are search and submit_answer."
 
     async def _search(self, call: ToolCall) -> Searching | None:
         self.searches += 1
