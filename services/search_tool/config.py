@@ -11,6 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from services.common.settings import QuarrySettings, ServerSettings
 from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
+from services.search_tool.engine.lancedb_indexes import IndexPolicy
 
 DEFAULT_PORT = 50051
 
@@ -64,6 +65,24 @@ class EngineSettings(BaseModel):
     """`embedded`: LanceDB in this process, under `data_dir` (Vespa comes later)."""
     fts_refresh_rows: int = Field(default=20_000, ge=1)
     """Rebuild the BM25 index once this many rows were written since the last build."""
+    vector_index_min_rows: int = Field(default=50_000, ge=1)
+    """Build an IVF vector index once a collection holds this many chunks."""
+    vector_refresh_rows: int = Field(default=20_000, ge=1)
+    """Rebuild the vector index once this many rows were written since the last build."""
+    exact_search_max_rows: int = Field(default=5_000, ge=0)
+    """Filters leaving at most this many chunks get an exact (flat) dense search."""
+    nprobes: int = Field(default=20, ge=1)
+    """IVF partitions probed at least (more when a filter leaves too few hits)."""
+
+    def index_policy(self) -> IndexPolicy:
+        return IndexPolicy(
+            fts_refresh_rows=self.fts_refresh_rows,
+            vector_index_min_rows=self.vector_index_min_rows,
+            vector_refresh_rows=self.vector_refresh_rows,
+            exact_search_max_rows=self.exact_search_max_rows,
+            nprobes=self.nprobes,
+        )
+
     keyword_count_cap: int = Field(default=10_000, ge=1)
     """KEYWORD `total_count` counts matches up to this many."""
     search_timeout_s: float = Field(default=10.0, gt=0)

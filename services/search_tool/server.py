@@ -95,7 +95,7 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
     """The engine `settings.engine.kind` names, opened on `settings.data_dir`."""
     return await LanceDBEngine.open(
         settings.data_dir,
-        fts_refresh_rows=settings.engine.fts_refresh_rows,
+        policy=settings.engine.index_policy(),
         hybrid_candidates=settings.fusion.candidates,
         keyword_count_cap=settings.engine.keyword_count_cap,
     )

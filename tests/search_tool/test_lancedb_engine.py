@@ -19,6 +19,7 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.lancedb_indexes import IndexPolicy, has_vector_index
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -196,7 +197,7 @@ async def test_rows_written_after_the_bm25_index_are_found(engine: LanceDBEngine
 
 
 async def test_bm25_index_is_rebuilt_once_enough_rows_are_unindexed(tmp_path: Path) -> None:
-    engine = await LanceDBEngine.open(tmp_path / "db", fts_refresh_rows=3)
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=IndexPolicy(fts_refresh_rows=3))
     await engine.ensure_collection("c", SPEC)
     await engine.upsert("c", records(FIXTURE))
     table = await engine._table("c")
@@ -303,3 +304,27 @@ async def test_dimension_mismatch_is_refused(engine: LanceDBEngine) -> None:
 async def test_drop_collection_removes_it(engine: LanceDBEngine) -> None:
     await engine.drop_collection("fixture")
     assert await engine.list_collections() == []
+
+
+async def test_large_collections_get_a_vector_index_and_selective_filters_stay_exact(
+    tmp_path: Path,
+) -> None:
+    policy = IndexPolicy(vector_index_min_rows=400, exact_search_max_rows=50, nprobes=2)
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    await engine.ensure_collection("c", SPEC)
+    bulk = [Document(id=f"d{i}", text=f"filler {i}", source=f"s{i % 4}") for i in range(600)]
+    rare = Document(id="rare", text="the only one", source="rare")
+    await engine.upsert("c", [*records(bulk), record(rare)])
+    table = await engine._table("c")
+    assert await has_vector_index(table)
+
+    broad = _semantic("d123__chunk_0", limit=3)
+    assert (await engine.search("c", broad)).hits[0].chunk.id == "d123__chunk_0"
+    fields = await engine.fields("c")
+    selective = validate_filter(
+        RawFilter(((RawCondition("source", Operator.EQUALS, "rare"),),)), fields
+    )
+    page = await engine.search("c", _semantic("far away", filter=selective, limit=10))
+    assert [h.chunk.id for h in page.hits] == ["rare__chunk_0"]
+    assert page.total_count == 1
+    await engine.close()

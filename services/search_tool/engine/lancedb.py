@@ -23,7 +23,6 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lancedb.index import FTS
 
 from services.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from services.search_tool.documents import ChunkRecord, metadata_type, widen
@@ -36,9 +35,14 @@ from services.search_tool.engine.base import (
     StoredVersion,
     Strategy,
 )
+from services.search_tool.engine.lancedb_indexes import (
+    IndexPolicy,
+    ensure_fts,
+    has_vector_index,
+    refresh_indexes,
+)
 from services.search_tool.engine.lancedb_rows import (
     CONTENT_HASH_COLUMN,
-    SEARCH_TEXT_COLUMN,
     base_schema,
     embedding_of,
     filterable_fields,
@@ -54,8 +58,8 @@ from services.search_tool.fusion import Candidate, fuse
 
 log = logging.getLogger(__name__)
 
-FTS_INDEX = "search_text_bm25"
 _ID_BATCH = 500
+ALL_PARTITIONS = 1_000_000
 
 
 class LanceDBEngine:
@@ -65,12 +69,13 @@ class LanceDBEngine:
         self,
         connection: lancedb.AsyncConnection,
         *,
-        fts_refresh_rows: int = 20_000,
+        policy: IndexPolicy | None = None,
         hybrid_candidates: int = 100,
         keyword_count_cap: int = 10_000,
     ) -> None:
         self._db = connection
-        self._fts_refresh_rows = fts_refresh_rows
+        self._policy = policy or IndexPolicy()
+        self._vector_indexed: dict[str, bool] = {}
         self._hybrid_candidates = hybrid_candidates
         self._keyword_count_cap = keyword_count_cap
         self._tables: dict[str, Any] = {}
@@ -78,11 +83,23 @@ class LanceDBEngine:
         self._open_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     @classmethod
-    async def open(cls, data_dir: Path, **options: int) -> LanceDBEngine:
+    async def open(
+        cls,
+        data_dir: Path,
+        *,
+        policy: IndexPolicy | None = None,
+        hybrid_candidates: int = 100,
+        keyword_count_cap: int = 10_000,
+    ) -> LanceDBEngine:
         """Open (creating when missing) the database under `data_dir`."""
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         connection = await lancedb.connect_async(str(data_dir))
-        return cls(connection, **options)
+        return cls(
+            connection,
+            policy=policy,
+            hybrid_candidates=hybrid_candidates,
+            keyword_count_cap=keyword_count_cap,
+        )
 
     async def close(self) -> None:
         self._tables.clear()
@@ -103,8 +120,9 @@ class LanceDBEngine:
             if name not in self._tables and name not in await self.list_collections():
                 schema = base_schema(spec.embedding_model, spec.dimensions)
                 table = await self._db.create_table(name, schema=schema)
-                await self._ensure_fts(table)
+                await ensure_fts(table)
                 self._tables[name] = table
+                self._vector_indexed[name] = False
                 log.info("collection created", extra={"collection": name})
                 return
         table = await self._table(name)
@@ -141,13 +159,14 @@ class LanceDBEngine:
                 .when_not_matched_insert_all()
                 .execute(data)
             )
-            await self._refresh_fts(table, threshold=self._fts_refresh_rows)
+            self._vector_indexed[name] = await refresh_indexes(table, self._policy)
         return len(records)
 
     async def refresh(self, name: str) -> None:
-        """Fold every row written since the last rebuild into the BM25 index (after bulk loads)."""
+        """Fold every row written since the last builds into the indexes (after bulk loads)."""
         async with self._write_locks[name]:
-            await self._refresh_fts(await self._table(name), threshold=1)
+            table = await self._table(name)
+            self._vector_indexed[name] = await refresh_indexes(table, self._policy, force=True)
 
     async def stored_versions(
         self, name: str, document_ids: Sequence[str]
@@ -207,7 +226,7 @@ class LanceDBEngine:
         table = await self._table(name)
         try:
             async with asyncio.timeout(query.timeout_s):
-                return await self._search(table, query)
+                return await self._search(name, table, query)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"search in {name!r} took longer than {query.timeout_s} s",
@@ -235,18 +254,27 @@ class LanceDBEngine:
             embedding_dimensions=dimensions,
         )
 
-    async def _search(self, table: Any, query: EngineQuery) -> SearchPage:
+    async def _search(self, name: str, table: Any, query: EngineQuery) -> SearchPage:
         where = compile_filter(query.filter)
         columns = result_columns(await table.schema())
-        timeout = timedelta(seconds=query.timeout_s) if query.timeout_s else None
+        budget = timedelta(seconds=query.timeout_s) if query.timeout_s else None
         depth = query.offset + query.limit
         hybrid = query.strategy is Strategy.HYBRID
         candidates = max(depth, self._hybrid_candidates) if hybrid else depth
         want_dense = query.strategy is not Strategy.KEYWORD and len(query.vectors) > 0
         want_keyword = query.strategy is not Strategy.SEMANTIC
-        dense_rows, keyword_rows = await asyncio.gather(
-            _dense(table, query, where, columns, candidates, timeout) if want_dense else _none(),
-            _keyword(table, query.keyword_text, where, columns, candidates, timeout)
+        indexed = self._vector_indexed.get(name, False)
+        matched: int | None = None
+        if want_dense and indexed:
+            matched = int(await table.count_rows(where))
+        nprobes = self._nprobes(indexed, matched)
+        count_now = query.strategy is not Strategy.KEYWORD and matched is None
+        counted, dense_rows, keyword_rows = await asyncio.gather(
+            table.count_rows(where) if count_now else _none(),
+            _dense(table, query, where, columns, candidates, budget, nprobes)
+            if want_dense
+            else _none(),
+            _keyword(table, query.keyword_text, where, columns, candidates, budget)
             if want_keyword
             else _none(),
         )
@@ -256,23 +284,31 @@ class LanceDBEngine:
         fused = fuse(dense_lists, keyword_list, query.fusion)
         page = fused[query.offset : depth]
         hits = [Hit(to_chunk(rows[f.id]), f.score, f.dense_score, f.keyword_score) for f in page]
-        total = await self._total(table, query, where, keyword_list, candidates)
-        return SearchPage(hits=hits, total_count=max(total, len(fused)))
+        if matched is None and counted is not None:
+            matched = int(counted)
+        if matched is None:
+            found = len(keyword_list or [])
+            matched = await self._keyword_total(table, query.keyword_text, where, found, candidates)
+        return SearchPage(hits=hits, total_count=max(matched, len(fused)))
 
-    async def _total(
-        self,
-        table: Any,
-        query: EngineQuery,
-        where: str | None,
-        keyword_list: list[Candidate] | None,
-        candidates: int,
+    def _nprobes(self, indexed: bool, matched: int | None) -> tuple[int, int] | None:
+        """(minimum, maximum) IVF probes; None for a flat scan (no index).
+
+        A selective filter probes every partition: IVF-Flat then is exact, and faster than a flat
+        scan because the filter's row mask skips vectors it does not need.
+        """
+        if not indexed or matched is None:
+            return None
+        if matched <= self._policy.exact_search_max_rows:
+            return ALL_PARTITIONS, ALL_PARTITIONS
+        return self._policy.nprobes, 0
+
+    async def _keyword_total(
+        self, table: Any, text: str, where: str | None, found: int, asked: int
     ) -> int:
-        if query.strategy is not Strategy.KEYWORD:
-            return int(await table.count_rows(where))
-        assert keyword_list is not None
-        if len(keyword_list) < candidates:
-            return len(keyword_list)
-        builder = table.query().nearest_to_text(query.keyword_text).select(["id", "_score"])
+        if found < asked:
+            return found
+        builder = table.query().nearest_to_text(text).select(["id", "_score"])
         if where:
             builder = builder.where(where)
         matches = await builder.limit(self._keyword_count_cap).to_arrow()
@@ -291,19 +327,10 @@ class LanceDBEngine:
                 raise NotFound(
                     f"collection {name!r} does not exist", metadata={"collection": name}
                 ) from error
-            await self._ensure_fts(table)
+            await ensure_fts(table)
+            self._vector_indexed[name] = await has_vector_index(table)
             self._tables[name] = table
             return table
-
-    async def _ensure_fts(self, table: Any) -> None:
-        indices = await table.list_indices()
-        if not any(index.name == FTS_INDEX for index in indices):
-            await _build_fts(table)
-
-    async def _refresh_fts(self, table: Any, *, threshold: int) -> None:
-        stats = await table.index_stats(FTS_INDEX)
-        if stats is not None and stats.num_unindexed_rows >= threshold:
-            await _build_fts(table)
 
     async def _widen_schema(self, table: Any, records: Sequence[ChunkRecord]) -> pa.Schema:
         schema = await table.schema()
@@ -331,12 +358,6 @@ class LanceDBEngine:
         return await table.schema()
 
 
-async def _build_fts(table: Any) -> None:
-    await table.create_index(
-        SEARCH_TEXT_COLUMN, config=FTS(with_position=False), replace=True, name=FTS_INDEX
-    )
-
-
 async def _none() -> None:
     return None
 
@@ -348,6 +369,7 @@ async def _dense(
     columns: list[str],
     limit: int,
     budget: timedelta | None,
+    nprobes: tuple[int, int] | None,
 ) -> list[dict[str, Any]]:
     vectors = [np.asarray(v, dtype=np.float32) for v in query.vectors]
     target: Any = vectors if len(vectors) > 1 else vectors[0]
@@ -355,10 +377,15 @@ async def _dense(
         table.query()
         .nearest_to(target)
         .distance_type("cosine")
-        .bypass_vector_index()
         .select([*columns, "_distance"])
         .limit(limit)
     )
+    if nprobes is None:
+        builder = builder.bypass_vector_index()
+    elif nprobes[0] == nprobes[1]:
+        builder = builder.nprobes(nprobes[0])
+    else:
+        builder = builder.maximum_nprobes(nprobes[1]).minimum_nprobes(nprobes[0])
     if where:
         builder = builder.where(where)
     result = await builder.to_arrow(timeout=budget)
