@@ -537,3 +537,27 @@ async def test_context_window_comes_from_the_route_unless_overridden(search: Fak
     await run_events(AgentLoop(model, wide, context_window_tokens=4_000), mode=Mode.FAST)
     assert "showing 0." not in _tool_results(model, 1)[0][1]
     assert _tool_results(model, 1)[0][1].startswith("Found 10 results; showing 2.")
+
+
+async def test_old_results_are_pruned_before_calls_while_assistant_text_stays() -> None:
+    from services.agent.context import CLEARED
+    from services.agent.testing import FakeDocument
+
+    docs = [
+        FakeDocument(f"d{i}__chunk_0", f"topic{i} page", f"topic{i} " + "z" * 1_500)
+        for i in range(12)
+    ]
+    search = FakeSearch(docs, collection="python-docs")
+    script = [turn(f"reasoning {i}", search_call(f"topic{i}", limit=1)) for i in range(8)]
+    model = ScriptedModel([*script, turn("", answer_call("done"))], context_window_tokens=3_000)
+    loop = AgentLoop(model, search)
+    await run_events(loop, mode=Mode.THINKING, max_iterations=8)
+
+    last = model.requests[-1].messages
+    results = [m for m in last if m.role is Role.TOOL]
+    assert results[-1].text.endswith("z" * 1_500 + "\n")
+    assert any(r.text == CLEARED or "trimmed" in r.text for r in results[:-1])
+    assert [m.text for m in last if m.role is Role.ASSISTANT] == [
+        f"reasoning {i}" for i in range(8)
+    ]
+    assert unpaired_calls(last) == []
