@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from services.search_tool.documents import Document
 from services.search_tool.engine.base import (
     CollectionSpec,
@@ -328,3 +328,18 @@ async def test_large_collections_get_a_vector_index_and_selective_filters_stay_e
     assert [h.chunk.id for h in page.hits] == ["rare__chunk_0"]
     assert page.total_count == 1
     await engine.close()
+
+
+async def test_an_emptied_collection_still_describes_and_searches(engine: LanceDBEngine) -> None:
+    await engine.delete_matching("fixture", document_ids=[d.id for d in FIXTURE], where=None)
+    stats = await engine.describe("fixture")
+    assert (stats.document_count, stats.chunk_count, dict(stats.sources)) == (0, 0, {})
+    assert stats.earliest_created_at is None
+    hybrid = EngineQuery(Strategy.HYBRID, "release", np.stack([vector_for("x")]))
+    page = await engine.search("fixture", hybrid)
+    assert (page.hits, page.total_count) == ([], 0)
+
+
+async def test_a_search_over_its_time_budget_is_deadline_exceeded(engine: LanceDBEngine) -> None:
+    with pytest.raises(DeadlineExceeded):
+        await engine.search("fixture", _semantic(timeout_s=1e-6))
