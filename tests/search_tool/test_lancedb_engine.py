@@ -343,3 +343,13 @@ async def test_an_emptied_collection_still_describes_and_searches(engine: LanceD
 async def test_a_search_over_its_time_budget_is_deadline_exceeded(engine: LanceDBEngine) -> None:
     with pytest.raises(DeadlineExceeded):
         await engine.search("fixture", _semantic(timeout_s=1e-6))
+
+
+async def test_describe_follows_writes_and_a_recreated_collection(engine: LanceDBEngine) -> None:
+    assert (await engine.describe("fixture")).document_count == len(FIXTURE)
+    await engine.upsert("fixture", [record(Document(id="more", text="x", source="new"))])
+    assert (await engine.describe("fixture")).sources["new"] == 1
+    await engine.drop_collection("fixture")
+    await engine.ensure_collection("fixture", SPEC)
+    await engine.upsert("fixture", [record(FIXTURE[0])])
+    assert (await engine.describe("fixture")).document_count == 1

@@ -76,6 +76,7 @@ class LanceDBEngine:
         self._db = connection
         self._policy = policy or IndexPolicy()
         self._vector_indexed: dict[str, bool] = {}
+        self._described: dict[str, tuple[int, CollectionStats]] = {}
         self._hybrid_candidates = hybrid_candidates
         self._keyword_count_cap = keyword_count_cap
         self._tables: dict[str, Any] = {}
@@ -140,6 +141,8 @@ class LanceDBEngine:
             await self._table(name)
             async with self._open_locks[name]:
                 self._tables.pop(name, None)
+                self._described.pop(name, None)
+                self._vector_indexed.pop(name, None)
                 await self._db.drop_table(name)
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
@@ -234,25 +237,15 @@ class LanceDBEngine:
             ) from None
 
     async def describe(self, name: str) -> CollectionStats:
+        """Scans four columns once per table version; repeated calls between writes are free."""
         table = await self._table(name)
-        schema = await table.schema()
-        model, dimensions = embedding_of(schema)
-        rows = await (
-            table.query().select(["document_id", "source", "entity_type", "created_at"]).to_arrow()
-        )
-        created = rows.column("created_at")
-        return CollectionStats(
-            name=name,
-            document_count=pc.count_distinct(rows.column("document_id")).as_py(),
-            chunk_count=rows.num_rows,
-            sources=_documents_per(rows, "source"),
-            entity_types=_documents_per(rows, "entity_type"),
-            fields=filterable_fields(schema),
-            earliest_created_at=pc.min(created).as_py(),
-            latest_created_at=pc.max(created).as_py(),
-            embedding_model=model,
-            embedding_dimensions=dimensions,
-        )
+        version = await table.version()
+        cached = self._described.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        stats = await _describe(name, table)
+        self._described[name] = (version, stats)
+        return stats
 
     async def _search(self, name: str, table: Any, query: EngineQuery) -> SearchPage:
         where = compile_filter(query.filter)
@@ -356,6 +349,27 @@ class LanceDBEngine:
         await table.add_columns([metadata_field(k, t) for k, t in sorted(new.items())])
         log.info("metadata keys added", extra={"keys": sorted(new)})
         return await table.schema()
+
+
+async def _describe(name: str, table: Any) -> CollectionStats:
+    schema = await table.schema()
+    model, dimensions = embedding_of(schema)
+    rows = await (
+        table.query().select(["document_id", "source", "entity_type", "created_at"]).to_arrow()
+    )
+    created = rows.column("created_at")
+    return CollectionStats(
+        name=name,
+        document_count=pc.count_distinct(rows.column("document_id")).as_py(),
+        chunk_count=rows.num_rows,
+        sources=_documents_per(rows, "source"),
+        entity_types=_documents_per(rows, "entity_type"),
+        fields=filterable_fields(schema),
+        earliest_created_at=pc.min(created).as_py(),
+        latest_created_at=pc.max(created).as_py(),
+        embedding_model=model,
+        embedding_dimensions=dimensions,
+    )
 
 
 async def _none() -> None:
