@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import platform
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -41,6 +43,56 @@ async def running_search_tool(settings: SearchToolSettings) -> AsyncIterator[str
         yield server.address
     finally:
         await server.stop(0)
+
+
+@asynccontextmanager
+async def search_tool_process(data_dir: Path) -> AsyncIterator[str]:
+    """`python -m services.search_tool` on `data_dir` in its own process (spawned by exec, never
+    forked from a process that opened LanceDB); yields its address once it serves."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.search_tool",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "QUARRY_SEARCH_TOOL_LOG_FORMAT": "json"},
+    )
+    assert process.stderr is not None
+    try:
+        address = await asyncio.wait_for(_serving_address(process.stderr), timeout=120)
+        drain = asyncio.create_task(_discard(process.stderr))
+        try:
+            yield address
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await process.wait()
+            await drain
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def _serving_address(stderr: asyncio.StreamReader) -> str:
+    while line := await stderr.readline():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (
+            entry.get("message") == "serving"
+            and entry.get("logger") == "services.search_tool.server"
+        ):
+            return str(entry["address"])
+    raise RuntimeError("the search tool exited before serving")
+
+
+async def _discard(stderr: asyncio.StreamReader) -> None:
+    while await stderr.readline():
+        pass
 
 
 def machine() -> dict[str, Any]:

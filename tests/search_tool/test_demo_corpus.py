@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+import grpc
 import pytest
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from services.common.settings import ServerSettings
 from services.search_tool.chunking import Chunker
-from services.search_tool.demo.build import document_to_proto
+from services.search_tool.config import SearchToolSettings
+from services.search_tool.demo.build import (
+    DEFAULT_COLLECTION,
+    document_to_proto,
+    ensure_demo_collection,
+)
 from services.search_tool.demo.corpus import (
     SOURCE_DOCSTRINGS,
     SOURCE_TOPICS,
     build_corpus,
 )
 from services.search_tool.documents import Document
+from services.search_tool.embedding import Embedder
+from services.search_tool.server import SearchToolServer, build_search_tool_server
 
 _ID = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 
@@ -155,3 +168,72 @@ def test_wire_form_keeps_every_field_and_metadata_type(corpus: list[Document]) -
     assert message.metadata["is_private"].WhichOneof("kind") == "bool_value"
     assert message.metadata["line_count"].int_value == doc.metadata["line_count"]
     assert message.metadata["module"].string_value == "tempfile"
+
+
+# --- building the demo collection through a real search tool --------------------------------------
+
+SMALL_MODULES = ("tempfile", "shutil", "glob")
+QUESTION = "How do I create a temporary directory that is removed automatically?"
+
+
+@pytest.fixture
+async def demo_server(tmp_path: Path, embedder: Embedder) -> AsyncIterator[SearchToolServer]:
+    settings = SearchToolSettings(
+        server=ServerSettings(port=0, grace_s=0.5), data_dir=tmp_path / "data", log_format="text"
+    )
+    built = build_search_tool_server(settings, embedder_factory=lambda: embedder)
+    await built.start()
+    yield built
+    await built.stop(0)
+
+
+@pytest.mark.slow
+async def test_demo_build_ingests_once_then_answers_the_temporary_directory_question(
+    demo_server: SearchToolServer,
+) -> None:
+    small = build_corpus(SMALL_MODULES, include_topics=False)
+    reports: list[tuple[int, int]] = []
+    first = await ensure_demo_collection(
+        demo_server.address,
+        corpus=small,
+        batch_size=16,
+        progress=lambda done, total: reports.append((done, total)),
+    )
+    assert first.built
+    assert first.documents == len(small)
+    assert first.chunks >= len(small)
+    assert reports[-1] == (len(small), len(small))
+    assert [done for done, _ in reports] == sorted(done for done, _ in reports)
+
+    again = await ensure_demo_collection(demo_server.address, corpus=small)
+    assert not again.built
+    assert again.documents == len(small)
+
+    async with grpc.aio.insecure_channel(demo_server.address) as channel:
+        stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+        for strategy in (
+            search_pb2.RETRIEVAL_STRATEGY_HYBRID,
+            search_pb2.RETRIEVAL_STRATEGY_SEMANTIC,
+        ):
+            response = await stub.Search(
+                search_tool_pb2.SearchRequest(
+                    collection=DEFAULT_COLLECTION,
+                    query=search_pb2.SearchQuery(primary=QUESTION),
+                    strategy=strategy,
+                    limit=3,
+                )
+            )
+            top = [r.chunk.document_id for r in response.results]
+            assert "py:tempfile.TemporaryDirectory" in top, (strategy, top)
+
+
+@pytest.mark.slow
+async def test_demo_build_completes_a_partially_built_collection(
+    demo_server: SearchToolServer,
+) -> None:
+    small = build_corpus(SMALL_MODULES, include_topics=False)
+    partial = await ensure_demo_collection(demo_server.address, corpus=small[:10])
+    assert partial.documents == 10
+    finished = await ensure_demo_collection(demo_server.address, corpus=small)
+    assert finished.built
+    assert finished.documents == len(small)

@@ -61,16 +61,18 @@ async def ensure_demo_collection(
     progress: ProgressCallback | None = None,
     batch_size: int = 64,
     timeout_s: float = 300.0,
+    corpus: Sequence[Document] | None = None,
 ) -> DemoCollectionStatus:
     """Make sure `collection` holds the demo corpus; ingest it when missing or incomplete.
 
     Requests carry at most `batch_size` documents and about `_BATCH_CHARS` characters of text,
     so each call stays short and progress moves steadily even through the long pydoc topics.
+    `corpus` replaces the standard-library corpus (tests use a small one).
     """
     if isinstance(channel_or_address, str):
         async with open_channel(channel_or_address) as channel:
-            return await _ensure(channel, collection, progress, batch_size, timeout_s)
-    return await _ensure(channel_or_address, collection, progress, batch_size, timeout_s)
+            return await _ensure(channel, collection, progress, batch_size, timeout_s, corpus)
+    return await _ensure(channel_or_address, collection, progress, batch_size, timeout_s, corpus)
 
 
 async def _ensure(
@@ -79,10 +81,11 @@ async def _ensure(
     progress: ProgressCallback | None,
     batch_size: int,
     timeout_s: float,
+    documents: Sequence[Document] | None,
 ) -> DemoCollectionStatus:
     started = time.monotonic()
     stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
-    corpus = build_corpus()
+    corpus = list(documents) if documents is not None else build_corpus()
     existing = await _describe(stub, collection, timeout_s)
     if existing is not None and existing.document_count >= len(corpus):
         return DemoCollectionStatus(

@@ -56,7 +56,9 @@ class _Origin:
     """Modification time of the module's source file (the build time for built-in modules)."""
 
 
-def build_corpus(modules: tuple[str, ...] = MODULES) -> list[Document]:
+def build_corpus(
+    modules: tuple[str, ...] = MODULES, *, include_topics: bool = True
+) -> list[Document]:
     """Every demo document, in a stable order, ids unique."""
     documents: dict[str, Document] = {}
     for name in modules:
@@ -65,7 +67,7 @@ def build_corpus(modules: tuple[str, ...] = MODULES) -> list[Document]:
             continue
         for document in _module_documents(module, _origin_of(name, module)):
             documents.setdefault(document.id, document)
-    for document in _topic_documents():
+    for document in _topic_documents() if include_topics else ():
         documents.setdefault(document.id, document)
     return list(documents.values())
 

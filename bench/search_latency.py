@@ -1,0 +1,254 @@
+"""Filtered hybrid search over 100,000 chunks through gRPC, query embedding included.
+
+    python bench/search_latency.py [--out bench/results/search_latency.json]
+
+Setup (once, cached under `var/bench/search_latency/`): 100,000 chunks are bulk-loaded through the
+engine interface with precomputed vectors, so the setup takes a minute instead of half an hour.
+Chunk texts are real: windows of three consecutive sentences from SciFact abstracts (~70 words),
+cycled to reach 100k rows. Vectors: `REAL_VECTORS` distinct texts are embedded by MiniLM; every
+chunk gets one of those vectors plus Gaussian noise (sigma 0.02 per dimension), re-normalised.
+Metadata varies (source, entity type, year, category, review flag, created_at over five years).
+
+Measured: a search tool subprocess (`python -m services.search_tool`) on that data; SciFact
+queries as HYBRID searches with the filter `source = "pubmed" AND metadata.year >= 2015` (about
+30 % of rows), limit 10; p50/p95 with one client, then throughput with 8 concurrent clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import re
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from google.protobuf import struct_pb2
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import (
+    RESULTS_DIR,
+    VAR_DIR,
+    emit,
+    load_scifact,
+    machine,
+    note,
+    percentile,
+    search_tool_process,
+    settings_for,
+)
+from services.search_tool.documents import Chunk, ChunkRecord, chunk_id
+from services.search_tool.embedding.minilm import MiniLmEmbedder
+from services.search_tool.engine.base import CollectionSpec
+from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.server import open_engine
+
+COLLECTION = "bench100k"
+ROWS = 100_000
+REAL_VECTORS = 500
+LOAD_BATCH = 10_000
+SOURCES = ("pubmed", "arxiv", "biorxiv", "journal")
+ENTITY_TYPES = ("abstract", "section", "figure_caption")
+CATEGORIES = ("oncology", "immunology", "genetics", "neuroscience", "cardiology", "microbiology")
+SEQUENTIAL_QUERIES = 200
+CONCURRENT_CLIENTS = 8
+QUERIES_PER_CLIENT = 40
+WARMUP = 20
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentence_windows(abstracts: list[str], needed: int) -> list[str]:
+    """Windows of three consecutive sentences, cycled until there are `needed` of them."""
+    windows: list[str] = []
+    for abstract in abstracts:
+        sentences = [s for s in _SENTENCE_END.split(abstract) if s]
+        windows.extend(" ".join(sentences[i : i + 3]) for i in range(0, max(1, len(sentences) - 2)))
+    return list(itertools.islice(itertools.cycle(windows), needed))
+
+
+async def real_vectors(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    embedder = MiniLmEmbedder()
+    try:
+        return await embedder.embed(texts)
+    finally:
+        embedder.close()
+
+
+def records(texts: list[str], titles: list[str], base: np.ndarray[Any, Any]) -> list[ChunkRecord]:
+    rng = np.random.default_rng(7)
+    noise = rng.normal(0.0, 0.02, size=(len(texts), base.shape[1])).astype(np.float32)
+    vectors = base[np.arange(len(texts)) % len(base)] + noise
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    epoch = datetime(2020, 1, 1, tzinfo=UTC)
+    out = []
+    for i, text in enumerate(texts):
+        document_id = f"bench-{i // 4}"
+        out.append(
+            ChunkRecord(
+                chunk=Chunk(
+                    id=chunk_id(document_id, i % 4),
+                    document_id=document_id,
+                    chunk_index=i % 4,
+                    text=text,
+                    title=titles[i],
+                    source=SOURCES[int(rng.integers(len(SOURCES)))],
+                    entity_type=ENTITY_TYPES[i % len(ENTITY_TYPES)],
+                    created_at=epoch + timedelta(days=int(rng.integers(5 * 365))),
+                    updated_at=epoch + timedelta(days=5 * 365),
+                    url=f"https://example.org/papers/{document_id}",
+                    metadata={
+                        "year": int(2000 + rng.integers(25)),
+                        "category": CATEGORIES[int(rng.integers(len(CATEGORIES)))],
+                        "is_review": bool(rng.random() < 0.2),
+                    },
+                ),
+                vector=vectors[i],
+            )
+        )
+    return out
+
+
+async def ensure_loaded(data_dir: Path) -> dict[str, Any]:
+    """Bulk-load the 100k chunks unless the cached data directory already holds them."""
+    engine = await open_engine(settings_for(data_dir))
+    try:
+        if COLLECTION in await engine.list_collections():
+            stats = await engine.describe(COLLECTION)
+            if stats.chunk_count == ROWS:
+                note(f"reusing {ROWS} chunks under {data_dir}")
+                return {"reused": True}
+            await engine.drop_collection(COLLECTION)
+        return await _load(engine)
+    finally:
+        await engine.close()
+
+
+async def _load(engine: Any) -> dict[str, Any]:
+    started = time.monotonic()
+    scifact = load_scifact()
+    texts = sentence_windows([d["text"] for d in scifact.corpus], ROWS)
+    titles = [scifact.corpus[i % len(scifact.corpus)]["title"] for i in range(ROWS)]
+    note(f"embedding {REAL_VECTORS} distinct chunk texts with MiniLM")
+    base = await real_vectors(texts[:REAL_VECTORS])
+    embedded_s = time.monotonic() - started
+    rows = records(texts, titles, base)
+    await engine.ensure_collection(
+        COLLECTION, CollectionSpec("sentence-transformers/all-MiniLM-L6-v2", 384)
+    )
+    for start in range(0, ROWS, LOAD_BATCH):
+        await engine.upsert(COLLECTION, rows[start : start + LOAD_BATCH])
+        note(f"loaded {start + LOAD_BATCH}/{ROWS} chunks")
+    if isinstance(engine, LanceDBEngine):
+        await engine.refresh(COLLECTION)
+    return {
+        "reused": False,
+        "embed_s": round(embedded_s, 1),
+        "load_s": round(time.monotonic() - started - embedded_s, 1),
+    }
+
+
+def hybrid_request(text: str) -> search_tool_pb2.SearchRequest:
+    return search_tool_pb2.SearchRequest(
+        collection=COLLECTION,
+        query=search_pb2.SearchQuery(primary=text),
+        strategy=search_pb2.RETRIEVAL_STRATEGY_HYBRID,
+        limit=10,
+        filter=search_pb2.Filter(
+            groups=[
+                search_pb2.FilterGroup(
+                    conditions=[
+                        search_pb2.FilterCondition(
+                            field="source",
+                            operator=search_pb2.FILTER_OPERATOR_EQUALS,
+                            value=struct_pb2.Value(string_value="pubmed"),
+                        ),
+                        search_pb2.FilterCondition(
+                            field="metadata.year",
+                            operator=search_pb2.FILTER_OPERATOR_GREATER_THAN_OR_EQUAL,
+                            value=struct_pb2.Value(number_value=2015),
+                        ),
+                    ]
+                )
+            ]
+        ),
+    )
+
+
+async def timed_search(stub: Any, text: str) -> tuple[float, int]:
+    started = time.perf_counter()
+    response = await stub.Search(hybrid_request(text), timeout=30)
+    return (time.perf_counter() - started) * 1000, len(response.results)
+
+
+async def measure(address: str, queries: list[str]) -> dict[str, Any]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+        for text in queries[:WARMUP]:
+            await timed_search(stub, text)
+        sequential = [await timed_search(stub, t) for t in queries[:SEQUENTIAL_QUERIES]]
+        latencies = [ms for ms, _ in sequential]
+
+        async def client(offset: int) -> list[float]:
+            texts = queries[offset : offset + QUERIES_PER_CLIENT]
+            return [(await timed_search(stub, t))[0] for t in texts]
+
+        started = time.perf_counter()
+        per_client = await asyncio.gather(
+            *(client(i * QUERIES_PER_CLIENT) for i in range(CONCURRENT_CLIENTS))
+        )
+        elapsed = time.perf_counter() - started
+    concurrent = [ms for times in per_client for ms in times]
+    return {
+        "one_client": {
+            "queries": len(latencies),
+            "p50_ms": round(percentile(latencies, 50), 1),
+            "p95_ms": round(percentile(latencies, 95), 1),
+            "p99_ms": round(percentile(latencies, 99), 1),
+            "mean_results": round(sum(n for _, n in sequential) / len(sequential), 1),
+        },
+        "concurrent_clients": {
+            "clients": CONCURRENT_CLIENTS,
+            "queries": len(concurrent),
+            "throughput_qps": round(len(concurrent) / elapsed, 1),
+            "p50_ms": round(percentile(concurrent, 50), 1),
+            "p95_ms": round(percentile(concurrent, 95), 1),
+        },
+    }
+
+
+async def run(data_dir: Path) -> dict[str, Any]:
+    setup = await ensure_loaded(data_dir)
+    queries = list(load_scifact().queries.values())
+    async with search_tool_process(data_dir) as address:
+        figures = await measure(address, queries)
+    return {
+        "benchmark": "search_latency",
+        "rows": ROWS,
+        "strategy": "HYBRID",
+        "filter": 'source = "pubmed" AND metadata.year >= 2015',
+        "limit": 10,
+        **figures,
+        "targets": {"p50_ms": 35, "p95_ms": 80},
+        "setup": {**setup, "real_vectors": REAL_VECTORS, "vector_noise_sigma": 0.02},
+        "machine": machine(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "search_latency.json")
+    parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench" / "search_latency")
+    args = parser.parse_args()
+    emit(asyncio.run(run(args.data_dir)), args.out)
+
+
+if __name__ == "__main__":
+    main()
