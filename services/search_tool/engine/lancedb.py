@@ -254,44 +254,45 @@ class LanceDBEngine:
         depth = query.offset + query.limit
         hybrid = query.strategy is Strategy.HYBRID
         candidates = max(depth, self._hybrid_candidates) if hybrid else depth
-        want_dense = query.strategy is not Strategy.KEYWORD and len(query.vectors) > 0
-        want_keyword = query.strategy is not Strategy.SEMANTIC
-        indexed = self._vector_indexed.get(name, False)
-        matched: int | None = None
-        if want_dense and indexed:
+
+        async def dense_side() -> tuple[int | None, list[dict[str, Any]]]:
+            if query.strategy is Strategy.KEYWORD:
+                return None, []
+            if len(query.vectors) == 0:
+                return int(await table.count_rows(where)), []
+            if not self._vector_indexed.get(name, False):
+                matched, found = await asyncio.gather(
+                    table.count_rows(where),
+                    _dense(table, query, where, columns, candidates, budget, None),
+                )
+                return int(matched), found
             matched = int(await table.count_rows(where))
-        nprobes = self._nprobes(indexed, matched)
-        count_now = query.strategy is not Strategy.KEYWORD and matched is None
-        counted, dense_rows, keyword_rows = await asyncio.gather(
-            table.count_rows(where) if count_now else _none(),
-            _dense(table, query, where, columns, candidates, budget, nprobes)
-            if want_dense
-            else _none(),
-            _keyword(table, query.keyword_text, where, columns, candidates, budget)
-            if want_keyword
-            else _none(),
-        )
+            nprobes = self._nprobes(matched)
+            return matched, await _dense(table, query, where, columns, candidates, budget, nprobes)
+
+        async def keyword_side() -> list[dict[str, Any]] | None:
+            if query.strategy is Strategy.SEMANTIC:
+                return None
+            return await _keyword(table, query.keyword_text, where, columns, candidates, budget)
+
+        (matched, dense_rows), keyword_rows = await asyncio.gather(dense_side(), keyword_side())
         rows: dict[str, dict[str, Any]] = {}
-        dense_lists = _dense_lists(dense_rows or [], len(query.vectors), rows)
+        dense_lists = _dense_lists(dense_rows, len(query.vectors), rows)
         keyword_list = _keyword_list(keyword_rows, rows)
         fused = fuse(dense_lists, keyword_list, query.fusion)
         page = fused[query.offset : depth]
         hits = [Hit(to_chunk(rows[f.id]), f.score, f.dense_score, f.keyword_score) for f in page]
-        if matched is None and counted is not None:
-            matched = int(counted)
         if matched is None:
             found = len(keyword_list or [])
             matched = await self._keyword_total(table, query.keyword_text, where, found, candidates)
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))
 
-    def _nprobes(self, indexed: bool, matched: int | None) -> tuple[int, int] | None:
-        """(minimum, maximum) IVF probes; None for a flat scan (no index).
+    def _nprobes(self, matched: int) -> tuple[int, int]:
+        """(minimum, maximum) IVF probes for a filter that leaves `matched` rows.
 
         A selective filter probes every partition: IVF-Flat then is exact, and faster than a flat
         scan because the filter's row mask skips vectors it does not need.
         """
-        if not indexed or matched is None:
-            return None
         if matched <= self._policy.exact_search_max_rows:
             return ALL_PARTITIONS, ALL_PARTITIONS
         return self._policy.nprobes, 0
