@@ -90,35 +90,29 @@ def _condition(condition: Condition) -> str:
     values = value if isinstance(value, tuple) else (value,)
     if condition.field_type is FieldType.INTEGER and any(isinstance(v, float) for v in values):
         column = f"CAST({column} AS DOUBLE)"
-    if operator is Operator.CONTAINS:
-        assert isinstance(value, str)
-        return f"lower({column}) LIKE lower({literal(like_pattern(value))}) ESCAPE '\\'"
-    if operator is Operator.NOT_EQUALS:
-        assert not isinstance(value, tuple)
-        return f"({column} IS NULL OR {column} <> {literal(value)})"
     if operator is Operator.IN:
         return f"{column} IN ({_list(value)})"
     if operator is Operator.NOT_IN:
         return f"({column} IS NULL OR {column} NOT IN ({_list(value)}))"
-    assert not isinstance(value, tuple)
+    if operator is Operator.CONTAINS:
+        return f"lower({column}) LIKE lower({literal(like_pattern(_text(value)))}) ESCAPE '\\'"
+    if operator is Operator.NOT_EQUALS:
+        return f"({column} IS NULL OR {column} <> {literal(_single(value))})"
     if condition.field_type is FieldType.STRING and operator is not Operator.EQUALS:
         raise ValueError(f"{operator} does not apply to text")
-    return f"{column} {_COMPARISON[operator]} {literal(value)}"
+    return f"{column} {_COMPARISON[operator]} {literal(_single(value))}"
 
 
 def _breadcrumb_condition(condition: Condition) -> str:
     terms = quote_identifier(BREADCRUMB_TERMS_COLUMN)
     operator, value = condition.operator, condition.value
     if operator is Operator.CONTAINS:
-        assert isinstance(value, str)
         path = quote_identifier(BREADCRUMB_PATH_COLUMN)
-        return f"lower({path}) LIKE lower({literal(like_pattern(value))}) ESCAPE '\\'"
+        return f"lower({path}) LIKE lower({literal(like_pattern(_text(value)))}) ESCAPE '\\'"
     if operator is Operator.EQUALS:
-        assert not isinstance(value, tuple)
-        return f"array_has({terms}, {literal(value)})"
+        return f"array_has({terms}, {literal(_single(value))})"
     if operator is Operator.NOT_EQUALS:
-        assert not isinstance(value, tuple)
-        return f"NOT array_has({terms}, {literal(value)})"
+        return f"NOT array_has({terms}, {literal(_single(value))})"
     if operator is Operator.IN:
         return f"array_has_any({terms}, make_array({_list(value)}))"
     if operator is Operator.NOT_IN:
@@ -126,6 +120,19 @@ def _breadcrumb_condition(condition: Condition) -> str:
     raise ValueError(f"{operator} does not apply to breadcrumbs")
 
 
+def _single(value: Scalar | tuple[Scalar, ...]) -> Scalar:
+    if isinstance(value, tuple):
+        raise ValueError("this operator takes one value, not a list")
+    return value
+
+
+def _text(value: Scalar | tuple[Scalar, ...]) -> str:
+    if not isinstance(value, str):
+        raise ValueError("contains takes a string")
+    return value
+
+
 def _list(value: Scalar | tuple[Scalar, ...]) -> str:
-    assert isinstance(value, tuple)
+    if not isinstance(value, tuple):
+        raise ValueError("in / not_in take a list")
     return ", ".join(literal(v) for v in value)
