@@ -24,6 +24,7 @@ from services.search_tool.engine.base import SearchEngine
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.service import SearchService
 from services.search_tool.servicer import SERVICE_NAME, SearchToolServicer
+from services.search_tool.traced import TracedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class SearchToolServer(QuarryServer):
     servicer: SearchToolServicer = field(default_factory=SearchToolServicer)
     search_settings: SearchToolSettings = field(default_factory=SearchToolSettings)
     embedder_factory: EmbedderFactory | None = None
+    telemetry: Telemetry | None = None
     service: SearchService | None = None
 
     async def start(self) -> None:
@@ -44,7 +46,9 @@ class SearchToolServer(QuarryServer):
         await self.server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("loading engine and embedder", extra={"address": self.address})
-        self.service = await open_search_service(self.search_settings, self.embedder_factory)
+        self.service = await open_search_service(
+            self.search_settings, self.embedder_factory, telemetry=self.telemetry
+        )
         self.servicer.attach(self.service)
         await self.set_serving(True)
         log.info("serving", extra={"address": self.address, "services": self.service_names})
@@ -78,17 +82,22 @@ def build_search_tool_server(
         servicer=servicer,
         search_settings=settings,
         embedder_factory=embedder_factory,
+        telemetry=telemetry,
     )
 
 
 async def open_search_service(
-    settings: SearchToolSettings, embedder_factory: EmbedderFactory | None = None
+    settings: SearchToolSettings,
+    embedder_factory: EmbedderFactory | None = None,
+    *,
+    telemetry: Telemetry | None = None,
 ) -> SearchService:
     """Open the configured engine and load the embedder (off the event loop)."""
     factory = embedder_factory or (lambda: build_embedder(settings.embedding))
     engine_task = open_engine(settings)
     embedder, engine = await asyncio.gather(asyncio.to_thread(factory), engine_task)
-    return SearchService(engine, embedder, settings)
+    tracer = telemetry.tracer(__name__) if telemetry else None
+    return SearchService(engine, TracedEmbedder(embedder, tracer), settings)
 
 
 async def open_engine(settings: SearchToolSettings) -> SearchEngine:

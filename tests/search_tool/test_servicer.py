@@ -11,9 +11,11 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from services.common.telemetry import setup_telemetry
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
 from services.search_tool.server import build_search_tool_server
@@ -283,3 +285,31 @@ async def test_service_is_not_serving_until_the_embedder_is_loaded(
         release.set()
         await starting
         await server.stop(0)
+
+
+async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    exporter = InMemorySpanExporter()
+    telemetry = setup_telemetry("search_tool", span_exporter=exporter)
+    server = build_search_tool_server(settings, telemetry, embedder_factory=lambda: embedder)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(collection="t", documents=DOCS[:1])
+            )
+            exporter.clear()
+            await stub.Search(search("t", "event loop", SEMANTIC))
+    finally:
+        await server.stop(0)
+        telemetry.shutdown()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    embedding = spans["embeddings sentence-transformers/all-MiniLM-L6-v2"]
+    rpc = spans["/quarry.searchtool.v1.SearchToolService/Search"]
+    assert embedding.attributes is not None
+    assert embedding.attributes["gen_ai.operation.name"] == "embeddings"
+    assert embedding.context.trace_id == rpc.context.trace_id
+    assert embedding.parent is not None
+    assert embedding.parent.span_id == rpc.context.span_id
