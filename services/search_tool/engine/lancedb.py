@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 _ID_BATCH = 500
 ALL_PARTITIONS = 1_000_000
+_COUNT_CACHE_SIZE = 512
 
 
 class LanceDBEngine:
@@ -77,6 +78,7 @@ class LanceDBEngine:
         self._policy = policy or IndexPolicy()
         self._vector_indexed: dict[str, bool] = {}
         self._described: dict[str, tuple[int, CollectionStats]] = {}
+        self._counts: OrderedDict[tuple[str, int, str | None], int] = OrderedDict()
         self._hybrid_candidates = hybrid_candidates
         self._keyword_count_cap = keyword_count_cap
         self._tables: dict[str, Any] = {}
@@ -143,6 +145,7 @@ class LanceDBEngine:
                 self._tables.pop(name, None)
                 self._described.pop(name, None)
                 self._vector_indexed.pop(name, None)
+                self._counts = OrderedDict((k, v) for k, v in self._counts.items() if k[0] != name)
                 await self._db.drop_table(name)
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
@@ -259,14 +262,14 @@ class LanceDBEngine:
             if query.strategy is Strategy.KEYWORD:
                 return None, []
             if len(query.vectors) == 0:
-                return int(await table.count_rows(where)), []
+                return await self._count(name, table, where), []
             if not self._vector_indexed.get(name, False):
                 matched, found = await asyncio.gather(
-                    table.count_rows(where),
+                    self._count(name, table, where),
                     _dense(table, query, where, columns, candidates, budget, None),
                 )
-                return int(matched), found
-            matched = int(await table.count_rows(where))
+                return matched, found
+            matched = await self._count(name, table, where)
             nprobes = self._nprobes(matched)
             return matched, await _dense(table, query, where, columns, candidates, budget, nprobes)
 
@@ -286,6 +289,19 @@ class LanceDBEngine:
             found = len(keyword_list or [])
             matched = await self._keyword_total(table, query.keyword_text, where, found, candidates)
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))
+
+    async def _count(self, name: str, table: Any, where: str | None) -> int:
+        """Rows matching `where`, remembered per table version for recently used filters."""
+        key = (name, await table.version(), where)
+        cached = self._counts.get(key)
+        if cached is not None:
+            self._counts.move_to_end(key)
+            return cached
+        matched = int(await table.count_rows(where))
+        self._counts[key] = matched
+        if len(self._counts) > _COUNT_CACHE_SIZE:
+            self._counts.popitem(last=False)
+        return matched
 
     def _nprobes(self, matched: int) -> tuple[int, int]:
         """(minimum, maximum) IVF probes for a filter that leaves `matched` rows.
