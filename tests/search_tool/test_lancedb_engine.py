@@ -296,9 +296,12 @@ async def test_unknown_collection_is_not_found(engine: LanceDBEngine) -> None:
         await engine.drop_collection("missing")
 
 
-async def test_dimension_mismatch_is_refused(engine: LanceDBEngine) -> None:
+async def test_vectors_of_another_model_are_refused(engine: LanceDBEngine) -> None:
     with pytest.raises(FailedPrecondition):
-        await engine.ensure_collection("fixture", CollectionSpec("other", DIMENSIONS + 1))
+        await engine.ensure_collection("fixture", CollectionSpec("test-model", DIMENSIONS + 1))
+    with pytest.raises(FailedPrecondition):
+        await engine.ensure_collection("fixture", CollectionSpec("other-model", DIMENSIONS))
+    await engine.ensure_collection("fixture", SPEC)
 
 
 async def test_drop_collection_removes_it(engine: LanceDBEngine) -> None:

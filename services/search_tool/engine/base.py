@@ -153,7 +153,7 @@ class SearchEngine(Protocol):
         """Names, sorted."""
 
     async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
-        """Create the collection when missing; an existing one must have the same dimensions."""
+        """Create when missing; an existing one must have the same model and dimensions."""
 
     async def drop_collection(self, name: str) -> None:
         """Remove a collection and everything in it."""

@@ -119,6 +119,7 @@ class LanceDBEngine:
                 return sorted(names)
 
     async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
+        """Create when missing; an existing collection must come from the same embedding model."""
         async with self._write_locks[name], self._open_locks[name]:
             if name not in self._tables and name not in await self.list_collections():
                 schema = base_schema(spec.embedding_model, spec.dimensions)
@@ -129,11 +130,11 @@ class LanceDBEngine:
                 log.info("collection created", extra={"collection": name})
                 return
         table = await self._table(name)
-        _, dimensions = embedding_of(await table.schema())
-        if dimensions != spec.dimensions:
+        model, dimensions = embedding_of(await table.schema())
+        if (model, dimensions) != (spec.embedding_model, spec.dimensions):
             raise FailedPrecondition(
-                f"collection {name!r} holds {dimensions}-d vectors; the embedder makes "
-                f"{spec.dimensions}-d ones",
+                f"collection {name!r} holds {dimensions}-d vectors of {model!r}; the embedder "
+                f"makes {spec.dimensions}-d vectors of {spec.embedding_model!r}",
                 reason="EMBEDDING_MISMATCH",
                 metadata={"collection": name},
             )
