@@ -73,5 +73,10 @@ def test_quarry_run_starts_three_processes_and_stops_them_on_ctrl_c(tmp_path: Pa
         assert alive == []
     finally:
         if process.poll() is None:
+            # The services run in sessions of their own: a failed test must not leave them behind.
+            leftovers = psutil.Process(process.pid).children(recursive=True)
             process.kill()
             process.wait()
+            for child in leftovers:
+                child.kill()
+            psutil.wait_procs(leftovers, timeout=10)
