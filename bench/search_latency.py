@@ -123,8 +123,11 @@ async def ensure_loaded(data_dir: Path) -> dict[str, Any]:
         if COLLECTION in await engine.list_collections():
             stats = await engine.describe(COLLECTION)
             if stats.chunk_count == ROWS:
-                note(f"reusing {ROWS} chunks under {data_dir}")
-                return {"reused": True}
+                note(f"reusing {ROWS} chunks under {data_dir}; bringing indexes up to date")
+                started = time.monotonic()
+                if isinstance(engine, LanceDBEngine):
+                    await engine.refresh(COLLECTION)
+                return {"reused": True, "index_refresh_s": round(time.monotonic() - started, 1)}
             await engine.drop_collection(COLLECTION)
         return await _load(engine)
     finally:
