@@ -39,7 +39,7 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder:
             base_url=settings.openai_base_url,
             dimensions=settings.openai_dimensions,
             timeout_s=settings.openai_timeout_s,
-            batch_size=settings.batch_size,
+            batch_size=settings.openai_batch_size,
         )
     from services.search_tool.embedding.minilm import MiniLmEmbedder
 

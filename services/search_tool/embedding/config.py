@@ -12,8 +12,8 @@ class EmbeddingSettings(BaseModel):
 
     kind: Literal["minilm", "openai"] = "minilm"
     """`minilm`: all-MiniLM-L6-v2 int8 ONNX in-process; `openai`: the embeddings API."""
-    batch_size: int = Field(default=32, ge=1, le=2048)
-    """Texts per model call (MiniLM) or per HTTP request (OpenAI)."""
+    batch_size: int = Field(default=8, ge=1, le=1024)
+    """Texts per MiniLM model call; 8 measured fastest on 2 cores (~45 vs ~31 chunks/s at 32)."""
     max_tokens: int = Field(default=256, ge=8, le=512)
     """MiniLM truncates each text to this many word pieces (including [CLS] and [SEP])."""
     threads: int = Field(default=0, ge=0)
@@ -26,3 +26,5 @@ class EmbeddingSettings(BaseModel):
     """Ask the API for shorter vectors (text-embedding-3-*); None keeps the model's own size."""
     openai_timeout_s: float = Field(default=30.0, gt=0)
     """Per-request timeout; the SDK's own retries are off."""
+    openai_batch_size: int = Field(default=256, ge=1, le=2048)
+    """Texts per embeddings request."""

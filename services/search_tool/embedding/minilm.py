@@ -53,7 +53,7 @@ class MiniLmEmbedder:
     def __init__(
         self,
         *,
-        batch_size: int = 32,
+        batch_size: int = 8,
         max_tokens: int = 256,
         threads: int = 0,
         model_path: Path | None = None,
