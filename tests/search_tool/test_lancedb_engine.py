@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+import lancedb
 import numpy as np
 import pytest
 
@@ -64,14 +65,53 @@ async def _matching(engine: LanceDBEngine, expression: FilterExpression) -> set[
     return {hit.chunk.document_id for hit in page.hits}
 
 
+@pytest.fixture(params=["scanned", "indexed"])
+async def filtering_engine(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[LanceDBEngine]:
+    """The fixture collection with its rows outside the scalar indexes, or all inside them."""
+    opened = await LanceDBEngine.open(tmp_path / "db")
+    await opened.ensure_collection("fixture", SPEC)
+    await opened.upsert("fixture", records(FIXTURE))
+    if request.param == "indexed":
+        await opened.refresh("fixture")
+    yield opened
+    await opened.close()
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 async def test_filter_case_matches_exactly_the_expected_documents(
-    engine: LanceDBEngine, case: FilterCase
+    filtering_engine: LanceDBEngine, case: FilterCase
 ) -> None:
+    engine = filtering_engine
     expression = await _filter_of(engine, [RawCondition(case.field, case.operator, case.value)])
     assert await _matching(engine, expression) == set(case.expected)
     page = await engine.search("fixture", _semantic(filter=expression))
     assert page.total_count == len(case.expected)
+    keyword = await engine.search(
+        "fixture",
+        replace(_semantic(filter=expression), strategy=Strategy.HYBRID, keyword_text="the"),
+    )
+    assert {hit.chunk.document_id for hit in keyword.hits} == set(case.expected)
+
+
+async def test_refresh_indexes_the_id_and_every_filterable_column(
+    engine: LanceDBEngine, tmp_path: Path
+) -> None:
+    await engine.refresh("fixture")
+    table = await (await lancedb.connect_async(str(tmp_path / "db"))).open_table("fixture")
+    indexed = {
+        column: index.num_unindexed_rows
+        for index in await table.list_indices()
+        for column in index.columns
+    }
+    wanted = {"id", "document_id", "source", "entity_type", "created_at", "updated_at"}
+    wanted |= {
+        f"meta__{field[len('metadata.') :]}"
+        for field in await engine.fields("fixture")
+        if field.startswith("metadata.")
+    }
+    assert {column: indexed.get(column) for column in wanted} == dict.fromkeys(wanted, 0)
 
 
 async def test_filter_groups_are_or_of_and(engine: LanceDBEngine) -> None:

@@ -37,7 +37,7 @@ from services.search_tool.engine.base import (
 )
 from services.search_tool.engine.lancedb_indexes import (
     IndexPolicy,
-    ensure_fts,
+    ensure_indexes,
     has_vector_index,
     refresh_indexes,
 )
@@ -124,7 +124,7 @@ class LanceDBEngine:
             if name not in self._tables and name not in await self.list_collections():
                 schema = base_schema(spec.embedding_model, spec.dimensions)
                 table = await self._db.create_table(name, schema=schema)
-                await ensure_fts(table)
+                await ensure_indexes(table)
                 self._tables[name] = table
                 self._vector_indexed[name] = False
                 log.info("collection created", extra={"collection": name})
@@ -338,7 +338,7 @@ class LanceDBEngine:
                 raise NotFound(
                     f"collection {name!r} does not exist", metadata={"collection": name}
                 ) from error
-            await ensure_fts(table)
+            await ensure_indexes(table)
             self._vector_indexed[name] = await has_vector_index(table)
             self._tables[name] = table
             return table

@@ -7,6 +7,12 @@ probed partitions) is built only once a collection is large enough for a full sc
 Filters leaving many rows probe `nprobes` partitions (more when too few hits pass the filter);
 selective filters probe every partition, which keeps the search exact — the only way to keep their
 recall — and is still faster than LanceDB's flat scan, which reads every vector.
+
+Scalar indexes (BTREE, BITMAP for low-cardinality text and booleans) cover `id` (the page of a
+hybrid search is fetched by id), `document_id` and every filterable column but breadcrumbs; they are
+built with the collection (or when a metadata column first appears) and rebuilt with BM25. A
+filter then resolves from the indexes instead of scanning its columns; rows written since a build
+are still scanned, so results never depend on whether an index is current.
 """
 
 from __future__ import annotations
@@ -15,14 +21,19 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from lancedb.index import FTS, IvfFlat
+import pyarrow as pa
+from lancedb.index import FTS, Bitmap, BTree, IvfFlat
 
 from services.search_tool.engine.lancedb_rows import SEARCH_TEXT_COLUMN, VECTOR_COLUMN
+from services.search_tool.engine.lancedb_sql import METADATA_COLUMN_PREFIX
 
 log = logging.getLogger(__name__)
 
 FTS_INDEX = "search_text_bm25"
 VECTOR_INDEX = "vector_ivf"
+SCALAR_INDEX_PREFIX = "scalar_"
+_BTREE_COLUMNS = ("id", "document_id", "created_at", "updated_at")
+_BITMAP_COLUMNS = ("source", "entity_type")
 
 
 @dataclass(frozen=True)
@@ -41,10 +52,28 @@ class IndexPolicy:
     """IVF partitions probed at least; more are probed when a filter leaves too few hits."""
 
 
-async def ensure_fts(table: Any) -> None:
-    """Build the BM25 index when it is missing (a new table, or a crash right after creation)."""
-    if not any(index.name == FTS_INDEX for index in await table.list_indices()):
+async def ensure_indexes(table: Any) -> None:
+    """Build BM25 and the scalar indexes that are missing (a new table, an older one, a crash)."""
+    built = {index.name for index in await table.list_indices()}
+    if FTS_INDEX not in built:
         await _build_fts(table)
+    for name, (column, config) in scalar_indexes(await table.schema()).items():
+        if name not in built:
+            await _build_scalar(table, name, column, config)
+
+
+def scalar_indexes(schema: pa.Schema) -> dict[str, tuple[str, BTree | Bitmap]]:
+    """Index name → (column, config) for every scalar index a table with `schema` should have."""
+    wanted: dict[str, tuple[str, BTree | Bitmap]] = {}
+    for field in schema:
+        name = field.name
+        if name in _BITMAP_COLUMNS or (
+            name.startswith(METADATA_COLUMN_PREFIX) and pa.types.is_boolean(field.type)
+        ):
+            wanted[SCALAR_INDEX_PREFIX + name] = (name, Bitmap())
+        elif name in _BTREE_COLUMNS or name.startswith(METADATA_COLUMN_PREFIX):
+            wanted[SCALAR_INDEX_PREFIX + name] = (name, BTree())
+    return wanted
 
 
 async def has_vector_index(table: Any) -> bool:
@@ -53,9 +82,15 @@ async def has_vector_index(table: Any) -> bool:
 
 async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = False) -> bool:
     """Rebuild what is stale (everything unindexed when `force`); whether a vector index exists."""
-    fts = await table.index_stats(FTS_INDEX)
-    if fts is not None and fts.num_unindexed_rows >= (1 if force else policy.fts_refresh_rows):
+    stale = 1 if force else policy.fts_refresh_rows
+    indexes = {index.name: index for index in await table.list_indices()}
+    fts = indexes.get(FTS_INDEX)
+    if fts is not None and (fts.num_unindexed_rows or 0) >= stale:
         await _build_fts(table)
+    for name, (column, config) in scalar_indexes(await table.schema()).items():
+        index = indexes.get(name)
+        if index is None or (index.num_unindexed_rows or 0) >= stale:
+            await _build_scalar(table, name, column, config)
     vectors = await table.index_stats(VECTOR_INDEX)
     if vectors is None:
         if await table.count_rows() < policy.vector_index_min_rows:
@@ -71,6 +106,11 @@ async def _build_fts(table: Any) -> None:
         SEARCH_TEXT_COLUMN, config=FTS(with_position=False), replace=True, name=FTS_INDEX
     )
     log.info("bm25 index built", extra={"table": table.name})
+
+
+async def _build_scalar(table: Any, name: str, column: str, config: BTree | Bitmap) -> None:
+    await table.create_index(column, config=config, replace=True, name=name)
+    log.debug("scalar index built", extra={"table": table.name, "column": column})
 
 
 async def _build_vector_index(table: Any) -> None:
