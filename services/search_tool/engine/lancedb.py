@@ -253,13 +253,12 @@ class LanceDBEngine:
 
     async def _search(self, name: str, table: Any, query: EngineQuery) -> SearchPage:
         where = compile_filter(query.filter)
-        columns = result_columns(await table.schema())
         budget = timedelta(seconds=query.timeout_s) if query.timeout_s else None
         depth = query.offset + query.limit
         hybrid = query.strategy is Strategy.HYBRID
         candidates = max(depth, self._hybrid_candidates) if hybrid else depth
 
-        async def dense_side() -> tuple[int | None, list[dict[str, Any]]]:
+        async def dense_side() -> tuple[int | None, list[list[Candidate]]]:
             if query.strategy is Strategy.KEYWORD:
                 return None, []
             if len(query.vectors) == 0:
@@ -267,25 +266,27 @@ class LanceDBEngine:
             if not self._vector_indexed.get(name, False):
                 matched, found = await asyncio.gather(
                     self._count(name, table, where),
-                    _dense(table, query, where, columns, candidates, budget, None),
+                    _dense(table, query, where, candidates, budget, None),
                 )
                 return matched, found
             matched = await self._count(name, table, where)
             nprobes = self._nprobes(matched)
-            return matched, await _dense(table, query, where, columns, candidates, budget, nprobes)
+            return matched, await _dense(table, query, where, candidates, budget, nprobes)
 
-        async def keyword_side() -> list[dict[str, Any]] | None:
+        async def keyword_side() -> list[Candidate] | None:
             if query.strategy is Strategy.SEMANTIC:
                 return None
-            return await _keyword(table, query.keyword_text, where, columns, candidates, budget)
+            return await _keyword(table, query.keyword_text, where, candidates, budget)
 
-        (matched, dense_rows), keyword_rows = await asyncio.gather(dense_side(), keyword_side())
-        rows: dict[str, dict[str, Any]] = {}
-        dense_lists = _dense_lists(dense_rows, len(query.vectors), rows)
-        keyword_list = _keyword_list(keyword_rows, rows)
+        (matched, dense_lists), keyword_list = await asyncio.gather(dense_side(), keyword_side())
         fused = fuse(dense_lists, keyword_list, query.fusion)
         page = fused[query.offset : depth]
-        hits = [Hit(to_chunk(rows[f.id]), f.score, f.dense_score, f.keyword_score) for f in page]
+        rows = await _rows_by_id(table, [f.id for f in page], budget)
+        hits = [
+            Hit(to_chunk(rows[f.id]), f.score, f.dense_score, f.keyword_score)
+            for f in page
+            if f.id in rows
+        ]
         if matched is None:
             found = len(keyword_list or [])
             matched = await self._keyword_total(table, query.keyword_text, where, found, candidates)
@@ -390,26 +391,22 @@ async def _describe(name: str, table: Any) -> CollectionStats:
     )
 
 
-async def _none() -> None:
-    return None
-
-
 async def _dense(
     table: Any,
     query: EngineQuery,
     where: str | None,
-    columns: list[str],
     limit: int,
     budget: timedelta | None,
     nprobes: tuple[int, int] | None,
-) -> list[dict[str, Any]]:
+) -> list[list[Candidate]]:
+    """One ranked list of (id, cosine similarity) per query vector, best first."""
     vectors = [np.asarray(v, dtype=np.float32) for v in query.vectors]
     target: Any = vectors if len(vectors) > 1 else vectors[0]
     builder = (
         table.query()
         .nearest_to(target)
         .distance_type("cosine")
-        .select([*columns, "_distance"])
+        .select(["id", "_distance"])
         .limit(limit)
     )
     if nprobes is None:
@@ -421,45 +418,48 @@ async def _dense(
     if where:
         builder = builder.where(where)
     result = await builder.to_arrow(timeout=budget)
-    return list(result.to_pylist())
+    ids = result.column("id").to_pylist()
+    distances = result.column("_distance").to_pylist()
+    owners = (
+        result.column("query_index").to_pylist()
+        if "query_index" in result.column_names
+        else [0] * len(ids)
+    )
+    lists: list[list[Candidate]] = [[] for _ in vectors]
+    for chunk, distance, owner in zip(ids, distances, owners, strict=True):
+        lists[int(owner or 0)].append(Candidate(chunk, 1.0 - float(distance)))
+    for ranking in lists:
+        ranking.sort(key=lambda c: -c.score)
+    return [ranking for ranking in lists if ranking] if len(vectors) > 1 else lists
 
 
 async def _keyword(
-    table: Any,
-    text: str,
-    where: str | None,
-    columns: list[str],
-    limit: int,
-    budget: timedelta | None,
-) -> list[dict[str, Any]]:
-    builder = table.query().nearest_to_text(text).select([*columns, "_score"]).limit(limit)
+    table: Any, text: str, where: str | None, limit: int, budget: timedelta | None
+) -> list[Candidate]:
+    """(id, BM25) of the best keyword matches, best first."""
+    builder = table.query().nearest_to_text(text).select(["id", "_score"]).limit(limit)
     if where:
         builder = builder.where(where)
     result = await builder.to_arrow(timeout=budget)
-    return list(result.to_pylist())
+    ids = result.column("id").to_pylist()
+    scores = result.column("_score").to_pylist()
+    return [Candidate(chunk, float(score)) for chunk, score in zip(ids, scores, strict=True)]
 
 
-def _dense_lists(
-    rows: list[dict[str, Any]], vectors: int, seen: dict[str, dict[str, Any]]
-) -> list[list[Candidate]]:
-    lists: list[list[Candidate]] = [[] for _ in range(vectors)]
-    for row in rows:
-        seen.setdefault(row["id"], row)
-        index = int(row.get("query_index", 0) or 0)
-        lists[index].append(Candidate(row["id"], 1.0 - float(row["_distance"])))
-    for ranking in lists:
-        ranking.sort(key=lambda c: -c.score)
-    return [ranking for ranking in lists if ranking] if vectors > 1 else lists[:vectors]
-
-
-def _keyword_list(
-    rows: list[dict[str, Any]] | None, seen: dict[str, dict[str, Any]]
-) -> list[Candidate] | None:
-    if rows is None:
-        return None
-    for row in rows:
-        seen.setdefault(row["id"], row)
-    return [Candidate(row["id"], float(row["_score"])) for row in rows]
+async def _rows_by_id(
+    table: Any, ids: Sequence[str], budget: timedelta | None
+) -> dict[str, dict[str, Any]]:
+    """The stored rows of one page, by chunk id (a chunk deleted meanwhile is absent)."""
+    if not ids:
+        return {}
+    columns = result_columns(await table.schema())
+    rows = await (
+        table.query()
+        .where(f"id IN ({', '.join(literal(i) for i in ids)})")
+        .select(columns)
+        .to_arrow(timeout=budget)
+    )
+    return {row["id"]: row for row in rows.to_pylist()}
 
 
 def _documents_per(rows: pa.Table, column: str) -> dict[str, int]:
