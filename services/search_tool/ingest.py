@@ -1,9 +1,11 @@
 """Ingest: validate a whole request, then chunk, embed and upsert documents batch by batch.
 
 Nothing is written until every document of the request is valid. Each batch is chunked and
-embedded first (concurrently with other requests), then written under a per-collection lock in two
-steps, upsert then removal of stale chunks (those beyond a changed document's new chunk count, read
-again under the lock, so concurrent rewrites of one document leave exactly one version). A crash
+embedded first (concurrently with other requests, and with the write of the request's previous
+batch), then written under a per-collection lock in two steps, upsert then removal of stale chunks
+(those beyond a changed document's new chunk count; what is stored is read again under the lock
+when the collection was written since the batch read it, so concurrent rewrites of one document
+leave exactly one version). A crash
 between or during the steps never loses a document that was stored before: at worst stale chunks
 linger until the document is ingested again. A document whose content fingerprint and chunk ids
 match what is stored is skipped without being embedded.
@@ -31,7 +33,7 @@ from services.search_tool.documents import (
     widen,
 )
 from services.search_tool.embedding import Embedder
-from services.search_tool.engine.base import CollectionSpec, SearchEngine
+from services.search_tool.engine.base import CollectionSpec, SearchEngine, StoredVersion
 from services.search_tool.filters import METADATA_PREFIX, FieldType
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,20 @@ class IngestResult:
     """Chunks of earlier versions removed."""
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A batch chunked and embedded, waiting for the write lock."""
+
+    pending: list[tuple[Document, list[Chunk], str]]
+    """Changed documents with their chunks and content fingerprints."""
+    records: list[ChunkRecord]
+    """The embedded chunks of `pending`."""
+    stored: Mapping[str, StoredVersion]
+    """What was stored for the batch's documents when it was read."""
+    generation: int
+    """The collection's write generation at that read; `stored` is current while it holds."""
+
+
 class Ingestor:
     """Turns documents into stored, embedded chunks."""
 
@@ -77,6 +93,7 @@ class Ingestor:
         self._chunker = chunker
         self._limits = limits
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._generations: defaultdict[str, int] = defaultdict(int)
 
     async def upsert(self, collection: str, documents: Sequence[Document]) -> IngestResult:
         """Validate everything, then write batch by batch."""
@@ -85,14 +102,20 @@ class Ingestor:
         await self._engine.ensure_collection(
             collection, CollectionSpec(self._embedder.model_name, self._embedder.dimensions)
         )
-        written = deleted = 0
         size = self._limits.batch_documents
-        for start in range(0, len(documents), size):
-            batch_written, batch_deleted = await self._write(
-                collection, documents[start : start + size]
-            )
+        batches = [documents[start : start + size] for start in range(0, len(documents), size)]
+        written = deleted = 0
+        prepared = await self._prepare(collection, batches[0])
+        for following in [*batches[1:], None]:
+            async with asyncio.TaskGroup() as group:
+                writing = group.create_task(self._write(collection, prepared))
+                if following is not None:
+                    preparing = group.create_task(self._prepare(collection, following))
+            batch_written, batch_deleted = writing.result()
             written += batch_written
             deleted += batch_deleted
+            if following is not None:
+                prepared = preparing.result()
         log.info(
             "documents upserted",
             extra={"collection": collection, "documents": len(documents), "chunks": written},
@@ -104,9 +127,10 @@ class Ingestor:
             return {}
         return await self._engine.fields(collection)
 
-    async def _write(self, collection: str, batch: Sequence[Document]) -> tuple[int, int]:
-        ids = [d.id for d in batch]
-        stored = await self._engine.stored_versions(collection, ids)
+    async def _prepare(self, collection: str, batch: Sequence[Document]) -> _Prepared:
+        """Chunk and embed the documents of a batch that changed (no lock held)."""
+        generation = self._generations[collection]
+        stored = await self._engine.stored_versions(collection, [d.id for d in batch])
         pending: list[tuple[Document, list[Chunk], str]] = []
         for document in batch:
             chunks = self._chunks(document)
@@ -120,17 +144,26 @@ class Ingestor:
                 continue
             pending.append((document, chunks, fingerprint))
         records = await self._embed(pending)
+        return _Prepared(pending, records, stored, generation)
+
+    async def _write(self, collection: str, prepared: _Prepared) -> tuple[int, int]:
+        """Upsert, then delete chunks the new versions no longer have (under the write lock)."""
         async with self._write_locks[collection]:
-            current = await self._engine.stored_versions(collection, [d.id for d, _, _ in pending])
+            current = prepared.stored
+            if self._generations[collection] != prepared.generation:
+                current = await self._engine.stored_versions(
+                    collection, [d.id for d, _, _ in prepared.pending]
+                )
             stale = [
                 chunk
-                for document, chunks, _ in pending
+                for document, chunks, _ in prepared.pending
                 if document.id in current
                 for chunk in sorted(current[document.id].chunk_ids - {c.id for c in chunks})
             ]
-            await self._engine.upsert(collection, records)
+            self._generations[collection] += 1
+            await self._engine.upsert(collection, prepared.records)
             deleted = await self._engine.delete_chunks(collection, stale)
-        return len(records), deleted
+        return len(prepared.records), deleted
 
     def _chunks(self, document: Document) -> list[Chunk]:
         return [
