@@ -237,3 +237,14 @@ async def test_demo_build_completes_a_partially_built_collection(
     finished = await ensure_demo_collection(demo_server.address, corpus=small)
     assert finished.built
     assert finished.documents == len(small)
+
+
+def test_reference_topics_are_cut_at_a_paragraph_break_within_the_limit(
+    corpus: list[Document],
+) -> None:
+    from services.search_tool.demo.corpus import MAX_TOPIC_CHARS, SOURCE_TOPICS
+
+    topics = [d for d in corpus if d.source == SOURCE_TOPICS]
+    assert all(len(d.text) <= MAX_TOPIC_CHARS for d in topics)
+    assert any(len(d.text) > MAX_TOPIC_CHARS // 2 for d in topics)
+    assert all(not d.text.endswith(("\n", " ")) for d in topics)
