@@ -20,7 +20,7 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb_indexes import IndexPolicy, has_vector_index
+from services.search_tool.engine.lancedb_indexes import FTS_INDEX, IndexPolicy, has_vector_index
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -396,3 +396,23 @@ async def test_describe_follows_writes_and_a_recreated_collection(engine: LanceD
     await engine.ensure_collection("fixture", SPEC)
     await engine.upsert("fixture", [record(FIXTURE[0])])
     assert (await engine.describe("fixture")).document_count == 1
+
+
+async def test_a_small_collection_is_keyword_indexed_after_its_first_ingest(
+    tmp_path: Path,
+) -> None:
+    opened = await LanceDBEngine.open(tmp_path / "small")
+    try:
+        await opened.ensure_collection("small", SPEC)
+        documents = [
+            replace(FIXTURE[0], id=f"doc-{i}", text=f"{FIXTURE[0].text} number {i}")
+            for i in range(600)
+        ]
+        await opened.upsert("small", records(documents))
+        table = await (await lancedb.connect_async(str(tmp_path / "small"))).open_table("small")
+        stats = await table.index_stats(FTS_INDEX)
+        assert stats is not None
+        assert stats.num_unindexed_rows == 0
+        assert stats.num_indexed_rows == 600
+    finally:
+        await opened.close()

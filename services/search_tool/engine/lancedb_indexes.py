@@ -41,7 +41,10 @@ class IndexPolicy:
     """Thresholds that decide index builds and their use."""
 
     fts_refresh_rows: int = 20_000
-    """Rebuild BM25 once this many rows are unindexed."""
+    """Rebuild BM25 (and the scalar indexes) once this many rows are unindexed, at most."""
+    fts_min_refresh_rows: int = 500
+    """...and already once this many are, while they are a tenth of the collection or more: small
+    collections get indexed after their first ingest instead of being scanned on every query."""
     vector_index_min_rows: int = 50_000
     """Build the vector index once a collection has this many chunks."""
     vector_refresh_rows: int = 20_000
@@ -82,7 +85,7 @@ async def has_vector_index(table: Any) -> bool:
 
 async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = False) -> bool:
     """Rebuild what is stale (everything unindexed when `force`); whether a vector index exists."""
-    stale = 1 if force else policy.fts_refresh_rows
+    stale = 1 if force else await _stale_rows(table, policy)
     indexes = {index.name: index for index in await table.list_indices()}
     fts = indexes.get(FTS_INDEX)
     if fts is not None and (fts.num_unindexed_rows or 0) >= stale:
@@ -99,6 +102,12 @@ async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = Fals
         return True
     await _build_vector_index(table)
     return True
+
+
+async def _stale_rows(table: Any, policy: IndexPolicy) -> int:
+    """Unindexed rows that make BM25 and the scalar indexes worth rebuilding."""
+    tenth = int(await table.count_rows()) // 10
+    return min(policy.fts_refresh_rows, max(policy.fts_min_refresh_rows, tenth))
 
 
 async def _build_fts(table: Any) -> None:
