@@ -64,6 +64,28 @@ def document_from_proto(document: search_tool_pb2.Document, path: str) -> Docume
     )
 
 
+def document_to_proto(document: Document) -> search_tool_pb2.Document:
+    """The wire form of a domain document."""
+    message = search_tool_pb2.Document(
+        id=document.id,
+        title=document.title,
+        text=document.text,
+        source=document.source,
+        entity_type=document.entity_type,
+        url=document.url,
+        breadcrumbs=[
+            search_pb2.Breadcrumb(id=b.id, name=b.name, entity_type=b.entity_type)
+            for b in document.breadcrumbs
+        ],
+        metadata={key: metadata_value_to_proto(value) for key, value in document.metadata.items()},
+    )
+    if document.created_at is not None:
+        message.created_at.CopyFrom(_timestamp(document.created_at))
+    if document.updated_at is not None:
+        message.updated_at.CopyFrom(_timestamp(document.updated_at))
+    return message
+
+
 def filter_from_proto(message: search_pb2.Filter) -> RawFilter:
     """The filter as sent; validation happens in the domain."""
     return RawFilter(

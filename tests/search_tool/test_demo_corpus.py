@@ -15,11 +15,8 @@ from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 from services.common.settings import ServerSettings
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
-from services.search_tool.demo.build import (
-    DEFAULT_COLLECTION,
-    document_to_proto,
-    ensure_demo_collection,
-)
+from services.search_tool.convert import document_to_proto
+from services.search_tool.demo.build import DEFAULT_COLLECTION, ensure_demo_collection
 from services.search_tool.demo.corpus import (
     SOURCE_DOCSTRINGS,
     SOURCE_TOPICS,

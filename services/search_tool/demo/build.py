@@ -10,12 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
 
 import grpc
-from google.protobuf import timestamp_pb2
-from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 from rich.console import Console
 from rich.progress import (
@@ -28,8 +25,9 @@ from rich.progress import (
 )
 
 from services.common.channels import open_channel
+from services.search_tool.convert import document_to_proto
 from services.search_tool.demo.corpus import build_corpus
-from services.search_tool.documents import Document, MetadataValue
+from services.search_tool.documents import Document
 
 DEFAULT_COLLECTION = "python-docs"
 _BATCH_CHARS = 40_000
@@ -144,44 +142,6 @@ async def _describe(
         raise
     result: search_tool_pb2.Collection = response.collection
     return result
-
-
-def document_to_proto(document: Document) -> search_tool_pb2.Document:
-    """The wire form of a domain document."""
-    message = search_tool_pb2.Document(
-        id=document.id,
-        title=document.title,
-        text=document.text,
-        source=document.source,
-        entity_type=document.entity_type,
-        url=document.url,
-        breadcrumbs=[
-            search_pb2.Breadcrumb(id=b.id, name=b.name, entity_type=b.entity_type)
-            for b in document.breadcrumbs
-        ],
-        metadata={key: _metadata_value(value) for key, value in document.metadata.items()},
-    )
-    if document.created_at is not None:
-        message.created_at.CopyFrom(_timestamp(document.created_at))
-    if document.updated_at is not None:
-        message.updated_at.CopyFrom(_timestamp(document.updated_at))
-    return message
-
-
-def _metadata_value(value: MetadataValue) -> search_pb2.MetadataValue:
-    if isinstance(value, bool):
-        return search_pb2.MetadataValue(bool_value=value)
-    if isinstance(value, int):
-        return search_pb2.MetadataValue(int_value=value)
-    if isinstance(value, float):
-        return search_pb2.MetadataValue(double_value=value)
-    return search_pb2.MetadataValue(string_value=value)
-
-
-def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
 
 
 class ProgressBar:
