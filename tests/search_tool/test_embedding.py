@@ -74,6 +74,16 @@ async def test_minilm_batched_padded_results_equal_one_at_a_time(minilm: MiniLmE
     np.testing.assert_allclose(together, alone, atol=2e-4)
 
 
+async def test_minilm_large_request_on_the_batch_path_equals_small_requests(
+    minilm: MiniLmEmbedder,
+) -> None:
+    texts = [f"sentence number {i} about {topic}" for i in range(6) for topic in ("tea", "rust")]
+    assert len(texts) > 4  # above the fixture's batch_size: the batch path, one core per call
+    together = await minilm.embed(texts)
+    in_pairs = np.concatenate([await minilm.embed(texts[i : i + 2]) for i in range(0, 12, 2)])
+    np.testing.assert_allclose(together, in_pairs, atol=2e-4)
+
+
 async def test_minilm_truncates_text_longer_than_the_model_window(minilm: MiniLmEmbedder) -> None:
     long_text = "the quick brown fox jumps over the lazy dog " * 400
     prefix = "the quick brown fox jumps over the lazy dog " * 60

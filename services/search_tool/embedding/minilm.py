@@ -48,6 +48,10 @@ class MiniLmEmbedder:
     `batch_size`, and small enough that every worker gets one; batches run on a bounded pool of
     threads (onnxruntime releases the GIL). With `threads=0` each model call uses
     one thread and one call per core runs at once — on small CPUs that beats fewer, wider calls.
+
+    A request of at most `batch_size` texts (a search query and its variations, a small document)
+    is one batch on a second session that uses every core, without spinning: it is latency-bound,
+    not throughput-bound (one query: 8.5 ms instead of 12.8 ms on 2 cores).
     """
 
     def __init__(
@@ -61,12 +65,10 @@ class MiniLmEmbedder:
         self._batch_size = batch_size
         self._tokenizer = load_tokenizer(max_tokens)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or 1
-        self._session = ort.InferenceSession(
-            str(model_path or default_model_path()),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
+        path = str(model_path or default_model_path())
+        self._session = _session(path, threads or 1)
+        self._wide_session = (
+            _session(path, cores, spin=False) if cores > (threads or 1) else self._session
         )
         self._input_names = {i.name for i in self._session.get_inputs()}
         self._workers = max(1, cores // (threads or 1))
@@ -84,6 +86,8 @@ class MiniLmEmbedder:
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
         loop = asyncio.get_running_loop()
+        if len(texts) <= self._batch_size:
+            return await loop.run_in_executor(self._executor, self._embed_small, list(texts))
         encodings = await loop.run_in_executor(
             self._executor, self._tokenizer.encode_batch, list(texts)
         )
@@ -105,14 +109,27 @@ class MiniLmEmbedder:
         """Stop the inference threads (waits for running batches)."""
         self._executor.shutdown(wait=True)
 
-    def _infer(self, batch: Sequence[Encoding]) -> npt.NDArray[np.float32]:
+    def _embed_small(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return self._infer(self._tokenizer.encode_batch(texts), self._wide_session)
+
+    def _infer(
+        self, batch: Sequence[Encoding], session: ort.InferenceSession | None = None
+    ) -> npt.NDArray[np.float32]:
         feeds = _padded_inputs(batch)
-        hidden = self._session.run(
+        hidden = (session or self._session).run(
             ["last_hidden_state"], {k: v for k, v in feeds.items() if k in self._input_names}
         )[0]
         mask = feeds["attention_mask"][:, :, None].astype(np.float32)
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         return l2_normalise(pooled.astype(np.float32))
+
+
+def _session(path: str, threads: int, *, spin: bool = True) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def _padded_inputs(batch: Sequence[Encoding]) -> dict[str, npt.NDArray[np.int64]]:
