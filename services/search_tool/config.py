@@ -73,6 +73,13 @@ class EngineSettings(BaseModel):
     """Filters leaving at most this many chunks get an exact (flat) dense search."""
     nprobes: int = Field(default=20, ge=1)
     """IVF partitions probed at least (more when a filter leaves too few hits)."""
+    probe_fraction: float = Field(default=0.1, gt=0, le=1)
+    """...and at least this share of the partitions (an index has about √rows of them)."""
+    max_fragments: int = Field(default=64, ge=2)
+    """Compact a collection once its rows are spread over this many data fragments (each
+    ingest request adds one; every query pays for each)."""
+    keep_versions_s: float = Field(default=3600.0, ge=0)
+    """Compaction deletes table versions (and files only they use) older than this."""
 
     def index_policy(self) -> IndexPolicy:
         return IndexPolicy(
@@ -81,6 +88,9 @@ class EngineSettings(BaseModel):
             vector_refresh_rows=self.vector_refresh_rows,
             exact_search_max_rows=self.exact_search_max_rows,
             nprobes=self.nprobes,
+            probe_fraction=self.probe_fraction,
+            max_fragments=self.max_fragments,
+            keep_versions_s=self.keep_versions_s,
         )
 
     keyword_count_cap: int = Field(default=10_000, ge=1)

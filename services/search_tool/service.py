@@ -6,6 +6,7 @@ validated here before anything is read or written, with InvalidArgument naming t
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -135,8 +136,25 @@ class SearchService:
     async def search(self, request: SearchRequest) -> SearchOutcome:
         started = time.perf_counter()
         limit = _validate_search(request)
+        # Embedding runs while the filter is checked and the engine starts on what needs no
+        # vectors (the keyword side, the filter count).
+        vectors = asyncio.ensure_future(self._query_vectors(request))
+        try:
+            return await self._search(request, limit, vectors, started)
+        finally:
+            if not vectors.done():
+                vectors.cancel()
+            elif not vectors.cancelled():
+                vectors.exception()  # retrieved here when the search failed before using it
+
+    async def _search(
+        self,
+        request: SearchRequest,
+        limit: int,
+        vectors: asyncio.Future[npt.NDArray[np.float32]],
+        started: float,
+    ) -> SearchOutcome:
         expression = await self._filter(request.collection, request.filter)
-        vectors = await self._query_vectors(request)
         timeout = self._settings.engine.search_timeout_s
         if request.deadline_s is not None:
             timeout = min(timeout, max(request.deadline_s, 0.001))

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import lancedb
 import numpy as np
+import numpy.typing as npt
 import pytest
 
-from services.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
+from services.common.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 from services.search_tool.documents import Document
+from services.search_tool.engine import lancedb as lancedb_engine
 from services.search_tool.engine.base import (
     CollectionSpec,
     EngineQuery,
@@ -20,7 +31,13 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb_indexes import FTS_INDEX, IndexPolicy, has_vector_index
+from services.search_tool.engine.lancedb_indexes import (
+    FTS_INDEX,
+    IndexPolicy,
+    probes_for,
+    vector_index_rows,
+    vector_partitions,
+)
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -359,7 +376,7 @@ async def test_large_collections_get_a_vector_index_and_selective_filters_stay_e
     rare = Document(id="rare", text="the only one", source="rare")
     await engine.upsert("c", [*records(bulk), record(rare)])
     table = await engine._table("c")
-    assert await has_vector_index(table)
+    assert await vector_index_rows(table) == 601
 
     broad = _semantic("d123__chunk_0", limit=3)
     assert (await engine.search("c", broad)).hits[0].chunk.id == "d123__chunk_0"
@@ -416,3 +433,165 @@ async def test_a_small_collection_is_keyword_indexed_after_its_first_ingest(
         assert stats.num_indexed_rows == 600
     finally:
         await opened.close()
+
+
+def test_vector_index_partitions_grow_with_the_square_root_of_the_rows() -> None:
+    assert vector_partitions(100) == 16
+    assert vector_partitions(100_000) == 316
+    assert vector_partitions(10**9) == 4096
+    policy = IndexPolicy(nprobes=20, probe_fraction=0.1)
+    assert probes_for(100_000, policy) == 32
+    assert probes_for(50_000, policy) == 23
+    assert probes_for(100, IndexPolicy(nprobes=20)) == 16  # never more than there are
+
+
+async def _fragments(engine: LanceDBEngine, name: str) -> int:
+    table = await engine._table(name)
+    return int((await table.stats())["fragment_stats"]["num_fragments"])
+
+
+async def test_many_small_writes_are_compacted_into_few_fragments_without_losing_rows(
+    tmp_path: Path,
+) -> None:
+    policy = IndexPolicy(max_fragments=5, fts_min_refresh_rows=10_000, fts_refresh_rows=10_000)
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    await engine.ensure_collection("c", SPEC)
+    written = []
+    for i in range(12):
+        document = Document(id=f"d{i}", text=f"note number {i} about walruses", source="s")
+        written.append(document)
+        await engine.upsert("c", [record(document)])
+        assert await _fragments(engine, "c") < 5
+    page = await engine.search(
+        "c",
+        EngineQuery(Strategy.KEYWORD, "walruses", np.zeros((0, DIMENSIONS), np.float32), limit=50),
+    )
+    assert {h.chunk.document_id for h in page.hits} == {d.id for d in written}
+    assert (await engine.describe("c")).chunk_count == 12
+    await engine.close()
+
+
+async def test_a_page_is_complete_when_rows_moved_between_ranking_and_fetching(
+    tmp_path: Path,
+) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db")
+    await engine.ensure_collection("c", SPEC)
+    for document in FIXTURE:  # one fragment per document
+        await engine.upsert("c", [record(document)])
+    table = await engine._table("c")
+    original_take = table.take_row_ids
+    takes: list[list[int]] = []
+
+    def take_after_a_compaction_once(row_ids: list[int]) -> object:
+        takes.append(row_ids)
+        if len(takes) > 1:
+            return original_take(row_ids)
+        # the addresses the ranking returned point into fragments a compaction replaced
+        return original_take([(10_000 << 32) | (r & 0xFFFFFFFF) for r in row_ids])
+
+    table.take_row_ids = take_after_a_compaction_once
+    hybrid = EngineQuery(Strategy.HYBRID, "release", np.stack([vector_for("x")]), limit=5)
+    page = await engine.search("c", hybrid)
+    table.take_row_ids = original_take
+    expected = await engine.search("c", hybrid)
+    assert len(takes) == 2  # ranked again after the first fetch came back short
+    assert [h.chunk.id for h in page.hits] == [h.chunk.id for h in expected.hits]
+    assert [h.chunk.text for h in page.hits] == [h.chunk.text for h in expected.hits]
+    assert len(page.hits) == 5
+    await engine.close()
+
+
+async def test_the_keyword_side_runs_while_the_query_vectors_are_still_being_computed(
+    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyword_started = asyncio.Event()
+    original_keyword = lancedb_engine._keyword
+
+    async def keyword(*args: Any, **kwargs: Any) -> Any:
+        keyword_started.set()
+        return await original_keyword(*args, **kwargs)
+
+    monkeypatch.setattr(lancedb_engine, "_keyword", keyword)
+
+    async def embedding_after_the_keyword_side_started() -> npt.NDArray[np.float32]:
+        await asyncio.wait_for(keyword_started.wait(), timeout=5)
+        return np.stack([vector_for("x")])
+
+    pending = EngineQuery(
+        Strategy.HYBRID, "release", embedding_after_the_keyword_side_started(), limit=5
+    )
+    page = await engine.search("fixture", pending)
+    ready = await engine.search(
+        "fixture", EngineQuery(Strategy.HYBRID, "release", np.stack([vector_for("x")]), limit=5)
+    )
+    assert [h.chunk.id for h in page.hits] == [h.chunk.id for h in ready.hits]
+    assert [h.score for h in page.hits] == pytest.approx([h.score for h in ready.hits])
+
+
+async def test_a_failing_query_embedding_fails_the_search_with_its_error(
+    engine: LanceDBEngine,
+) -> None:
+    async def failing_embedding() -> npt.NDArray[np.float32]:
+        raise Unavailable("embedding endpoint down")
+
+    with pytest.raises(Unavailable, match="embedding endpoint down"):
+        await engine.search("fixture", EngineQuery(Strategy.HYBRID, "release", failing_embedding()))
+
+
+async def test_searches_during_updates_and_compactions_return_whole_pages_of_distinct_chunks(
+    tmp_path: Path,
+) -> None:
+    engine = await LanceDBEngine.open(
+        tmp_path / "db", policy=IndexPolicy(max_fragments=3, fts_min_refresh_rows=5)
+    )
+    await engine.ensure_collection("c", SPEC)
+    documents = [
+        Document(id=f"d{i}", text=f"release notes part {i}", source="s") for i in range(20)
+    ]
+    await engine.upsert("c", records(documents))
+
+    async def rewrite(round_number: int) -> None:
+        for document in documents[round_number::4]:
+            changed = replace(document, text=f"{document.text} revised {round_number}")
+            await engine.upsert("c", [record(changed)])
+
+    hybrid = EngineQuery(Strategy.HYBRID, "release notes", np.stack([vector_for("x")]), limit=8)
+    writing = asyncio.gather(*(rewrite(r) for r in range(4)))
+    pages = await asyncio.gather(*(engine.search("c", hybrid) for _ in range(12)))
+    await writing
+    for page in pages:
+        ids = [h.chunk.id for h in page.hits]
+        assert len(ids) == len(set(ids)) == 8
+    assert (await engine.describe("c")).chunk_count == 20
+    await engine.close()
+
+
+async def _ivf_partitions(engine: LanceDBEngine, name: str) -> int:
+    table = await engine._table(name)
+    plan = await (
+        table.query()
+        .nearest_to(vector_for("probe"))
+        .distance_type("cosine")
+        .select(["_distance"])
+        .nprobes(100_000)
+        .limit(1)
+        .analyze_plan()
+    )
+    return int(re.findall(r"partitions_ranked=(\d+)", plan)[0])
+
+
+async def test_the_vector_index_keeps_its_partitions_through_compactions(tmp_path: Path) -> None:
+    # LanceDB's optimize() alone retrains IVF-Flat into 2 partitions: a full scan per query
+    policy = IndexPolicy(vector_index_min_rows=900, max_fragments=3, fts_min_refresh_rows=10_000)
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    await engine.ensure_collection("c", SPEC)
+    for batch in range(6):
+        documents = [
+            Document(id=f"b{batch}-{i}", text=f"filler {batch} {i}", source="s") for i in range(200)
+        ]
+        await engine.upsert("c", records(documents))
+    assert await _fragments(engine, "c") < 3
+    assert await _ivf_partitions(engine, "c") == vector_partitions(1200)
+    page = await engine.search("c", _semantic("b5-7__chunk_0", limit=1))
+    assert page.hits[0].chunk.id == "b5-7__chunk_0"
+    await engine.close()

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from services.common.errors import Unavailable
 from services.common.telemetry import setup_telemetry
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
@@ -313,3 +314,77 @@ async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
     assert embedding.context.trace_id == rpc.context.trace_id
     assert embedding.parent is not None
     assert embedding.parent.span_id == rpc.context.span_id
+
+
+class _QueryEmbedderDown:
+    """Embeds documents with the real model; every short request (a query) fails or hangs."""
+
+    def __init__(self, inner: Embedder, *, hang: bool = False) -> None:
+        self._inner = inner
+        self._hang = hang
+        self.cancelled = 0
+        self.model_name = inner.model_name
+        self.dimensions = inner.dimensions
+
+    async def embed(self, texts: Any) -> Any:
+        if len(texts) > 1 or texts[0] != "needle":
+            return await self._inner.embed(texts)
+        if not self._hang:
+            raise Unavailable("embedding endpoint down", retry_after_s=2)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        raise AssertionError("not cancelled")
+
+    def close(self) -> None:
+        pass
+
+
+async def _server_with(settings: SearchToolSettings, embedder: Any) -> Any:
+    server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
+    await server.start()
+    return server
+
+
+async def test_a_failing_query_embedding_is_unavailable_and_the_keyword_search_still_works(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    server = await _server_with(settings, _QueryEmbedderDown(embedder))
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+            )
+            await fails(stub.Search(search("docs", "needle", HYBRID)), grpc.StatusCode.UNAVAILABLE)
+            await fails(
+                stub.Search(search("docs", "needle", SEMANTIC)), grpc.StatusCode.UNAVAILABLE
+            )
+            keyword = await stub.Search(search("docs", "needle", KEYWORD))
+            assert keyword.total_count == 0
+    finally:
+        await server.stop(0)
+
+
+async def test_an_invalid_filter_is_refused_and_stops_the_query_embedding(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    hanging = _QueryEmbedderDown(embedder, hang=True)
+    server = await _server_with(settings, hanging)
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+            )
+            request = search("docs", "needle", HYBRID)
+            request.filter.CopyFrom(
+                where([condition("no_such_field", Op.FILTER_OPERATOR_EQUALS, "x")])
+            )
+            await fails(stub.Search(request, timeout=10), INVALID)
+            await asyncio.sleep(0)
+            assert hanging.cancelled == 1
+    finally:
+        await server.stop(0)

@@ -15,12 +15,14 @@ import asyncio
 import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import lancedb
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,12 +36,14 @@ from services.search_tool.engine.base import (
     SearchPage,
     StoredVersion,
     Strategy,
+    query_vectors,
 )
 from services.search_tool.engine.lancedb_indexes import (
     IndexPolicy,
     ensure_indexes,
-    has_vector_index,
+    probes_for,
     refresh_indexes,
+    vector_index_rows,
 )
 from services.search_tool.engine.lancedb_rows import (
     CONTENT_HASH_COLUMN,
@@ -63,6 +67,10 @@ ALL_PARTITIONS = 1_000_000
 _COUNT_CACHE_SIZE = 512
 
 
+class _RowsMoved(Exception):
+    """Rows of a page moved between ranking and fetching (a concurrent write)."""
+
+
 class LanceDBEngine:
     """`SearchEngine` over a LanceDB database directory."""
 
@@ -76,7 +84,8 @@ class LanceDBEngine:
     ) -> None:
         self._db = connection
         self._policy = policy or IndexPolicy()
-        self._vector_indexed: dict[str, bool] = {}
+        self._vector_rows: dict[str, int | None] = {}
+        """Rows each collection's vector index covers; None: no vector index."""
         self._described: dict[str, tuple[int, CollectionStats]] = {}
         self._counts: OrderedDict[tuple[str, int, str | None], int] = OrderedDict()
         self._hybrid_candidates = hybrid_candidates
@@ -126,7 +135,7 @@ class LanceDBEngine:
                 table = await self._db.create_table(name, schema=schema)
                 await ensure_indexes(table)
                 self._tables[name] = table
-                self._vector_indexed[name] = False
+                self._vector_rows[name] = None
                 log.info("collection created", extra={"collection": name})
                 return
         table = await self._table(name)
@@ -145,7 +154,7 @@ class LanceDBEngine:
             async with self._open_locks[name]:
                 self._tables.pop(name, None)
                 self._described.pop(name, None)
-                self._vector_indexed.pop(name, None)
+                self._vector_rows.pop(name, None)
                 self._counts = OrderedDict((k, v) for k, v in self._counts.items() if k[0] != name)
                 await self._db.drop_table(name)
 
@@ -166,14 +175,14 @@ class LanceDBEngine:
                 .when_not_matched_insert_all()
                 .execute(data)
             )
-            self._vector_indexed[name] = await refresh_indexes(table, self._policy)
+            self._vector_rows[name] = await refresh_indexes(table, self._policy)
         return len(records)
 
     async def refresh(self, name: str) -> None:
         """Fold every row written since the last builds into the indexes (after bulk loads)."""
         async with self._write_locks[name]:
             table = await self._table(name)
-            self._vector_indexed[name] = await refresh_indexes(table, self._policy, force=True)
+            self._vector_rows[name] = await refresh_indexes(table, self._policy, force=True)
 
     async def stored_versions(
         self, name: str, document_ids: Sequence[str]
@@ -231,9 +240,14 @@ class LanceDBEngine:
 
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
         table = await self._table(name)
+        if not isinstance(query.vectors, np.ndarray):  # awaitable twice, should the search rerun
+            query = replace(query, vectors=asyncio.ensure_future(query.vectors))
         try:
             async with asyncio.timeout(query.timeout_s):
-                return await self._search(name, table, query)
+                try:
+                    return await self._search(name, table, query, final=False)
+                except _RowsMoved:
+                    return await self._search(name, table, query, final=True)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"search in {name!r} took longer than {query.timeout_s} s",
@@ -251,7 +265,13 @@ class LanceDBEngine:
         self._described[name] = (version, stats)
         return stats
 
-    async def _search(self, name: str, table: Any, query: EngineQuery) -> SearchPage:
+    async def _search(
+        self, name: str, table: Any, query: EngineQuery, *, final: bool
+    ) -> SearchPage:
+        """Candidates are ranked and fused by row address (reading no column but the score);
+        the page's rows are then taken by address. A concurrent write can move rows in between
+        (a compaction, an update): the page then comes back short, and the search runs once
+        more (`final`) against the new version."""
         where = compile_filter(query.filter)
         budget = timedelta(seconds=query.timeout_s) if query.timeout_s else None
         depth = query.offset + query.limit
@@ -261,17 +281,21 @@ class LanceDBEngine:
         async def dense_side() -> tuple[int | None, list[list[Candidate]]]:
             if query.strategy is Strategy.KEYWORD:
                 return None, []
-            if len(query.vectors) == 0:
-                return await self._count(name, table, where), []
-            if not self._vector_indexed.get(name, False):
-                matched, found = await asyncio.gather(
-                    self._count(name, table, where),
-                    _dense(table, query, where, candidates, budget, None),
-                )
-                return matched, found
-            matched = await self._count(name, table, where)
-            nprobes = self._nprobes(matched)
-            return matched, await _dense(table, query, where, candidates, budget, nprobes)
+            indexed = self._vector_rows.get(name)
+            counting = asyncio.ensure_future(self._count(name, table, where))
+            try:
+                vectors = await query_vectors(query)
+            except BaseException:
+                counting.cancel()
+                raise
+            if len(vectors) == 0:
+                return await counting, []
+            if indexed is None:
+                found = await _dense(table, vectors, where, candidates, budget, None)
+                return await counting, found
+            matched = await counting
+            nprobes = self._nprobes(matched, indexed)
+            return matched, await _dense(table, vectors, where, candidates, budget, nprobes)
 
         async def keyword_side() -> list[Candidate] | None:
             if query.strategy is Strategy.SEMANTIC:
@@ -281,12 +305,19 @@ class LanceDBEngine:
         (matched, dense_lists), keyword_list = await asyncio.gather(dense_side(), keyword_side())
         fused = fuse(dense_lists, keyword_list, query.fusion)
         page = fused[query.offset : depth]
-        rows = await _rows_by_id(table, [f.id for f in page], budget)
-        hits = [
-            Hit(to_chunk(rows[f.id]), f.score, f.dense_score, f.keyword_score)
-            for f in page
-            if f.id in rows
-        ]
+        rows = await _rows_at(table, [int(f.id) for f in page], budget)
+        if len(rows) < len(page) and not final:
+            raise _RowsMoved
+        hits: list[Hit] = []
+        seen: set[str] = set()
+        for fused_hit in page:
+            row = rows.get(int(fused_hit.id))
+            if row is None or row["id"] in seen:
+                continue
+            seen.add(row["id"])
+            hits.append(
+                Hit(to_chunk(row), fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score)
+            )
         if matched is None:
             found = len(keyword_list or [])
             matched = await self._keyword_total(table, query.keyword_text, where, found, candidates)
@@ -305,15 +336,16 @@ class LanceDBEngine:
             self._counts.popitem(last=False)
         return matched
 
-    def _nprobes(self, matched: int) -> tuple[int, int]:
-        """(minimum, maximum) IVF probes for a filter that leaves `matched` rows.
+    def _nprobes(self, matched: int, indexed_rows: int) -> tuple[int, int]:
+        """(minimum, maximum) IVF probes for a filter that leaves `matched` rows, over an index
+        built on `indexed_rows`.
 
         A selective filter probes every partition: IVF-Flat then is exact, and faster than a flat
         scan because the filter's row mask skips vectors it does not need.
         """
         if matched <= self._policy.exact_search_max_rows:
             return ALL_PARTITIONS, ALL_PARTITIONS
-        return self._policy.nprobes, 0
+        return probes_for(indexed_rows, self._policy), 0
 
     async def _keyword_total(
         self, table: Any, text: str, where: str | None, found: int, asked: int
@@ -340,7 +372,7 @@ class LanceDBEngine:
                     f"collection {name!r} does not exist", metadata={"collection": name}
                 ) from error
             await ensure_indexes(table)
-            self._vector_indexed[name] = await has_vector_index(table)
+            self._vector_rows[name] = await vector_index_rows(table)
             self._tables[name] = table
             return table
 
@@ -393,20 +425,21 @@ async def _describe(name: str, table: Any) -> CollectionStats:
 
 async def _dense(
     table: Any,
-    query: EngineQuery,
+    query_vectors: npt.NDArray[np.float32],
     where: str | None,
     limit: int,
     budget: timedelta | None,
     nprobes: tuple[int, int] | None,
 ) -> list[list[Candidate]]:
-    """One ranked list of (id, cosine similarity) per query vector, best first."""
-    vectors = [np.asarray(v, dtype=np.float32) for v in query.vectors]
+    """One ranked list of (row address, cosine similarity) per query vector, best first."""
+    vectors = [np.asarray(v, dtype=np.float32) for v in query_vectors]
     target: Any = vectors if len(vectors) > 1 else vectors[0]
     builder = (
         table.query()
         .nearest_to(target)
         .distance_type("cosine")
-        .select(["id", "_distance"])
+        .select(["_distance"])
+        .with_row_id()
         .limit(limit)
     )
     if nprobes is None:
@@ -418,7 +451,7 @@ async def _dense(
     if where:
         builder = builder.where(where)
     result = await builder.to_arrow(timeout=budget)
-    ids = result.column("id").to_pylist()
+    ids = [str(address) for address in result.column("_rowid").to_pylist()]
     distances = result.column("_distance").to_pylist()
     owners = (
         result.column("query_index").to_pylist()
@@ -434,32 +467,33 @@ async def _dense(
 
 
 async def _keyword(
-    table: Any, text: str, where: str | None, limit: int, budget: timedelta | None
+    table: Any,
+    text: str,
+    where: str | None,
+    limit: int,
+    budget: timedelta | None,
 ) -> list[Candidate]:
-    """(id, BM25) of the best keyword matches, best first."""
-    builder = table.query().nearest_to_text(text).select(["id", "_score"]).limit(limit)
+    """(row address, BM25) of the best keyword matches, best first."""
+    builder = table.query().nearest_to_text(text).select(["_score"]).with_row_id().limit(limit)
     if where:
         builder = builder.where(where)
     result = await builder.to_arrow(timeout=budget)
-    ids = result.column("id").to_pylist()
+    ids = [str(address) for address in result.column("_rowid").to_pylist()]
     scores = result.column("_score").to_pylist()
     return [Candidate(chunk, float(score)) for chunk, score in zip(ids, scores, strict=True)]
 
 
-async def _rows_by_id(
-    table: Any, ids: Sequence[str], budget: timedelta | None
-) -> dict[str, dict[str, Any]]:
-    """The stored rows of one page, by chunk id (a chunk deleted meanwhile is absent)."""
-    if not ids:
+async def _rows_at(
+    table: Any, addresses: Sequence[int], budget: timedelta | None
+) -> dict[int, dict[str, Any]]:
+    """The stored rows at these row addresses (an address a write has moved finds nothing)."""
+    if not addresses:
         return {}
     columns = result_columns(await table.schema())
-    rows = await (
-        table.query()
-        .where(f"id IN ({', '.join(literal(i) for i in ids)})")
-        .select(columns)
-        .to_arrow(timeout=budget)
+    taken = await (
+        table.take_row_ids(list(addresses)).select(columns).with_row_id().to_arrow(timeout=budget)
     )
-    return {row["id"]: row for row in rows.to_pylist()}
+    return {row.pop("_rowid"): row for row in taken.to_pylist()}
 
 
 def _documents_per(rows: pa.Table, column: str) -> dict[str, int]:

@@ -3,10 +3,19 @@
 BM25 (native FTS on `search_text`) exists from a collection's creation; rows written after a build
 are still searched (LanceDB scans the unindexed ones), and the index is rebuilt once enough of them
 accumulate. The vector index (IVF-Flat, cosine: raw vectors, so distances stay exact inside the
-probed partitions) is built only once a collection is large enough for a full scan to be slow.
-Filters leaving many rows probe `nprobes` partitions (more when too few hits pass the filter);
-selective filters probe every partition, which keeps the search exact — the only way to keep their
-recall — and is still faster than LanceDB's flat scan, which reads every vector.
+probed partitions) is built only once a collection is large enough for a full scan to be slow,
+with about √rows partitions. Filters leaving many rows probe a tenth of them, at least `nprobes`
+(more when too few hits pass the filter); selective filters probe every partition, which keeps the
+search exact — the only way to keep their recall — and is still faster than LanceDB's flat scan,
+which reads every vector. Measured on 100k chunks with a filter leaving 10 %: 24 partitions probed
+20 deep took 25 ms; 316 partitions probed 32 deep take 12 ms, recall@100 against exact search 0.99+.
+
+Every write adds a data fragment, and each query pays for every fragment it touches, so fragments
+are compacted (LanceDB `optimize`, which also folds new rows into the indexes and removes table
+versions older than `keep_versions_s`) whenever the indexes are rebuilt and once a collection is
+split into `max_fragments`. At 100k chunks, 10 fragments → 1 took 4.8 s and cut a keyword search
+with a filter from 28 to 15 ms. A collection with a vector index pays a rebuild of it after each
+compaction (15 s at 100k chunks), see `refresh_indexes`.
 
 Scalar indexes (BTREE, BITMAP for low-cardinality text and booleans) cover `id` (the page of a
 hybrid search is fetched by id), `document_id` and every filterable column but breadcrumbs; they are
@@ -18,7 +27,9 @@ are still scanned, so results never depend on whether an index is current.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -53,6 +64,24 @@ class IndexPolicy:
     """Filters leaving at most this many rows probe every partition (an exact search)."""
     nprobes: int = 20
     """IVF partitions probed at least; more are probed when a filter leaves too few hits."""
+    probe_fraction: float = 0.1
+    """...and at least this share of the partitions."""
+    max_fragments: int = 64
+    """Compact a collection once its rows are spread over this many data fragments."""
+    keep_versions_s: float = 3600.0
+    """Compaction removes table versions older than this (and the files only they use)."""
+
+
+def vector_partitions(rows: int) -> int:
+    """IVF partitions for an index over `rows` vectors: about √rows, within 16…4096."""
+    return max(16, min(4096, round(math.sqrt(rows))))
+
+
+def probes_for(indexed_rows: int, policy: IndexPolicy) -> int:
+    """Partitions a filtered or unfiltered search probes at least, for an index over
+    `indexed_rows` vectors."""
+    partitions = vector_partitions(indexed_rows)
+    return min(partitions, max(policy.nprobes, math.ceil(partitions * policy.probe_fraction)))
 
 
 async def ensure_indexes(table: Any) -> None:
@@ -79,28 +108,67 @@ def scalar_indexes(schema: pa.Schema) -> dict[str, tuple[str, BTree | Bitmap]]:
     return wanted
 
 
-async def has_vector_index(table: Any) -> bool:
-    return any(index.name == VECTOR_INDEX for index in await table.list_indices())
+async def vector_index_rows(table: Any) -> int | None:
+    """Rows the vector index covers (those added as extra segments too), or None when there is
+    no vector index."""
+    stats = await table.index_stats(VECTOR_INDEX)
+    return None if stats is None else int(stats.num_indexed_rows + stats.num_unindexed_rows)
 
 
-async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = False) -> bool:
-    """Rebuild what is stale (everything unindexed when `force`); whether a vector index exists."""
+async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = False) -> int | None:
+    """Compact and rebuild what is stale (everything unindexed when `force`); the rows the vector
+    index covers, or None when there is none.
+
+    Staleness is judged before compacting: compaction folds new rows into the indexes, which
+    would hide them. LanceDB 0.40's `optimize` also retrains an IVF index into 2 partitions (a
+    full scan on every query; measured), so the vector index is rebuilt after every compaction.
+    """
     stale = 1 if force else await _stale_rows(table, policy)
     indexes = {index.name: index for index in await table.list_indices()}
     fts = indexes.get(FTS_INDEX)
-    if fts is not None and (fts.num_unindexed_rows or 0) >= stale:
-        await _build_fts(table)
-    for name, (column, config) in scalar_indexes(await table.schema()).items():
-        index = indexes.get(name)
-        if index is None or (index.num_unindexed_rows or 0) >= stale:
-            await _build_scalar(table, name, column, config)
-    vectors = await table.index_stats(VECTOR_INDEX)
+    rebuild_fts = fts is not None and (fts.num_unindexed_rows or 0) >= stale
+    rebuild_scalars = {
+        name: spec
+        for name, spec in scalar_indexes(await table.schema()).items()
+        if name not in indexes or (indexes[name].num_unindexed_rows or 0) >= stale
+    }
+    vectors = indexes.get(VECTOR_INDEX)
+    compacted = await _compact(table, policy, due=force or rebuild_fts or bool(rebuild_scalars))
+    rows = int(await table.count_rows())
     if vectors is None:
-        if await table.count_rows() < policy.vector_index_min_rows:
-            return False
-    elif vectors.num_unindexed_rows < (1 if force else policy.vector_refresh_rows):
-        return True
-    await _build_vector_index(table)
+        rebuild_vectors = rows >= policy.vector_index_min_rows
+    else:
+        unindexed = vectors.num_unindexed_rows or 0
+        rebuild_vectors = (
+            compacted
+            or unindexed >= (1 if force else policy.vector_refresh_rows)
+            or (vectors.num_segments or 1) > 1
+        )
+    if rebuild_vectors:
+        await _build_vector_index(table, rows)
+    if rebuild_fts:
+        await _build_fts(table)
+    for name, (column, config) in rebuild_scalars.items():
+        await _build_scalar(table, name, column, config)
+    return await vector_index_rows(table)
+
+
+async def _compact(table: Any, policy: IndexPolicy, *, due: bool) -> bool:
+    """Merge the data fragments when indexes are rebuilt anyway or once there are too many;
+    whether it did."""
+    fragments = int((await table.stats())["fragment_stats"]["num_fragments"])
+    if fragments < 2 or (not due and fragments < policy.max_fragments):
+        return False
+    stats = await table.optimize(cleanup_older_than=timedelta(seconds=policy.keep_versions_s))
+    log.info(
+        "collection compacted",
+        extra={
+            "table": table.name,
+            "fragments_before": fragments,
+            "fragments_removed": stats.compaction.fragments_removed,
+            "versions_removed": stats.prune.old_versions_removed,
+        },
+    )
     return True
 
 
@@ -122,8 +190,12 @@ async def _build_scalar(table: Any, name: str, column: str, config: BTree | Bitm
     log.debug("scalar index built", extra={"table": table.name, "column": column})
 
 
-async def _build_vector_index(table: Any) -> None:
+async def _build_vector_index(table: Any, rows: int) -> None:
+    partitions = vector_partitions(rows)
     await table.create_index(
-        VECTOR_COLUMN, config=IvfFlat(distance_type="cosine"), replace=True, name=VECTOR_INDEX
+        VECTOR_COLUMN,
+        config=IvfFlat(distance_type="cosine", num_partitions=partitions),
+        replace=True,
+        name=VECTOR_INDEX,
     )
-    log.info("vector index built", extra={"table": table.name})
+    log.info("vector index built", extra={"table": table.name, "partitions": partitions})
