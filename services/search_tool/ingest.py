@@ -161,7 +161,13 @@ class Ingestor:
                 for chunk in sorted(current[document.id].chunk_ids - {c.id for c in chunks})
             ]
             self._generations[collection] += 1
-            await self._engine.upsert(collection, prepared.records)
+            absent = {
+                chunk.id
+                for document, chunks, _ in prepared.pending
+                if document.id not in current
+                for chunk in chunks
+            }
+            await self._engine.upsert(collection, prepared.records, absent=absent)
             deleted = await self._engine.delete_chunks(collection, stale)
         return len(prepared.records), deleted
 

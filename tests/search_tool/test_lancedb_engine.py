@@ -595,3 +595,22 @@ async def test_the_vector_index_keeps_its_partitions_through_compactions(tmp_pat
     page = await engine.search("c", _semantic("b5-7__chunk_0", limit=1))
     assert page.hits[0].chunk.id == "b5-7__chunk_0"
     await engine.close()
+
+
+async def test_records_known_absent_are_appended_and_later_upserts_replace_them(
+    engine: LanceDBEngine,
+) -> None:
+    fresh = [Document(id=f"new{i}", text=f"brand new {i}", source="s") for i in range(3)]
+    stored = await engine.upsert(
+        "fixture", records(fresh), absent={f"new{i}__chunk_0" for i in range(3)}
+    )
+    assert stored == 3
+    revised = [replace(d, text=f"{d.text} revised") for d in fresh]
+    await engine.upsert("fixture", [*records(revised), record(FIXTURE[0])])
+    stats = await engine.describe("fixture")
+    assert stats.chunk_count == len(FIXTURE) + 3
+    page = await engine.search(
+        "fixture",
+        EngineQuery(Strategy.KEYWORD, "revised", np.zeros((0, DIMENSIONS), np.float32), limit=20),
+    )
+    assert sorted(h.chunk.text for h in page.hits) == sorted(d.text for d in revised)

@@ -10,6 +10,7 @@ remote engine times out on some content nodes).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -170,8 +171,13 @@ class SearchEngine(Protocol):
     async def fields(self, name: str) -> Mapping[str, FieldType]:
         """Filterable fields of a collection (chunk fields plus its metadata keys)."""
 
-    async def upsert(self, name: str, records: Sequence[ChunkRecord]) -> int:
-        """Insert or replace records by chunk id (new metadata keys widen the schema)."""
+    async def upsert(
+        self, name: str, records: Sequence[ChunkRecord], *, absent: AbstractSet[str] = frozenset()
+    ) -> int:
+        """Insert or replace records by chunk id (new metadata keys widen the schema).
+
+        `absent`: chunk ids the caller knows are not stored (it serialises the writes); they are
+        appended without looking for a row to replace."""
 
     async def stored_versions(
         self, name: str, document_ids: Sequence[str]

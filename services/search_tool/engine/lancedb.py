@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -162,19 +163,28 @@ class LanceDBEngine:
         table = await self._table(name)
         return filterable_fields(await table.schema())
 
-    async def upsert(self, name: str, records: Sequence[ChunkRecord]) -> int:
+    async def upsert(
+        self, name: str, records: Sequence[ChunkRecord], *, absent: AbstractSet[str] = frozenset()
+    ) -> int:
+        """A merge on `id` for records that may be stored, a plain append for those the caller
+        knows are not (an append is ~18 ms cheaper per request, and does not grow with the
+        collection as the merge's lookup of existing ids does)."""
         if not records:
             return 0
         async with self._write_locks[name]:
             table = await self._table(name)
             schema = await self._widen_schema(table, records)
-            data = to_table(records, schema)
-            await (
-                table.merge_insert("id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute(data)
-            )
+            new = [r for r in records if r.chunk.id in absent]
+            maybe_stored = [r for r in records if r.chunk.id not in absent]
+            if new:
+                await table.add(to_table(new, schema))
+            if maybe_stored:
+                await (
+                    table.merge_insert("id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute(to_table(maybe_stored, schema))
+                )
             self._vector_rows[name] = await refresh_indexes(table, self._policy)
         return len(records)
 
@@ -352,7 +362,8 @@ class LanceDBEngine:
     ) -> int:
         if found < asked:
             return found
-        builder = table.query().nearest_to_text(text).select(["id", "_score"])
+        # scores only: reading no column keeps counting up to the cap cheap
+        builder = table.query().nearest_to_text(text).select(["_score"])
         if where:
             builder = builder.where(where)
         matches = await builder.limit(self._keyword_count_cap).to_arrow()
