@@ -34,6 +34,7 @@ from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb_indexes import (
     FTS_INDEX,
     IndexPolicy,
+    build_vector_index,
     probes_for,
     vector_index_rows,
     vector_partitions,
@@ -375,6 +376,7 @@ async def test_large_collections_get_a_vector_index_and_selective_filters_stay_e
     bulk = [Document(id=f"d{i}", text=f"filler {i}", source=f"s{i % 4}") for i in range(600)]
     rare = Document(id="rare", text="the only one", source="rare")
     await engine.upsert("c", [*records(bulk), record(rare)])
+    await engine.vector_index_settled("c")
     table = await engine._table("c")
     assert await vector_index_rows(table) == 601
 
@@ -590,6 +592,7 @@ async def test_the_vector_index_keeps_its_partitions_through_compactions(tmp_pat
             Document(id=f"b{batch}-{i}", text=f"filler {batch} {i}", source="s") for i in range(200)
         ]
         await engine.upsert("c", records(documents))
+    await engine.vector_index_settled("c")
     assert await _fragments(engine, "c") < 3
     assert await _ivf_partitions(engine, "c") == vector_partitions(1200)
     page = await engine.search("c", _semantic("b5-7__chunk_0", limit=1))
@@ -614,3 +617,89 @@ async def test_records_known_absent_are_appended_and_later_upserts_replace_them(
         EngineQuery(Strategy.KEYWORD, "revised", np.zeros((0, DIMENSIONS), np.float32), limit=20),
     )
     assert sorted(h.chunk.text for h in page.hits) == sorted(d.text for d in revised)
+
+
+def _bulk(batch: int, count: int = 200) -> list[Document]:
+    return [
+        Document(id=f"b{batch}-{i}", text=f"filler {batch} {i}", source="s") for i in range(count)
+    ]
+
+
+async def test_upserts_return_while_the_vector_index_is_built_and_searches_stay_correct(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = asyncio.Event()
+    started = asyncio.Event()
+    original_build = build_vector_index
+
+    async def slow_build(table: Any, rows: int) -> None:
+        started.set()
+        await release.wait()
+        await original_build(table, rows)
+
+    monkeypatch.setattr(lancedb_engine, "build_vector_index", slow_build)
+    policy = IndexPolicy(vector_index_min_rows=500, fts_min_refresh_rows=10_000)
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    await engine.ensure_collection("c", SPEC)
+    # crosses the threshold: a build starts, and the write returns without waiting for it
+    await asyncio.wait_for(engine.upsert("c", records(_bulk(0, 600))), timeout=5)
+    await asyncio.wait_for(started.wait(), timeout=5)
+
+    await asyncio.wait_for(engine.upsert("c", records(_bulk(1, 50))), timeout=5)
+    page = await engine.search("c", _semantic("b1-7__chunk_0", limit=1))
+    assert page.hits[0].chunk.id == "b1-7__chunk_0"
+    assert await vector_index_rows(await engine._table("c")) is None
+
+    release.set()
+    await engine.vector_index_settled("c")
+    assert await vector_index_rows(await engine._table("c")) == 650
+    page = await engine.search("c", _semantic("b0-3__chunk_0", limit=1))
+    assert page.hits[0].chunk.id == "b0-3__chunk_0"
+    await engine.close()
+
+
+async def test_a_vector_index_build_cut_short_by_a_restart_runs_again_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = asyncio.Event()
+    original_build = build_vector_index
+
+    async def never_finishing_build(table: Any, rows: int) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(lancedb_engine, "build_vector_index", never_finishing_build)
+    policy = IndexPolicy(vector_index_min_rows=500)
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    await engine.ensure_collection("c", SPEC)
+    await engine.upsert("c", records(_bulk(0, 600)))
+    await asyncio.wait_for(started.wait(), timeout=5)
+    await asyncio.wait_for(engine.close(), timeout=5)  # the build is stopped, not waited for
+
+    monkeypatch.setattr(lancedb_engine, "build_vector_index", original_build)
+    reopened = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    assert await vector_index_rows(await reopened._table("c")) is None
+    await reopened.vector_index_settled("c")
+    assert await vector_index_rows(await reopened._table("c")) == 600
+    assert await _ivf_partitions(reopened, "c") == vector_partitions(600)
+    await reopened.close()
+    assert not list((tmp_path / "db" / ".quarry").iterdir())  # nothing left to resume
+
+
+async def test_writes_racing_a_background_vector_index_build_all_land(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = IndexPolicy(vector_index_min_rows=500, max_fragments=4, fts_min_refresh_rows=100)
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    await engine.ensure_collection("c", SPEC)
+    await engine.upsert("c", records(_bulk(0, 600)))  # a build starts in the background
+    for batch in range(1, 8):  # new rows, rewrites of built rows, compactions, more builds
+        revised = [replace(d, text=f"{d.text} v{batch}") for d in _bulk(0, 600)[batch::50]]
+        await engine.upsert("c", records([*_bulk(batch, 30), *revised]))
+    await engine.vector_index_settled("c")
+    assert "vector index build failed" not in caplog.text
+    assert (await engine.describe("c")).chunk_count == 600 + 7 * 30
+    assert await vector_index_rows(await engine._table("c")) == 810
+    page = await engine.search("c", _semantic("b7-5__chunk_0", limit=1))
+    assert page.hits[0].chunk.id == "b7-5__chunk_0"
+    await engine.close()

@@ -41,6 +41,7 @@ from services.search_tool.engine.base import (
 )
 from services.search_tool.engine.lancedb_indexes import (
     IndexPolicy,
+    build_vector_index,
     ensure_indexes,
     probes_for,
     refresh_indexes,
@@ -82,6 +83,7 @@ class LanceDBEngine:
         policy: IndexPolicy | None = None,
         hybrid_candidates: int = 100,
         keyword_count_cap: int = 10_000,
+        marker_dir: Path | None = None,
     ) -> None:
         self._db = connection
         self._policy = policy or IndexPolicy()
@@ -94,6 +96,12 @@ class LanceDBEngine:
         self._tables: dict[str, Any] = {}
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._open_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._index_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        """Held by a background vector-index build and by compaction (they conflict)."""
+        self._rebuilds: dict[str, asyncio.Task[None]] = {}
+        self._rebuild_again: set[str] = set()
+        self._markers = marker_dir
+        """Where a pending vector-index rebuild is remembered across restarts (None: nowhere)."""
 
     @classmethod
     async def open(
@@ -112,9 +120,14 @@ class LanceDBEngine:
             policy=policy,
             hybrid_candidates=hybrid_candidates,
             keyword_count_cap=keyword_count_cap,
+            marker_dir=data_dir / ".quarry",
         )
 
     async def close(self) -> None:
+        """Stops vector-index builds in flight (remembered: they run again after a restart)."""
+        for task in list(self._rebuilds.values()):
+            task.cancel()
+        await asyncio.gather(*self._rebuilds.values(), return_exceptions=True)
         self._tables.clear()
         self._db.close()  # type: ignore[no-untyped-call]
 
@@ -152,6 +165,11 @@ class LanceDBEngine:
     async def drop_collection(self, name: str) -> None:
         async with self._write_locks[name]:
             await self._table(name)
+            rebuild = self._rebuilds.get(name)
+            if rebuild is not None:
+                rebuild.cancel()
+                await asyncio.gather(rebuild, return_exceptions=True)
+            self._forget_rebuild(name)
             async with self._open_locks[name]:
                 self._tables.pop(name, None)
                 self._described.pop(name, None)
@@ -185,14 +203,73 @@ class LanceDBEngine:
                     .when_not_matched_insert_all()
                     .execute(to_table(maybe_stored, schema))
                 )
-            self._vector_rows[name] = await refresh_indexes(table, self._policy)
+            refreshed = await refresh_indexes(
+                table,
+                self._policy,
+                build_vectors=False,
+                compaction_lock=self._index_locks[name],
+            )
+            self._vector_rows[name] = refreshed.vector_rows
+            if refreshed.vector_rebuild_due:
+                self._schedule_vector_rebuild(name, table)
         return len(records)
 
     async def refresh(self, name: str) -> None:
         """Fold every row written since the last builds into the indexes (after bulk loads)."""
         async with self._write_locks[name]:
             table = await self._table(name)
-            self._vector_rows[name] = await refresh_indexes(table, self._policy, force=True)
+            await self.vector_index_settled(name)
+            async with self._index_locks[name]:
+                refreshed = await refresh_indexes(table, self._policy, force=True)
+            self._vector_rows[name] = refreshed.vector_rows
+            self._forget_rebuild(name)
+
+    async def vector_index_settled(self, name: str) -> None:
+        """Wait for a background vector-index build of `name`, if one runs."""
+        while (task := self._rebuilds.get(name)) is not None:
+            await asyncio.wait({task})
+
+    def _schedule_vector_rebuild(self, name: str, table: Any) -> None:
+        """Build the vector index in the background: writes and searches go on meanwhile (on
+        the old index, or a flat scan); a build asked for while one runs runs once more after."""
+        self._remember_rebuild(name)
+        if name in self._rebuilds:
+            self._rebuild_again.add(name)
+            return
+        task = asyncio.create_task(self._rebuild_vectors(name, table))
+        self._rebuilds[name] = task
+
+    async def _rebuild_vectors(self, name: str, table: Any) -> None:
+        try:
+            async with self._index_locks[name]:
+                while True:
+                    self._rebuild_again.discard(name)
+                    rows = int(await table.count_rows())
+                    await build_vector_index(table, rows)
+                    self._vector_rows[name] = await vector_index_rows(table)
+                    if name not in self._rebuild_again:
+                        break
+            self._forget_rebuild(name)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("vector index build failed", extra={"collection": name})
+        finally:
+            self._rebuilds.pop(name, None)
+
+    def _marker(self, name: str) -> Path | None:
+        return None if self._markers is None else self._markers / f"{name}.vector-rebuild"
+
+    def _remember_rebuild(self, name: str) -> None:
+        marker = self._marker(name)
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+
+    def _forget_rebuild(self, name: str) -> None:
+        marker = self._marker(name)
+        if marker is not None:
+            marker.unlink(missing_ok=True)
 
     async def stored_versions(
         self, name: str, document_ids: Sequence[str]
@@ -385,6 +462,9 @@ class LanceDBEngine:
             await ensure_indexes(table)
             self._vector_rows[name] = await vector_index_rows(table)
             self._tables[name] = table
+            marker = self._marker(name)
+            if marker is not None and marker.exists():  # a build the last process did not finish
+                self._schedule_vector_rebuild(name, table)
             return table
 
     async def _widen_schema(self, table: Any, records: Sequence[ChunkRecord]) -> pa.Schema:

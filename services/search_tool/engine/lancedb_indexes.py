@@ -14,8 +14,8 @@ Every write adds a data fragment, and each query pays for every fragment it touc
 are compacted (LanceDB `optimize`, which also folds new rows into the indexes and removes table
 versions older than `keep_versions_s`) whenever the indexes are rebuilt and once a collection is
 split into `max_fragments`. At 100k chunks, 10 fragments → 1 took 4.8 s and cut a keyword search
-with a filter from 28 to 15 ms. A collection with a vector index pays a rebuild of it after each
-compaction (15 s at 100k chunks), see `refresh_indexes`.
+with a filter from 28 to 15 ms. A collection with a vector index needs a rebuild of it after each
+compaction (15 s at 100k chunks, see `refresh_indexes`); the engine runs it in the background.
 
 Scalar indexes (BTREE, BITMAP for low-cardinality text and booleans) cover `id` (the page of a
 hybrid search is fetched by id), `document_id` and every filterable column but breadcrumbs; they are
@@ -26,6 +26,8 @@ are still scanned, so results never depend on whether an index is current.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -115,13 +117,31 @@ async def vector_index_rows(table: Any) -> int | None:
     return None if stats is None else int(stats.num_indexed_rows + stats.num_unindexed_rows)
 
 
-async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = False) -> int | None:
-    """Compact and rebuild what is stale (everything unindexed when `force`); the rows the vector
-    index covers, or None when there is none.
+@dataclass(frozen=True)
+class Refreshed:
+    """What `refresh_indexes` left to do."""
+
+    vector_rows: int | None
+    """Rows the vector index covers now, or None when there is none."""
+    vector_rebuild_due: bool
+    """The vector index should be (re)built; only when the caller asked not to build it."""
+
+
+async def refresh_indexes(
+    table: Any,
+    policy: IndexPolicy,
+    *,
+    force: bool = False,
+    build_vectors: bool = True,
+    compaction_lock: asyncio.Lock | None = None,
+) -> Refreshed:
+    """Compact and rebuild what is stale (everything unindexed when `force`).
 
     Staleness is judged before compacting: compaction folds new rows into the indexes, which
     would hide them. LanceDB 0.40's `optimize` also retrains an IVF index into 2 partitions (a
-    full scan on every query; measured), so the vector index is rebuilt after every compaction.
+    full scan on every query; measured), so the vector index is rebuilt after every compaction —
+    here, or by the caller when `build_vectors` is False (it takes 15 s at 100k rows; the engine
+    does it in the background). `compaction_lock` keeps a compaction from racing such a build.
     """
     stale = 1 if force else await _stale_rows(table, policy)
     indexes = {index.name: index for index in await table.list_indices()}
@@ -133,7 +153,8 @@ async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = Fals
         if name not in indexes or (indexes[name].num_unindexed_rows or 0) >= stale
     }
     vectors = indexes.get(VECTOR_INDEX)
-    compacted = await _compact(table, policy, due=force or rebuild_fts or bool(rebuild_scalars))
+    due = force or rebuild_fts or bool(rebuild_scalars)
+    compacted = await _compact(table, policy, due=due, lock=compaction_lock)
     rows = int(await table.count_rows())
     if vectors is None:
         rebuild_vectors = rows >= policy.vector_index_min_rows
@@ -144,22 +165,25 @@ async def refresh_indexes(table: Any, policy: IndexPolicy, *, force: bool = Fals
             or unindexed >= (1 if force else policy.vector_refresh_rows)
             or (vectors.num_segments or 1) > 1
         )
-    if rebuild_vectors:
-        await _build_vector_index(table, rows)
+    if rebuild_vectors and build_vectors:
+        await build_vector_index(table, rows)
     if rebuild_fts:
         await _build_fts(table)
     for name, (column, config) in rebuild_scalars.items():
         await _build_scalar(table, name, column, config)
-    return await vector_index_rows(table)
+    return Refreshed(await vector_index_rows(table), rebuild_vectors and not build_vectors)
 
 
-async def _compact(table: Any, policy: IndexPolicy, *, due: bool) -> bool:
+async def _compact(
+    table: Any, policy: IndexPolicy, *, due: bool, lock: asyncio.Lock | None
+) -> bool:
     """Merge the data fragments when indexes are rebuilt anyway or once there are too many;
-    whether it did."""
+    whether it did. `lock` is taken only to compact."""
     fragments = int((await table.stats())["fragment_stats"]["num_fragments"])
     if fragments < 2 or (not due and fragments < policy.max_fragments):
         return False
-    stats = await table.optimize(cleanup_older_than=timedelta(seconds=policy.keep_versions_s))
+    async with lock or contextlib.nullcontext():
+        stats = await table.optimize(cleanup_older_than=timedelta(seconds=policy.keep_versions_s))
     log.info(
         "collection compacted",
         extra={
@@ -190,7 +214,8 @@ async def _build_scalar(table: Any, name: str, column: str, config: BTree | Bitm
     log.debug("scalar index built", extra={"table": table.name, "column": column})
 
 
-async def _build_vector_index(table: Any, rows: int) -> None:
+async def build_vector_index(table: Any, rows: int) -> None:
+    """(Re)build the IVF-Flat index over `rows` vectors, with about √rows partitions."""
     partitions = vector_partitions(rows)
     await table.create_index(
         VECTOR_COLUMN,
