@@ -703,3 +703,23 @@ async def test_writes_racing_a_background_vector_index_build_all_land(
     page = await engine.search("c", _semantic("b7-5__chunk_0", limit=1))
     assert page.hits[0].chunk.id == "b7-5__chunk_0"
     await engine.close()
+
+
+async def test_keyword_total_counts_every_match_up_to_the_cap(tmp_path: Path) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db", keyword_count_cap=12)
+    await engine.ensure_collection("c", SPEC)
+    walruses = [Document(id=f"w{i}", text=f"walrus sighting {i}", source="s") for i in range(20)]
+    seals = [Document(id=f"s{i}", text=f"seal sighting {i}", source="s") for i in range(3)]
+    await engine.upsert("c", records([*walruses, *seals]))
+    empty = np.zeros((0, DIMENSIONS), np.float32)
+
+    many = await engine.search("c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5))
+    few = await engine.search("c", EngineQuery(Strategy.KEYWORD, "seal", empty, limit=5))
+    second_page = await engine.search(
+        "c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5, offset=5)
+    )
+
+    assert (len(many.hits), many.total_count) == (5, 12)
+    assert (len(few.hits), few.total_count) == (3, 3)
+    assert {h.chunk.id for h in second_page.hits}.isdisjoint({h.chunk.id for h in many.hits})
+    await engine.close()

@@ -384,10 +384,22 @@ class LanceDBEngine:
             nprobes = self._nprobes(matched, indexed)
             return matched, await _dense(table, vectors, where, candidates, budget, nprobes)
 
+        keyword_matches: int | None = None
+
         async def keyword_side() -> list[Candidate] | None:
+            nonlocal keyword_matches
             if query.strategy is Strategy.SEMANTIC:
                 return None
-            return await _keyword(table, query.keyword_text, where, candidates, budget)
+            if query.strategy is Strategy.HYBRID:
+                ranked, _ = await _keyword(table, query.keyword_text, where, candidates, budget)
+                return ranked
+            # KEYWORD reports how many chunks match (up to the cap): one ranking to the cap
+            # gives both the count and, at its head, the candidates
+            cap = max(candidates, self._keyword_count_cap)
+            ranked, keyword_matches = await _keyword(
+                table, query.keyword_text, where, cap, budget, keep=candidates
+            )
+            return ranked
 
         (matched, dense_lists), keyword_list = await asyncio.gather(dense_side(), keyword_side())
         fused = fuse(dense_lists, keyword_list, query.fusion)
@@ -406,8 +418,7 @@ class LanceDBEngine:
                 Hit(to_chunk(row), fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score)
             )
         if matched is None:
-            found = len(keyword_list or [])
-            matched = await self._keyword_total(table, query.keyword_text, where, found, candidates)
+            matched = keyword_matches or 0
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))
 
     async def _count(self, name: str, table: Any, where: str | None) -> int:
@@ -433,18 +444,6 @@ class LanceDBEngine:
         if matched <= self._policy.exact_search_max_rows:
             return ALL_PARTITIONS, ALL_PARTITIONS
         return probes_for(indexed_rows, self._policy), 0
-
-    async def _keyword_total(
-        self, table: Any, text: str, where: str | None, found: int, asked: int
-    ) -> int:
-        if found < asked:
-            return found
-        # scores only: reading no column keeps counting up to the cap cheap
-        builder = table.query().nearest_to_text(text).select(["_score"])
-        if where:
-            builder = builder.where(where)
-        matches = await builder.limit(self._keyword_count_cap).to_arrow()
-        return int(matches.num_rows)
 
     async def _table(self, name: str) -> Any:
         table = self._tables.get(name)
@@ -563,15 +562,20 @@ async def _keyword(
     where: str | None,
     limit: int,
     budget: timedelta | None,
-) -> list[Candidate]:
-    """(row address, BM25) of the best keyword matches, best first."""
+    *,
+    keep: int | None = None,
+) -> tuple[list[Candidate], int]:
+    """(row address, BM25) of the best keyword matches, best first — the first `keep` of them
+    (all by default) — and how many matched, up to `limit`."""
     builder = table.query().nearest_to_text(text).select(["_score"]).with_row_id().limit(limit)
     if where:
         builder = builder.where(where)
     result = await builder.to_arrow(timeout=budget)
-    ids = [str(address) for address in result.column("_rowid").to_pylist()]
-    scores = result.column("_score").to_pylist()
-    return [Candidate(chunk, float(score)) for chunk, score in zip(ids, scores, strict=True)]
+    head = result if keep is None else result.slice(0, keep)
+    ids = [str(address) for address in head.column("_rowid").to_pylist()]
+    scores = head.column("_score").to_pylist()
+    ranked = [Candidate(chunk, float(score)) for chunk, score in zip(ids, scores, strict=True)]
+    return ranked, int(result.num_rows)
 
 
 async def _rows_at(
