@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import lancedb
 import numpy as np
 from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
@@ -50,6 +51,7 @@ from services.search_tool.documents import Chunk, ChunkRecord, chunk_id
 from services.search_tool.embedding.minilm import MiniLmEmbedder
 from services.search_tool.engine.base import CollectionSpec
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.lancedb_rows import CHUNK_JSON_COLUMN
 from services.search_tool.server import open_engine
 
 COLLECTION = "bench100k"
@@ -127,7 +129,7 @@ async def ensure_loaded(data_dir: Path) -> dict[str, Any]:
     try:
         if COLLECTION in await engine.list_collections():
             stats = await engine.describe(COLLECTION)
-            if stats.chunk_count == ROWS:
+            if stats.chunk_count == ROWS and await _current_layout(data_dir):
                 note(f"reusing {ROWS} chunks under {data_dir}; bringing indexes up to date")
                 started = time.monotonic()
                 if isinstance(engine, LanceDBEngine):
@@ -137,6 +139,16 @@ async def ensure_loaded(data_dir: Path) -> dict[str, Any]:
         return await _load(engine)
     finally:
         await engine.close()
+
+
+async def _current_layout(data_dir: Path) -> bool:
+    """Whether the cached collection has today's storage shape (else it is loaded again)."""
+    db = await lancedb.connect_async(str(data_dir))
+    try:
+        table = await db.open_table(COLLECTION)
+        return CHUNK_JSON_COLUMN in (await table.schema()).names
+    finally:
+        db.close()  # type: ignore[no-untyped-call]
 
 
 async def _load(engine: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from services.common.errors import (
     NotFound,
     Unavailable,
 )
-from services.search_tool.documents import Document
+from services.search_tool.documents import Breadcrumb, Document
 from services.search_tool.engine import lancedb as lancedb_engine
 from services.search_tool.engine.base import (
     CollectionSpec,
@@ -39,6 +40,7 @@ from services.search_tool.engine.lancedb_indexes import (
     vector_index_rows,
     vector_partitions,
 )
+from services.search_tool.engine.lancedb_rows import CHUNK_JSON_COLUMN, base_schema, result_columns
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -723,3 +725,57 @@ async def test_keyword_total_counts_every_match_up_to_the_cap(tmp_path: Path) ->
     assert (len(few.hits), few.total_count) == (3, 3)
     assert {h.chunk.id for h in second_page.hits}.isdisjoint({h.chunk.id for h in many.hits})
     await engine.close()
+
+
+async def _legacy_collection(path: Path, name: str) -> None:
+    """A collection as versions before `chunk_json` created it."""
+    schema = base_schema(SPEC.embedding_model, SPEC.dimensions)
+    legacy = schema.remove(schema.get_field_index(CHUNK_JSON_COLUMN))
+    db = await lancedb.connect_async(str(path))
+    await db.create_table(name, schema=legacy)
+    db.close()  # type: ignore[no-untyped-call]
+
+
+async def test_hits_read_from_chunk_json_equal_hits_read_column_by_column(tmp_path: Path) -> None:
+    await _legacy_collection(tmp_path / "db", "legacy")
+    engine = await LanceDBEngine.open(tmp_path / "db")
+    await engine.ensure_collection("current", SPEC)
+    for name in ("legacy", "current"):
+        await engine.upsert(name, records(FIXTURE))
+    current_table = await engine._table("current")
+    legacy_table = await engine._table("legacy")
+    assert result_columns(await current_table.schema()) == [CHUNK_JSON_COLUMN]
+    assert CHUNK_JSON_COLUMN not in result_columns(await legacy_table.schema())
+    current = await engine.search("current", _semantic())
+    legacy = await engine.search("legacy", _semantic())
+    await engine.close()
+    assert len(current.hits) == len(FIXTURE)
+    assert [h.chunk for h in current.hits] == [h.chunk for h in legacy.hits]
+    for hit in current.hits:
+        typed = {k: type(v) for k, v in hit.chunk.metadata.items()}
+        legacy_hit = next(h for h in legacy.hits if h.chunk.id == hit.chunk.id)
+        assert typed == {k: type(v) for k, v in legacy_hit.chunk.metadata.items()}
+
+
+async def test_chunk_json_keeps_instants_to_the_microsecond_and_column_types(
+    engine: LanceDBEngine,
+) -> None:
+    tokyo = timezone(timedelta(hours=9))
+    document = Document(
+        id="instant",
+        text="an instant in Tokyo",
+        created_at=datetime(2024, 2, 29, 23, 59, 59, 123456, tzinfo=tokyo),
+        updated_at=datetime(1969, 7, 20, 20, 17, 40, 1, tzinfo=UTC),
+        breadcrumbs=(Breadcrumb("b1", 'Ünïcode "quoted" name', "space"),),
+        metadata={"year": 7, "score": 3, "draft": True, "team": "ops"},
+    )
+    await engine.upsert("fixture", [record(document)])
+    expression = await _filter_of(engine, [RawCondition("document_id", Operator.EQUALS, "instant")])
+    [hit] = (await engine.search("fixture", _semantic(filter=expression))).hits
+    assert hit.chunk.created_at == document.created_at
+    assert hit.chunk.updated_at == document.updated_at
+    assert hit.chunk.breadcrumbs == document.breadcrumbs
+    # `score` is a double key in the fixture collection: the integer comes back as a float
+    assert hit.chunk.metadata == {"year": 7, "score": 3.0, "draft": True, "team": "ops"}
+    assert isinstance(hit.chunk.metadata["score"], float)
+    assert isinstance(hit.chunk.metadata["year"], int)

@@ -411,12 +411,13 @@ class LanceDBEngine:
         seen: set[str] = set()
         for fused_hit in page:
             row = rows.get(int(fused_hit.id))
-            if row is None or row["id"] in seen:
+            if row is None:
                 continue
-            seen.add(row["id"])
-            hits.append(
-                Hit(to_chunk(row), fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score)
-            )
+            chunk = to_chunk(row)
+            if chunk.id in seen:
+                continue
+            seen.add(chunk.id)
+            hits.append(Hit(chunk, fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score))
         if matched is None:
             matched = keyword_matches or 0
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))

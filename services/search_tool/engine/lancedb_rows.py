@@ -4,12 +4,18 @@ One table per collection. Chunk fields are columns; breadcrumbs are kept three w
 list that round-trips, `breadcrumb_terms` with every id and name for equals/in, `breadcrumb_path`
 with the names joined by ` > ` for contains); `search_text` (title and text) carries the BM25
 index; each metadata key is its own typed, nullable column `meta__<key>`, added when first seen.
+
+`chunk_json` repeats, as one JSON string, everything a search hit returns: a page of hits is then
+one column read instead of fourteen (LanceDB pays ~0.3 ms per column taken; 10 rows at 100k: 5.9
+→ 2.2 ms). The typed columns stay the ones filters, BM25 and GetCollection read. Collections
+created before the column existed have no `chunk_json` and are read column by column.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +32,7 @@ VECTOR_COLUMN = "vector"
 SEARCH_TEXT_COLUMN = "search_text"
 CONTENT_HASH_COLUMN = "content_hash"
 BREADCRUMBS_JSON_COLUMN = "breadcrumbs_json"
+CHUNK_JSON_COLUMN = "chunk_json"
 EMBEDDING_MODEL_KEY = b"quarry.embedding_model"
 DIMENSIONS_KEY = b"quarry.embedding_dimensions"
 
@@ -59,6 +66,7 @@ def base_schema(embedding_model: str, dimensions: int) -> pa.Schema:
             pa.field(BREADCRUMB_PATH_COLUMN, pa.string()),
             pa.field(CONTENT_HASH_COLUMN, pa.string()),
             pa.field(VECTOR_COLUMN, pa.list_(pa.float32(), dimensions)),
+            pa.field(CHUNK_JSON_COLUMN, pa.string()),
         ],
         metadata={
             EMBEDDING_MODEL_KEY: embedding_model.encode(),
@@ -104,12 +112,18 @@ _NOT_IN_RESULTS = (
     BREADCRUMB_TERMS_COLUMN,
     BREADCRUMB_PATH_COLUMN,
     CONTENT_HASH_COLUMN,
+    CHUNK_JSON_COLUMN,
 )
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def result_columns(schema: pa.Schema) -> list[str]:
-    """Columns a search reads back: what `to_chunk` needs (each column read costs a page
-    fetch ~0.4 ms; the vector, the BM25 text and the filter-only breadcrumb columns are not)."""
+    """Columns a search reads back: what `to_chunk` needs — `chunk_json` alone where the
+    collection has it, otherwise every chunk column but the vector, the BM25 text and the
+    filter-only breadcrumb columns (each column read costs a page fetch)."""
+    if CHUNK_JSON_COLUMN in schema.names:
+        return [CHUNK_JSON_COLUMN]
     return [f.name for f in schema if f.name not in _NOT_IN_RESULTS]
 
 
@@ -153,11 +167,55 @@ def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
             if value is not None and pa.types.is_floating(field.type):
                 value = float(value)
             row[field.name] = value
+    if CHUNK_JSON_COLUMN in schema.names:
+        row[CHUNK_JSON_COLUMN] = _chunk_json(row)
     return row
 
 
+def _chunk_json(row: Mapping[str, Any]) -> str:
+    """The hit-facing fields of a row (metadata already typed as its columns are) as JSON."""
+    return json.dumps(
+        {
+            "id": row["id"],
+            "document_id": row["document_id"],
+            "chunk_index": row["chunk_index"],
+            "title": row["title"],
+            "text": row["text"],
+            "source": row["source"],
+            "entity_type": row["entity_type"],
+            "created_at": _microseconds(row["created_at"]),
+            "updated_at": _microseconds(row["updated_at"]),
+            "url": row["url"],
+            "breadcrumbs": json.loads(row[BREADCRUMBS_JSON_COLUMN]),
+            "metadata": {
+                name[len(METADATA_COLUMN_PREFIX) :]: value
+                for name, value in row.items()
+                if name.startswith(METADATA_COLUMN_PREFIX) and value is not None
+            },
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def _microseconds(moment: datetime | None) -> int | None:
+    """Microseconds since the epoch, as the timestamp columns store them (naive means UTC)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _moment(microseconds: int | None) -> datetime | None:
+    return None if microseconds is None else _EPOCH + microseconds * _MICROSECOND
+
+
 def to_chunk(row: Mapping[str, Any]) -> Chunk:
-    """A stored row as a `Chunk`."""
+    """A stored row as a `Chunk` (from `chunk_json` when the row carries it)."""
+    payload = row.get(CHUNK_JSON_COLUMN)
+    if payload is not None:
+        return _chunk_from_json(json.loads(payload))
     metadata: dict[str, MetadataValue] = {
         name[len(METADATA_COLUMN_PREFIX) :]: value
         for name, value in row.items()
@@ -177,6 +235,25 @@ def to_chunk(row: Mapping[str, Any]) -> Chunk:
         url=row["url"] or "",
         breadcrumbs=tuple(Breadcrumb(c["id"], c["name"], c.get("entity_type", "")) for c in crumbs),
         metadata=metadata,
+    )
+
+
+def _chunk_from_json(fields: Mapping[str, Any]) -> Chunk:
+    return Chunk(
+        id=fields["id"],
+        document_id=fields["document_id"],
+        chunk_index=int(fields["chunk_index"]),
+        text=fields["text"] or "",
+        title=fields["title"] or "",
+        source=fields["source"] or "",
+        entity_type=fields["entity_type"] or "",
+        created_at=_moment(fields["created_at"]),
+        updated_at=_moment(fields["updated_at"]),
+        url=fields["url"] or "",
+        breadcrumbs=tuple(
+            Breadcrumb(c["id"], c["name"], c.get("entity_type", "")) for c in fields["breadcrumbs"]
+        ),
+        metadata=fields["metadata"],
     )
 
 
