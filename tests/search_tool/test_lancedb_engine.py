@@ -779,3 +779,25 @@ async def test_chunk_json_keeps_instants_to_the_microsecond_and_column_types(
     assert hit.chunk.metadata == {"year": 7, "score": 3.0, "draft": True, "team": "ops"}
     assert isinstance(hit.chunk.metadata["score"], float)
     assert isinstance(hit.chunk.metadata["year"], int)
+
+
+@pytest.mark.parametrize("layout", ["current", "legacy"])
+async def test_a_metadata_key_added_after_searches_is_filterable_and_returned(
+    tmp_path: Path, layout: str
+) -> None:
+    if layout == "legacy":
+        await _legacy_collection(tmp_path / "db", "c")
+    engine = await LanceDBEngine.open(tmp_path / "db")
+    await engine.ensure_collection("c", SPEC)
+    await engine.upsert("c", records(FIXTURE))
+    await engine.search("c", _semantic())  # the schema is now known to the engine
+    late = Document(id="late", text="late arrival", metadata={"ticket": "QRY-7"})
+    await engine.upsert("c", [record(late)])
+    fields = await engine.fields("c")
+    expression = validate_filter(
+        RawFilter(((RawCondition("metadata.ticket", Operator.EQUALS, "QRY-7"),),)), fields
+    )
+    page = await engine.search("c", _semantic(filter=expression))
+    await engine.close()
+    assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
+    assert page.hits[0].chunk.metadata["ticket"] == "QRY-7"

@@ -323,6 +323,8 @@ class _QueryEmbedderDown:
         self._inner = inner
         self._hang = hang
         self.cancelled = 0
+        self.started = 0
+        self.running = 0
         self.model_name = inner.model_name
         self.dimensions = inner.dimensions
 
@@ -331,11 +333,15 @@ class _QueryEmbedderDown:
             return await self._inner.embed(texts)
         if not self._hang:
             raise Unavailable("embedding endpoint down", retry_after_s=2)
+        self.started += 1
+        self.running += 1
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
+        finally:
+            self.running -= 1
         raise AssertionError("not cancelled")
 
     def close(self) -> None:
@@ -368,23 +374,31 @@ async def test_a_failing_query_embedding_is_unavailable_and_the_keyword_search_s
         await server.stop(0)
 
 
-async def test_an_invalid_filter_is_refused_and_stops_the_query_embedding(
-    settings: SearchToolSettings, embedder: Embedder
+@pytest.mark.parametrize("schema", ["cold", "cached"])
+async def test_an_invalid_filter_is_refused_and_leaves_no_query_embedding_running(
+    settings: SearchToolSettings, embedder: Embedder, schema: str
 ) -> None:
+    """Cold: the collection is opened while the query is embedded, so the embedding has started
+    and is cancelled. Cached: the filter is refused before the embedding gets to run at all."""
     hanging = _QueryEmbedderDown(embedder, hang=True)
     server = await _server_with(settings, hanging)
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        await search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
+            search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+        )
+    if schema == "cold":
+        await server.stop(0)
+        server = await _server_with(settings, hanging)
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
-            await stub.UpsertDocuments(
-                search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
-            )
             request = search("docs", "needle", HYBRID)
             request.filter.CopyFrom(
                 where([condition("no_such_field", Op.FILTER_OPERATOR_EQUALS, "x")])
             )
             await fails(stub.Search(request, timeout=10), INVALID)
             await asyncio.sleep(0)
-            assert hanging.cancelled == 1
+            assert hanging.running == 0
+            assert hanging.cancelled == (1 if schema == "cold" else hanging.started)
     finally:
         await server.stop(0)

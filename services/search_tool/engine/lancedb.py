@@ -94,6 +94,8 @@ class LanceDBEngine:
         self._hybrid_candidates = hybrid_candidates
         self._keyword_count_cap = keyword_count_cap
         self._tables: dict[str, Any] = {}
+        self._schemas: dict[str, pa.Schema] = {}
+        """Each open table's schema: only this engine's writes change it (`_widen_schema`)."""
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._open_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._index_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -129,6 +131,7 @@ class LanceDBEngine:
             task.cancel()
         await asyncio.gather(*self._rebuilds.values(), return_exceptions=True)
         self._tables.clear()
+        self._schemas.clear()
         self._db.close()  # type: ignore[no-untyped-call]
 
     async def list_collections(self) -> list[str]:
@@ -172,14 +175,21 @@ class LanceDBEngine:
             self._forget_rebuild(name)
             async with self._open_locks[name]:
                 self._tables.pop(name, None)
+                self._schemas.pop(name, None)
                 self._described.pop(name, None)
                 self._vector_rows.pop(name, None)
                 self._counts = OrderedDict((k, v) for k, v in self._counts.items() if k[0] != name)
                 await self._db.drop_table(name)
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
-        table = await self._table(name)
-        return filterable_fields(await table.schema())
+        return filterable_fields(await self._schema(name))
+
+    async def _schema(self, name: str) -> pa.Schema:
+        schema = self._schemas.get(name)
+        if schema is None:
+            schema = await (await self._table(name)).schema()
+            self._schemas[name] = schema
+        return schema
 
     async def upsert(
         self, name: str, records: Sequence[ChunkRecord], *, absent: AbstractSet[str] = frozenset()
@@ -191,7 +201,7 @@ class LanceDBEngine:
             return 0
         async with self._write_locks[name]:
             table = await self._table(name)
-            schema = await self._widen_schema(table, records)
+            schema = await self._widen_schema(name, table, records)
             new = [r for r in records if r.chunk.id in absent]
             maybe_stored = [r for r in records if r.chunk.id not in absent]
             if new:
@@ -404,7 +414,8 @@ class LanceDBEngine:
         (matched, dense_lists), keyword_list = await asyncio.gather(dense_side(), keyword_side())
         fused = fuse(dense_lists, keyword_list, query.fusion)
         page = fused[query.offset : depth]
-        rows = await _rows_at(table, [int(f.id) for f in page], budget)
+        columns = result_columns(await self._schema(name))
+        rows = await _rows_at(table, columns, [int(f.id) for f in page], budget)
         if len(rows) < len(page) and not final:
             raise _RowsMoved
         hits: list[Hit] = []
@@ -467,8 +478,10 @@ class LanceDBEngine:
                 self._schedule_vector_rebuild(name, table)
             return table
 
-    async def _widen_schema(self, table: Any, records: Sequence[ChunkRecord]) -> pa.Schema:
-        schema = await table.schema()
+    async def _widen_schema(
+        self, name: str, table: Any, records: Sequence[ChunkRecord]
+    ) -> pa.Schema:
+        schema = await self._schema(name)
         known = metadata_types(schema)
         new: dict[str, FieldType] = {}
         for record in records:
@@ -488,9 +501,12 @@ class LanceDBEngine:
                 new[key] = merged
         if not new:
             return schema
-        await table.add_columns([metadata_field(k, t) for k, t in sorted(new.items())])
+        try:
+            await table.add_columns([metadata_field(k, t) for k, t in sorted(new.items())])
+        finally:
+            self._schemas.pop(name, None)
         log.info("metadata keys added", extra={"keys": sorted(new)})
-        return await table.schema()
+        return await self._schema(name)
 
 
 async def _describe(name: str, table: Any) -> CollectionStats:
@@ -580,12 +596,11 @@ async def _keyword(
 
 
 async def _rows_at(
-    table: Any, addresses: Sequence[int], budget: timedelta | None
+    table: Any, columns: list[str], addresses: Sequence[int], budget: timedelta | None
 ) -> dict[int, dict[str, Any]]:
-    """The stored rows at these row addresses (an address a write has moved finds nothing)."""
+    """`columns` of the rows at these addresses (an address a write has moved finds nothing)."""
     if not addresses:
         return {}
-    columns = result_columns(await table.schema())
     taken = await (
         table.take_row_ids(list(addresses)).select(columns).with_row_id().to_arrow(timeout=budget)
     )
