@@ -6,7 +6,7 @@ plus the round trip of Generate on an offline route: the whole gRPC hop and gate
 with no upstream call, and the floor any gRPC service pays on this machine: a bare health check to
 the same gateway process after the processes sat idle as long as a direct call takes (on a VM,
 waking grpc's threads after idle costs far more than the back-to-back round trip).
-Targets: Generate p50 ≤ 2 ms extra; first delta p50 ≤ 3 ms extra.
+Targets: Generate p50 ≤ 2 ms extra (median of `ROUNDS` rounds); first delta p50 ≤ 3 ms extra.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from bench.gateway_processes import (
 )
 
 MESSAGES = [{"role": "user", "content": "When was the Royal Society founded?"}]
+ROUNDS = 3
+"""The Generate comparison is repeated and the round with the median added p50 is reported (with
+every round beside it): on the shared VM the same code measured +1.95 and +2.26 ms minutes apart."""
 
 
 Call = Callable[[], Awaitable[None]]
@@ -74,7 +77,7 @@ async def _after_idle(call: Call, idle_s: float, count: int) -> list[float]:
     return samples
 
 
-async def run(requests: int) -> dict[str, object]:
+async def run(requests: int, rounds: int = ROUNDS) -> dict[str, object]:
     with fake_and_gateway() as processes:
         sdk = openai.AsyncOpenAI(
             api_key=BENCH_KEY, base_url=processes.fake_base_url, max_retries=0, timeout=30
@@ -121,9 +124,13 @@ async def run(requests: int) -> dict[str, object]:
         async def health_check() -> None:
             await health.Check(health_pb2.HealthCheckRequest())
 
-        direct_generate, gateway_generate_ms = await _interleaved(
-            sdk_generate, gateway_generate, requests
-        )
+        generate_rounds = []
+        for _ in range(rounds):
+            direct, through = await _interleaved(sdk_generate, gateway_generate, requests)
+            added = percentile(through, 0.5) - percentile(direct, 0.5)
+            generate_rounds.append((added, direct, through))
+        generate_rounds.sort(key=lambda r: r[0])
+        _, direct_generate, gateway_generate_ms = generate_rounds[len(generate_rounds) // 2]
         idle_s = percentile(direct_generate, 0.5) / 1000
         direct_first, gateway_first = await _interleaved(
             sdk_first_delta, gateway_first_delta, requests
@@ -139,7 +146,11 @@ async def run(requests: int) -> dict[str, object]:
         }
         await channel.close(None)
         await sdk.close()
-    summary: dict[str, object] = {"requests_per_case": requests}
+    summary: dict[str, object] = {
+        "requests_per_case": requests,
+        "generate_rounds": rounds,
+        "added_generate_p50_ms_per_round": [round(r[0], 3) for r in generate_rounds],
+    }
     for name, samples in results.items():
         summary[f"{name}_p50_ms"] = round(percentile(samples, 0.5), 3)
         summary[f"{name}_p95_ms"] = round(percentile(samples, 0.95), 3)
@@ -166,8 +177,9 @@ async def run(requests: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
     args = parser.parse_args()
-    write_result("gateway_latency", asyncio.run(run(args.requests)))
+    write_result("gateway_latency", asyncio.run(run(args.requests, args.rounds)))
 
 
 if __name__ == "__main__":
