@@ -215,30 +215,22 @@ def to_chunk(row: Mapping[str, Any]) -> Chunk:
     """A stored row as a `Chunk` (from `chunk_json` when the row carries it)."""
     payload = row.get(CHUNK_JSON_COLUMN)
     if payload is not None:
-        return _chunk_from_json(json.loads(payload))
+        fields = json.loads(payload)
+        return _chunk(fields, _moment(fields["created_at"]), _moment(fields["updated_at"]))
     metadata: dict[str, MetadataValue] = {
         name[len(METADATA_COLUMN_PREFIX) :]: value
         for name, value in row.items()
         if name.startswith(METADATA_COLUMN_PREFIX) and value is not None
     }
     crumbs = json.loads(row.get(BREADCRUMBS_JSON_COLUMN) or "[]")
-    return Chunk(
-        id=row["id"],
-        document_id=row["document_id"],
-        chunk_index=int(row["chunk_index"]),
-        text=row["text"] or "",
-        title=row["title"] or "",
-        source=row["source"] or "",
-        entity_type=row["entity_type"] or "",
-        created_at=row.get("created_at"),
-        updated_at=row.get("updated_at"),
-        url=row["url"] or "",
-        breadcrumbs=tuple(Breadcrumb(c["id"], c["name"], c.get("entity_type", "")) for c in crumbs),
-        metadata=metadata,
-    )
+    fields = {**row, "breadcrumbs": crumbs, "metadata": metadata}
+    return _chunk(fields, row.get("created_at"), row.get("updated_at"))
 
 
-def _chunk_from_json(fields: Mapping[str, Any]) -> Chunk:
+def _chunk(
+    fields: Mapping[str, Any], created_at: datetime | None, updated_at: datetime | None
+) -> Chunk:
+    """A `Chunk` from the hit-facing fields, in either storage shape."""
     return Chunk(
         id=fields["id"],
         document_id=fields["document_id"],
@@ -247,8 +239,8 @@ def _chunk_from_json(fields: Mapping[str, Any]) -> Chunk:
         title=fields["title"] or "",
         source=fields["source"] or "",
         entity_type=fields["entity_type"] or "",
-        created_at=_moment(fields["created_at"]),
-        updated_at=_moment(fields["updated_at"]),
+        created_at=created_at,
+        updated_at=updated_at,
         url=fields["url"] or "",
         breadcrumbs=tuple(
             Breadcrumb(c["id"], c["name"], c.get("entity_type", "")) for c in fields["breadcrumbs"]
