@@ -178,8 +178,10 @@ async def test_caller_deadline_is_passed_downstream_and_stops_the_run(
         await agent.run("q", collection="python-docs", timeout_s=1.0)
     assert caught.value.code == "DEADLINE_EXCEEDED"
     await search.cancelled.wait()
-    assert 0 < (model.remaining_s[0] or 0) <= 1.0
-    assert 0 < (search.remaining_s[0] or 0) <= 1.0
+    # gRPC sends a deadline as a timeout in a lossy wire format that may round it up by a few ms
+    # (1.008 s seen): what matters is that the caller's second, not a default, reached both
+    assert 0 < (model.remaining_s[0] or 0) <= 1.05
+    assert 0 < (search.remaining_s[0] or 0) <= 1.05
     assert len(model.requests) == 1
 
 
