@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from google.protobuf import struct_pb2, timestamp_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
 from services.common.errors import InvalidArgument
-from services.search_tool.documents import Breadcrumb, Chunk, Document, MetadataValue
+from services.search_tool.documents import (
+    Breadcrumb,
+    Chunk,
+    Document,
+    MetadataValue,
+    epoch_microseconds,
+)
 from services.search_tool.engine.base import CollectionStats, Hit, Strategy
 from services.search_tool.filters import FieldType, Operator, RawCondition, RawFilter, RawValue
 
@@ -201,14 +207,8 @@ def _time(message: search_tool_pb2.Document, name: str) -> datetime | None:
     return stamp.ToDatetime(tzinfo=UTC)
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
 def _set_time(stamp: timestamp_pb2.Timestamp, moment: datetime) -> None:
     """`stamp` set to `moment` (naive means UTC) — 4x faster than `Timestamp.FromDatetime`."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    seconds, micros = divmod((moment - _EPOCH) // _MICROSECOND, 1_000_000)
+    seconds, micros = divmod(epoch_microseconds(moment), 1_000_000)
     stamp.seconds = seconds
     stamp.nanos = micros * 1000

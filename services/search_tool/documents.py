@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,22 @@ def widen(stored: FieldType, incoming: FieldType) -> FieldType | None:
     if {stored, incoming} == {FieldType.INTEGER, FieldType.DOUBLE}:
         return FieldType.DOUBLE
     return None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def epoch_microseconds(moment: datetime) -> int:
+    """Microseconds since the Unix epoch (a naive `moment` is taken as UTC), exact."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def from_epoch_microseconds(microseconds: int) -> datetime:
+    """The UTC instant `microseconds` after the Unix epoch."""
+    return _EPOCH + microseconds * _MICROSECOND
 
 
 def chunk_id(document_id: str, index: int) -> str:

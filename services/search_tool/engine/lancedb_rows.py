@@ -15,12 +15,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
-from services.search_tool.documents import Breadcrumb, Chunk, ChunkRecord, MetadataValue
+from services.search_tool.documents import (
+    Breadcrumb,
+    Chunk,
+    ChunkRecord,
+    MetadataValue,
+    epoch_microseconds,
+    from_epoch_microseconds,
+)
 from services.search_tool.engine.lancedb_sql import (
     BREADCRUMB_PATH_COLUMN,
     BREADCRUMB_TERMS_COLUMN,
@@ -114,8 +121,6 @@ _NOT_IN_RESULTS = (
     CONTENT_HASH_COLUMN,
     CHUNK_JSON_COLUMN,
 )
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 
 def result_columns(schema: pa.Schema) -> list[str]:
@@ -139,6 +144,7 @@ def to_table(records: Sequence[ChunkRecord], schema: pa.Schema) -> pa.Table:
 
 def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
     chunk = record.chunk
+    crumbs = [{"id": b.id, "name": b.name, "entity_type": b.entity_type} for b in chunk.breadcrumbs]
     row: dict[str, Any] = {
         "id": chunk.id,
         "document_id": chunk.document_id,
@@ -151,9 +157,7 @@ def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
         "created_at": chunk.created_at,
         "updated_at": chunk.updated_at,
         "url": chunk.url,
-        BREADCRUMBS_JSON_COLUMN: json.dumps(
-            [{"id": b.id, "name": b.name, "entity_type": b.entity_type} for b in chunk.breadcrumbs]
-        ),
+        BREADCRUMBS_JSON_COLUMN: json.dumps(crumbs),
         BREADCRUMB_TERMS_COLUMN: sorted(
             {t for b in chunk.breadcrumbs for t in (b.id, b.name) if t}
         ),
@@ -168,11 +172,11 @@ def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
                 value = float(value)
             row[field.name] = value
     if CHUNK_JSON_COLUMN in schema.names:
-        row[CHUNK_JSON_COLUMN] = _chunk_json(row)
+        row[CHUNK_JSON_COLUMN] = _chunk_json(row, crumbs)
     return row
 
 
-def _chunk_json(row: Mapping[str, Any]) -> str:
+def _chunk_json(row: Mapping[str, Any], crumbs: list[dict[str, str]]) -> str:
     """The hit-facing fields of a row (metadata already typed as its columns are) as JSON."""
     return json.dumps(
         {
@@ -186,29 +190,29 @@ def _chunk_json(row: Mapping[str, Any]) -> str:
             "created_at": _microseconds(row["created_at"]),
             "updated_at": _microseconds(row["updated_at"]),
             "url": row["url"],
-            "breadcrumbs": json.loads(row[BREADCRUMBS_JSON_COLUMN]),
-            "metadata": {
-                name[len(METADATA_COLUMN_PREFIX) :]: value
-                for name, value in row.items()
-                if name.startswith(METADATA_COLUMN_PREFIX) and value is not None
-            },
+            "breadcrumbs": crumbs,
+            "metadata": _metadata_of(row),
         },
         ensure_ascii=False,
         separators=(",", ":"),
     )
 
 
+def _metadata_of(row: Mapping[str, Any]) -> dict[str, MetadataValue]:
+    """The metadata a row holds in its `meta__<key>` columns (absent keys are null there)."""
+    return {
+        name[len(METADATA_COLUMN_PREFIX) :]: value
+        for name, value in row.items()
+        if name.startswith(METADATA_COLUMN_PREFIX) and value is not None
+    }
+
+
 def _microseconds(moment: datetime | None) -> int | None:
-    """Microseconds since the epoch, as the timestamp columns store them (naive means UTC)."""
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - _EPOCH) // _MICROSECOND
+    return None if moment is None else epoch_microseconds(moment)
 
 
 def _moment(microseconds: int | None) -> datetime | None:
-    return None if microseconds is None else _EPOCH + microseconds * _MICROSECOND
+    return None if microseconds is None else from_epoch_microseconds(microseconds)
 
 
 def to_chunk(row: Mapping[str, Any]) -> Chunk:
@@ -217,13 +221,8 @@ def to_chunk(row: Mapping[str, Any]) -> Chunk:
     if payload is not None:
         fields = json.loads(payload)
         return _chunk(fields, _moment(fields["created_at"]), _moment(fields["updated_at"]))
-    metadata: dict[str, MetadataValue] = {
-        name[len(METADATA_COLUMN_PREFIX) :]: value
-        for name, value in row.items()
-        if name.startswith(METADATA_COLUMN_PREFIX) and value is not None
-    }
     crumbs = json.loads(row.get(BREADCRUMBS_JSON_COLUMN) or "[]")
-    fields = {**row, "breadcrumbs": crumbs, "metadata": metadata}
+    fields = {**row, "breadcrumbs": crumbs, "metadata": _metadata_of(row)}
     return _chunk(fields, row.get("created_at"), row.get("updated_at"))
 
 
