@@ -124,3 +124,6 @@ class SearchToolSettings(QuarrySettings):
     """Documents chunked, embedded and written together; a crash loses at most one batch."""
     max_embed_texts: int = Field(default=256, ge=1)
     """Most texts one Embed call may carry."""
+    max_filter_groups: int = Field(default=32, ge=1)
+    """Most OR groups a search's filter may have once the caller's filter and the request's
+    filter are combined (every caller group AND every request group)."""

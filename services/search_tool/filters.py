@@ -111,21 +111,37 @@ class FilterExpression:
         return not self.groups
 
 
-MATCH_ALL = FilterExpression()
-
-
-def combine_filters(caller: FilterExpression, model: FilterExpression) -> FilterExpression:
+def combine_filters(
+    caller: FilterExpression, model: FilterExpression, *, max_groups: int
+) -> FilterExpression:
     """`(caller) AND (model)`: the model can narrow the caller's filter, never widen it.
 
-    Distributes AND over OR: every caller group is joined with every model group.
+    Distributes AND over OR: every caller group is joined with every model group. Raises
+    `InvalidArgument` naming `filter` when the product has more than `max_groups` groups.
     """
     if caller.is_empty:
-        return model
+        return _bounded(model, max_groups, "filter")
     if model.is_empty:
-        return caller
+        return _bounded(caller, max_groups, "caller_filter")
+    count = len(caller.groups) * len(model.groups)
+    if count > max_groups:
+        raise InvalidArgument.for_field(
+            "filter",
+            f"{len(model.groups)} groups combined with the caller filter's {len(caller.groups)} "
+            f"expand to {count} groups (at most {max_groups}); use fewer groups, e.g. one group "
+            "with an `in` condition",
+        )
     return FilterExpression(
         tuple(FilterGroup(c.conditions + m.conditions) for c in caller.groups for m in model.groups)
     )
+
+
+def _bounded(expression: FilterExpression, max_groups: int, path: str) -> FilterExpression:
+    if len(expression.groups) > max_groups:
+        raise InvalidArgument.for_field(
+            f"{path}.groups", f"{len(expression.groups)} groups (at most {max_groups})"
+        )
+    return expression
 
 
 @dataclass(frozen=True)
@@ -174,6 +190,41 @@ def validate_filter(
             "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
         )
     return FilterExpression(tuple(groups))
+
+
+def effective_filter(
+    caller: RawFilter,
+    model: RawFilter,
+    fields: Mapping[str, FieldType],
+    *,
+    max_groups: int,
+) -> FilterExpression:
+    """Validate the caller's and the model's filter against `fields` and combine them as
+    `(caller) AND (model)`: the one place a search's filter is decided, for every client.
+
+    Violations name `caller_filter.…` or `filter.…`; both sides are checked before raising, so a
+    caller sees every bad part of its request at once.
+    """
+    validated_caller, validated_model = validate_filters(caller, model, fields)
+    return combine_filters(validated_caller, validated_model, max_groups=max_groups)
+
+
+def validate_filters(
+    caller: RawFilter, model: RawFilter, fields: Mapping[str, FieldType]
+) -> tuple[FilterExpression, FilterExpression]:
+    """Both sides of a request validated, every violation of both reported at once."""
+    violations: list[FieldViolation] = []
+    sides: list[FilterExpression] = []
+    for raw, path in ((caller, "caller_filter"), (model, "filter")):
+        try:
+            sides.append(validate_filter(raw, fields, path=path))
+        except InvalidArgument as error:
+            violations.extend(error.violations)
+    if violations:
+        raise InvalidArgument(
+            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
+        )
+    return sides[0], sides[1]
 
 
 class _Violation(Exception):
@@ -246,13 +297,18 @@ def _scalar(raw: RawValue, field_type: FieldType, path: str) -> Scalar:
             return parse_timestamp(raw)
         except ValueError:
             raise _Violation(path, f"malformed ISO-8601 date {raw!r}") from None
+        except OverflowError:
+            raise _Violation(path, f"{raw!r} is outside years 0001 to 9999 in UTC") from None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _Violation(path, f"expected a number ({field_type})")
     if not math.isfinite(raw):
         raise _Violation(path, "expected a finite number")
-    if field_type is FieldType.INTEGER and float(raw).is_integer():
+    if field_type is FieldType.INTEGER and float(raw).is_integer() and _INT64 <= raw < -_INT64:
         return int(raw)
-    return float(raw)
+    return float(raw)  # beyond int64 an integer field still compares, as a float
+
+
+_INT64 = -(2**63)
 
 
 def parse_timestamp(text: str) -> datetime:

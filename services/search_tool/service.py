@@ -27,7 +27,17 @@ from services.search_tool.engine.base import (
     SearchPage,
     Strategy,
 )
-from services.search_tool.filters import FilterExpression, RawFilter, validate_filter
+from services.search_tool.filters import (
+    Condition,
+    FieldType,
+    FilterExpression,
+    FilterGroup,
+    Operator,
+    RawFilter,
+    combine_filters,
+    effective_filter,
+    validate_filters,
+)
 from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
 
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -49,13 +59,17 @@ class SearchRequest:
     strategy: Strategy = Strategy.HYBRID
     """Which sides run."""
     filter: RawFilter = field(default_factory=RawFilter)
-    """Filter as sent."""
+    """The filter that narrows this search (e.g. the model's), as sent."""
+    caller_filter: RawFilter = field(default_factory=RawFilter)
+    """The filter of whoever the search is made for, as sent; `filter` can only narrow it."""
     limit: int = 0
     """1..200; 0 means 10."""
     offset: int = 0
     """Hits to skip."""
     deadline_s: float | None = None
     """Time the caller still allows, if it set a deadline."""
+    validate_only: bool = False
+    """Check everything, search nothing."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +129,14 @@ class SearchService:
         return await self._ingestor.upsert(collection, documents)
 
     async def delete_documents(
-        self, collection: str, document_ids: Sequence[str], raw_filter: RawFilter
+        self,
+        collection: str,
+        document_ids: Sequence[str],
+        raw_filter: RawFilter,
+        caller_filter: RawFilter | None = None,
     ) -> int:
+        """Delete `document_ids` and the chunks matching `raw_filter`; with a caller filter, only
+        what also matches it: `(document_ids OR filter) AND caller_filter`."""
         validate_collection_name(collection)
         if not document_ids and not raw_filter.groups:
             raise InvalidArgument(
@@ -126,16 +146,30 @@ class SearchService:
                     FieldViolation("filter", "document_ids and filter are both empty"),
                 ],
             )
-        expression = await self._filter(collection, raw_filter)
-        return await self._engine.delete_matching(
-            collection,
-            document_ids=list(document_ids),
-            where=None if expression.is_empty else expression,
+        fields = await self._engine.fields(collection)
+        caller, narrowing = validate_filters(caller_filter or RawFilter(), raw_filter, fields)
+        if caller.is_empty:
+            return await self._engine.delete_matching(
+                collection,
+                document_ids=list(document_ids),
+                where=None if narrowing.is_empty else narrowing,
+            )
+        targets = narrowing.groups
+        if document_ids:
+            by_id = Condition("document_id", FieldType.STRING, Operator.IN, tuple(document_ids))
+            targets = (FilterGroup((by_id,)), *targets)
+        where = combine_filters(
+            caller, FilterExpression(targets), max_groups=self._settings.max_filter_groups
         )
+        return await self._engine.delete_matching(collection, document_ids=[], where=where)
 
     async def search(self, request: SearchRequest) -> SearchOutcome:
         started = time.perf_counter()
         limit = _validate_search(request)
+        if request.validate_only:
+            await self._filter(request)
+            empty = SearchPage(hits=[], total_count=0)
+            return SearchOutcome(empty, (time.perf_counter() - started) * 1000)
         # Embedding runs while the filter is checked and the engine starts on what needs no
         # vectors (the keyword side, the filter count).
         vectors = asyncio.ensure_future(self._query_vectors(request))
@@ -154,7 +188,7 @@ class SearchService:
         vectors: asyncio.Future[npt.NDArray[np.float32]],
         started: float,
     ) -> SearchOutcome:
-        expression = await self._filter(request.collection, request.filter)
+        expression = await self._filter(request)
         timeout = self._settings.engine.search_timeout_s
         if request.deadline_s is not None:
             timeout = min(timeout, max(request.deadline_s, 0.001))
@@ -194,9 +228,14 @@ class SearchService:
         vectors = await self._embedder.embed(list(texts))
         return Embeddings(vectors, self._embedder.model_name, self._embedder.dimensions)
 
-    async def _filter(self, collection: str, raw: RawFilter) -> FilterExpression:
-        fields = await self._engine.fields(collection)
-        return validate_filter(raw, fields)
+    async def _filter(self, request: SearchRequest) -> FilterExpression:
+        fields = await self._engine.fields(request.collection)
+        return effective_filter(
+            request.caller_filter,
+            request.filter,
+            fields,
+            max_groups=self._settings.max_filter_groups,
+        )
 
     async def _query_vectors(self, request: SearchRequest) -> npt.NDArray[np.float32]:
         if request.strategy is Strategy.KEYWORD:

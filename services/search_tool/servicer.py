@@ -62,7 +62,10 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         self, request: search_tool_pb2.DeleteDocumentsRequest, context: Context
     ) -> search_tool_pb2.DeleteDocumentsResponse:
         deleted = await self._ready().delete_documents(
-            request.collection, list(request.document_ids), filter_from_proto(request.filter)
+            request.collection,
+            list(request.document_ids),
+            filter_from_proto(request.filter),
+            filter_from_proto(request.caller_filter),
         )
         return search_tool_pb2.DeleteDocumentsResponse(chunks_deleted=deleted)
 
@@ -76,9 +79,11 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
                 variations=tuple(request.query.variations),
                 strategy=strategy_from_proto(request.strategy),
                 filter=filter_from_proto(request.filter),
+                caller_filter=filter_from_proto(request.caller_filter),
                 limit=request.limit,
                 offset=request.offset,
                 deadline_s=context.time_remaining(),
+                validate_only=request.validate_only,
             )
         )
         return search_tool_pb2.SearchResponse(

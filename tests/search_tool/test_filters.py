@@ -53,6 +53,25 @@ def test_integral_numbers_on_integer_fields_become_ints() -> None:
     assert _only(_validate("metadata.year", Operator.IN, [2023.0, 2024.5])).value == (2023, 2024.5)
 
 
+def test_numbers_beyond_int64_on_integer_fields_stay_comparable_as_floats() -> None:
+    assert _only(_validate("metadata.year", Operator.GREATER_THAN, 1e19)).value == 1e19
+    assert _only(_validate("metadata.year", Operator.LESS_THAN, -1e308)).value == -1e308
+    assert compile_filter(_validate("metadata.year", Operator.GREATER_THAN, 1e19)) is not None
+
+
+def test_dates_at_the_ends_of_the_calendar_compile_to_four_digit_years() -> None:
+    first = _only(_validate("created_at", Operator.GREATER_THAN, "0001-01-01"))
+    assert "'0001-01-01T00:00:00.000000Z'" in literal(first.value)  # type: ignore[arg-type]
+    last = _only(_validate("created_at", Operator.LESS_THAN, "9999-12-31T23:59:59Z"))
+    assert "'9999-12-31T23:59:59.000000Z'" in literal(last.value)  # type: ignore[arg-type]
+
+
+def test_a_date_that_leaves_the_calendar_in_utc_is_refused() -> None:
+    path, words = _violation("created_at", Operator.LESS_THAN, "9999-12-31T23:00:00-05:00")
+    assert path == "filter.groups[0].conditions[0].value"
+    assert "outside years 0001 to 9999" in words
+
+
 @pytest.mark.parametrize(
     ("field", "operator", "value", "path", "words"),
     [
@@ -102,7 +121,7 @@ def _group(*names: str) -> FilterGroup:
 def test_combine_filters_distributes_caller_and_over_model_or() -> None:
     caller = FilterExpression((_group("a"), _group("b")))
     model = FilterExpression((_group("x"), _group("y", "z")))
-    combined = combine_filters(caller, model)
+    combined = combine_filters(caller, model, max_groups=32)
     assert [[c.field for c in g.conditions] for g in combined.groups] == [
         ["a", "x"],
         ["a", "y", "z"],
@@ -113,9 +132,9 @@ def test_combine_filters_distributes_caller_and_over_model_or() -> None:
 
 def test_combine_filters_with_an_empty_side_keeps_the_other() -> None:
     caller = FilterExpression((_group("a"),))
-    assert combine_filters(caller, FilterExpression()) == caller
-    assert combine_filters(FilterExpression(), caller) == caller
-    assert combine_filters(FilterExpression(), FilterExpression()).is_empty
+    assert combine_filters(caller, FilterExpression(), max_groups=32) == caller
+    assert combine_filters(FilterExpression(), caller, max_groups=32) == caller
+    assert combine_filters(FilterExpression(), FilterExpression(), max_groups=32).is_empty
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,8 @@ def literal(value: Scalar) -> str:
             raise ValueError("non-finite numbers cannot be compared")
         return repr(value)
     if isinstance(value, datetime):
-        stamp = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        utc = value.astimezone(UTC)  # %Y would not pad years before 1000 (Arrow needs 4 digits)
+        stamp = f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S.%f}Z"
         return f"arrow_cast('{stamp}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
     return "'" + value.replace("'", "''") + "'"
 

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from quarry.common.v1 import search_pb2 as quarry_dot_common_dot_v1_dot_search__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&quarry/searchtool/v1/search_tool.proto\x12\x14quarry.searchtool.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dquarry/common/v1/search.proto\"\x8a\x03\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03url\x18\x08 \x01(\t\x12\x31\n\x0b\x62readcrumbs\x18\t \x03(\x0b\x32\x1c.quarry.common.v1.Breadcrumb\x12>\n\x08metadata\x18\n \x03(\x0b\x32,.quarry.searchtool.v1.Document.MetadataEntry\x1aP\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.quarry.common.v1.MetadataValue:\x02\x38\x01\"_\n\x16UpsertDocumentsRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x31\n\tdocuments\x18\x02 \x03(\x0b\x32\x1e.quarry.searchtool.v1.Document\"f\n\x17UpsertDocumentsResponse\x12\x1a\n\x12\x64ocuments_upserted\x18\x01 \x01(\x05\x12\x17\n\x0f\x63hunks_upserted\x18\x02 \x01(\x05\x12\x16\n\x0e\x63hunks_deleted\x18\x03 \x01(\x05\"l\n\x16\x44\x65leteDocumentsRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x14\n\x0c\x64ocument_ids\x18\x02 \x03(\t\x12(\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x18.quarry.common.v1.Filter\"1\n\x17\x44\x65leteDocumentsResponse\x12\x16\n\x0e\x63hunks_deleted\x18\x01 \x01(\x05\"\xd1\x01\n\rSearchRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12,\n\x05query\x18\x02 \x01(\x0b\x32\x1d.quarry.common.v1.SearchQuery\x12\x35\n\x08strategy\x18\x03 \x01(\x0e\x32#.quarry.common.v1.RetrievalStrategy\x12(\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x0e\n\x06offset\x18\x06 \x01(\x05\"g\n\x0eSearchResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.quarry.common.v1.SearchResult\x12\x13\n\x0btotal_count\x18\x02 \x01(\x03\x12\x0f\n\x07took_ms\x18\x03 \x01(\x01\"*\n\x14GetCollectionRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\"*\n\nFacetCount\x12\r\n\x05value\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"H\n\tFieldInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12-\n\x04type\x18\x02 \x01(\x0e\x32\x1f.quarry.searchtool.v1.FieldType\"\x8a\x03\n\nCollection\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x64ocument_count\x18\x02 \x01(\x03\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x03\x12\x31\n\x07sources\x18\x04 \x03(\x0b\x32 .quarry.searchtool.v1.FacetCount\x12\x36\n\x0c\x65ntity_types\x18\x05 \x03(\x0b\x32 .quarry.searchtool.v1.FacetCount\x12/\n\x06\x66ields\x18\x06 \x03(\x0b\x32\x1f.quarry.searchtool.v1.FieldInfo\x12\x37\n\x13\x65\x61rliest_created_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11latest_created_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x65mbedding_model\x18\t \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\n \x01(\x05\"M\n\x15GetCollectionResponse\x12\x34\n\ncollection\x18\x01 \x01(\x0b\x32 .quarry.searchtool.v1.Collection\"\x18\n\x16ListCollectionsRequest\"P\n\x17ListCollectionsResponse\x12\x35\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32 .quarry.searchtool.v1.Collection\"-\n\x17\x44\x65leteCollectionRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65leteCollectionResponse\"\x1d\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"\x1b\n\tEmbedding\x12\x0e\n\x06values\x18\x01 \x03(\x02\"g\n\rEmbedResponse\x12\x33\n\nembeddings\x18\x01 \x03(\x0b\x32\x1f.quarry.searchtool.v1.Embedding\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\ndimensions\x18\x03 \x01(\x05*\x9c\x01\n\tFieldType\x12\x1a\n\x16\x46IELD_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46IELD_TYPE_STRING\x10\x01\x12\x16\n\x12\x46IELD_TYPE_INTEGER\x10\x02\x12\x15\n\x11\x46IELD_TYPE_DOUBLE\x10\x03\x12\x13\n\x0f\x46IELD_TYPE_BOOL\x10\x04\x12\x18\n\x14\x46IELD_TYPE_TIMESTAMP\x10\x05\x32\xe7\x05\n\x11SearchToolService\x12n\n\x0fUpsertDocuments\x12,.quarry.searchtool.v1.UpsertDocumentsRequest\x1a-.quarry.searchtool.v1.UpsertDocumentsResponse\x12n\n\x0f\x44\x65leteDocuments\x12,.quarry.searchtool.v1.DeleteDocumentsRequest\x1a-.quarry.searchtool.v1.DeleteDocumentsResponse\x12S\n\x06Search\x12#.quarry.searchtool.v1.SearchRequest\x1a$.quarry.searchtool.v1.SearchResponse\x12h\n\rGetCollection\x12*.quarry.searchtool.v1.GetCollectionRequest\x1a+.quarry.searchtool.v1.GetCollectionResponse\x12n\n\x0fListCollections\x12,.quarry.searchtool.v1.ListCollectionsRequest\x1a-.quarry.searchtool.v1.ListCollectionsResponse\x12q\n\x10\x44\x65leteCollection\x12-.quarry.searchtool.v1.DeleteCollectionRequest\x1a..quarry.searchtool.v1.DeleteCollectionResponse\x12P\n\x05\x45mbed\x12\".quarry.searchtool.v1.EmbedRequest\x1a#.quarry.searchtool.v1.EmbedResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&quarry/searchtool/v1/search_tool.proto\x12\x14quarry.searchtool.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dquarry/common/v1/search.proto\"\x8a\x03\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03url\x18\x08 \x01(\t\x12\x31\n\x0b\x62readcrumbs\x18\t \x03(\x0b\x32\x1c.quarry.common.v1.Breadcrumb\x12>\n\x08metadata\x18\n \x03(\x0b\x32,.quarry.searchtool.v1.Document.MetadataEntry\x1aP\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.quarry.common.v1.MetadataValue:\x02\x38\x01\"_\n\x16UpsertDocumentsRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x31\n\tdocuments\x18\x02 \x03(\x0b\x32\x1e.quarry.searchtool.v1.Document\"f\n\x17UpsertDocumentsResponse\x12\x1a\n\x12\x64ocuments_upserted\x18\x01 \x01(\x05\x12\x17\n\x0f\x63hunks_upserted\x18\x02 \x01(\x05\x12\x16\n\x0e\x63hunks_deleted\x18\x03 \x01(\x05\"\x9d\x01\n\x16\x44\x65leteDocumentsRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x14\n\x0c\x64ocument_ids\x18\x02 \x03(\t\x12(\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12/\n\rcaller_filter\x18\x04 \x01(\x0b\x32\x18.quarry.common.v1.Filter\"1\n\x17\x44\x65leteDocumentsResponse\x12\x16\n\x0e\x63hunks_deleted\x18\x01 \x01(\x05\"\x99\x02\n\rSearchRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12,\n\x05query\x18\x02 \x01(\x0b\x32\x1d.quarry.common.v1.SearchQuery\x12\x35\n\x08strategy\x18\x03 \x01(\x0e\x32#.quarry.common.v1.RetrievalStrategy\x12(\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x0e\n\x06offset\x18\x06 \x01(\x05\x12/\n\rcaller_filter\x18\x07 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12\x15\n\rvalidate_only\x18\x08 \x01(\x08\"g\n\x0eSearchResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.quarry.common.v1.SearchResult\x12\x13\n\x0btotal_count\x18\x02 \x01(\x03\x12\x0f\n\x07took_ms\x18\x03 \x01(\x01\"*\n\x14GetCollectionRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\"*\n\nFacetCount\x12\r\n\x05value\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"H\n\tFieldInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12-\n\x04type\x18\x02 \x01(\x0e\x32\x1f.quarry.searchtool.v1.FieldType\"\x8a\x03\n\nCollection\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x64ocument_count\x18\x02 \x01(\x03\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x03\x12\x31\n\x07sources\x18\x04 \x03(\x0b\x32 .quarry.searchtool.v1.FacetCount\x12\x36\n\x0c\x65ntity_types\x18\x05 \x03(\x0b\x32 .quarry.searchtool.v1.FacetCount\x12/\n\x06\x66ields\x18\x06 \x03(\x0b\x32\x1f.quarry.searchtool.v1.FieldInfo\x12\x37\n\x13\x65\x61rliest_created_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11latest_created_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x65mbedding_model\x18\t \x01(\t\x12\x1c\n\x14\x65mbedding_dimensions\x18\n \x01(\x05\"M\n\x15GetCollectionResponse\x12\x34\n\ncollection\x18\x01 \x01(\x0b\x32 .quarry.searchtool.v1.Collection\"\x18\n\x16ListCollectionsRequest\"P\n\x17ListCollectionsResponse\x12\x35\n\x0b\x63ollections\x18\x01 \x03(\x0b\x32 .quarry.searchtool.v1.Collection\"-\n\x17\x44\x65leteCollectionRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65leteCollectionResponse\"\x1d\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"\x1b\n\tEmbedding\x12\x0e\n\x06values\x18\x01 \x03(\x02\"g\n\rEmbedResponse\x12\x33\n\nembeddings\x18\x01 \x03(\x0b\x32\x1f.quarry.searchtool.v1.Embedding\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\ndimensions\x18\x03 \x01(\x05*\x9c\x01\n\tFieldType\x12\x1a\n\x16\x46IELD_TYPE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46IELD_TYPE_STRING\x10\x01\x12\x16\n\x12\x46IELD_TYPE_INTEGER\x10\x02\x12\x15\n\x11\x46IELD_TYPE_DOUBLE\x10\x03\x12\x13\n\x0f\x46IELD_TYPE_BOOL\x10\x04\x12\x18\n\x14\x46IELD_TYPE_TIMESTAMP\x10\x05\x32\xe7\x05\n\x11SearchToolService\x12n\n\x0fUpsertDocuments\x12,.quarry.searchtool.v1.UpsertDocumentsRequest\x1a-.quarry.searchtool.v1.UpsertDocumentsResponse\x12n\n\x0f\x44\x65leteDocuments\x12,.quarry.searchtool.v1.DeleteDocumentsRequest\x1a-.quarry.searchtool.v1.DeleteDocumentsResponse\x12S\n\x06Search\x12#.quarry.searchtool.v1.SearchRequest\x1a$.quarry.searchtool.v1.SearchResponse\x12h\n\rGetCollection\x12*.quarry.searchtool.v1.GetCollectionRequest\x1a+.quarry.searchtool.v1.GetCollectionResponse\x12n\n\x0fListCollections\x12,.quarry.searchtool.v1.ListCollectionsRequest\x1a-.quarry.searchtool.v1.ListCollectionsResponse\x12q\n\x10\x44\x65leteCollection\x12-.quarry.searchtool.v1.DeleteCollectionRequest\x1a..quarry.searchtool.v1.DeleteCollectionResponse\x12P\n\x05\x45mbed\x12\".quarry.searchtool.v1.EmbedRequest\x1a#.quarry.searchtool.v1.EmbedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DOCUMENT_METADATAENTRY']._loaded_options = None
   _globals['_DOCUMENT_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_FIELDTYPE']._serialized_start=2191
-  _globals['_FIELDTYPE']._serialized_end=2347
+  _globals['_FIELDTYPE']._serialized_start=2313
+  _globals['_FIELDTYPE']._serialized_end=2469
   _globals['_DOCUMENT']._serialized_start=129
   _globals['_DOCUMENT']._serialized_end=523
   _globals['_DOCUMENT_METADATAENTRY']._serialized_start=443
@@ -45,38 +45,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UPSERTDOCUMENTSREQUEST']._serialized_end=620
   _globals['_UPSERTDOCUMENTSRESPONSE']._serialized_start=622
   _globals['_UPSERTDOCUMENTSRESPONSE']._serialized_end=724
-  _globals['_DELETEDOCUMENTSREQUEST']._serialized_start=726
-  _globals['_DELETEDOCUMENTSREQUEST']._serialized_end=834
-  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_start=836
-  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_end=885
-  _globals['_SEARCHREQUEST']._serialized_start=888
-  _globals['_SEARCHREQUEST']._serialized_end=1097
-  _globals['_SEARCHRESPONSE']._serialized_start=1099
-  _globals['_SEARCHRESPONSE']._serialized_end=1202
-  _globals['_GETCOLLECTIONREQUEST']._serialized_start=1204
-  _globals['_GETCOLLECTIONREQUEST']._serialized_end=1246
-  _globals['_FACETCOUNT']._serialized_start=1248
-  _globals['_FACETCOUNT']._serialized_end=1290
-  _globals['_FIELDINFO']._serialized_start=1292
-  _globals['_FIELDINFO']._serialized_end=1364
-  _globals['_COLLECTION']._serialized_start=1367
-  _globals['_COLLECTION']._serialized_end=1761
-  _globals['_GETCOLLECTIONRESPONSE']._serialized_start=1763
-  _globals['_GETCOLLECTIONRESPONSE']._serialized_end=1840
-  _globals['_LISTCOLLECTIONSREQUEST']._serialized_start=1842
-  _globals['_LISTCOLLECTIONSREQUEST']._serialized_end=1866
-  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_start=1868
-  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_end=1948
-  _globals['_DELETECOLLECTIONREQUEST']._serialized_start=1950
-  _globals['_DELETECOLLECTIONREQUEST']._serialized_end=1995
-  _globals['_DELETECOLLECTIONRESPONSE']._serialized_start=1997
-  _globals['_DELETECOLLECTIONRESPONSE']._serialized_end=2023
-  _globals['_EMBEDREQUEST']._serialized_start=2025
-  _globals['_EMBEDREQUEST']._serialized_end=2054
-  _globals['_EMBEDDING']._serialized_start=2056
-  _globals['_EMBEDDING']._serialized_end=2083
-  _globals['_EMBEDRESPONSE']._serialized_start=2085
-  _globals['_EMBEDRESPONSE']._serialized_end=2188
-  _globals['_SEARCHTOOLSERVICE']._serialized_start=2350
-  _globals['_SEARCHTOOLSERVICE']._serialized_end=3093
+  _globals['_DELETEDOCUMENTSREQUEST']._serialized_start=727
+  _globals['_DELETEDOCUMENTSREQUEST']._serialized_end=884
+  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_start=886
+  _globals['_DELETEDOCUMENTSRESPONSE']._serialized_end=935
+  _globals['_SEARCHREQUEST']._serialized_start=938
+  _globals['_SEARCHREQUEST']._serialized_end=1219
+  _globals['_SEARCHRESPONSE']._serialized_start=1221
+  _globals['_SEARCHRESPONSE']._serialized_end=1324
+  _globals['_GETCOLLECTIONREQUEST']._serialized_start=1326
+  _globals['_GETCOLLECTIONREQUEST']._serialized_end=1368
+  _globals['_FACETCOUNT']._serialized_start=1370
+  _globals['_FACETCOUNT']._serialized_end=1412
+  _globals['_FIELDINFO']._serialized_start=1414
+  _globals['_FIELDINFO']._serialized_end=1486
+  _globals['_COLLECTION']._serialized_start=1489
+  _globals['_COLLECTION']._serialized_end=1883
+  _globals['_GETCOLLECTIONRESPONSE']._serialized_start=1885
+  _globals['_GETCOLLECTIONRESPONSE']._serialized_end=1962
+  _globals['_LISTCOLLECTIONSREQUEST']._serialized_start=1964
+  _globals['_LISTCOLLECTIONSREQUEST']._serialized_end=1988
+  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_start=1990
+  _globals['_LISTCOLLECTIONSRESPONSE']._serialized_end=2070
+  _globals['_DELETECOLLECTIONREQUEST']._serialized_start=2072
+  _globals['_DELETECOLLECTIONREQUEST']._serialized_end=2117
+  _globals['_DELETECOLLECTIONRESPONSE']._serialized_start=2119
+  _globals['_DELETECOLLECTIONRESPONSE']._serialized_end=2145
+  _globals['_EMBEDREQUEST']._serialized_start=2147
+  _globals['_EMBEDREQUEST']._serialized_end=2176
+  _globals['_EMBEDDING']._serialized_start=2178
+  _globals['_EMBEDDING']._serialized_end=2205
+  _globals['_EMBEDRESPONSE']._serialized_start=2207
+  _globals['_EMBEDRESPONSE']._serialized_end=2310
+  _globals['_SEARCHTOOLSERVICE']._serialized_start=2472
+  _globals['_SEARCHTOOLSERVICE']._serialized_end=3215
 # @@protoc_insertion_point(module_scope)

@@ -76,14 +76,16 @@ class UpsertDocumentsResponse(_message.Message):
     def __init__(self, documents_upserted: _Optional[int] = ..., chunks_upserted: _Optional[int] = ..., chunks_deleted: _Optional[int] = ...) -> None: ...
 
 class DeleteDocumentsRequest(_message.Message):
-    __slots__ = ("collection", "document_ids", "filter")
+    __slots__ = ("collection", "document_ids", "filter", "caller_filter")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
     collection: str
     document_ids: _containers.RepeatedScalarFieldContainer[str]
     filter: _search_pb2.Filter
-    def __init__(self, collection: _Optional[str] = ..., document_ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ...) -> None: ...
+    caller_filter: _search_pb2.Filter
+    def __init__(self, collection: _Optional[str] = ..., document_ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ...) -> None: ...
 
 class DeleteDocumentsResponse(_message.Message):
     __slots__ = ("chunks_deleted",)
@@ -92,20 +94,24 @@ class DeleteDocumentsResponse(_message.Message):
     def __init__(self, chunks_deleted: _Optional[int] = ...) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("collection", "query", "strategy", "filter", "limit", "offset")
+    __slots__ = ("collection", "query", "strategy", "filter", "limit", "offset", "caller_filter", "validate_only")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: _search_pb2.SearchQuery
     strategy: _search_pb2.RetrievalStrategy
     filter: _search_pb2.Filter
     limit: int
     offset: int
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    caller_filter: _search_pb2.Filter
+    validate_only: bool
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("results", "total_count", "took_ms")
