@@ -30,7 +30,7 @@ QUESTION = "How do I create a temporary directory that is removed automatically?
 
 
 def _documents() -> list[object]:
-    from services.agent.testing import FakeDocument
+    from tests.agent.fake_search import FakeDocument
 
     words = [
         "temporary",
@@ -61,9 +61,10 @@ async def _serve(port: int, latency_s: float) -> None:
     from services.agent.loop import AgentLoop
     from services.agent.server import SERVICE_NAME
     from services.agent.servicer import AgentServicer
-    from services.agent.testing import FakeSearch, FunctionModel, search_then_answer
+    from services.agent.testing import FunctionModel, search_then_answer
     from services.common.server import ServiceRegistration, build_server, serve
     from services.common.settings import ServerSettings
+    from tests.agent.fake_search import FakeSearch
 
     settings = AgentSettings(server=ServerSettings(port=port, grace_s=1))
     model = FunctionModel(search_then_answer(1), latency_s=latency_s)

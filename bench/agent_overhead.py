@@ -24,7 +24,8 @@ from services.agent.loop import AgentLoop
 from services.agent.ports import ModelRequest, ModelResponse
 from services.agent.run import Mode, RunRequest
 from services.agent.search import SearchPage, SearchRequest
-from services.agent.testing import FakeDocument, FakeSearch, FunctionModel, search_then_answer
+from services.agent.testing import FunctionModel, search_then_answer
+from tests.agent.fake_search import FakeDocument, FakeSearch
 
 RESULTS = Path(__file__).parent / "results" / "agent_overhead.json"
 

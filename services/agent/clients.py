@@ -188,6 +188,14 @@ class SearchToolClient:
             took_ms=reply.took_ms,
         )
 
+    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
+        message = wire.search_request(request)
+        message.validate_only = True
+        try:
+            await self._stub.Search(message, timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
         request = search_tool_pb2.GetCollectionRequest(collection=name)
         try:

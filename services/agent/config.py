@@ -31,8 +31,6 @@ class LoopSettings(BaseModel):
     """Layer 2: replace old tool results with a placeholder above this share."""
     keep_last_exchanges: int = Field(default=2, ge=1)
     """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
-    max_filter_groups: int = Field(default=32, ge=1)
-    """Largest OR of groups the merged caller AND model filter may expand to."""
 
 
 class AgentSettings(QuarrySettings):

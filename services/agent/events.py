@@ -34,7 +34,7 @@ class Searching:
     variations: tuple[str, ...]
     strategy: Strategy
     filter_groups: tuple[FilterGroup, ...]
-    """The effective filter: caller AND model."""
+    """The model's filter; the search tool applied it within the caller's: (caller) AND (model)."""
     result_count: int
     total_count: int
     duration_ms: int

@@ -1,14 +1,16 @@
-"""Filters as the agent sees them: OR of groups, each an AND of conditions; merged so the model
-can only narrow what the caller allowed."""
+"""The shape of a filter the model writes in its `search` tool call: OR of groups, each an AND of
+conditions. These models generate the tool's JSON schema and check only that shape.
+
+Whether a filter makes sense for a collection (known fields, operators that fit their types, dates)
+and how it combines with the caller's filter is decided by the search tool alone: the agent sends
+the caller's filter and the model's filter side by side and never validates or merges them itself.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from services.common.errors import FieldViolation, InvalidArgument
 
 Operator = Literal[
     "equals",
@@ -23,25 +25,6 @@ Operator = Literal[
 ]
 Scalar = str | int | float | bool
 FilterValue = Scalar | list[str | int | float]
-
-LIST_OPERATORS = frozenset({"in", "not_in"})
-ORDERING_OPERATORS = frozenset(
-    {"greater_than", "greater_than_or_equal", "less_than", "less_than_or_equal"}
-)
-CHUNK_FIELDS = frozenset(
-    {
-        "id",
-        "document_id",
-        "chunk_index",
-        "title",
-        "text",
-        "source",
-        "entity_type",
-        "created_at",
-        "updated_at",
-        "url",
-    }
-)
 
 
 class FilterCondition(BaseModel):
@@ -65,59 +48,3 @@ class FilterGroup(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     conditions: list[FilterCondition] = Field(min_length=1, description="All of these must hold.")
-
-
-class FilterTooComplex(ValueError):
-    """The AND of two filters expands to more OR groups than allowed."""
-
-
-def merge_filters(
-    caller: Sequence[FilterGroup], model: Sequence[FilterGroup], *, max_groups: int
-) -> list[FilterGroup]:
-    """(caller) AND (model) as one OR of groups: every caller group combined with every model group.
-
-    An empty side matches everything, so the other side is the result. The model can only narrow.
-    """
-    if not caller:
-        return list(model)
-    if not model:
-        return list(caller)
-    if len(caller) * len(model) > max_groups:
-        raise FilterTooComplex(
-            f"your {len(model)} filter groups combined with the caller's {len(caller)} groups "
-            f"expand to {len(caller) * len(model)} groups (at most {max_groups} are allowed); "
-            "use fewer filter groups, e.g. one group with an `in` condition"
-        )
-    return [FilterGroup(conditions=[*c.conditions, *m.conditions]) for c in caller for m in model]
-
-
-def check_caller_filter(groups: Sequence[FilterGroup], known_fields: set[str]) -> None:
-    """Reject a caller filter whose shape is wrong, naming each bad field."""
-    violations: list[FieldViolation] = []
-    for g, group in enumerate(groups):
-        if not group.conditions:
-            violations.append(
-                FieldViolation(f"filter.groups[{g}].conditions", "a group needs a condition")
-            )
-        for c, condition in enumerate(group.conditions):
-            path = f"filter.groups[{g}].conditions[{c}]"
-            violations.extend(_condition_violations(path, condition, known_fields))
-    if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
-        )
-
-
-def _condition_violations(
-    path: str, condition: FilterCondition, known_fields: set[str]
-) -> list[FieldViolation]:
-    found: list[FieldViolation] = []
-    name = condition.field
-    if name not in known_fields and not name.startswith("metadata."):
-        found.append(FieldViolation(f"{path}.field", f"unknown field {name!r}"))
-    is_list = isinstance(condition.value, list)
-    if condition.operator in LIST_OPERATORS and not is_list:
-        found.append(FieldViolation(f"{path}.value", f"{condition.operator} needs a list"))
-    if condition.operator not in LIST_OPERATORS and is_list:
-        found.append(FieldViolation(f"{path}.value", f"{condition.operator} needs a single value"))
-    return found

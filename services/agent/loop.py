@@ -36,12 +36,6 @@ from services.agent.context import (
     summary_prompt,
 )
 from services.agent.events import AgentEvent, Done, Searching, Started, Thinking
-from services.agent.filters import (
-    CHUNK_FIELDS,
-    FilterTooComplex,
-    check_caller_filter,
-    merge_filters,
-)
 from services.agent.messages import (
     CHARS_PER_TOKEN,
     Message,
@@ -92,6 +86,7 @@ from services.common import semconv
 from services.common.errors import (
     Cancelled,
     DeadlineExceeded,
+    FieldViolation,
     InvalidArgument,
     PermissionDenied,
     QuarryError,
@@ -213,11 +208,23 @@ class _Run:
         self.collection = await self.loop.search.get_collection(
             self.request.collection, remaining_s=self.deadline.remaining()
         )
-        known = CHUNK_FIELDS | {name for name, _ in self.collection.fields}
-        check_caller_filter(self.request.filter_groups, set(known))
+        if self.request.caller_filter.groups:
+            await self._check_caller_filter()
         self.window = await self._context_window()
         for turn in self.request.history:
             self.history += [user(turn.question), assistant(turn.answer)]
+
+    async def _check_caller_filter(self) -> None:
+        """Ask the search tool, before the first model call, whether the caller's filter holds."""
+        probe = SearchRequest(
+            collection=self.request.collection,
+            primary=self.request.query,
+            caller_filter=self.request.caller_filter,
+        )
+        try:
+            await self.loop.search.validate(probe, remaining_s=self.deadline.remaining())
+        except InvalidArgument as error:
+            raise _as_callers_error(error) from None
 
     async def _context_window(self) -> int:
         if self.loop.context_window_tokens:
@@ -296,12 +303,7 @@ class _Run:
         with self._tool_span(call):
             try:
                 plan = parse_arguments(SearchPlan, call.arguments_json)
-                groups = merge_filters(
-                    self.request.filter_groups,
-                    plan.filter_groups,
-                    max_groups=self.loop.settings.max_filter_groups,
-                )
-            except (ToolArgumentsError, FilterTooComplex) as error:
+            except ToolArgumentsError as error:
                 self._tool_error(call, str(error))
                 return None
             request = SearchRequest(
@@ -309,7 +311,8 @@ class _Run:
                 primary=plan.query.primary,
                 variations=tuple(plan.query.variations),
                 strategy=plan.retrieval_strategy,
-                filter_groups=tuple(groups),
+                filter_groups=tuple(plan.filter_groups),
+                caller_filter=self.request.caller_filter,
                 limit=plan.limit,
                 offset=plan.offset,
             )
@@ -318,6 +321,11 @@ class _Run:
                 page = await self.loop.search.search(request, remaining_s=self.deadline.remaining())
             except SEARCH_FAILURES_THAT_END_THE_RUN:
                 raise
+            except InvalidArgument as error:
+                if _names_caller_filter(error):
+                    raise _as_callers_error(error) from None
+                self._tool_error(call, _search_error_text(error))
+                return None
             except QuarryError as error:
                 self._tool_error(call, _search_error_text(error))
                 return None
@@ -408,7 +416,7 @@ class _Run:
         if split is None:
             raise _ConversationTooLong
         task = task_message(
-            self.request.query, self.request.mode, self.request.filter_groups, self.collection
+            self.request.query, self.request.mode, self.request.caller_filter, self.collection
         )
         prompt = summary_prompt(
             task, self.summary, split.old, max_chars=self.window * CHARS_PER_TOKEN // 2
@@ -434,7 +442,7 @@ class _Run:
         task = task_message(
             self.request.query,
             self.request.mode,
-            self.request.filter_groups,
+            self.request.caller_filter,
             self.collection,
             summary=self.summary,
         )
@@ -491,6 +499,31 @@ def _search_error_text(error: QuarryError) -> str:
         fixes = "; ".join(f"{v.field}: {v.description}" for v in error.violations)
         text += f" Fix these and search again: {fixes}."
     return text
+
+
+_CALLER_FILTER = "caller_filter"
+_REQUEST_FILTER = "filter"
+"""The run request's field that carries the caller's filter."""
+
+
+def _names_caller_filter(error: InvalidArgument) -> bool:
+    return any(v.field.startswith(_CALLER_FILTER) for v in error.violations)
+
+
+def _as_callers_error(error: InvalidArgument) -> InvalidArgument:
+    """The search tool's verdict on the caller's filter, in the caller's terms: its request field
+    is `filter`. Violations of the model's own filter are not the caller's concern."""
+    violations = [
+        FieldViolation(_REQUEST_FILTER + v.field.removeprefix(_CALLER_FILTER), v.description)
+        for v in error.violations
+        if v.field.startswith(_CALLER_FILTER)
+    ]
+    return InvalidArgument(
+        "; ".join(f"{v.field}: {v.description}" for v in violations) or error.message,
+        violations=violations,
+        reason=error.reason,
+        metadata=error.metadata,
+    )
 
 
 def _record_usage(span: trace.Span, usage: RunUsage) -> None:

@@ -53,16 +53,6 @@ class TokenUsage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
 
-    @property
-    def total(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def add(self, other: TokenUsage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_write_tokens += other.cache_write_tokens
-
 
 @dataclass(frozen=True)
 class ModelResponse:
@@ -111,6 +101,11 @@ class SearchClient(Protocol):
 
     async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
         """Raises `InvalidArgument` (with violations) for a filter the search tool rejects."""
+        ...
+
+    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
+        """Check `request` as `search` would, without searching: `InvalidArgument` naming
+        `caller_filter.…` or `filter.…`, `NotFound` for an unknown collection."""
         ...
 
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:

@@ -9,7 +9,9 @@ from datetime import datetime
 from functools import cache
 from importlib import resources
 
-from services.agent.filters import FilterGroup
+from google.protobuf import json_format
+from quarry.common.v1 import search_pb2
+
 from services.agent.run import Mode
 from services.agent.search import CollectionInfo, Facet
 
@@ -32,7 +34,7 @@ def system_prompt() -> str:
 def task_message(
     query: str,
     mode: Mode,
-    caller_filter: Sequence[FilterGroup],
+    caller_filter: search_pb2.Filter,
     collection: CollectionInfo,
     *,
     summary: str = "",
@@ -49,10 +51,35 @@ def task_message(
     return "\n\n".join(sections) + "\n"
 
 
-def _filter_text(groups: Sequence[FilterGroup]) -> str:
-    if not groups:
+def _filter_text(caller_filter: search_pb2.Filter) -> str:
+    """The caller's filter in the shape of the model's own `filter_groups`."""
+    if not caller_filter.groups:
         return "none"
-    return json.dumps([g.model_dump(mode="json") for g in groups])
+    groups = [
+        {
+            "conditions": [
+                {
+                    "field": c.field,
+                    "operator": search_pb2.FilterOperator.Name(c.operator)
+                    .removeprefix("FILTER_OPERATOR_")
+                    .lower(),
+                    "value": _plain(json_format.MessageToDict(c.value)),
+                }
+                for c in group.conditions
+            ]
+        }
+        for group in caller_filter.groups
+    ]
+    return json.dumps(groups)
+
+
+def _plain(value: object) -> object:
+    """JSON numbers arrive as floats; show `2024`, not `2024.0`."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def describe_collection(info: CollectionInfo) -> str:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from services.agent.filters import FilterGroup
+from quarry.common.v1 import search_pb2
+
 from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded
 
@@ -38,8 +39,9 @@ class Turn:
 class RunRequest:
     collection: str
     query: str
-    filter_groups: tuple[FilterGroup, ...] = ()
-    """The caller's filter: the model can narrow it, never widen it."""
+    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    """The caller's filter, as sent. The agent forwards it to every search and never reads it:
+    the search tool validates it and applies it as (caller) AND (model)."""
     mode: Mode = Mode.FAST
     limit: int = 10
     """Results returned, 1..200."""

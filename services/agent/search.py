@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from quarry.common.v1 import search_pb2
+
 from services.agent.filters import FilterGroup, Scalar
 
 Strategy = Literal["semantic", "keyword", "hybrid"]
@@ -43,13 +45,16 @@ class SearchHit:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """One call of the search tool, after the caller's filter was merged in."""
+    """One call of the search tool: the model's plan and the caller's filter, side by side."""
 
     collection: str
     primary: str
     variations: tuple[str, ...] = ()
     strategy: Strategy = "hybrid"
     filter_groups: tuple[FilterGroup, ...] = ()
+    """The model's filter; the search tool applies it within `caller_filter`."""
+    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    """The run's caller filter, forwarded as sent."""
     limit: int = 10
     offset: int = 0
 

@@ -1,9 +1,10 @@
-"""Public test doubles for the loop's ports: a scripted model and an in-memory search tool.
+"""Public test doubles for the loop's model port, and builders of the tool calls a model makes.
 
 `ScriptedModel` replays a queue of scripted turns (text, tool calls, or an exception such as
-`ContextWindowExceeded`) and records every request it received. `FakeSearch` ranks in-memory
-documents by word overlap and records every search. Both can be gated on an `asyncio.Event` so a
-test can hold a call open, and both can be given a latency for benchmarks.
+`ContextWindowExceeded`) and records every request it received; it can be gated on an
+`asyncio.Event` so a test can hold a call open, and given a latency for benchmarks. The search
+tool's double is `tests/agent/fake_search.py`: it decides filters with the search tool's own code,
+which a module inside the agent service must not import.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import json
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.messages import Role, ToolCall
 from services.agent.ports import (
     ModelRequest,
@@ -26,14 +25,6 @@ from services.agent.ports import (
     StructuredResponse,
     TokenUsage,
 )
-from services.agent.search import (
-    CollectionInfo,
-    Facet,
-    SearchHit,
-    SearchPage,
-    SearchRequest,
-)
-from services.common.errors import NotFound
 
 _ids = itertools.count(1)
 _WORD = re.compile(r"[a-z0-9]+")
@@ -194,143 +185,3 @@ def search_then_answer(searches: int = 1) -> Callable[[ModelRequest], ModelRespo
         return turn("Answering.", answer_call("The answer [1].", cited))
 
     return respond
-
-
-@dataclass
-class FakeDocument:
-    """One chunk in the fake collection."""
-
-    id: str
-    title: str
-    text: str
-    source: str = "docs"
-    entity_type: str = "page"
-    url: str = ""
-    metadata: dict[str, str | int | float | bool] = field(default_factory=dict)
-
-
-class FakeSearch:
-    """A `SearchClient` over in-memory chunks: word-overlap ranking, equality filters."""
-
-    def __init__(
-        self,
-        documents: Iterable[FakeDocument] = (),
-        *,
-        collection: str = "docs",
-        errors: Iterable[BaseException | None] = (),
-        latency_s: float = 0.0,
-        gate: asyncio.Event | None = None,
-    ) -> None:
-        self.collection = collection
-        self.documents = list(documents)
-        self.errors: deque[BaseException | None] = deque(errors)
-        self.latency_s = latency_s
-        self.gate = gate
-        self.requests: list[SearchRequest] = []
-        self.remaining_s: list[float | None] = []
-        self.called = asyncio.Event()
-        self.cancelled = asyncio.Event()
-        self._word_cache: dict[tuple[str, str, str], set[str]] = {}
-
-    async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
-        self.requests.append(request)
-        self.remaining_s.append(remaining_s)
-        self.called.set()
-        try:
-            if self.gate is not None:
-                await self.gate.wait()
-            if self.latency_s:
-                await asyncio.sleep(self.latency_s)
-        except asyncio.CancelledError:
-            self.cancelled.set()
-            raise
-        if self.errors:
-            error = self.errors.popleft()
-            if error is not None:
-                raise error
-        if request.collection != self.collection:
-            raise NotFound(f"collection {request.collection!r} does not exist")
-        ranked = self._rank(request)
-        window = ranked[request.offset : request.offset + request.limit]
-        hits = [_hit(doc, score) for score, doc in window]
-        return SearchPage(hits=hits, total_count=len(ranked), took_ms=0.1)
-
-    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
-        if name != self.collection:
-            raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
-        sources = _facets(d.source for d in self.documents)
-        types = _facets(d.entity_type for d in self.documents)
-        fields = (("source", "string"), ("entity_type", "string"), ("title", "string"))
-        return CollectionInfo(
-            name=name,
-            document_count=len({d.id.split("__")[0] for d in self.documents}),
-            chunk_count=len(self.documents),
-            sources=sources,
-            entity_types=types,
-            fields=fields,
-        )
-
-    def _rank(self, request: SearchRequest) -> list[tuple[float, FakeDocument]]:
-        words = set(_WORD.findall(" ".join((request.primary, *request.variations)).lower()))
-        scored: list[tuple[float, FakeDocument]] = []
-        for doc in self.documents:
-            if request.filter_groups and not any(_matches(doc, g) for g in request.filter_groups):
-                continue
-            overlap = len(words & self._words(doc))
-            if overlap:
-                scored.append((overlap / max(len(words), 1), doc))
-        return sorted(scored, key=lambda pair: (-pair[0], pair[1].id))
-
-    def _words(self, doc: FakeDocument) -> set[str]:
-        key = (doc.id, doc.title, doc.text)
-        if key not in self._word_cache:
-            self._word_cache[key] = set(_WORD.findall(f"{doc.title} {doc.text}".lower()))
-        return self._word_cache[key]
-
-
-def _matches(doc: FakeDocument, group: FilterGroup) -> bool:
-    return all(_holds(doc, c) for c in group.conditions)
-
-
-def _holds(doc: FakeDocument, condition: FilterCondition) -> bool:
-    name = condition.field
-    actual: Any = (
-        doc.metadata.get(name.removeprefix("metadata."))
-        if name.startswith("metadata.")
-        else getattr(doc, name, None)
-    )
-    value = condition.value
-    if condition.operator == "equals":
-        return bool(actual == value)
-    if condition.operator == "not_equals":
-        return bool(actual != value)
-    if condition.operator == "in":
-        return isinstance(value, list) and actual in value
-    if condition.operator == "not_in":
-        return isinstance(value, list) and actual not in value
-    if condition.operator == "contains":
-        return str(value).lower() in str(actual).lower()
-    raise ValueError(f"FakeSearch does not support {condition.operator}")
-
-
-def _hit(doc: FakeDocument, score: float) -> SearchHit:
-    document_id, _, index = doc.id.partition("__chunk_")
-    return SearchHit(
-        id=doc.id,
-        document_id=document_id,
-        chunk_index=int(index or 0),
-        title=doc.title,
-        text=doc.text,
-        score=score,
-        source=doc.source,
-        entity_type=doc.entity_type,
-        url=doc.url,
-        metadata=dict(doc.metadata),
-    )
-
-
-def _facets(values: Iterable[str]) -> tuple[Facet, ...]:
-    counts: dict[str, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return tuple(Facet(v, n) for v, n in sorted(counts.items()))

@@ -1,4 +1,5 @@
-"""Protobuf <-> agent domain, in one place: filters, search hits, collections, runs and events."""
+"""Protobuf <-> agent domain, in one place: requests, search calls and hits, collections, runs
+and events. The caller's filter passes through untouched; the search tool validates it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
 from services.agent.events import AgentEvent, Done, Failed, Searching, Started, Thinking
-from services.agent.filters import FilterCondition, FilterGroup, FilterValue, Scalar
+from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
 from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
     Breadcrumb,
@@ -21,18 +22,17 @@ from services.agent.search import (
 )
 from services.common.errors import FieldViolation, InvalidArgument
 
-_OPERATORS: dict[int, str] = {
-    search_pb2.FILTER_OPERATOR_EQUALS: "equals",
-    search_pb2.FILTER_OPERATOR_NOT_EQUALS: "not_equals",
-    search_pb2.FILTER_OPERATOR_CONTAINS: "contains",
-    search_pb2.FILTER_OPERATOR_GREATER_THAN: "greater_than",
-    search_pb2.FILTER_OPERATOR_GREATER_THAN_OR_EQUAL: "greater_than_or_equal",
-    search_pb2.FILTER_OPERATOR_LESS_THAN: "less_than",
-    search_pb2.FILTER_OPERATOR_LESS_THAN_OR_EQUAL: "less_than_or_equal",
-    search_pb2.FILTER_OPERATOR_IN: "in",
-    search_pb2.FILTER_OPERATOR_NOT_IN: "not_in",
+_OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
+    "equals": search_pb2.FILTER_OPERATOR_EQUALS,
+    "not_equals": search_pb2.FILTER_OPERATOR_NOT_EQUALS,
+    "contains": search_pb2.FILTER_OPERATOR_CONTAINS,
+    "greater_than": search_pb2.FILTER_OPERATOR_GREATER_THAN,
+    "greater_than_or_equal": search_pb2.FILTER_OPERATOR_GREATER_THAN_OR_EQUAL,
+    "less_than": search_pb2.FILTER_OPERATOR_LESS_THAN,
+    "less_than_or_equal": search_pb2.FILTER_OPERATOR_LESS_THAN_OR_EQUAL,
+    "in": search_pb2.FILTER_OPERATOR_IN,
+    "not_in": search_pb2.FILTER_OPERATOR_NOT_IN,
 }
-_OPERATOR_NUMBERS = {name: number for number, name in _OPERATORS.items()}
 _STRATEGIES: dict[str, int] = {
     "semantic": search_pb2.RETRIEVAL_STRATEGY_SEMANTIC,
     "keyword": search_pb2.RETRIEVAL_STRATEGY_KEYWORD,
@@ -82,7 +82,6 @@ def run_request(
         violations.append(FieldViolation("budget.max_iterations", "must not be negative"))
     if message.budget.max_tokens < 0:
         violations.append(FieldViolation("budget.max_tokens", "must not be negative"))
-    groups = filter_groups(message.filter, "filter", violations)
     if violations:
         raise InvalidArgument(
             "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
@@ -90,7 +89,7 @@ def run_request(
     return RunRequest(
         collection=collection,
         query=query,
-        filter_groups=tuple(groups),
+        caller_filter=_copy(message.filter),
         mode=_MODES[message.mode],
         limit=message.limit or default_limit,
         history=tuple(Turn(t.question, t.answer) for t in message.history),
@@ -100,62 +99,10 @@ def run_request(
     )
 
 
-def filter_groups(
-    message: search_pb2.Filter, path: str, violations: list[FieldViolation]
-) -> list[FilterGroup]:
-    groups: list[FilterGroup] = []
-    for g, group in enumerate(message.groups):
-        if not group.conditions:
-            violations.append(FieldViolation(f"{path}.groups[{g}].conditions", "is empty"))
-            continue
-        conditions = []
-        for c, condition in enumerate(group.conditions):
-            where = f"{path}.groups[{g}].conditions[{c}]"
-            converted = _condition(condition, where, violations)
-            if converted is not None:
-                conditions.append(converted)
-        if len(conditions) == len(group.conditions):
-            groups.append(FilterGroup(conditions=conditions))
-    return groups
-
-
-def _condition(
-    message: search_pb2.FilterCondition, where: str, violations: list[FieldViolation]
-) -> FilterCondition | None:
-    before = len(violations)
-    if not message.field:
-        violations.append(FieldViolation(f"{where}.field", "must not be empty"))
-    operator = _OPERATORS.get(message.operator)
-    if operator is None:
-        violations.append(FieldViolation(f"{where}.operator", "must be set to a known operator"))
-    value = _python_value(message.value) if message.HasField("value") else None
-    if value is None:
-        violations.append(
-            FieldViolation(f"{where}.value", "must be a string, number, bool or list")
-        )
-    if len(violations) > before:
-        return None
-    return FilterCondition(field=message.field, operator=operator, value=value)
-
-
-def _python_value(value: struct_pb2.Value) -> FilterValue | None:
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "number_value":
-        return _number(value.number_value)
-    if kind == "list_value":
-        items = [_python_value(v) for v in value.list_value.values]
-        if any(i is None or isinstance(i, bool | list) for i in items):
-            return None
-        return items  # type: ignore[return-value]
-    return None
-
-
-def _number(number: float) -> int | float:
-    return int(number) if number.is_integer() else number
+def _copy(message: search_pb2.Filter) -> search_pb2.Filter:
+    copied = search_pb2.Filter()
+    copied.CopyFrom(message)
+    return copied
 
 
 def filter_message(groups: tuple[FilterGroup, ...] | list[FilterGroup]) -> search_pb2.Filter:
@@ -165,7 +112,7 @@ def filter_message(groups: tuple[FilterGroup, ...] | list[FilterGroup]) -> searc
                 conditions=[
                     search_pb2.FilterCondition(
                         field=c.field,
-                        operator=_OPERATOR_NUMBERS[c.operator],  # type: ignore[arg-type]
+                        operator=_OPERATOR_NUMBERS[c.operator],
                         value=_value_message(c.value),
                     )
                     for c in g.conditions
@@ -195,6 +142,7 @@ def search_request(request: SearchRequest) -> search_tool_pb2.SearchRequest:
         query=search_pb2.SearchQuery(primary=request.primary, variations=request.variations),
         strategy=_STRATEGIES[request.strategy],  # type: ignore[arg-type]
         filter=filter_message(request.filter_groups),
+        caller_filter=request.caller_filter,
         limit=request.limit,
         offset=request.offset,
     )

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from google.protobuf import struct_pb2
+from quarry.common.v1 import search_pb2
 
 from services.agent.events import AgentEvent, Done
 from services.agent.loop import AgentLoop
 from services.agent.run import RunResult
-from services.agent.testing import FakeDocument, FakeSearch
+from tests.agent.fake_search import FakeDocument, FakeSearch
 
 DOCUMENTS = [
     FakeDocument(
@@ -61,6 +64,22 @@ def result_of(events: list[AgentEvent]) -> RunResult:
     last = events[-1]
     assert isinstance(last, Done)
     return last.result
+
+
+def caller_filter(*groups: list[tuple[str, str, Any]]) -> search_pb2.Filter:
+    """A caller's filter as it arrives on the wire: groups of `(field, operator, value)`."""
+    message = search_pb2.Filter()
+    for conditions in groups:
+        group = message.groups.add()
+        for field, operator, value in conditions:
+            number = search_pb2.FilterOperator.Value(f"FILTER_OPERATOR_{operator.upper()}")
+            wire_value = struct_pb2.Value()
+            if isinstance(value, str):
+                wire_value.string_value = value
+            else:
+                wire_value.number_value = value
+            group.conditions.add(field=field, operator=number, value=wire_value)
+    return message
 
 
 async def run_events(loop: AgentLoop, **kwargs: object) -> list[AgentEvent]:

@@ -14,10 +14,11 @@ from services.agent.config import AgentSettings
 from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME
 from services.agent.servicer import AgentServicer
-from services.agent.testing import FakeSearch, ScriptedModel, answer_call, search_call, turn
+from services.agent.testing import ScriptedModel, answer_call, search_call, turn
 from services.cli import ask
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from tests.agent.fake_search import FakeSearch
 
 
 @pytest.fixture

@@ -20,14 +20,13 @@ from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 from services.agent import wire
 from services.agent.client import AgentClient
 from services.agent.config import AgentSettings
-from services.agent.search import SearchRequest
 from services.agent.server import build_agent_server
-from services.agent.testing import FakeSearch
-from services.common.errors import FieldViolation, InvalidArgument, QuarryError
+from services.common.errors import InvalidArgument, QuarryError
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
 from services.common.telemetry import Telemetry, setup_telemetry
 from tests.agent.conftest import DOCUMENTS
+from tests.agent.fake_search import FakeSearch
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -86,24 +85,10 @@ class FakeSearchService(st_grpc.SearchToolServiceServicer):  # type: ignore[misc
 
     async def Search(self, request: st.SearchRequest, context: Context) -> st.SearchResponse:
         self.requests.append(request)
-        if request.filter.groups and request.filter.groups[0].conditions[0].field == "colour":
-            raise InvalidArgument(
-                "unknown field",
-                violations=[
-                    FieldViolation("filter.groups[0].conditions[0].field", "unknown field 'colour'")
-                ],
-            )
-        violations: list[FieldViolation] = []
-        groups = wire.filter_groups(request.filter, "filter", violations)
-        page = await self.search.search(
-            SearchRequest(
-                collection=request.collection,
-                primary=request.query.primary,
-                filter_groups=tuple(groups),
-                limit=request.limit,
-            ),
-            remaining_s=None,
-        )
+        if request.validate_only:
+            self.search.validate_message(request)
+            return st.SearchResponse()
+        page = self.search.search_message(request)
         return st.SearchResponse(
             results=[wire.search_result(h) for h in page.hits], total_count=page.total_count
         )

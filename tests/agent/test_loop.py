@@ -7,14 +7,12 @@ import json
 import pytest
 
 from services.agent.events import Done, Searching, Started, Thinking
-from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role, unpaired_calls
 from services.agent.ports import ContextWindowExceeded
 from services.agent.prompt import FORCE_ANSWER, SUMMARY_HEADING
 from services.agent.run import Mode, StopReason
 from services.agent.testing import (
-    FakeSearch,
     ScriptedModel,
     answer_call,
     raw_call,
@@ -22,7 +20,8 @@ from services.agent.testing import (
     turn,
 )
 from services.common.errors import InvalidArgument, NotFound, Unavailable
-from tests.agent.conftest import result_of, run_events
+from tests.agent.conftest import caller_filter, result_of, run_events
+from tests.agent.fake_search import FakeSearch
 
 TEMP = "tempfile__chunk_0"
 MKDTEMP = "tempfile__chunk_1"
@@ -64,12 +63,8 @@ async def test_fast_mode_searches_once_then_answers_with_real_citations(
 
 async def test_first_user_message_follows_the_tool_contract(search: FakeSearch) -> None:
     model = ScriptedModel([turn("", answer_call("Nothing to say."))])
-    caller = (
-        FilterGroup(
-            conditions=[FilterCondition(field="source", operator="equals", value="stdlib")]
-        ),
-    )
-    await run_events(AgentLoop(model, search), mode=Mode.THINKING, filter_groups=caller)
+    caller = caller_filter([("source", "equals", "stdlib")])
+    await run_events(AgentLoop(model, search), mode=Mode.THINKING, caller_filter=caller)
 
     system, task = model.requests[0].messages[:2]
     assert system.role is Role.SYSTEM
@@ -78,7 +73,9 @@ async def test_first_user_message_follows_the_tool_contract(search: FakeSearch) 
     assert headings == ["## Query", "## Mode", "## Caller filter", "## Collection"]
     assert task.text.startswith("## Query\ntemporary directory\n")
     assert "THINKING — search as often as needed" in task.text
-    assert '"field": "source"' in task.text
+    assert '[{"conditions": [{"field": "source", "operator": "equals", "value": "stdlib"}]}]' in (
+        task.text
+    )
     assert "stdlib (3)" in task.text
 
 
@@ -292,7 +289,7 @@ async def test_unknown_citations_are_dropped_the_second_time_and_markers_renumbe
 
 
 async def test_citations_of_results_dropped_by_the_budget_do_not_count_as_seen() -> None:
-    from services.agent.testing import FakeDocument
+    from tests.agent.fake_search import FakeDocument
 
     big = [
         FakeDocument(f"d{i}__chunk_0", f"temporary {i}", "temporary " + "x" * 3000)
@@ -373,12 +370,10 @@ async def test_unknown_tool_names_get_an_error_result(search: FakeSearch) -> Non
     ]
 
 
-async def test_model_filter_only_narrows_the_caller_filter(search: FakeSearch) -> None:
-    caller = (
-        FilterGroup(
-            conditions=[FilterCondition(field="source", operator="equals", value="stdlib")]
-        ),
-    )
+async def test_every_search_carries_the_callers_filter_so_the_model_only_narrows(
+    search: FakeSearch,
+) -> None:
+    caller = caller_filter([("source", "equals", "stdlib")])
     widen = {"conditions": [{"field": "source", "operator": "equals", "value": "tutorial"}]}
     model = ScriptedModel(
         [
@@ -388,38 +383,32 @@ async def test_model_filter_only_narrows_the_caller_filter(search: FakeSearch) -
         ]
     )
     events = await run_events(
-        AgentLoop(model, search), mode=Mode.THINKING, filter_groups=caller, query="file"
+        AgentLoop(model, search), mode=Mode.THINKING, caller_filter=caller, query="file"
     )
     first, second = search.requests
-    assert [[c.value for c in g.conditions] for g in first.filter_groups] == [
-        ["stdlib", "tutorial"]
-    ]
-    assert second.filter_groups == caller
+    assert (first.caller_filter, second.caller_filter) == (caller, caller)
+    assert [[c.value for c in g.conditions] for g in first.filter_groups] == [["tutorial"]]
+    assert second.filter_groups == ()
     searching = [e for e in events if isinstance(e, Searching)]
-    assert searching[0].result_count == 0
+    assert [e.result_count for e in searching] == [0, 1]
     assert searching[0].filter_groups == first.filter_groups
+    assert "shutil" in _tool_results(model, 2)[1][1]
 
 
 async def test_filter_explosion_goes_back_to_the_model(search: FakeSearch) -> None:
-    from services.agent.config import LoopSettings
-
-    caller = tuple(
-        FilterGroup(conditions=[FilterCondition(field="title", operator="contains", value=str(i))])
-        for i in range(3)
-    )
+    caller = caller_filter(*[[("title", "contains", str(i))] for i in range(6)])
     groups = [
         {"conditions": [{"field": "source", "operator": "equals", "value": str(i)}]}
-        for i in range(3)
+        for i in range(6)
     ]
     model = ScriptedModel(
         [turn("", search_call("x", filter_groups=groups)), turn("", answer_call("no"))]
     )
-    loop = AgentLoop(model, search, settings=LoopSettings(max_filter_groups=8))
-    await run_events(loop, mode=Mode.THINKING, filter_groups=caller)
+    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING, caller_filter=caller)
     _, text, is_error = _tool_results(model, 1)[0]
     assert is_error
-    assert "expand to 9 groups" in text
-    assert search.requests == []
+    assert "expand to 36 groups" in text
+    assert not [e for e in events if isinstance(e, Searching)]
 
 
 async def test_context_overflow_compacts_older_exchanges_and_retries_once(
@@ -507,12 +496,30 @@ async def test_unknown_collection_is_not_found(search: FakeSearch) -> None:
 
 
 async def test_caller_filter_on_an_unknown_field_is_rejected_naming_it(search: FakeSearch) -> None:
-    caller = (
-        FilterGroup(conditions=[FilterCondition(field="colour", operator="equals", value="x")]),
-    )
+    model = ScriptedModel()
     with pytest.raises(InvalidArgument) as caught:
-        await run_events(AgentLoop(ScriptedModel(), search), filter_groups=caller)
-    assert caught.value.violations[0].field == "filter.groups[0].conditions[0].field"
+        await run_events(
+            AgentLoop(model, search), caller_filter=caller_filter([("colour", "equals", "x")])
+        )
+    assert [v.field for v in caught.value.violations] == ["filter.groups[0].conditions[0].field"]
+    assert model.requests == []
+    assert search.requests == []
+
+
+async def test_a_caller_filter_the_search_tool_refuses_ends_the_run_before_any_model_call(
+    search: FakeSearch,
+) -> None:
+    """The reproduced bug: `title greater_than "a"` passed the agent's own checks, every search
+    then failed, and the model was told to fix a filter it never wrote."""
+    model = ScriptedModel([turn("", search_call("temporary")), turn("", answer_call("x"))])
+    bad = caller_filter([("source", "equals", "stdlib"), ("title", "greater_than", "a")])
+    with pytest.raises(InvalidArgument) as caught:
+        await run_events(AgentLoop(model, search), caller_filter=bad)
+    assert [v.field for v in caught.value.violations] == ["filter.groups[0].conditions[1].operator"]
+    assert "title" in caught.value.violations[0].description
+    assert model.requests == []
+    assert search.requests == []
+    assert search.validated[0].caller_filter == bad
 
 
 async def test_an_unavailable_search_tool_ends_the_run(search: FakeSearch) -> None:
@@ -524,7 +531,7 @@ async def test_an_unavailable_search_tool_ends_the_run(search: FakeSearch) -> No
 
 
 async def test_context_window_comes_from_the_route_unless_overridden(search: FakeSearch) -> None:
-    from services.agent.testing import FakeDocument
+    from tests.agent.fake_search import FakeDocument
 
     docs = [
         FakeDocument(f"d{i}__chunk_0", "temporary", "temporary " + "y" * 2000) for i in range(10)
@@ -541,7 +548,7 @@ async def test_context_window_comes_from_the_route_unless_overridden(search: Fak
 
 async def test_old_results_are_pruned_before_calls_while_assistant_text_stays() -> None:
     from services.agent.context import CLEARED
-    from services.agent.testing import FakeDocument
+    from tests.agent.fake_search import FakeDocument
 
     docs = [
         FakeDocument(f"d{i}__chunk_0", f"topic{i} page", f"topic{i} " + "z" * 1_500)

@@ -15,10 +15,11 @@ from services.agent.config import AgentSettings
 from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME, build_agent_server
 from services.agent.servicer import AgentServicer
-from services.agent.testing import FakeSearch, ScriptedModel, answer_call, search_call, turn
+from services.agent.testing import ScriptedModel, answer_call, search_call, turn
 from services.common.errors import Unavailable, details_of_rpc_error
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from tests.agent.fake_search import FakeSearch
 
 Start = Callable[[ScriptedModel, FakeSearch], Awaitable[AgentClient]]
 

@@ -8,9 +8,10 @@ import pytest
 
 from services.agent.loop import AgentLoop
 from services.agent.run import Deadline, Mode, RunRequest
-from services.agent.testing import FakeSearch, ScriptedModel, answer_call, search_call, turn
+from services.agent.testing import ScriptedModel, answer_call, search_call, turn
 from services.common.errors import DeadlineExceeded
 from tests.agent.conftest import collect
+from tests.agent.fake_search import FakeSearch
 
 
 async def test_cancelling_during_a_search_makes_no_further_calls(search: FakeSearch) -> None:

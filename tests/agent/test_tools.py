@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services.agent.filters import FilterCondition, FilterGroup, FilterTooComplex, merge_filters
+from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.search import SearchHit
 from services.agent.tools import (
     SEARCH_TOOL,
@@ -102,25 +102,3 @@ def _group(*values: str) -> FilterGroup:
     return FilterGroup(
         conditions=[FilterCondition(field="source", operator="equals", value=v) for v in values]
     )
-
-
-def test_merge_is_the_cross_product_of_groups() -> None:
-    merged = merge_filters([_group("a"), _group("b")], [_group("x"), _group("y")], max_groups=8)
-    assert [[c.value for c in g.conditions] for g in merged] == [
-        ["a", "x"],
-        ["a", "y"],
-        ["b", "x"],
-        ["b", "y"],
-    ]
-
-
-def test_merge_with_an_empty_side_is_the_other_side() -> None:
-    assert merge_filters([], [_group("x")], max_groups=1) == [_group("x")]
-    assert merge_filters([_group("a")], [], max_groups=1) == [_group("a")]
-
-
-def test_merge_refuses_to_explode() -> None:
-    with pytest.raises(FilterTooComplex):
-        merge_filters(
-            [_group(str(i)) for i in range(5)], [_group(str(i)) for i in range(5)], max_groups=24
-        )

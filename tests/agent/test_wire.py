@@ -6,14 +6,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from google.protobuf import struct_pb2
 from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 
 from services.agent import wire
 from services.agent.config import AgentSettings
+from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.run import Mode
-from services.agent.search import Breadcrumb, SearchHit
+from services.agent.search import Breadcrumb, SearchHit, SearchRequest
 from services.common.settings import load_settings
 
 
@@ -43,27 +43,38 @@ def test_request_defaults_fast_mode_ten_results_configured_collection() -> None:
     )
 
 
-def test_filter_values_keep_integers_lists_and_booleans() -> None:
-    condition = search_pb2.FilterCondition(
-        field="metadata.year",
-        operator=search_pb2.FILTER_OPERATOR_IN,
-        value=struct_pb2.Value(
-            list_value=struct_pb2.ListValue(
-                values=[struct_pb2.Value(number_value=2024), struct_pb2.Value(number_value=1.5)]
-            )
+def test_the_callers_filter_passes_through_untouched_to_every_search() -> None:
+    """The agent does not judge the caller's filter (the search tool does): even an operator the
+    agent could not represent reaches the search tool as sent."""
+    odd = search_pb2.FilterCondition(
+        field="colour", operator=search_pb2.FILTER_OPERATOR_UNSPECIFIED
+    )
+    caller = search_pb2.Filter(groups=[search_pb2.FilterGroup(conditions=[odd])])
+    request = wire.run_request(
+        agent_pb2.RunRequest(query="q", collection="docs", filter=caller), default_limit=10
+    )
+    assert request.caller_filter == caller
+    search = wire.search_request(
+        SearchRequest(collection="docs", primary="q", caller_filter=request.caller_filter)
+    )
+    assert search.caller_filter == caller
+    assert not search.filter.groups
+
+
+def test_model_filter_values_keep_integers_lists_and_booleans() -> None:
+    groups = (
+        FilterGroup(
+            conditions=[
+                FilterCondition(field="metadata.year", operator="in", value=[2024, 1.5]),
+                FilterCondition(field="metadata.stable", operator="equals", value=True),
+            ]
         ),
     )
-    flag = search_pb2.FilterCondition(
-        field="metadata.stable",
-        operator=search_pb2.FILTER_OPERATOR_EQUALS,
-        value=struct_pb2.Value(bool_value=True),
-    )
-    message = search_pb2.Filter(groups=[search_pb2.FilterGroup(conditions=[condition, flag])])
-    groups = wire.filter_groups(message, "filter", [])
-    values = [c.value for c in groups[0].conditions]
-    assert values == [[2024, 1.5], True]
-    assert isinstance(values[0][0], int)  # type: ignore[index]
-    assert wire.filter_message(groups) == message
+    message = wire.filter_message(groups)
+    year, stable = message.groups[0].conditions
+    assert year.operator == search_pb2.FILTER_OPERATOR_IN
+    assert [v.number_value for v in year.value.list_value.values] == [2024, 1.5]
+    assert stable.value.WhichOneof("kind") == "bool_value"
 
 
 def test_a_search_hit_survives_the_round_trip_through_protobuf() -> None:

@@ -1,0 +1,271 @@
+"""An in-memory search tool for the agent's tests and benches, as strict as the real one.
+
+`FakeSearch` is a `SearchClient` over a handful of chunks (word-overlap ranking). Its filters are
+decided by the search tool's own code, reached the way the real service reaches it: the agent's
+request goes through the agent's converter to protobuf (`wire.search_request`), then through the
+search tool's edge converter and `effective_filter` — the one rule set, never a copy. Only the
+in-memory matching of a validated filter is written here, with the engine's semantics (a missing
+value satisfies `not_equals` / `not_in` and nothing else); `test_search_conformance.py` holds the
+fake and the real service to the same answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2
+
+from services.agent import wire
+from services.agent.search import (
+    Breadcrumb,
+    CollectionInfo,
+    Facet,
+    SearchHit,
+    SearchPage,
+    SearchRequest,
+)
+from services.common.errors import NotFound
+from services.search_tool.convert import filter_from_proto
+from services.search_tool.filters import (
+    CHUNK_FIELDS,
+    METADATA_PREFIX,
+    Condition,
+    FieldType,
+    FilterExpression,
+    Operator,
+    Scalar,
+    effective_filter,
+)
+
+MAX_FILTER_GROUPS = 32
+"""The search tool's default `max_filter_groups`."""
+_WORD = re.compile(r"[a-z0-9]+")
+_TYPES: dict[type, FieldType] = {
+    bool: FieldType.BOOL,
+    int: FieldType.INTEGER,
+    float: FieldType.DOUBLE,
+    str: FieldType.STRING,
+}
+
+
+@dataclass
+class FakeDocument:
+    """One chunk in the fake collection."""
+
+    id: str
+    title: str
+    text: str
+    source: str = "docs"
+    entity_type: str = "page"
+    url: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    breadcrumbs: tuple[Breadcrumb, ...] = ()
+    metadata: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+    @property
+    def document_id(self) -> str:
+        return self.id.partition("__chunk_")[0]
+
+    @property
+    def chunk_index(self) -> int:
+        return int(self.id.partition("__chunk_")[2] or 0)
+
+
+class FakeSearch:
+    """A `SearchClient` over in-memory chunks that records every search."""
+
+    def __init__(
+        self,
+        documents: Iterable[FakeDocument] = (),
+        *,
+        collection: str = "docs",
+        errors: Iterable[BaseException | None] = (),
+        latency_s: float = 0.0,
+        gate: asyncio.Event | None = None,
+    ) -> None:
+        self.collection = collection
+        self.documents = list(documents)
+        self.errors: deque[BaseException | None] = deque(errors)
+        self.latency_s = latency_s
+        self.gate = gate
+        self.requests: list[SearchRequest] = []
+        self.validated: list[SearchRequest] = []
+        self.remaining_s: list[float | None] = []
+        self.called = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self._word_cache: dict[tuple[str, str, str], set[str]] = {}
+
+    async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
+        self.requests.append(request)
+        self.remaining_s.append(remaining_s)
+        self.called.set()
+        await self._wait()
+        if self.errors:
+            error = self.errors.popleft()
+            if error is not None:
+                raise error
+        return self.search_message(wire.search_request(request))
+
+    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
+        self.validated.append(request)
+        self.validate_message(wire.search_request(request))
+
+    def search_message(self, message: search_tool_pb2.SearchRequest) -> SearchPage:
+        """A search as the search tool receives it (for fake gRPC servicers too)."""
+        expression = self.validate_message(message)
+        ranked = self._rank(message.query, expression)
+        limit = message.limit or 10
+        window = ranked[message.offset : message.offset + limit]
+        hits = [_hit(doc, score) for score, doc in window]
+        return SearchPage(hits=hits, total_count=len(ranked), took_ms=0.1)
+
+    def validate_message(self, message: search_tool_pb2.SearchRequest) -> FilterExpression:
+        """The filter the search tool would run for `message`, or its InvalidArgument/NotFound."""
+        self._check_collection(message.collection)
+        return effective_filter(
+            filter_from_proto(message.caller_filter),
+            filter_from_proto(message.filter),
+            self.fields(),
+            max_groups=MAX_FILTER_GROUPS,
+        )
+
+    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
+        self._check_collection(name)
+        return CollectionInfo(
+            name=name,
+            document_count=len({d.document_id for d in self.documents}),
+            chunk_count=len(self.documents),
+            sources=_facets(d.source for d in self.documents),
+            entity_types=_facets(d.entity_type for d in self.documents),
+            fields=tuple((n, str(t)) for n, t in self.fields().items()),
+        )
+
+    def fields(self) -> dict[str, FieldType]:
+        """The filterable fields, typed as the search tool types them: every chunk field and each
+        metadata key with the type of its first value."""
+        found = dict(CHUNK_FIELDS)
+        for doc in self.documents:
+            for key, value in doc.metadata.items():
+                found.setdefault(METADATA_PREFIX + key, _TYPES[type(value)])
+        return found
+
+    async def _wait(self) -> None:
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    def _check_collection(self, name: str) -> None:
+        if name != self.collection:
+            raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+
+    def _rank(
+        self, query: search_pb2.SearchQuery, expression: FilterExpression
+    ) -> list[tuple[float, FakeDocument]]:
+        words = set(_WORD.findall(" ".join((query.primary, *query.variations)).lower()))
+        scored: list[tuple[float, FakeDocument]] = []
+        for doc in self.documents:
+            if not matches(doc, expression):
+                continue
+            overlap = len(words & self._words(doc))
+            if overlap:
+                scored.append((overlap / max(len(words), 1), doc))
+        return sorted(scored, key=lambda pair: (-pair[0], pair[1].id))
+
+    def _words(self, doc: FakeDocument) -> set[str]:
+        key = (doc.id, doc.title, doc.text)
+        if key not in self._word_cache:
+            self._word_cache[key] = set(_WORD.findall(f"{doc.title} {doc.text}".lower()))
+        return self._word_cache[key]
+
+
+def matches(doc: FakeDocument, expression: FilterExpression) -> bool:
+    """Whether `doc` satisfies a validated filter (no groups: everything matches)."""
+    if expression.is_empty:
+        return True
+    return any(all(_holds(doc, c) for c in group.conditions) for group in expression.groups)
+
+
+def _holds(doc: FakeDocument, condition: Condition) -> bool:
+    value = condition.value
+    values = value if isinstance(value, tuple) else (value,)
+    if condition.field == "breadcrumbs":
+        return _breadcrumbs_hold(doc.breadcrumbs, condition.operator, values)
+    actual = _value_of(doc, condition.field)
+    if condition.operator is Operator.NOT_EQUALS:
+        return actual is None or actual != value
+    if condition.operator is Operator.NOT_IN:
+        return actual is None or actual not in values
+    if actual is None:
+        return False
+    if condition.operator is Operator.EQUALS:
+        return bool(actual == value)
+    if condition.operator is Operator.IN:
+        return actual in values
+    if condition.operator is Operator.CONTAINS:
+        return str(value).lower() in str(actual).lower()
+    return _ORDERING[condition.operator](actual, value)
+
+
+_ORDERING: Mapping[Operator, Callable[[Any, Any], bool]] = {
+    Operator.GREATER_THAN: lambda a, b: a > b,
+    Operator.GREATER_THAN_OR_EQUAL: lambda a, b: a >= b,
+    Operator.LESS_THAN: lambda a, b: a < b,
+    Operator.LESS_THAN_OR_EQUAL: lambda a, b: a <= b,
+}
+
+
+def _breadcrumbs_hold(
+    crumbs: tuple[Breadcrumb, ...], operator: Operator, values: tuple[Scalar, ...]
+) -> bool:
+    """Breadcrumbs match by any crumb's id or name, or by substring of the `a > b` name path."""
+    if operator is Operator.CONTAINS:
+        path = " > ".join(c.name for c in crumbs).lower()
+        return str(values[0]).lower() in path
+    terms = {c.id for c in crumbs} | {c.name for c in crumbs}
+    found = any(v in terms for v in values)
+    return not found if operator in (Operator.NOT_EQUALS, Operator.NOT_IN) else found
+
+
+def _value_of(doc: FakeDocument, name: str) -> Scalar | None:
+    if name.startswith(METADATA_PREFIX):
+        return doc.metadata.get(name.removeprefix(METADATA_PREFIX))
+    value: Scalar | None = getattr(doc, name)
+    return value
+
+
+def _hit(doc: FakeDocument, score: float) -> SearchHit:
+    return SearchHit(
+        id=doc.id,
+        document_id=doc.document_id,
+        chunk_index=doc.chunk_index,
+        title=doc.title,
+        text=doc.text,
+        score=score,
+        source=doc.source,
+        entity_type=doc.entity_type,
+        url=doc.url,
+        created_at=doc.created_at,
+        updated_at=doc.updated_at,
+        breadcrumbs=doc.breadcrumbs,
+        metadata=dict(doc.metadata),
+    )
+
+
+def _facets(values: Iterable[str]) -> tuple[Facet, ...]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return tuple(Facet(v, n) for v, n in sorted(counts.items()))

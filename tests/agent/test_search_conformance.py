@@ -1,0 +1,227 @@
+"""The agent's fake search tool answers like the real one: one table of filters, both services.
+
+Every case runs twice with the same agent-side `SearchRequest`: through the agent's real gRPC client
+against a real search tool (real MiniLM embedder, embedded engine), and through `FakeSearch`. Both
+must accept the same filters with the same matching documents, and refuse the same filters naming
+the same fields — so a fake that is laxer than the real service (the bug that let a caller filter
+`title greater_than "a"` through every agent test) fails here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from services.agent.clients import SearchToolClient
+from services.agent.filters import FilterCondition, FilterGroup
+from services.agent.ports import SearchClient
+from services.agent.search import Breadcrumb, SearchRequest
+from services.common.errors import InvalidArgument, NotFound
+from services.common.settings import ServerSettings
+from services.search_tool.config import SearchToolSettings
+from services.search_tool.documents import Document
+from services.search_tool.embedding import EmbeddingSettings, build_embedder
+from services.search_tool.server import build_search_tool_server
+from tests.agent.fake_search import FakeDocument, FakeSearch
+from tests.search_tool.filter_cases import CASES, FIXTURE
+from tests.search_tool.grpc_helpers import document
+
+COLLECTION = "conformance"
+QUERY = " ".join(d.title for d in FIXTURE)
+"""Every title's words: the fake ranks by word overlap, so every document is a candidate."""
+
+Outcome = tuple[str, Any]
+
+
+def _proto(doc: Document) -> search_tool_pb2.Document:
+    message = document(
+        doc.id,
+        doc.text,
+        title=doc.title,
+        source=doc.source,
+        entity_type=doc.entity_type,
+        url=doc.url,
+        created_at=doc.created_at,
+        metadata=dict(doc.metadata),
+        breadcrumbs=[
+            search_pb2.Breadcrumb(id=b.id, name=b.name, entity_type=b.entity_type)
+            for b in doc.breadcrumbs
+        ],
+    )
+    if doc.updated_at is not None:
+        message.updated_at.FromDatetime(doc.updated_at)
+    return message
+
+
+def _fake(doc: Document) -> FakeDocument:
+    return FakeDocument(
+        f"{doc.id}__chunk_0",
+        doc.title,
+        doc.text,
+        source=doc.source,
+        entity_type=doc.entity_type,
+        url=doc.url,
+        created_at=doc.created_at,
+        updated_at=doc.updated_at,
+        breadcrumbs=tuple(Breadcrumb(b.id, b.name, b.entity_type) for b in doc.breadcrumbs),
+        metadata=dict(doc.metadata),
+    )
+
+
+def _value(raw: Any) -> struct_pb2.Value:
+    value = struct_pb2.Value()
+    if isinstance(raw, list):
+        value.list_value.values.extend(_value(item) for item in raw)
+    elif isinstance(raw, bool):
+        value.bool_value = raw
+    elif isinstance(raw, int | float):
+        value.number_value = raw
+    elif raw is not None:
+        value.string_value = raw
+    return value
+
+
+def _caller(*groups: list[tuple[str, search_pb2.FilterOperator, Any]]) -> search_pb2.Filter:
+    return search_pb2.Filter(
+        groups=[
+            search_pb2.FilterGroup(
+                conditions=[
+                    search_pb2.FilterCondition(field=f, operator=op, value=_value(v))
+                    for f, op, v in group
+                ]
+            )
+            for group in groups
+        ]
+    )
+
+
+def _model(*groups: list[tuple[str, Any, Any]]) -> tuple[FilterGroup, ...]:
+    return tuple(
+        FilterGroup(conditions=[FilterCondition(field=f, operator=op, value=v) for f, op, v in g])
+        for g in groups
+    )
+
+
+def _requests() -> list[tuple[str, SearchRequest]]:
+    """Each shared filter case on both sides, then filters the search tool must refuse."""
+    cases: list[tuple[str, SearchRequest]] = []
+    for case in CASES:
+        number = cast(
+            search_pb2.FilterOperator,
+            search_pb2.FilterOperator.Value(f"FILTER_OPERATOR_{case.operator.name}"),
+        )
+        cases.append(
+            (f"caller {case.name}", _request(caller=_caller([(case.field, number, case.value)])))
+        )
+        cases.append(
+            (
+                f"model {case.name}",
+                _request(model=_model([(case.field, case.operator.value, case.value)])),
+            )
+        )
+    equals, greater = search_pb2.FILTER_OPERATOR_EQUALS, search_pb2.FILTER_OPERATOR_GREATER_THAN
+    refused = {
+        "caller: ordering on text": _caller([("title", greater, "a")]),
+        "caller: unknown field": _caller([("colour", equals, "red")]),
+        "caller: unknown metadata key": _caller([("metadata.nope", equals, 1)]),
+        "caller: contains on an integer": _caller(
+            [("metadata.year", search_pb2.FILTER_OPERATOR_CONTAINS, "20")]
+        ),
+        "caller: in without a list": _caller([("source", search_pb2.FILTER_OPERATOR_IN, "x")]),
+        "caller: malformed date": _caller([("created_at", greater, "yesterday")]),
+        "caller: wrong value type": _caller([("metadata.draft", equals, "yes")]),
+        "caller: no operator": _caller([("source", search_pb2.FILTER_OPERATOR_UNSPECIFIED, "x")]),
+        "caller: empty group": search_pb2.Filter(groups=[search_pb2.FilterGroup()]),
+    }
+    cases += [(name, _request(caller=caller)) for name, caller in refused.items()]
+    cases += [
+        ("model: ordering on text", _request(model=_model([("title", "less_than", "b")]))),
+        (
+            "model: date out of range",
+            _request(model=_model([("created_at", "less_than", "0000-01-01")])),
+        ),
+        (
+            "both: bad on each side",
+            _request(
+                caller=_caller([("colour", equals, "x")]),
+                model=_model([("metadata.year", "contains", "2")]),
+            ),
+        ),
+        (
+            "both: too many groups combined",
+            _request(
+                caller=_caller(*[[("source", equals, str(i))] for i in range(6)]),
+                model=_model(*[[("entity_type", "equals", str(i))] for i in range(6)]),
+            ),
+        ),
+        ("unknown collection", SearchRequest(collection="nope", primary=QUERY)),
+    ]
+    return cases
+
+
+def _request(
+    *, caller: search_pb2.Filter | None = None, model: tuple[FilterGroup, ...] = ()
+) -> SearchRequest:
+    return SearchRequest(
+        collection=COLLECTION,
+        primary=QUERY,
+        strategy="semantic",
+        filter_groups=model,
+        caller_filter=caller or search_pb2.Filter(),
+        limit=200,
+    )
+
+
+async def _outcome(search: SearchClient, request: SearchRequest) -> Outcome:
+    try:
+        await search.validate(request, remaining_s=30)
+        page = await search.search(request, remaining_s=30)
+    except InvalidArgument as error:
+        return ("INVALID_ARGUMENT", sorted(v.field for v in error.violations))
+    except NotFound:
+        return ("NOT_FOUND", None)
+    return ("OK", sorted(hit.document_id for hit in page.hits))
+
+
+@pytest.fixture
+async def real_search(tmp_path: Path) -> AsyncIterator[SearchToolClient]:
+    settings = SearchToolSettings(
+        server=ServerSettings(port=0, grace_s=0), data_dir=tmp_path / "data", log_format="text"
+    )
+    embedder = build_embedder(EmbeddingSettings())
+    server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(
+                    collection=COLLECTION, documents=[_proto(d) for d in FIXTURE]
+                )
+            )
+            yield SearchToolClient(channel)
+    finally:
+        await server.stop(0)
+
+
+async def test_the_fake_search_tool_accepts_refuses_and_matches_like_the_real_one(
+    real_search: SearchToolClient,
+) -> None:
+    fake = FakeSearch([_fake(d) for d in FIXTURE], collection=COLLECTION)
+    disagreements = []
+    outcomes = []
+    for name, request in _requests():
+        real, faked = await _outcome(real_search, request), await _outcome(fake, request)
+        outcomes.append(real[0])
+        if real != faked:
+            disagreements.append(f"{name}: real {real}, fake {faked}")
+    assert disagreements == []
+    assert outcomes.count("INVALID_ARGUMENT") >= 13
+    assert outcomes.count("OK") >= 2 * len(CASES)
