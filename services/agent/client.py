@@ -25,11 +25,11 @@ from quarry.common.v1 import search_pb2
 from services.agent.filters import FilterGroup
 from services.agent.wire import filter_message
 from services.common.channels import open_channel
-from services.common.errors import FieldViolation, details_of_rpc_error
+from services.common.errors import FieldViolation
+from services.common.status import details_of_rpc_error
 from services.common.telemetry import Telemetry
 
 ModeName = Literal["fast", "thinking"]
-RETRYABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 _MODES = {"fast": agent_pb2.MODE_FAST, "thinking": agent_pb2.MODE_THINKING}
 _GROUPS = TypeAdapter(list[FilterGroup])
 
@@ -153,5 +153,4 @@ def _fields(
 
 def _agent_error(error: grpc.aio.AioRpcError) -> AgentError:
     details = details_of_rpc_error(error)
-    code = details.code.name
-    return AgentError(code, details.message, code in RETRYABLE, details.violations)
+    return AgentError(details.code.name, details.message, details.retryable, details.violations)

@@ -1,6 +1,7 @@
 """The ports over gRPC: the LLM gateway and the search tool, with deadlines passed downstream.
 
 Every failed call is turned into the `services.common.errors` exception of the same status code
+(by `services.common.status.domain_error`)
 (the gateway's CONTEXT_WINDOW_EXCEEDED into `ContextWindowExceeded`), so the loop never sees grpc.
 """
 
@@ -26,7 +27,7 @@ from services.agent.ports import (
 )
 from services.agent.search import CollectionInfo, SearchPage, SearchRequest
 from services.common import errors
-from services.common.errors import details_of_rpc_error
+from services.common.status import details_of_rpc_error, domain_error
 
 CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
 _ROLES = {
@@ -40,32 +41,6 @@ _CHOICES = {
     "required": gw.TOOL_CHOICE_MODE_REQUIRED,
     "named": gw.TOOL_CHOICE_MODE_NAMED,
 }
-_ERRORS: dict[grpc.StatusCode, type[errors.QuarryError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: errors.NotFound,
-    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
-    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
-    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
-    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
-    grpc.StatusCode.CANCELLED: errors.Cancelled,
-}
-
-
-def domain_error(error: grpc.aio.AioRpcError, service: str) -> errors.QuarryError:
-    """The domain exception for a failed call to `service`, keeping its code and details."""
-    details = details_of_rpc_error(error)
-    message = f"{service}: {details.message or details.code.name}"
-    cls = _ERRORS.get(details.code, errors.QuarryError)
-    if cls is errors.InvalidArgument:
-        return errors.InvalidArgument(
-            message, violations=details.violations, reason=details.reason or None
-        )
-    if cls in (errors.Unavailable, errors.ResourceExhausted):
-        return cls(message, retry_after_s=details.retry_after_s)
-    return cls(message, reason=details.reason or None, metadata=details.metadata)
 
 
 class GatewayModelClient:

@@ -20,10 +20,9 @@ from services.agent.events import Done, Failed
 from services.agent.loop import AgentLoop
 from services.agent.run import Deadline, RunRequest
 from services.common.errors import QuarryError
+from services.common.status import code_of, is_retryable
 
 log = logging.getLogger(__name__)
-
-RETRYABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
@@ -64,8 +63,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
 
 
 def failed_event(error: QuarryError) -> Failed:
-    code = error.code.name
-    return Failed(code=code, message=error.message, retryable=code in RETRYABLE)
+    code = code_of(error)
+    return Failed(code=code.name, message=error.message, retryable=is_retryable(code))
 
 
 def _deadline(context: grpc.aio.ServicerContext[Any, Any]) -> Deadline:

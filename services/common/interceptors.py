@@ -15,7 +15,8 @@ from typing import Any
 
 import grpc
 
-from services.common.errors import QuarryError, to_grpc_status
+from services.common.errors import QuarryError
+from services.common.status import code_of, to_grpc_status
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ async def _abort(
     if isinstance(error, QuarryError):
         log.info(
             "request failed",
-            extra={"method": method, "code": error.code.name, "reason": error.reason},
+            extra={"method": method, "code": code_of(error).name, "reason": error.reason},
         )
         status = to_grpc_status(error)
         await context.abort(status.code, status.details, status.trailing_metadata)

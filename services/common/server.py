@@ -20,6 +20,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from services.common.interceptors import ErrorMappingInterceptor
+from services.common.keepalive import KEEPALIVE, KeepalivePolicy
 from services.common.settings import ServerSettings
 from services.common.telemetry import Telemetry
 
@@ -85,6 +86,7 @@ def build_server(
     telemetry: Telemetry | None = None,
     *,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
+    keepalive: KeepalivePolicy = KEEPALIVE,
 ) -> QuarryServer:
     """A server with health, reflection, tracing and error mapping; bound but not started."""
     chain: list[grpc.aio.ServerInterceptor[Any, Any]] = []
@@ -99,6 +101,7 @@ def build_server(
             ("grpc.max_send_message_length", max_bytes),
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.so_reuseport", 0),
+            *keepalive.server_options(),
         ],
     )
     health = HealthServicer()

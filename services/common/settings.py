@@ -11,13 +11,13 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-import yaml
 from pydantic import BaseModel, Field
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    YamlConfigSettingsSource,
 )
 
 CONFIG_ENV = "QUARRY_CONFIG"
@@ -61,12 +61,14 @@ class QuarrySettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlSectionSource(settings_cls))
+        return (init_settings, env_settings, _yaml_section(settings_cls))
 
 
 def load_settings(cls: type[S], config_file: str | Path | None = None, **overrides: Any) -> S:
     """Build `cls` from the YAML file (argument, else `$QUARRY_CONFIG`), env and overrides."""
     path = config_file or os.environ.get(CONFIG_ENV) or None
+    if path and not Path(path).is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
     previous = cls.config_file
     cls.config_file = Path(path) if path else None
     try:
@@ -75,29 +77,16 @@ def load_settings(cls: type[S], config_file: str | Path | None = None, **overrid
         cls.config_file = previous
 
 
-class _YamlSectionSource(PydanticBaseSettingsSource):
-    def __init__(self, settings_cls: type[BaseSettings]) -> None:
-        super().__init__(settings_cls)
-        self._data = self._load(settings_cls)
-
-    @staticmethod
-    def _load(settings_cls: type[BaseSettings]) -> dict[str, Any]:
-        path = getattr(settings_cls, "config_file", None)
-        if path is None:
-            return {}
-        if not path.exists():
-            raise FileNotFoundError(f"config file {path} does not exist")
-        document = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(document, dict):
-            raise ValueError(f"config file {path}: top level must be a mapping")
-        section = getattr(settings_cls, "yaml_section", "")
-        data = document.get(section, {}) if section else document
-        if not isinstance(data, dict):
-            raise ValueError(f"config file {path}: section {section!r} must be a mapping")
-        return data
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._data)
+def _yaml_section(settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+    """pydantic-settings' own YAML source, reading the class's section; a file without that
+    section (one file may configure only some services) leaves the defaults."""
+    path: Path | None = getattr(settings_cls, "config_file", None)
+    if path is None:
+        return InitSettingsSource(settings_cls, {})
+    section = getattr(settings_cls, "yaml_section", "") or None
+    try:
+        return YamlConfigSettingsSource(settings_cls, yaml_file=path, yaml_config_section=section)
+    except KeyError:
+        return InitSettingsSource(settings_cls, {})
+    except TypeError as error:
+        raise ValueError(f"config file {path}: {error}") from error

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 
@@ -13,6 +15,8 @@ from services.llm_gateway.routes import Router
 from services.llm_gateway.servicer import LlmGatewayServicer
 from services.llm_gateway.telemetry import GatewayTelemetry
 
+log = logging.getLogger(__name__)
+
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["LlmGatewayService"].full_name
 
 
@@ -20,6 +24,10 @@ def build_gateway_server(
     settings: GatewaySettings, telemetry: Telemetry | None = None
 ) -> QuarryServer:
     """The gateway server, bound but not started; providers are closed when it stops."""
+    log.info(
+        "routes",
+        extra={"routes": dict(settings.routes), "default_route": settings.default_route},
+    )
     gateway_telemetry = GatewayTelemetry(telemetry)
     router = Router.from_settings(settings, build_providers(settings), telemetry=gateway_telemetry)
     servicer = LlmGatewayServicer(

@@ -16,9 +16,10 @@ from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME, build_agent_server
 from services.agent.servicer import AgentServicer
 from services.agent.testing import ScriptedModel, answer_call, search_call, turn
-from services.common.errors import Unavailable, details_of_rpc_error
+from services.common.errors import Unavailable
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from services.common.status import DEFAULT_RETRY_AFTER_S, details_of_rpc_error
 from tests.agent.fake_search import FakeSearch
 
 Start = Callable[[ScriptedModel, FakeSearch], Awaitable[AgentClient]]
@@ -204,5 +205,25 @@ async def test_unreachable_dependencies_end_the_stream_with_unavailable() -> Non
                 await agent.run("q", collection="python-docs")
             assert caught.value.code == "UNAVAILABLE"
             assert caught.value.retryable
+    finally:
+        await server.stop(0)
+
+
+async def test_an_unreachable_dependency_fails_the_run_with_a_retry_delay() -> None:
+    settings = AgentSettings(
+        server=ServerSettings(port=0, grace_s=0),
+        search_tool_address="127.0.0.1:1",
+        llm_gateway_address="127.0.0.1:1",
+    )
+    server = build_agent_server(settings)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Run(agent_pb2.RunRequest(query="q", collection="python-docs"))
+        details = details_of_rpc_error(caught.value)
+        assert details.code == grpc.StatusCode.UNAVAILABLE
+        assert details.retry_after_s == pytest.approx(DEFAULT_RETRY_AFTER_S)
     finally:
         await server.stop(0)

@@ -10,14 +10,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from services.common.errors import (
-    InvalidArgument,
-    NotFound,
-    Unavailable,
-    details_of_rpc_error,
-)
+from services.common.errors import InvalidArgument, NotFound, Unavailable
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from services.common.status import details_of_rpc_error
 
 SERVICE = "test.v1.ProbeService"
 

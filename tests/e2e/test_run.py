@@ -42,7 +42,7 @@ def test_quarry_run_starts_three_processes_and_stops_them_on_ctrl_c(tmp_path: Pa
     command = [
         sys.executable,
         "-m",
-        "services.cli",
+        "quarry_cli.cli",
         "run",
         "--no-demo",
         "--data-dir",

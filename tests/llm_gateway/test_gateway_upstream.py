@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
-from services.common.errors import details_of_rpc_error
+from services.common.status import details_of_rpc_error
 from services.common.telemetry import setup_telemetry
 from services.llm_gateway.config import ProviderSettings
 from services.llm_gateway.testing import (

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
-from services.common.errors import details_of_rpc_error
+from services.common.status import details_of_rpc_error
 from services.llm_gateway.config import ProviderSettings
 from tests.llm_gateway.gateway_fixtures import (
     agent_question,

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
-from services.common.errors import details_of_rpc_error
+from services.common.status import details_of_rpc_error
 from services.llm_gateway.chain import ProviderChain
 from services.llm_gateway.convert import parse_schema
 from services.llm_gateway.model import Message, Role

@@ -12,7 +12,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.common.errors import StatusDetails, details_of_rpc_error
+from services.common.status import StatusDetails, details_of_rpc_error
 
 Op = search_pb2.FilterOperator
 

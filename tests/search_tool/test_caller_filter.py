@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.common.errors import details_of_rpc_error
+from services.common.status import details_of_rpc_error
 from tests.search_tool.grpc_helpers import Op, condition, document, fails, fields_of, search, where
 
 Stub: TypeAlias = Any

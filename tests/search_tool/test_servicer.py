@@ -16,6 +16,7 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.common.errors import Unavailable
+from services.common.status import DEFAULT_RETRY_AFTER_S
 from services.common.telemetry import setup_telemetry
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
@@ -319,9 +320,12 @@ async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
 class _QueryEmbedderDown:
     """Embeds documents with the real model; every short request (a query) fails or hangs."""
 
-    def __init__(self, inner: Embedder, *, hang: bool = False) -> None:
+    def __init__(
+        self, inner: Embedder, *, hang: bool = False, retry_after_s: float | None = 2
+    ) -> None:
         self._inner = inner
         self._hang = hang
+        self._retry_after_s = retry_after_s
         self.cancelled = 0
         self.started = 0
         self.running = 0
@@ -332,7 +336,7 @@ class _QueryEmbedderDown:
         if len(texts) > 1 or texts[0] != "needle":
             return await self._inner.embed(texts)
         if not self._hang:
-            raise Unavailable("embedding endpoint down", retry_after_s=2)
+            raise Unavailable("embedding endpoint down", retry_after_s=self._retry_after_s)
         self.started += 1
         self.running += 1
         try:
@@ -370,6 +374,28 @@ async def test_a_failing_query_embedding_is_unavailable_and_the_keyword_search_s
             )
             keyword = await stub.Search(search("docs", "needle", KEYWORD))
             assert keyword.total_count == 0
+    finally:
+        await server.stop(0)
+
+
+@pytest.mark.parametrize(("retry_after_s", "expected_s"), [(2, 2), (None, DEFAULT_RETRY_AFTER_S)])
+async def test_an_unavailable_search_tells_the_caller_when_to_retry(
+    settings: SearchToolSettings,
+    embedder: Embedder,
+    retry_after_s: float | None,
+    expected_s: float,
+) -> None:
+    server = await _server_with(settings, _QueryEmbedderDown(embedder, retry_after_s=retry_after_s))
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+            )
+            details = await fails(
+                stub.Search(search("docs", "needle", SEMANTIC)), grpc.StatusCode.UNAVAILABLE
+            )
+            assert details.retry_after_s == pytest.approx(expected_s)
     finally:
         await server.stop(0)
 

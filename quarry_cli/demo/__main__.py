@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from services.search_tool.demo.build import (
+from quarry_cli.demo.build import (
     DEFAULT_COLLECTION,
     ProgressBar,
     ensure_demo_collection,
@@ -15,9 +15,7 @@ from services.search_tool.demo.build import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m services.search_tool.demo", description=__doc__
-    )
+    parser = argparse.ArgumentParser(prog="python -m quarry_cli.demo", description=__doc__)
     parser.add_argument("--address", default="127.0.0.1:50051", help="search tool HOST:PORT")
     parser.add_argument("--collection", default=DEFAULT_COLLECTION)
     parser.add_argument("--batch-size", type=int, default=64, help="documents per request")

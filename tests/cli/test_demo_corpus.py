@@ -12,17 +12,16 @@ import pytest
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from quarry_cli.demo.build import DEFAULT_COLLECTION, document_message, ensure_demo_collection
+from quarry_cli.demo.corpus import (
+    SOURCE_DOCSTRINGS,
+    SOURCE_TOPICS,
+    Document,
+    build_corpus,
+)
 from services.common.settings import ServerSettings
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
-from services.search_tool.convert import document_to_proto
-from services.search_tool.demo.build import DEFAULT_COLLECTION, ensure_demo_collection
-from services.search_tool.demo.corpus import (
-    SOURCE_DOCSTRINGS,
-    SOURCE_TOPICS,
-    build_corpus,
-)
-from services.search_tool.documents import Document
 from services.search_tool.embedding import Embedder
 from services.search_tool.embedding.minilm import load_tokenizer
 from services.search_tool.server import SearchToolServer, build_search_tool_server
@@ -156,7 +155,7 @@ def test_pydoc_topics_are_language_reference_documents(corpus: list[Document]) -
 
 def test_wire_form_keeps_every_field_and_metadata_type(corpus: list[Document]) -> None:
     doc = _by_id(corpus)["py:tempfile.TemporaryDirectory"]
-    message = document_to_proto(doc)
+    message = document_message(doc)
     assert (message.id, message.title, message.text) == (doc.id, doc.title, doc.text)
     assert (message.source, message.entity_type, message.url) == (
         doc.source,
@@ -243,7 +242,7 @@ async def test_demo_build_completes_a_partially_built_collection(
 def test_reference_topics_are_cut_at_a_paragraph_break_within_the_limit(
     corpus: list[Document],
 ) -> None:
-    from services.search_tool.demo.corpus import MAX_TOPIC_CHARS, SOURCE_TOPICS
+    from quarry_cli.demo.corpus import MAX_TOPIC_CHARS, SOURCE_TOPICS
 
     topics = [d for d in corpus if d.source == SOURCE_TOPICS]
     assert all(len(d.text) <= MAX_TOPIC_CHARS for d in topics)

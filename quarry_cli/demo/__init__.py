@@ -1,19 +1,21 @@
 """The bundled demo collection: the Python standard library's documentation, built on first run."""
 
-from services.search_tool.demo.build import (
+from quarry_cli.demo.build import (
     DEFAULT_COLLECTION,
     DemoCollectionStatus,
     ProgressBar,
+    document_message,
     ensure_demo_collection,
     print_lines,
 )
-from services.search_tool.demo.corpus import build_corpus
+from quarry_cli.demo.corpus import build_corpus
 
 __all__ = [
     "DEFAULT_COLLECTION",
     "DemoCollectionStatus",
     "ProgressBar",
     "build_corpus",
+    "document_message",
     "ensure_demo_collection",
     "print_lines",
 ]

@@ -10,15 +10,21 @@ import grpc
 import pytest
 from quarry.agent.v1 import agent_pb2_grpc
 
+from quarry_cli.cli import ask
 from services.agent.config import AgentSettings
 from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME
 from services.agent.servicer import AgentServicer
 from services.agent.testing import ScriptedModel, answer_call, search_call, turn
-from services.cli import ask
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from tests.agent.conftest import DOCUMENTS
 from tests.agent.fake_search import FakeSearch
+
+
+@pytest.fixture
+def search() -> FakeSearch:
+    return FakeSearch(DOCUMENTS, collection="python-docs")
 
 
 @pytest.fixture

@@ -24,8 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from services.search_tool.documents import Breadcrumb, Document
-
 SOURCE_DOCSTRINGS = "stdlib-docstrings"
 SOURCE_TOPICS = "pydoc-topics"
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -43,6 +41,47 @@ MODULES: tuple[str, ...] = (
     "types", "typing", "urllib.parse", "urllib.request", "uuid", "warnings", "weakref", "zlib",
     "zoneinfo",
 )  # fmt: skip
+
+MetadataValue = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class Breadcrumb:
+    """A step from the documentation root to a document: package, module, class or section."""
+
+    id: str
+    """Stable id of the step, e.g. `py:concurrent.futures`."""
+    name: str
+    """What a reader sees."""
+    entity_type: str
+    """`package`, `module`, `class` or `section`."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """One demo document, as plain data; `build.document_message` gives its wire form."""
+
+    id: str
+    """`py:<qualified name>` or `topic:<label>`."""
+    title: str
+    """The qualified name, or the topic's heading."""
+    text: str
+    """Signature and docstring, or the topic's text."""
+    source: str
+    """`SOURCE_DOCSTRINGS` or `SOURCE_TOPICS`."""
+    entity_type: str
+    """`module`, `class`, `function`, `method` or `topic`."""
+    created_at: datetime
+    """When this interpreter was built."""
+    updated_at: datetime
+    """When the documented source last changed."""
+    url: str
+    """The page on docs.python.org."""
+    breadcrumbs: tuple[Breadcrumb, ...]
+    """Path from the documentation root."""
+    metadata: dict[str, MetadataValue]
+    """Filterable scalars: module, package, python_version, is_private, is_async, ..."""
+
 
 _MIN_DOC_CHARS = 20
 MAX_TOPIC_CHARS = 2_000

@@ -23,6 +23,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 
 from services.common.channels import open_channel
+from services.common.errors import QuarryError
+from services.common.status import code_of
 
 QUESTION = "How do I create a temporary directory that is removed automatically?"
 STOP_GRACE_S = 15.0
@@ -194,7 +196,7 @@ async def _wait_until_ready(services: list[Child], stop: asyncio.Event, timeout_
 
 
 async def _ensure_demo(address: str, collection: str, stop: asyncio.Event) -> bool:
-    from services.search_tool.demo.build import ProgressBar, ensure_demo_collection, print_lines
+    from quarry_cli.demo.build import ProgressBar, ensure_demo_collection, print_lines
 
     _say(f"checking the demo collection {collection!r} ...")
     try:
@@ -204,9 +206,9 @@ async def _ensure_demo(address: str, collection: str, stop: asyncio.Event) -> bo
                 address, collection=collection, progress=progress, timeout_s=DEMO_TIMEOUT_S
             )
             status = await _unless_stopped(building, stop)
-    except grpc.aio.AioRpcError as error:
+    except QuarryError as error:
         _say(
-            f"the demo collection could not be built ({error.code().name}: {error.details()}); "
+            f"the demo collection could not be built ({code_of(error).name}: {error.message}); "
             "the services keep running, and the next `quarry run` resumes the build"
         )
         return not stop.is_set()

@@ -1,4 +1,4 @@
-"""Builds the demo collection through the search tool's gRPC API, once.
+"""Builds the demo collection through the search tool's public client, once.
 
 `ensure_demo_collection` asks `GetCollection`; when the collection is missing (or holds fewer
 documents than the corpus, e.g. after an interrupted first build) it upserts the corpus in batches,
@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 
-import grpc
-from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+from google.protobuf import timestamp_pb2
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -24,10 +26,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from services.common.channels import open_channel
-from services.search_tool.convert import document_to_proto
-from services.search_tool.demo.corpus import build_corpus
-from services.search_tool.documents import Document
+from quarry_cli.demo.corpus import Document, MetadataValue, build_corpus
+from services.common.errors import NotFound
+from services.search_tool.client import SearchToolClient
 
 DEFAULT_COLLECTION = "python-docs"
 _BATCH_CHARS = 40_000
@@ -53,7 +54,7 @@ class DemoCollectionStatus:
 
 
 async def ensure_demo_collection(
-    channel_or_address: grpc.aio.Channel | str,
+    address: str,
     *,
     collection: str = DEFAULT_COLLECTION,
     progress: ProgressCallback | None = None,
@@ -67,24 +68,20 @@ async def ensure_demo_collection(
     so each call stays short and progress moves steadily even through the long pydoc topics.
     `corpus` replaces the standard-library corpus (tests use a small one).
     """
-    if isinstance(channel_or_address, str):
-        async with open_channel(channel_or_address) as channel:
-            return await _ensure(channel, collection, progress, batch_size, timeout_s, corpus)
-    return await _ensure(channel_or_address, collection, progress, batch_size, timeout_s, corpus)
+    async with SearchToolClient(address, timeout_s=timeout_s) as client:
+        return await _ensure(client, collection, progress, batch_size, corpus)
 
 
 async def _ensure(
-    channel: grpc.aio.Channel,
+    client: SearchToolClient,
     collection: str,
     progress: ProgressCallback | None,
     batch_size: int,
-    timeout_s: float,
     documents: Sequence[Document] | None,
 ) -> DemoCollectionStatus:
     started = time.monotonic()
-    stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
     corpus = list(documents) if documents is not None else build_corpus()
-    existing = await _describe(stub, collection, timeout_s)
+    existing = await _describe(client, collection)
     if existing is not None and existing.document_count >= len(corpus):
         return DemoCollectionStatus(
             collection,
@@ -95,16 +92,11 @@ async def _ensure(
         )
     done = 0
     for batch in _batches(corpus, batch_size):
-        await stub.UpsertDocuments(
-            search_tool_pb2.UpsertDocumentsRequest(
-                collection=collection, documents=[document_to_proto(d) for d in batch]
-            ),
-            timeout=timeout_s,
-        )
+        await client.upsert_documents(collection, [document_message(d) for d in batch])
         done += len(batch)
         if progress is not None:
             progress(done, len(corpus))
-    final = await _describe(stub, collection, timeout_s)
+    final = await _describe(client, collection)
     if final is None:
         raise RuntimeError(f"collection {collection!r} vanished while it was being built")
     return DemoCollectionStatus(
@@ -129,19 +121,46 @@ def _batches(corpus: Sequence[Document], batch_size: int) -> Iterator[list[Docum
         yield batch
 
 
-async def _describe(
-    stub: search_tool_pb2_grpc.SearchToolServiceStub, collection: str, timeout_s: float
-) -> search_tool_pb2.Collection | None:
+async def _describe(client: SearchToolClient, collection: str) -> search_tool_pb2.Collection | None:
     try:
-        response = await stub.GetCollection(
-            search_tool_pb2.GetCollectionRequest(collection=collection), timeout=timeout_s
-        )
-    except grpc.aio.AioRpcError as error:
-        if error.code() == grpc.StatusCode.NOT_FOUND:
-            return None
-        raise
-    result: search_tool_pb2.Collection = response.collection
-    return result
+        return await client.get_collection(collection)
+    except NotFound:
+        return None
+
+
+def document_message(document: Document) -> search_tool_pb2.Document:
+    """The wire form of a demo document."""
+    return search_tool_pb2.Document(
+        id=document.id,
+        title=document.title,
+        text=document.text,
+        source=document.source,
+        entity_type=document.entity_type,
+        created_at=_timestamp(document.created_at),
+        updated_at=_timestamp(document.updated_at),
+        url=document.url,
+        breadcrumbs=[
+            search_pb2.Breadcrumb(id=b.id, name=b.name, entity_type=b.entity_type)
+            for b in document.breadcrumbs
+        ],
+        metadata={key: _metadata_value(value) for key, value in document.metadata.items()},
+    )
+
+
+def _timestamp(moment: datetime) -> timestamp_pb2.Timestamp:
+    message = timestamp_pb2.Timestamp()
+    message.FromDatetime(moment)
+    return message
+
+
+def _metadata_value(value: MetadataValue) -> search_pb2.MetadataValue:
+    if isinstance(value, bool):
+        return search_pb2.MetadataValue(bool_value=value)
+    if isinstance(value, int):
+        return search_pb2.MetadataValue(int_value=value)
+    if isinstance(value, float):
+        return search_pb2.MetadataValue(double_value=value)
+    return search_pb2.MetadataValue(string_value=value)
 
 
 class ProgressBar:

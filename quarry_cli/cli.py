@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "ask":
         sys.exit(asyncio.run(ask(args)))
     if args.command == "run":
-        from services.runner import run_suite
+        from quarry_cli.runner import run_suite
 
         sys.exit(run_suite(args))
     parser.print_help()
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     ask_parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
     run_parser = commands.add_parser("run", help="run the three services locally (make run)")
-    from services.runner import add_arguments
+    from quarry_cli.runner import add_arguments
 
     add_arguments(run_parser)
     return parser

@@ -1,0 +1,163 @@
+"""Domain errors ⇄ gRPC statuses, both directions, in one place at the edge.
+
+Outbound, `to_rpc_status` turns a `QuarryError` into the `google.rpc.Status` a caller receives:
+its code, an `ErrorInfo(reason, domain="quarry.dev", metadata)`, `BadRequest` field violations for
+`InvalidArgument`, and `RetryInfo` on every UNAVAILABLE and RESOURCE_EXHAUSTED (the error's
+`retry_after_s`, else `DEFAULT_RETRY_AFTER_S`). The error-mapping interceptor is its only user.
+
+Inbound, `details_of_rpc_error` reads those details back from a failed call and `domain_error`
+turns the call into the `QuarryError` of the same code, so code behind a client never sees grpc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf import duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from services.common import errors
+from services.common.errors import FieldViolation, QuarryError
+
+ERROR_DOMAIN = "quarry.dev"
+DEFAULT_RETRY_AFTER_S = 1.0
+"""The RetryInfo delay of a retryable status whose error named none."""
+RETRYABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+"""Codes a caller may retry (after the RetryInfo delay, when there is one)."""
+
+_CODES: dict[type[QuarryError], grpc.StatusCode] = {
+    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    errors.Cancelled: grpc.StatusCode.CANCELLED,
+    QuarryError: grpc.StatusCode.INTERNAL,
+}
+_ERRORS: dict[grpc.StatusCode, type[QuarryError]] = {code: cls for cls, code in _CODES.items()}
+
+
+def code_of(error: QuarryError) -> grpc.StatusCode:
+    """The status code of `error` (of its nearest mapped class, so subclasses inherit it)."""
+    for cls in type(error).__mro__:
+        if cls in _CODES:
+            return _CODES[cls]
+    return grpc.StatusCode.INTERNAL
+
+
+def is_retryable(code: grpc.StatusCode) -> bool:
+    return code in RETRYABLE_CODES
+
+
+def to_rpc_status(error: QuarryError) -> status_pb2.Status:
+    """The `google.rpc.Status` (code, message, details) a caller receives for `error`."""
+    code = code_of(error)
+    status = status_pb2.Status(code=code.value[0], message=error.message)
+    info = error_details_pb2.ErrorInfo(
+        reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+    )
+    status.details.add().Pack(info)
+    if isinstance(error, errors.InvalidArgument) and error.violations:
+        bad_request = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=v.field, description=v.description
+                )
+                for v in error.violations
+            ]
+        )
+        status.details.add().Pack(bad_request)
+    if isinstance(error, errors.Retryable):
+        delay = duration_pb2.Duration()
+        retry_after_s = error.retry_after_s
+        if retry_after_s is None:
+            retry_after_s = DEFAULT_RETRY_AFTER_S
+        delay.FromMilliseconds(int(retry_after_s * 1000))
+        status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    return status
+
+
+def to_grpc_status(error: QuarryError) -> grpc.Status:
+    """`to_rpc_status` in the form `context.abort` and `abort_with_status` take."""
+    return rpc_status.to_status(to_rpc_status(error))
+
+
+@dataclass
+class StatusDetails:
+    """The rich details a client can read back from a failed call."""
+
+    code: grpc.StatusCode
+    message: str
+    reason: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    violations: list[FieldViolation] = field(default_factory=list)
+    retry_after_s: float | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return is_retryable(self.code)
+
+
+def details_of(code: grpc.StatusCode, message: str, trailing: object) -> StatusDetails:
+    """Read ErrorInfo, BadRequest and RetryInfo from a call's trailing metadata."""
+    result = StatusDetails(code=code, message=message)
+    raw = _status_bytes(trailing)
+    if raw is None:
+        return result
+    status = status_pb2.Status.FromString(raw)
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            result.reason, result.metadata = info.reason, dict(info.metadata)
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            result.violations = [
+                FieldViolation(v.field, v.description) for v in bad.field_violations
+            ]
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            result.retry_after_s = retry.retry_delay.ToMilliseconds() / 1000
+    return result
+
+
+def details_of_rpc_error(error: grpc.aio.AioRpcError) -> StatusDetails:
+    """`details_of` for the exception a grpc.aio call raises."""
+    return details_of(error.code(), error.details() or "", error.trailing_metadata())
+
+
+def domain_error(error: grpc.aio.AioRpcError, service: str) -> QuarryError:
+    """The domain exception for a failed call to `service`, keeping its code and details."""
+    details = details_of_rpc_error(error)
+    message = f"{service}: {details.message or details.code.name}"
+    cls = _ERRORS.get(details.code, QuarryError)
+    reason = details.reason or None
+    if issubclass(cls, errors.InvalidArgument):
+        return cls(message, violations=details.violations, reason=reason)
+    if issubclass(cls, errors.Retryable):
+        return cls(message, retry_after_s=details.retry_after_s, reason=reason)
+    return cls(message, reason=reason, metadata=details.metadata)
+
+
+def _status_bytes(trailing: object) -> bytes | None:
+    if not trailing:
+        return None
+    for item in trailing:  # type: ignore[attr-defined]
+        key, value = item
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            return value
+    return None

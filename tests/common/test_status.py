@@ -1,0 +1,58 @@
+"""Domain errors stay plain Python; `services.common.status` maps them at the edge."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from services.common import errors
+from services.common.status import (
+    DEFAULT_RETRY_AFTER_S,
+    details_of,
+    to_grpc_status,
+)
+
+
+def test_importing_the_domain_errors_does_not_import_grpc() -> None:
+    probe = (
+        "import sys, services.common.errors; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+class _ModelDown(errors.Unavailable):
+    """A service's own subclass, as services declare them."""
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (errors.InvalidArgument("bad", reason="BAD_QUERY"), grpc.StatusCode.INVALID_ARGUMENT),
+        (errors.NotFound("gone"), grpc.StatusCode.NOT_FOUND),
+        (_ModelDown("down"), grpc.StatusCode.UNAVAILABLE),
+        (errors.QuarryError("broken"), grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_a_domain_error_keeps_its_code_message_and_reason_on_the_wire(
+    error: errors.QuarryError, code: grpc.StatusCode
+) -> None:
+    status = to_grpc_status(error)
+    details = details_of(status.code, status.details, status.trailing_metadata)
+    assert (details.code, details.message, details.reason) == (code, error.message, error.reason)
+
+
+@pytest.mark.parametrize("cls", [errors.Unavailable, errors.ResourceExhausted])
+def test_every_retryable_status_carries_a_retry_delay_even_when_the_error_named_none(
+    cls: type[errors.Retryable],
+) -> None:
+    status = to_grpc_status(cls("busy"))
+    details = details_of(status.code, status.details, status.trailing_metadata)
+    assert details.retry_after_s == pytest.approx(DEFAULT_RETRY_AFTER_S)
+    assert details.retryable
