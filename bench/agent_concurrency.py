@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from services.agent.client import AgentClient
+from services.agent.client import AgentClient, RunOptions
 
 RESULTS = Path(__file__).parent / "results" / "agent_concurrency.json"
 QUESTION = "How do I create a temporary directory that is removed automatically?"
@@ -80,7 +80,7 @@ async def _serve(port: int, latency_s: float) -> None:
 async def _session(agent: AgentClient) -> tuple[float, str]:
     started = time.perf_counter()
     kinds: list[str] = []
-    async for event in agent.stream_run(QUESTION, collection="bench", timeout_s=120):
+    async for event in agent.stream_run(QUESTION, RunOptions(collection="bench", timeout_s=120)):
         kinds.append(str(event.WhichOneof("event")))
     return time.perf_counter() - started, kinds[-1] if kinds else "none"
 

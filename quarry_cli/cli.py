@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from services.agent.client import AgentClient, AgentError, parse_filter
+from services.agent.client import AgentClient, AgentError, RunOptions, parse_filter
 
 DEFAULT_AGENT = "127.0.0.1:50053"
 STOP_REASONS = {
@@ -82,8 +82,7 @@ async def ask(args: argparse.Namespace) -> int:
     try:
         async with AgentClient(args.address) as agent:
             ended_well = False
-            async for event in agent.stream_run(
-                args.question,
+            options = RunOptions(
                 collection=args.collection,
                 mode=args.mode,
                 filter=caller_filter,
@@ -92,7 +91,8 @@ async def ask(args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens,
                 route=args.route,
                 timeout_s=args.timeout,
-            ):
+            )
+            async for event in agent.stream_run(args.question, options):
                 render(event)
                 ended_well = event.WhichOneof("event") == "done"
             return 0 if ended_well else 1

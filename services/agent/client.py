@@ -1,9 +1,10 @@
 """The async Python client of `quarry.agent.v1.AgentService`.
 
     async with AgentClient("127.0.0.1:50053") as agent:
-        async for event in agent.stream_run("How do I ...?", collection="python-docs"):
+        async for event in agent.stream_run("How do I ...?", RunOptions(collection="python-docs")):
             print(event.WhichOneof("event"))
-        response = await agent.run("How do I ...?", collection="python-docs", mode="thinking")
+        options = RunOptions(collection="python-docs", mode="thinking", timeout_s=60)
+        response = await agent.run("How do I ...?", options)
 
 `stream_run` yields the service's `StreamRunResponse` events as they arrive; a run that fails after
 it started ends with an `error` event (and no exception). A request the service refuses outright
@@ -22,8 +23,8 @@ from pydantic import TypeAdapter
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from quarry.common.v1 import search_pb2
 
+from services.agent.convert import filter_message
 from services.agent.filters import FilterGroup
-from services.agent.wire import filter_message
 from services.common.channels import open_channel
 from services.common.errors import FieldViolation
 from services.common.status import details_of_rpc_error
@@ -57,6 +58,45 @@ def parse_filter(groups: str | Sequence[dict[str, Any]] | dict[str, Any]) -> sea
     return filter_message(_GROUPS.validate_python(data))
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything about a run except the question; every field has the service's default."""
+
+    collection: str = ""
+    """Collection to search; empty means the agent's configured default collection."""
+    mode: ModeName = "fast"
+    """`fast`: one search, then the answer. `thinking`: the model searches as often as it needs."""
+    filter: search_pb2.Filter | None = None
+    """The caller's filter (see `parse_filter`); the model can narrow it, never widen it."""
+    limit: int = 0
+    """Results returned, 1..200; 0 means 10."""
+    history: Sequence[tuple[str, str]] = ()
+    """Earlier (question, answer) turns of the same conversation."""
+    max_iterations: int = 0
+    """Searches allowed; 0 means the mode's cap."""
+    max_tokens: int = 0
+    """Input + output tokens across model calls; 0 means unlimited."""
+    route: str = ""
+    """LLM gateway route; empty means the agent's configured route."""
+    timeout_s: float | None = None
+    """The call's deadline in seconds; None waits as long as the run takes."""
+
+    def request_fields(self, query: str) -> dict[str, Any]:
+        """The fields `RunRequest` and `StreamRunRequest` share, for `query`."""
+        return {
+            "query": query,
+            "collection": self.collection,
+            "mode": _MODES[self.mode],
+            "filter": self.filter,
+            "limit": self.limit,
+            "history": [agent_pb2.ConversationTurn(question=q, answer=a) for q, a in self.history],
+            "budget": agent_pb2.Budget(
+                max_iterations=self.max_iterations, max_tokens=self.max_tokens
+            ),
+            "route": self.route,
+        }
+
+
 class AgentClient:
     """One channel to the agent service; use as an async context manager or call `close`."""
 
@@ -74,25 +114,12 @@ class AgentClient:
         await self._channel.close(None)
 
     async def stream_run(
-        self,
-        query: str,
-        *,
-        collection: str = "",
-        mode: ModeName = "fast",
-        filter: search_pb2.Filter | None = None,
-        limit: int = 0,
-        history: Sequence[tuple[str, str]] = (),
-        max_iterations: int = 0,
-        max_tokens: int = 0,
-        route: str = "",
-        timeout_s: float | None = None,
+        self, query: str, options: RunOptions | None = None
     ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
         """Every event of one run as it happens: started, thinking, searching, done or error."""
-        request = agent_pb2.StreamRunRequest(
-            **_fields(query, collection, mode, filter, limit, history, max_iterations, max_tokens),
-            route=route,
-        )
-        call = self._stub.StreamRun(request, timeout=timeout_s)
+        options = options or RunOptions()
+        request = agent_pb2.StreamRunRequest(**options.request_fields(query))
+        call = self._stub.StreamRun(request, timeout=options.timeout_s)
         ended_with_error = False
         try:
             async for event in call:
@@ -104,51 +131,17 @@ class AgentClient:
         finally:
             call.cancel()
 
-    async def run(
-        self,
-        query: str,
-        *,
-        collection: str = "",
-        mode: ModeName = "fast",
-        filter: search_pb2.Filter | None = None,
-        limit: int = 0,
-        history: Sequence[tuple[str, str]] = (),
-        max_iterations: int = 0,
-        max_tokens: int = 0,
-        route: str = "",
-        timeout_s: float | None = None,
-    ) -> agent_pb2.RunResponse:
-        """The final response of one run; `timeout_s` is the call's deadline."""
-        request = agent_pb2.RunRequest(
-            **_fields(query, collection, mode, filter, limit, history, max_iterations, max_tokens),
-            route=route,
-        )
+    async def run(self, query: str, options: RunOptions | None = None) -> agent_pb2.RunResponse:
+        """The final response of one run."""
+        options = options or RunOptions()
+        request = agent_pb2.RunRequest(**options.request_fields(query))
         try:
-            response: agent_pb2.RunResponse = await self._stub.Run(request, timeout=timeout_s)
+            response: agent_pb2.RunResponse = await self._stub.Run(
+                request, timeout=options.timeout_s
+            )
             return response
         except grpc.aio.AioRpcError as error:
             raise _agent_error(error) from error
-
-
-def _fields(
-    query: str,
-    collection: str,
-    mode: ModeName,
-    filter: search_pb2.Filter | None,
-    limit: int,
-    history: Sequence[tuple[str, str]],
-    max_iterations: int,
-    max_tokens: int,
-) -> dict[str, Any]:
-    return {
-        "query": query,
-        "collection": collection,
-        "mode": _MODES[mode],
-        "filter": filter,
-        "limit": limit,
-        "history": [agent_pb2.ConversationTurn(question=q, answer=a) for q, a in history],
-        "budget": agent_pb2.Budget(max_iterations=max_iterations, max_tokens=max_tokens),
-    }
 
 
 def _agent_error(error: grpc.aio.AioRpcError) -> AgentError:

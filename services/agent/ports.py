@@ -1,7 +1,8 @@
 """What the loop needs from the outside world, and nothing more: a model and a search tool.
 
-The gRPC implementations live in `clients.py`; tests use the doubles in `testing.py`. Failures
-are `services.common.errors` exceptions, except an overflowing context: `ContextWindowExceeded`.
+The gRPC implementations live in `gateway_client.py` and `search_tool_client.py`; tests use the
+doubles in `testing.py` and `tests/agent/fake_search.py`. Failures are `services.common.errors`
+exceptions, except an overflowing context: `ContextWindowExceeded`.
 `remaining_s` is the caller's time left, passed downstream as the call's deadline.
 """
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import grpc
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
-from services.agent.clients import GatewayModelClient, SearchToolClient
 from services.agent.config import AgentSettings
+from services.agent.gateway_client import GatewayModelClient
 from services.agent.loop import AgentLoop
+from services.agent.search_tool_client import SearchToolClient
 from services.agent.servicer import AgentServicer
 from services.common.channels import open_channel
 from services.common.server import QuarryServer, ServiceRegistration, build_server

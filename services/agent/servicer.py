@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
-from services.agent import wire
+from services.agent import convert
 from services.agent.config import AgentSettings
 from services.agent.events import Done, Failed
 from services.agent.loop import AgentLoop
@@ -36,7 +36,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         run = self._request(request)
         async for event in self._loop.stream(run, deadline=_deadline(context)):
             if isinstance(event, Done):
-                return wire.run_response(event.result)
+                return convert.run_response(event.result)
         raise QuarryError("the run ended without a result")
 
     async def StreamRun(
@@ -45,17 +45,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         run = self._request(request)
         try:
             async for event in self._loop.stream(run, deadline=_deadline(context)):
-                yield wire.event_message(event)
+                yield convert.event_message(event)
         except QuarryError as error:
-            yield wire.event_message(failed_event(error))
+            yield convert.event_message(failed_event(error))
             raise
         except Exception:
             log.exception("run failed unexpectedly", extra={"collection": run.collection})
-            yield wire.event_message(Failed("INTERNAL", "internal error", retryable=False))
+            yield convert.event_message(Failed("INTERNAL", "internal error", retryable=False))
             raise
 
     def _request(self, request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest) -> RunRequest:
-        return wire.run_request(
+        return convert.run_request(
             request,
             default_collection=self._settings.default_collection,
             default_limit=self._settings.loop.default_limit,

@@ -2,7 +2,7 @@
 
 `FakeSearch` is a `SearchClient` over a handful of chunks (word-overlap ranking). Its filters are
 decided by the search tool's own code, reached the way the real service reaches it: the agent's
-request goes through the agent's converter to protobuf (`wire.search_request`), then through the
+request goes through the agent's converter to protobuf (`convert.search_request`), then through the
 search tool's edge converter and `effective_filter` — the one rule set, never a copy. Only the
 in-memory matching of a validated filter is written here, with the engine's semantics (a missing
 value satisfies `not_equals` / `not_in` and nothing else); `test_search_conformance.py` holds the
@@ -22,7 +22,7 @@ from typing import Any
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.agent import wire
+from services.agent import convert
 from services.agent.search import (
     Breadcrumb,
     CollectionInfo,
@@ -112,11 +112,11 @@ class FakeSearch:
             error = self.errors.popleft()
             if error is not None:
                 raise error
-        return self.search_message(wire.search_request(request))
+        return self.search_message(convert.search_request(request))
 
     async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
         self.validated.append(request)
-        self.validate_message(wire.search_request(request))
+        self.validate_message(convert.search_request(request))
 
     def search_message(self, message: search_tool_pb2.SearchRequest) -> SearchPage:
         """A search as the search tool receives it (for fake gRPC servicers too)."""

@@ -19,10 +19,10 @@ from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from services.agent.clients import SearchToolClient
 from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.ports import SearchClient
 from services.agent.search import Breadcrumb, SearchRequest
+from services.agent.search_tool_client import SearchToolClient
 from services.common.errors import InvalidArgument, NotFound
 from services.common.settings import ServerSettings
 from services.search_tool.config import SearchToolSettings

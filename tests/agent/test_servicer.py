@@ -10,7 +10,7 @@ import grpc
 import pytest
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
-from services.agent.client import AgentClient, AgentError, parse_filter
+from services.agent.client import AgentClient, AgentError, RunOptions, parse_filter
 from services.agent.config import AgentSettings
 from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME, build_agent_server
@@ -65,7 +65,10 @@ async def test_stream_run_streams_every_step_and_ends_with_the_response(
         ]
     )
     agent = await serve(model, search)
-    events = [e async for e in agent.stream_run("temporary directory", collection="python-docs")]
+    events = [
+        e
+        async for e in agent.stream_run("temporary directory", RunOptions(collection="python-docs"))
+    ]
 
     assert _kinds(events) == ["started", "thinking", "searching", "done"]
     searching = events[2].searching
@@ -85,7 +88,9 @@ async def test_run_returns_the_same_final_response(serve: Start, search: FakeSea
         [turn("", search_call("shutil")), turn("", answer_call("rmtree [1]", ["shutil__chunk_0"]))]
     )
     agent = await serve(model, search)
-    response = await agent.run("delete a tree", collection="python-docs", mode="thinking")
+    response = await agent.run(
+        "delete a tree", RunOptions(collection="python-docs", mode="thinking")
+    )
     assert response.answer.text == "rmtree [1]"
     assert response.iterations == 1
 
@@ -135,9 +140,9 @@ async def test_bad_requests_are_invalid_argument_naming_the_field(
 async def test_unknown_collection_is_not_found(serve: Start, search: FakeSearch) -> None:
     agent = await serve(ScriptedModel(), search)
     with pytest.raises(AgentError) as caught:
-        await agent.run("q", collection="nope")
+        await agent.run("q", RunOptions(collection="nope"))
     assert caught.value.code == "NOT_FOUND"
-    events = [e async for e in agent.stream_run("q", collection="nope")]
+    events = [e async for e in agent.stream_run("q", RunOptions(collection="nope"))]
     assert _kinds(events) == ["started", "error"]
     assert (events[1].error.code, events[1].error.retryable) == ("NOT_FOUND", False)
 
@@ -148,7 +153,7 @@ async def test_search_outage_ends_the_stream_with_a_retryable_error_event(
     search.errors.append(Unavailable("search tool is down"))
     model = ScriptedModel([turn("", search_call("x"))])
     agent = await serve(model, search)
-    events = [e async for e in agent.stream_run("q", collection="python-docs")]
+    events = [e async for e in agent.stream_run("q", RunOptions(collection="python-docs"))]
     assert _kinds(events) == ["started", "error"]
     assert events[-1].error.code == "UNAVAILABLE"
     assert events[-1].error.retryable
@@ -177,7 +182,7 @@ async def test_caller_deadline_is_passed_downstream_and_stops_the_run(
     model = ScriptedModel([turn("", search_call("x")), turn("", answer_call("never"))])
     agent = await serve(model, search)
     with pytest.raises(AgentError) as caught:
-        await agent.run("q", collection="python-docs", timeout_s=1.0)
+        await agent.run("q", RunOptions(collection="python-docs", timeout_s=1.0))
     assert caught.value.code == "DEADLINE_EXCEEDED"
     await search.cancelled.wait()
     # gRPC sends a deadline as a timeout in a lossy wire format that may round it up by a few ms
@@ -197,12 +202,12 @@ async def test_unreachable_dependencies_end_the_stream_with_unavailable() -> Non
     await server.start()
     try:
         async with AgentClient(server.address) as agent:
-            events = [e async for e in agent.stream_run("q", collection="python-docs")]
+            events = [e async for e in agent.stream_run("q", RunOptions(collection="python-docs"))]
             assert _kinds(events) == ["started", "error"]
             assert events[-1].error.code == "UNAVAILABLE"
             assert events[-1].error.retryable
             with pytest.raises(AgentError) as caught:
-                await agent.run("q", collection="python-docs")
+                await agent.run("q", RunOptions(collection="python-docs"))
             assert caught.value.code == "UNAVAILABLE"
             assert caught.value.retryable
     finally:

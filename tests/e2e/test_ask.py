@@ -8,7 +8,7 @@ import json
 import pytest
 from quarry.agent.v1 import agent_pb2
 
-from services.agent.client import AgentClient, ModeName
+from services.agent.client import AgentClient, ModeName, RunOptions
 from services.llm_gateway.testing import Reply, ScriptedToolCall
 from tests.e2e.conftest import CHUNK_IDS, COLLECTION, Stack
 
@@ -28,11 +28,7 @@ async def _ask(
         return [
             e
             async for e in agent.stream_run(
-                QUESTION,
-                collection=COLLECTION,
-                mode=mode,
-                route=route,
-                timeout_s=60,
+                QUESTION, RunOptions(collection=COLLECTION, mode=mode, route=route, timeout_s=60)
             )
         ]
 

@@ -17,8 +17,8 @@ from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
 from quarry.searchtool.v1 import search_tool_pb2 as st
 from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 
-from services.agent import wire
-from services.agent.client import AgentClient
+from services.agent import convert
+from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings
 from services.agent.server import build_agent_server
 from services.common.errors import InvalidArgument, QuarryError
@@ -90,7 +90,7 @@ class FakeSearchService(st_grpc.SearchToolServiceServicer):  # type: ignore[misc
             return st.SearchResponse()
         page = self.search.search_message(request)
         return st.SearchResponse(
-            results=[wire.search_result(h) for h in page.hits], total_count=page.total_count
+            results=[convert.search_result(h) for h in page.hits], total_count=page.total_count
         )
 
     async def GetCollection(
@@ -174,7 +174,10 @@ async def test_one_stream_run_is_one_trace_across_agent_gateway_and_search(
     search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
     async with await stack(gateway, search) as agent:
         events = [
-            e async for e in agent.stream_run("temporary directory", collection="python-docs")
+            e
+            async for e in agent.stream_run(
+                "temporary directory", RunOptions(collection="python-docs")
+            )
         ]
     assert events[-1].done.response.answer.citations[0].title.startswith("tempfile")
     assert events[-1].done.response.usage.cache_read_tokens == 200
@@ -217,7 +220,7 @@ async def test_requests_carry_schemas_tool_choice_and_pairs_over_the_wire(stack:
     )
     search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
     async with await stack(gateway, search) as agent:
-        await agent.run("temporary directory", collection="python-docs")
+        await agent.run("temporary directory", RunOptions(collection="python-docs"))
     first, second = gateway.requests
     assert [t.name for t in first.tools] == ["search", "submit_answer"]
     assert json.loads(first.tools[0].parameters_json)["properties"]["limit"]["type"] == "integer"
@@ -241,7 +244,7 @@ async def test_window_is_read_once_per_route_and_bounds_tool_results(stack: Stac
     search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
     async with await stack(gateway, search) as agent:
         for _ in range(2):
-            response = await agent.run("temporary directory", collection="python-docs")
+            response = await agent.run("temporary directory", RunOptions(collection="python-docs"))
     assert gateway.status_calls == 1
     assert gateway.requests[1].messages[-1].text.startswith("Found 3 results; showing 0.")
     assert list(response.answer.citations) == []
@@ -260,7 +263,9 @@ async def test_gateway_overflow_is_compacted_through_generate_structured(stack: 
     )
     search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
     async with await stack(gateway, search) as agent:
-        response = await agent.run("temporary directory", collection="python-docs", mode="thinking")
+        response = await agent.run(
+            "temporary directory", RunOptions(collection="python-docs", mode="thinking")
+        )
     assert response.answer.citations[0].result_id == "tempfile__chunk_0"
     assert gateway.structured[0].schema_name == "ConversationSummary"
     assert "searched tempfile" in gateway.requests[-1].messages[1].text
@@ -282,7 +287,7 @@ async def test_search_tool_rejection_reaches_the_model_as_a_tool_error(stack: St
     )
     search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
     async with await stack(gateway, search) as agent:
-        await agent.run("q", collection="python-docs", mode="thinking")
+        await agent.run("q", RunOptions(collection="python-docs", mode="thinking"))
     tool = gateway.requests[1].messages[-1]
     assert tool.is_error
     assert "unknown field 'colour'" in tool.text
@@ -313,7 +318,7 @@ async def test_unreachable_gateway_ends_the_stream_with_a_retryable_error() -> N
     await lonely.start()
     try:
         async with AgentClient(lonely.address) as agent:
-            events = [e async for e in agent.stream_run("q", collection="python-docs")]
+            events = [e async for e in agent.stream_run("q", RunOptions(collection="python-docs"))]
         assert [e.WhichOneof("event") for e in events] == ["started", "error"]
         assert (events[-1].error.code, events[-1].error.retryable) == ("UNAVAILABLE", True)
         assert "llm gateway" in events[-1].error.message
@@ -351,7 +356,10 @@ async def test_the_trace_reaches_the_real_gateways_provider_attempt(
     try:
         async with AgentClient(agent_server.address) as agent:
             events = [
-                e async for e in agent.stream_run("temporary directory", collection="python-docs")
+                e
+                async for e in agent.stream_run(
+                    "temporary directory", RunOptions(collection="python-docs")
+                )
             ]
     finally:
         for server in reversed(servers):

@@ -1,8 +1,8 @@
-"""The ports over gRPC: the LLM gateway and the search tool, with deadlines passed downstream.
+"""The LLM gateway as the loop's `ModelClient`, over gRPC, with deadlines passed downstream.
 
-Every failed call is turned into the `services.common.errors` exception of the same status code
-(by `services.common.status.domain_error`)
-(the gateway's CONTEXT_WINDOW_EXCEEDED into `ContextWindowExceeded`), so the loop never sees grpc.
+Every failed call becomes the `services.common.errors` exception of the same status code (by
+`services.common.status.domain_error`); the gateway's CONTEXT_WINDOW_EXCEEDED becomes
+`ContextWindowExceeded`, so the loop never sees grpc.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ import json
 import grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2 as gw
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
-from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from services.agent import wire
 from services.agent.messages import Message, Role, ToolCall
 from services.agent.ports import (
     ContextWindowExceeded,
@@ -25,7 +23,6 @@ from services.agent.ports import (
     StructuredResponse,
     TokenUsage,
 )
-from services.agent.search import CollectionInfo, SearchPage, SearchRequest
 from services.common import errors
 from services.common.status import details_of_rpc_error, domain_error
 
@@ -144,37 +141,3 @@ def _usage(usage: gw.Usage) -> TokenUsage:
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,
     )
-
-
-class SearchToolClient:
-    """`SearchClient` over `quarry.searchtool.v1.SearchToolService`."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self._stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
-
-    async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
-        try:
-            reply = await self._stub.Search(wire.search_request(request), timeout=remaining_s)
-        except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
-        return SearchPage(
-            hits=[wire.search_hit(r) for r in reply.results],
-            total_count=reply.total_count,
-            took_ms=reply.took_ms,
-        )
-
-    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
-        message = wire.search_request(request)
-        message.validate_only = True
-        try:
-            await self._stub.Search(message, timeout=remaining_s)
-        except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
-
-    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
-        request = search_tool_pb2.GetCollectionRequest(collection=name)
-        try:
-            reply = await self._stub.GetCollection(request, timeout=remaining_s)
-        except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
-        return wire.collection_info(reply.collection)

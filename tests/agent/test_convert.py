@@ -9,7 +9,7 @@ import pytest
 from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 
-from services.agent import wire
+from services.agent import convert
 from services.agent.config import AgentSettings
 from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.run import Mode
@@ -32,7 +32,7 @@ def test_settings_come_from_the_agent_section_and_quarry_agent_env(
 
 
 def test_request_defaults_fast_mode_ten_results_configured_collection() -> None:
-    request = wire.run_request(
+    request = convert.run_request(
         agent_pb2.StreamRunRequest(query=" q "), default_collection="docs", default_limit=10
     )
     assert (request.collection, request.query, request.mode, request.limit) == (
@@ -50,11 +50,11 @@ def test_the_callers_filter_passes_through_untouched_to_every_search() -> None:
         field="colour", operator=search_pb2.FILTER_OPERATOR_UNSPECIFIED
     )
     caller = search_pb2.Filter(groups=[search_pb2.FilterGroup(conditions=[odd])])
-    request = wire.run_request(
+    request = convert.run_request(
         agent_pb2.RunRequest(query="q", collection="docs", filter=caller), default_limit=10
     )
     assert request.caller_filter == caller
-    search = wire.search_request(
+    search = convert.search_request(
         SearchRequest(collection="docs", primary="q", caller_filter=request.caller_filter)
     )
     assert search.caller_filter == caller
@@ -70,7 +70,7 @@ def test_model_filter_values_keep_integers_lists_and_booleans() -> None:
             ]
         ),
     )
-    message = wire.filter_message(groups)
+    message = convert.filter_message(groups)
     year, stable = message.groups[0].conditions
     assert year.operator == search_pb2.FILTER_OPERATOR_IN
     assert [v.number_value for v in year.value.list_value.values] == [2024, 1.5]
@@ -93,4 +93,4 @@ def test_a_search_hit_survives_the_round_trip_through_protobuf() -> None:
         metadata={"n": 3, "f": 1.5, "ok": True, "s": "v"},
         dense_score=0.7,
     )
-    assert wire.search_hit(wire.search_result(hit)) == hit
+    assert convert.search_hit(convert.search_result(hit)) == hit

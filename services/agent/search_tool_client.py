@@ -1,0 +1,49 @@
+"""The search tool as the loop's `SearchClient`, over gRPC, with deadlines passed downstream.
+
+Failed calls become `services.common.errors` exceptions of the same status code, so the loop never
+sees grpc. The agent sends the caller's filter and the model's filter side by side; the search tool
+validates and combines them.
+"""
+
+from __future__ import annotations
+
+import grpc
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from services.agent import convert
+from services.agent.search import CollectionInfo, SearchPage, SearchRequest
+from services.common.status import domain_error
+
+
+class SearchToolClient:
+    """`SearchClient` over `quarry.searchtool.v1.SearchToolService`."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+
+    async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
+        try:
+            reply = await self._stub.Search(convert.search_request(request), timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+        return SearchPage(
+            hits=[convert.search_hit(r) for r in reply.results],
+            total_count=reply.total_count,
+            took_ms=reply.took_ms,
+        )
+
+    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
+        message = convert.search_request(request)
+        message.validate_only = True
+        try:
+            await self._stub.Search(message, timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+
+    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
+        request = search_tool_pb2.GetCollectionRequest(collection=name)
+        try:
+            reply = await self._stub.GetCollection(request, timeout=remaining_s)
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+        return convert.collection_info(reply.collection)
