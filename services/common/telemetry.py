@@ -6,7 +6,7 @@ Export happens only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the OTLP exporter
 With nowhere to send them, spans and metrics are not recorded at all: the providers are the API's
 no-op ones, which still carry the caller's W3C trace context through the process (the interceptors
 extract and inject it, and log lines keep the caller's `trace_id`). Recording spans nobody can read
-cost the gateway about 0.7 ms per request.
+costs every request time for nothing (the gateway figure is in the CHANGELOG).
 """
 
 from __future__ import annotations
