@@ -40,7 +40,6 @@ from services.search_tool.engine.lancedb_indexes import (
     vector_index_rows,
     vector_partitions,
 )
-from services.search_tool.engine.lancedb_rows import CHUNK_JSON_COLUMN, base_schema, result_columns
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -727,36 +726,6 @@ async def test_keyword_total_counts_every_match_up_to_the_cap(tmp_path: Path) ->
     await engine.close()
 
 
-async def _legacy_collection(path: Path, name: str) -> None:
-    """A collection as versions before `chunk_json` created it."""
-    schema = base_schema(SPEC.embedding_model, SPEC.dimensions)
-    legacy = schema.remove(schema.get_field_index(CHUNK_JSON_COLUMN))
-    db = await lancedb.connect_async(str(path))
-    await db.create_table(name, schema=legacy)
-    db.close()  # type: ignore[no-untyped-call]
-
-
-async def test_hits_read_from_chunk_json_equal_hits_read_column_by_column(tmp_path: Path) -> None:
-    await _legacy_collection(tmp_path / "db", "legacy")
-    engine = await LanceDBEngine.open(tmp_path / "db")
-    await engine.ensure_collection("current", SPEC)
-    for name in ("legacy", "current"):
-        await engine.upsert(name, records(FIXTURE))
-    current_table = await engine._table("current")
-    legacy_table = await engine._table("legacy")
-    assert result_columns(await current_table.schema()) == [CHUNK_JSON_COLUMN]
-    assert CHUNK_JSON_COLUMN not in result_columns(await legacy_table.schema())
-    current = await engine.search("current", _semantic())
-    legacy = await engine.search("legacy", _semantic())
-    await engine.close()
-    assert len(current.hits) == len(FIXTURE)
-    assert [h.chunk for h in current.hits] == [h.chunk for h in legacy.hits]
-    for hit in current.hits:
-        typed = {k: type(v) for k, v in hit.chunk.metadata.items()}
-        legacy_hit = next(h for h in legacy.hits if h.chunk.id == hit.chunk.id)
-        assert typed == {k: type(v) for k, v in legacy_hit.chunk.metadata.items()}
-
-
 async def test_chunk_json_keeps_instants_to_the_microsecond_and_column_types(
     engine: LanceDBEngine,
 ) -> None:
@@ -781,12 +750,9 @@ async def test_chunk_json_keeps_instants_to_the_microsecond_and_column_types(
     assert isinstance(hit.chunk.metadata["year"], int)
 
 
-@pytest.mark.parametrize("layout", ["current", "legacy"])
 async def test_a_metadata_key_added_after_searches_is_filterable_and_returned(
-    tmp_path: Path, layout: str
+    tmp_path: Path,
 ) -> None:
-    if layout == "legacy":
-        await _legacy_collection(tmp_path / "db", "c")
     engine = await LanceDBEngine.open(tmp_path / "db")
     await engine.ensure_collection("c", SPEC)
     await engine.upsert("c", records(FIXTURE))

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from services.common.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
-from services.search_tool.documents import ChunkRecord, metadata_type, widen
+from services.search_tool.documents import Chunk, ChunkRecord, metadata_type, widen
 from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
@@ -48,13 +48,13 @@ from services.search_tool.engine.lancedb_indexes import (
     vector_index_rows,
 )
 from services.search_tool.engine.lancedb_rows import (
+    CHUNK_JSON_COLUMN,
     CONTENT_HASH_COLUMN,
     base_schema,
     embedding_of,
     filterable_fields,
     metadata_field,
     metadata_types,
-    result_columns,
     to_chunk,
     to_table,
 )
@@ -414,18 +414,14 @@ class LanceDBEngine:
         (matched, dense_lists), keyword_list = await asyncio.gather(dense_side(), keyword_side())
         fused = fuse(dense_lists, keyword_list, query.fusion)
         page = fused[query.offset : depth]
-        columns = result_columns(await self._schema(name))
-        rows = await _rows_at(table, columns, [int(f.id) for f in page], budget)
+        rows = await _chunks_at(table, [int(f.id) for f in page], budget)
         if len(rows) < len(page) and not final:
             raise _RowsMoved
         hits: list[Hit] = []
         seen: set[str] = set()
         for fused_hit in page:
-            row = rows.get(int(fused_hit.id))
-            if row is None:
-                continue
-            chunk = to_chunk(row)
-            if chunk.id in seen:
+            chunk = rows.get(int(fused_hit.id))
+            if chunk is None or chunk.id in seen:
                 continue
             seen.add(chunk.id)
             hits.append(Hit(chunk, fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score))
@@ -595,16 +591,22 @@ async def _keyword(
     return ranked, int(result.num_rows)
 
 
-async def _rows_at(
-    table: Any, columns: list[str], addresses: Sequence[int], budget: timedelta | None
-) -> dict[int, dict[str, Any]]:
-    """`columns` of the rows at these addresses (an address a write has moved finds nothing)."""
+async def _chunks_at(
+    table: Any, addresses: Sequence[int], budget: timedelta | None
+) -> dict[int, Chunk]:
+    """The chunks stored at these addresses (an address a write has moved finds nothing)."""
     if not addresses:
         return {}
     taken = await (
-        table.take_row_ids(list(addresses)).select(columns).with_row_id().to_arrow(timeout=budget)
+        table.take_row_ids(list(addresses))
+        .select([CHUNK_JSON_COLUMN])
+        .with_row_id()
+        .to_arrow(timeout=budget)
     )
-    return {row.pop("_rowid"): row for row in taken.to_pylist()}
+    rows = zip(
+        taken.column("_rowid").to_pylist(), taken.column(CHUNK_JSON_COLUMN).to_pylist(), strict=True
+    )
+    return {address: to_chunk(chunk_json) for address, chunk_json in rows}
 
 
 def _documents_per(rows: pa.Table, column: str) -> dict[str, int]:
