@@ -23,7 +23,6 @@ from services.common.errors import (
     Unavailable,
 )
 from services.search_tool.documents import Breadcrumb, Document
-from services.search_tool.engine import lancedb as lancedb_engine
 from services.search_tool.engine.base import (
     CollectionSpec,
     EngineQuery,
@@ -32,7 +31,8 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb_indexes import (
+from services.search_tool.engine.lancedb import search as lancedb_search
+from services.search_tool.engine.lancedb.indexes import (
     FTS_INDEX,
     IndexPolicy,
     build_vector_index,
@@ -40,6 +40,7 @@ from services.search_tool.engine.lancedb_indexes import (
     vector_index_rows,
     vector_partitions,
 )
+from services.search_tool.engine.lancedb.retrieval import keyword_candidates
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -508,13 +509,13 @@ async def test_the_keyword_side_runs_while_the_query_vectors_are_still_being_com
     engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keyword_started = asyncio.Event()
-    original_keyword = lancedb_engine._keyword
+    original_keyword = keyword_candidates
 
     async def keyword(*args: Any, **kwargs: Any) -> Any:
         keyword_started.set()
         return await original_keyword(*args, **kwargs)
 
-    monkeypatch.setattr(lancedb_engine, "_keyword", keyword)
+    monkeypatch.setattr(lancedb_search, "keyword_candidates", keyword)
 
     async def embedding_after_the_keyword_side_started() -> npt.NDArray[np.float32]:
         await asyncio.wait_for(keyword_started.wait(), timeout=5)
@@ -627,7 +628,7 @@ def _bulk(batch: int, count: int = 200) -> list[Document]:
 
 
 async def test_upserts_return_while_the_vector_index_is_built_and_searches_stay_correct(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     release = asyncio.Event()
     started = asyncio.Event()
@@ -638,9 +639,10 @@ async def test_upserts_return_while_the_vector_index_is_built_and_searches_stay_
         await release.wait()
         await original_build(table, rows)
 
-    monkeypatch.setattr(lancedb_engine, "build_vector_index", slow_build)
     policy = IndexPolicy(vector_index_min_rows=500, fts_min_refresh_rows=10_000)
-    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    engine = await LanceDBEngine.open(
+        tmp_path / "db", policy=policy, vector_index_builder=slow_build
+    )
     await engine.ensure_collection("c", SPEC)
     # crosses the threshold: a build starts, and the write returns without waiting for it
     await asyncio.wait_for(engine.upsert("c", records(_bulk(0, 600))), timeout=5)
@@ -660,24 +662,23 @@ async def test_upserts_return_while_the_vector_index_is_built_and_searches_stay_
 
 
 async def test_a_vector_index_build_cut_short_by_a_restart_runs_again_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     started = asyncio.Event()
-    original_build = build_vector_index
 
     async def never_finishing_build(table: Any, rows: int) -> None:
         started.set()
         await asyncio.sleep(3600)
 
-    monkeypatch.setattr(lancedb_engine, "build_vector_index", never_finishing_build)
     policy = IndexPolicy(vector_index_min_rows=500)
-    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    engine = await LanceDBEngine.open(
+        tmp_path / "db", policy=policy, vector_index_builder=never_finishing_build
+    )
     await engine.ensure_collection("c", SPEC)
     await engine.upsert("c", records(_bulk(0, 600)))
     await asyncio.wait_for(started.wait(), timeout=5)
     await asyncio.wait_for(engine.close(), timeout=5)  # the build is stopped, not waited for
 
-    monkeypatch.setattr(lancedb_engine, "build_vector_index", original_build)
     reopened = await LanceDBEngine.open(tmp_path / "db", policy=policy)
     assert await vector_index_rows(await reopened._table("c")) is None
     await reopened.vector_index_settled("c")

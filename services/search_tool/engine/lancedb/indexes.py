@@ -37,8 +37,8 @@ from typing import Any
 import pyarrow as pa
 from lancedb.index import FTS, Bitmap, BTree, IvfFlat
 
-from services.search_tool.engine.lancedb_rows import SEARCH_TEXT_COLUMN, VECTOR_COLUMN
-from services.search_tool.engine.lancedb_sql import METADATA_COLUMN_PREFIX
+from services.search_tool.engine.lancedb.rows import SEARCH_TEXT_COLUMN, VECTOR_COLUMN
+from services.search_tool.engine.lancedb.sql import METADATA_COLUMN_PREFIX
 
 log = logging.getLogger(__name__)
 

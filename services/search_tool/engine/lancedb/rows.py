@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from services.common.errors import InvalidArgument
 from services.search_tool.documents import (
     Breadcrumb,
     Chunk,
@@ -26,8 +27,10 @@ from services.search_tool.documents import (
     MetadataValue,
     epoch_microseconds,
     from_epoch_microseconds,
+    metadata_type,
+    widen,
 )
-from services.search_tool.engine.lancedb_sql import (
+from services.search_tool.engine.lancedb.sql import (
     BREADCRUMB_PATH_COLUMN,
     BREADCRUMB_TERMS_COLUMN,
     METADATA_COLUMN_PREFIX,
@@ -108,6 +111,30 @@ def filterable_fields(schema: pa.Schema) -> dict[str, FieldType]:
     for key, field_type in sorted(metadata_types(schema).items()):
         fields[METADATA_PREFIX + key] = field_type
     return fields
+
+
+def added_metadata_fields(schema: pa.Schema, records: Sequence[ChunkRecord]) -> list[pa.Field]:
+    """The columns `records` need that `schema` lacks: one per new metadata key, typed by its
+    values. A value of another type than its key's column (or mixed types in a new key) is
+    InvalidArgument naming `metadata.<key>`."""
+    known = metadata_types(schema)
+    new: dict[str, FieldType] = {}
+    for record in records:
+        for key, value in record.chunk.metadata.items():
+            incoming = metadata_type(value)
+            if key in known:
+                if widen(known[key], incoming) is not known[key]:
+                    raise InvalidArgument.for_field(
+                        f"metadata.{key}", f"is {known[key]} in this collection, not {incoming}"
+                    )
+                continue
+            merged = widen(new[key], incoming) if key in new else incoming
+            if merged is None:
+                raise InvalidArgument.for_field(
+                    f"metadata.{key}", f"mixes {new[key]} and {incoming} values"
+                )
+            new[key] = merged
+    return [metadata_field(key, field_type) for key, field_type in sorted(new.items())]
 
 
 def to_table(records: Sequence[ChunkRecord], schema: pa.Schema) -> pa.Table:
