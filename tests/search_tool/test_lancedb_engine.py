@@ -12,7 +12,6 @@ from typing import Any
 
 import lancedb
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from services.common.errors import (
@@ -20,7 +19,6 @@ from services.common.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    Unavailable,
 )
 from services.search_tool.documents import Breadcrumb, Document
 from services.search_tool.engine.base import (
@@ -31,7 +29,6 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb import search as lancedb_search
 from services.search_tool.engine.lancedb.indexes import (
     FTS_INDEX,
     IndexPolicy,
@@ -40,7 +37,6 @@ from services.search_tool.engine.lancedb.indexes import (
     vector_index_rows,
     vector_partitions,
 )
-from services.search_tool.engine.lancedb.retrieval import keyword_candidates
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -503,43 +499,6 @@ async def test_a_page_is_complete_when_rows_moved_between_ranking_and_fetching(
     assert [h.chunk.text for h in page.hits] == [h.chunk.text for h in expected.hits]
     assert len(page.hits) == 5
     await engine.close()
-
-
-async def test_the_keyword_side_runs_while_the_query_vectors_are_still_being_computed(
-    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    keyword_started = asyncio.Event()
-    original_keyword = keyword_candidates
-
-    async def keyword(*args: Any, **kwargs: Any) -> Any:
-        keyword_started.set()
-        return await original_keyword(*args, **kwargs)
-
-    monkeypatch.setattr(lancedb_search, "keyword_candidates", keyword)
-
-    async def embedding_after_the_keyword_side_started() -> npt.NDArray[np.float32]:
-        await asyncio.wait_for(keyword_started.wait(), timeout=5)
-        return np.stack([vector_for("x")])
-
-    pending = EngineQuery(
-        Strategy.HYBRID, "release", embedding_after_the_keyword_side_started(), limit=5
-    )
-    page = await engine.search("fixture", pending)
-    ready = await engine.search(
-        "fixture", EngineQuery(Strategy.HYBRID, "release", np.stack([vector_for("x")]), limit=5)
-    )
-    assert [h.chunk.id for h in page.hits] == [h.chunk.id for h in ready.hits]
-    assert [h.score for h in page.hits] == pytest.approx([h.score for h in ready.hits])
-
-
-async def test_a_failing_query_embedding_fails_the_search_with_its_error(
-    engine: LanceDBEngine,
-) -> None:
-    async def failing_embedding() -> npt.NDArray[np.float32]:
-        raise Unavailable("embedding endpoint down")
-
-    with pytest.raises(Unavailable, match="embedding endpoint down"):
-        await engine.search("fixture", EngineQuery(Strategy.HYBRID, "release", failing_embedding()))
 
 
 async def test_searches_during_updates_and_compactions_return_whole_pages_of_distinct_chunks(

@@ -13,12 +13,10 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import lancedb
-import numpy as np
 import pyarrow as pa
 
 from services.common.errors import FailedPrecondition, NotFound
@@ -250,8 +248,6 @@ class LanceDBEngine:
 
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
         table = await self._table(name)
-        if not isinstance(query.vectors, np.ndarray):  # awaitable twice, should the search rerun
-            query = replace(query, vectors=asyncio.ensure_future(query.vectors))
         return await search_table(
             name,
             table,

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from services.common.errors import DeadlineExceeded
-from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy, query_vectors
+from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
 from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
 from services.search_tool.engine.lancedb.retrieval import (
     ALL_PARTITIONS,
@@ -145,20 +145,18 @@ class _TableSearch:
         if self._query.strategy is Strategy.KEYWORD:
             return None, []
         indexed = self._indexed_rows()
-        counting = asyncio.ensure_future(self._counts.count(self._name, self._table, self._where))
-        try:
-            vectors = await query_vectors(self._query)
-        except BaseException:
-            counting.cancel()
-            raise
+        vectors = self._query.vectors
         if len(vectors) == 0:
-            return await counting, []
-        if indexed is None:
-            found = await dense_candidates(
-                self._table, vectors, self._where, self._candidates, self._budget, None
+            return await self._counts.count(self._name, self._table, self._where), []
+        if indexed is None:  # a flat scan: counting runs beside it
+            matched, found = await asyncio.gather(
+                self._counts.count(self._name, self._table, self._where),
+                dense_candidates(
+                    self._table, vectors, self._where, self._candidates, self._budget, None
+                ),
             )
-            return await counting, found
-        matched = await counting
+            return matched, found
+        matched = await self._counts.count(self._name, self._table, self._where)
         nprobes = self._nprobes(matched, indexed)
         found = await dense_candidates(
             self._table, vectors, self._where, self._candidates, self._budget, nprobes
