@@ -89,6 +89,7 @@ class SearchService:
         self._embedder = embedder
         self._settings = settings
         chunker = Chunker(
+            embedder.tokenizer,
             chunk_tokens=settings.chunking.chunk_tokens,
             overlap_tokens=settings.chunking.overlap_tokens,
         )

@@ -327,6 +327,7 @@ class _QueryEmbedderDown:
         self.running = 0
         self.model_name = inner.model_name
         self.dimensions = inner.dimensions
+        self.tokenizer = inner.tokenizer
 
     async def embed(self, texts: Any) -> Any:
         if len(texts) > 1 or texts[0] != "needle":
