@@ -51,7 +51,7 @@ from services.search_tool.documents import Chunk, ChunkRecord, chunk_id
 from services.search_tool.embedding.minilm import MiniLmEmbedder
 from services.search_tool.engine.base import CollectionSpec
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb_rows import CHUNK_JSON_COLUMN
+from services.search_tool.engine.lancedb.rows import CHUNK_JSON_COLUMN
 from services.search_tool.server import open_engine
 
 COLLECTION = "bench100k"

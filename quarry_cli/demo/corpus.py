@@ -3,7 +3,7 @@
 Module, class, function and method docstrings of a curated list of standard-library modules, plus
 the language-reference topics that `pydoc` ships (`pydoc_data.topics`), each cut after its first
 `MAX_TOPIC_CHARS` at a paragraph boundary. The size is set by the first build, which must stay
-under two minutes on two cores and is bound by embedding (~2,000 tokens/s there on a slow day):
+under two minutes on two cores and is bound by embedding (README has the figures):
 the long tails of the reference topics were a quarter of all tokens, and sixteen modules of
 the least general interest (file formats, network protocol clients and servers, locale and
 Unicode tables ...) were left out to bring the corpus from ~242k to ~190k tokens. Nothing is

@@ -1,17 +1,16 @@
 """Token-aware splitting of document text into overlapping chunks.
 
-Sizes are counted in the embedder's own word pieces (the vendored MiniLM tokenizer), so a chunk
-always fits the model. Chunks are slices of the original text (by the tokenizer's character
-offsets), cut preferably at a paragraph break, then at a sentence end, then between words.
+Sizes are counted in the configured embedder's own tokens (`Embedder.tokenizer`: MiniLM's word
+pieces, OpenAI's cl100k BPE), so a chunk always fits the model. Chunks are slices of the original
+text (by the tokenizer's character spans), cut preferably at a paragraph break, then at a sentence
+end, then between words.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenizers import Tokenizer
-
-from services.search_tool.embedding.minilm import load_tokenizer
+from services.search_tool.embedding import Tokenizer
 
 _SENTENCE_ENDS = frozenset(".!?;:")
 
@@ -27,22 +26,25 @@ class TextChunk:
 
 
 class Chunker:
-    """Splits text into chunks of at most `chunk_tokens` word pieces, `overlap_tokens` shared."""
+    """Splits text into chunks of at most `chunk_tokens` tokens of `tokenizer`, `overlap_tokens`
+    shared."""
 
-    def __init__(self, *, chunk_tokens: int = 200, overlap_tokens: int = 40) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, *, chunk_tokens: int = 200, overlap_tokens: int = 40
+    ) -> None:
         if chunk_tokens < 8:
             raise ValueError("chunk_tokens must be at least 8")
         if not 0 <= overlap_tokens <= chunk_tokens // 2:
             raise ValueError("overlap_tokens must be between 0 and chunk_tokens / 2")
         self._chunk_tokens = chunk_tokens
         self._overlap_tokens = overlap_tokens
-        self._tokenizer = _untruncated_tokenizer()
+        self._tokenizer = tokenizer
 
     def split(self, text: str) -> list[TextChunk]:
         """The chunks of `text` in order; none for blank text, one when it is short enough."""
         if not text.strip():
             return []
-        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
+        offsets = self._tokenizer.spans(text)
         if len(offsets) <= self._chunk_tokens:
             return [TextChunk(0, text.strip())]
         pieces = [text[offsets[a][0] : offsets[b - 1][1]] for a, b in self._spans(text, offsets)]
@@ -97,9 +99,3 @@ def _word_start(offsets: list[tuple[int, int]], start: int, *, floor: int, limit
         if offsets[index - 1][1] < offsets[index][0]:
             return index
     return start
-
-
-def _untruncated_tokenizer() -> Tokenizer:
-    tokenizer = load_tokenizer()
-    tokenizer.no_truncation()
-    return tokenizer

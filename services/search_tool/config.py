@@ -11,7 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from services.common.settings import QuarrySettings, ServerSettings
 from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
-from services.search_tool.engine.lancedb_indexes import IndexPolicy
+from services.search_tool.engine.lancedb.indexes import IndexPolicy
 
 DEFAULT_PORT = 50051
 

@@ -208,7 +208,8 @@ def _time(message: search_tool_pb2.Document, name: str) -> datetime | None:
 
 
 def _set_time(stamp: timestamp_pb2.Timestamp, moment: datetime) -> None:
-    """`stamp` set to `moment` (naive means UTC) — 4x faster than `Timestamp.FromDatetime`."""
+    """`stamp` set to `moment` (naive means UTC), by integer arithmetic: `Timestamp.FromDatetime`
+    is several times slower."""
     seconds, micros = divmod(epoch_microseconds(moment), 1_000_000)
     stamp.seconds = seconds
     stamp.nanos = micros * 1000

@@ -6,7 +6,6 @@ validated here before anything is read or written, with InvalidArgument naming t
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Sequence
@@ -104,6 +103,7 @@ class SearchService:
         self._embedder = embedder
         self._settings = settings
         chunker = Chunker(
+            embedder.tokenizer,
             chunk_tokens=settings.chunking.chunk_tokens,
             overlap_tokens=settings.chunking.overlap_tokens,
         )
@@ -170,24 +170,9 @@ class SearchService:
             await self._filter(request)
             empty = SearchPage(hits=[], total_count=0)
             return SearchOutcome(empty, (time.perf_counter() - started) * 1000)
-        # Embedding runs while the filter is checked and the engine starts on what needs no
-        # vectors (the keyword side, the filter count).
-        vectors = asyncio.ensure_future(self._query_vectors(request))
-        try:
-            return await self._search(request, limit, vectors, started)
-        finally:
-            if not vectors.done():
-                vectors.cancel()
-            elif not vectors.cancelled():
-                vectors.exception()  # retrieved here when the search failed before using it
+        return await self._search(request, limit, started)
 
-    async def _search(
-        self,
-        request: SearchRequest,
-        limit: int,
-        vectors: asyncio.Future[npt.NDArray[np.float32]],
-        started: float,
-    ) -> SearchOutcome:
+    async def _search(self, request: SearchRequest, limit: int, started: float) -> SearchOutcome:
         expression = await self._filter(request)
         timeout = self._settings.engine.search_timeout_s
         if request.deadline_s is not None:
@@ -195,7 +180,7 @@ class SearchService:
         query = EngineQuery(
             strategy=request.strategy,
             keyword_text=request.primary,
-            vectors=vectors,
+            vectors=await self._query_vectors(request),
             filter=expression,
             limit=limit,
             offset=request.offset,

@@ -35,10 +35,6 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         """Start answering with `service` (once the embedder and engine are loaded)."""
         self._service = service
 
-    @property
-    def ready(self) -> bool:
-        return self._service is not None
-
     def _ready(self) -> SearchService:
         if self._service is None:
             raise Unavailable("the search tool is still loading its model", retry_after_s=1.0)

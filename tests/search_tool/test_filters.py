@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.search_tool.engine.lancedb_sql import compile_filter, like_pattern, literal
+from services.search_tool.engine.lancedb.sql import compile_filter, like_pattern, literal
 from services.search_tool.filters import (
     CHUNK_FIELDS,
     Condition,

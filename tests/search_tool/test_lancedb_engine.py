@@ -12,7 +12,6 @@ from typing import Any
 
 import lancedb
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from services.common.errors import (
@@ -20,10 +19,8 @@ from services.common.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    Unavailable,
 )
 from services.search_tool.documents import Breadcrumb, Document
-from services.search_tool.engine import lancedb as lancedb_engine
 from services.search_tool.engine.base import (
     CollectionSpec,
     EngineQuery,
@@ -32,7 +29,7 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb_indexes import (
+from services.search_tool.engine.lancedb.indexes import (
     FTS_INDEX,
     IndexPolicy,
     build_vector_index,
@@ -40,7 +37,6 @@ from services.search_tool.engine.lancedb_indexes import (
     vector_index_rows,
     vector_partitions,
 )
-from services.search_tool.engine.lancedb_rows import CHUNK_JSON_COLUMN, base_schema, result_columns
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -505,43 +501,6 @@ async def test_a_page_is_complete_when_rows_moved_between_ranking_and_fetching(
     await engine.close()
 
 
-async def test_the_keyword_side_runs_while_the_query_vectors_are_still_being_computed(
-    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    keyword_started = asyncio.Event()
-    original_keyword = lancedb_engine._keyword
-
-    async def keyword(*args: Any, **kwargs: Any) -> Any:
-        keyword_started.set()
-        return await original_keyword(*args, **kwargs)
-
-    monkeypatch.setattr(lancedb_engine, "_keyword", keyword)
-
-    async def embedding_after_the_keyword_side_started() -> npt.NDArray[np.float32]:
-        await asyncio.wait_for(keyword_started.wait(), timeout=5)
-        return np.stack([vector_for("x")])
-
-    pending = EngineQuery(
-        Strategy.HYBRID, "release", embedding_after_the_keyword_side_started(), limit=5
-    )
-    page = await engine.search("fixture", pending)
-    ready = await engine.search(
-        "fixture", EngineQuery(Strategy.HYBRID, "release", np.stack([vector_for("x")]), limit=5)
-    )
-    assert [h.chunk.id for h in page.hits] == [h.chunk.id for h in ready.hits]
-    assert [h.score for h in page.hits] == pytest.approx([h.score for h in ready.hits])
-
-
-async def test_a_failing_query_embedding_fails_the_search_with_its_error(
-    engine: LanceDBEngine,
-) -> None:
-    async def failing_embedding() -> npt.NDArray[np.float32]:
-        raise Unavailable("embedding endpoint down")
-
-    with pytest.raises(Unavailable, match="embedding endpoint down"):
-        await engine.search("fixture", EngineQuery(Strategy.HYBRID, "release", failing_embedding()))
-
-
 async def test_searches_during_updates_and_compactions_return_whole_pages_of_distinct_chunks(
     tmp_path: Path,
 ) -> None:
@@ -628,7 +587,7 @@ def _bulk(batch: int, count: int = 200) -> list[Document]:
 
 
 async def test_upserts_return_while_the_vector_index_is_built_and_searches_stay_correct(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     release = asyncio.Event()
     started = asyncio.Event()
@@ -639,9 +598,10 @@ async def test_upserts_return_while_the_vector_index_is_built_and_searches_stay_
         await release.wait()
         await original_build(table, rows)
 
-    monkeypatch.setattr(lancedb_engine, "build_vector_index", slow_build)
     policy = IndexPolicy(vector_index_min_rows=500, fts_min_refresh_rows=10_000)
-    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    engine = await LanceDBEngine.open(
+        tmp_path / "db", policy=policy, vector_index_builder=slow_build
+    )
     await engine.ensure_collection("c", SPEC)
     # crosses the threshold: a build starts, and the write returns without waiting for it
     await asyncio.wait_for(engine.upsert("c", records(_bulk(0, 600))), timeout=5)
@@ -661,24 +621,23 @@ async def test_upserts_return_while_the_vector_index_is_built_and_searches_stay_
 
 
 async def test_a_vector_index_build_cut_short_by_a_restart_runs_again_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     started = asyncio.Event()
-    original_build = build_vector_index
 
     async def never_finishing_build(table: Any, rows: int) -> None:
         started.set()
         await asyncio.sleep(3600)
 
-    monkeypatch.setattr(lancedb_engine, "build_vector_index", never_finishing_build)
     policy = IndexPolicy(vector_index_min_rows=500)
-    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy)
+    engine = await LanceDBEngine.open(
+        tmp_path / "db", policy=policy, vector_index_builder=never_finishing_build
+    )
     await engine.ensure_collection("c", SPEC)
     await engine.upsert("c", records(_bulk(0, 600)))
     await asyncio.wait_for(started.wait(), timeout=5)
     await asyncio.wait_for(engine.close(), timeout=5)  # the build is stopped, not waited for
 
-    monkeypatch.setattr(lancedb_engine, "build_vector_index", original_build)
     reopened = await LanceDBEngine.open(tmp_path / "db", policy=policy)
     assert await vector_index_rows(await reopened._table("c")) is None
     await reopened.vector_index_settled("c")
@@ -727,36 +686,6 @@ async def test_keyword_total_counts_every_match_up_to_the_cap(tmp_path: Path) ->
     await engine.close()
 
 
-async def _legacy_collection(path: Path, name: str) -> None:
-    """A collection as versions before `chunk_json` created it."""
-    schema = base_schema(SPEC.embedding_model, SPEC.dimensions)
-    legacy = schema.remove(schema.get_field_index(CHUNK_JSON_COLUMN))
-    db = await lancedb.connect_async(str(path))
-    await db.create_table(name, schema=legacy)
-    db.close()  # type: ignore[no-untyped-call]
-
-
-async def test_hits_read_from_chunk_json_equal_hits_read_column_by_column(tmp_path: Path) -> None:
-    await _legacy_collection(tmp_path / "db", "legacy")
-    engine = await LanceDBEngine.open(tmp_path / "db")
-    await engine.ensure_collection("current", SPEC)
-    for name in ("legacy", "current"):
-        await engine.upsert(name, records(FIXTURE))
-    current_table = await engine._table("current")
-    legacy_table = await engine._table("legacy")
-    assert result_columns(await current_table.schema()) == [CHUNK_JSON_COLUMN]
-    assert CHUNK_JSON_COLUMN not in result_columns(await legacy_table.schema())
-    current = await engine.search("current", _semantic())
-    legacy = await engine.search("legacy", _semantic())
-    await engine.close()
-    assert len(current.hits) == len(FIXTURE)
-    assert [h.chunk for h in current.hits] == [h.chunk for h in legacy.hits]
-    for hit in current.hits:
-        typed = {k: type(v) for k, v in hit.chunk.metadata.items()}
-        legacy_hit = next(h for h in legacy.hits if h.chunk.id == hit.chunk.id)
-        assert typed == {k: type(v) for k, v in legacy_hit.chunk.metadata.items()}
-
-
 async def test_chunk_json_keeps_instants_to_the_microsecond_and_column_types(
     engine: LanceDBEngine,
 ) -> None:
@@ -781,12 +710,9 @@ async def test_chunk_json_keeps_instants_to_the_microsecond_and_column_types(
     assert isinstance(hit.chunk.metadata["year"], int)
 
 
-@pytest.mark.parametrize("layout", ["current", "legacy"])
 async def test_a_metadata_key_added_after_searches_is_filterable_and_returned(
-    tmp_path: Path, layout: str
+    tmp_path: Path,
 ) -> None:
-    if layout == "legacy":
-        await _legacy_collection(tmp_path / "db", "c")
     engine = await LanceDBEngine.open(tmp_path / "db")
     await engine.ensure_collection("c", SPEC)
     await engine.upsert("c", records(FIXTURE))

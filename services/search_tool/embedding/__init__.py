@@ -8,6 +8,7 @@ from services.search_tool.embedding.base import (
     Embedder,
     EmbeddingRejected,
     EmbeddingUnavailable,
+    Tokenizer,
 )
 from services.search_tool.embedding.config import EmbeddingSettings
 
@@ -16,6 +17,7 @@ __all__ = [
     "EmbeddingRejected",
     "EmbeddingSettings",
     "EmbeddingUnavailable",
+    "Tokenizer",
     "build_embedder",
 ]
 

@@ -17,6 +17,16 @@ import numpy.typing as npt
 from services.common.errors import FailedPrecondition, Unavailable
 
 
+class Tokenizer(Protocol):
+    """Splits text into the tokens an embedding model sees: what the chunker counts."""
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Character `(start, end)` of each token of `text`, in order: no special tokens, no
+        truncation, whitespace trimmed off each token's ends (a token of whitespace only is
+        the empty span at its end), so the text between two spans is what separates them."""
+        ...
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """Turns texts into L2-normalised dense vectors."""
@@ -29,6 +39,11 @@ class Embedder(Protocol):
     @property
     def dimensions(self) -> int:
         """Length of every vector."""
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's own tokenizer, which sizes chunks."""
         ...
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:

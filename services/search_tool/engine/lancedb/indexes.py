@@ -7,15 +7,15 @@ probed partitions) is built only once a collection is large enough for a full sc
 with about √rows partitions. Filters leaving many rows probe a tenth of them, at least `nprobes`
 (more when too few hits pass the filter); selective filters probe every partition, which keeps the
 search exact — the only way to keep their recall — and is still faster than LanceDB's flat scan,
-which reads every vector. Measured on 100k chunks with a filter leaving 10 %: 24 partitions probed
-20 deep took 25 ms; 316 partitions probed 32 deep take 12 ms, recall@100 against exact search 0.99+.
+which reads every vector. About √rows partitions (rather than LanceDB's default, far fewer) keep
+each probe small, so a tenth of them still finds nearly every exact neighbour (README: measured).
 
 Every write adds a data fragment, and each query pays for every fragment it touches, so fragments
 are compacted (LanceDB `optimize`, which also folds new rows into the indexes and removes table
 versions older than `keep_versions_s`) whenever the indexes are rebuilt and once a collection is
-split into `max_fragments`. At 100k chunks, 10 fragments → 1 took 4.8 s and cut a keyword search
-with a filter from 28 to 15 ms. A collection with a vector index needs a rebuild of it after each
-compaction (15 s at 100k chunks, see `refresh_indexes`); the engine runs it in the background.
+split into `max_fragments`. A collection with a vector index needs a rebuild of it after each
+compaction (see `refresh_indexes`); it takes seconds on a large collection, so the engine runs it
+in the background.
 
 Scalar indexes (BTREE, BITMAP for low-cardinality text and booleans) cover `id` (the page of a
 hybrid search is fetched by id), `document_id` and every filterable column but breadcrumbs; they are
@@ -37,8 +37,8 @@ from typing import Any
 import pyarrow as pa
 from lancedb.index import FTS, Bitmap, BTree, IvfFlat
 
-from services.search_tool.engine.lancedb_rows import SEARCH_TEXT_COLUMN, VECTOR_COLUMN
-from services.search_tool.engine.lancedb_sql import METADATA_COLUMN_PREFIX
+from services.search_tool.engine.lancedb.rows import SEARCH_TEXT_COLUMN, VECTOR_COLUMN
+from services.search_tool.engine.lancedb.sql import METADATA_COLUMN_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ async def refresh_indexes(
     Staleness is judged before compacting: compaction folds new rows into the indexes, which
     would hide them. LanceDB 0.40's `optimize` also retrains an IVF index into 2 partitions (a
     full scan on every query; measured), so the vector index is rebuilt after every compaction —
-    here, or by the caller when `build_vectors` is False (it takes 15 s at 100k rows; the engine
+    here, or by the caller when `build_vectors` is False (it is slow on large tables; the engine
     does it in the background). `compaction_lock` keeps a compaction from racing such a build.
     """
     stale = 1 if force else await _stale_rows(table, policy)

@@ -1,14 +1,13 @@
 """How chunk records map to LanceDB rows: the table schema, and conversion both ways.
 
-One table per collection. Chunk fields are columns; breadcrumbs are kept three ways (the JSON
-list that round-trips, `breadcrumb_terms` with every id and name for equals/in, `breadcrumb_path`
-with the names joined by ` > ` for contains); `search_text` (title and text) carries the BM25
-index; each metadata key is its own typed, nullable column `meta__<key>`, added when first seen.
+One table per collection. Chunk fields are columns that filters, BM25 and GetCollection read;
+breadcrumbs are filtered through `breadcrumb_terms` (every id and name, for equals/in) and
+`breadcrumb_path` (the names joined by ` > `, for contains); `search_text` (title and text)
+carries the BM25 index; each metadata key is its own typed, nullable column `meta__<key>`, added
+when first seen.
 
-`chunk_json` repeats, as one JSON string, everything a search hit returns: a page of hits is then
-one column read instead of fourteen (LanceDB pays ~0.3 ms per column taken; 10 rows at 100k: 5.9
-→ 2.2 ms). The typed columns stay the ones filters, BM25 and GetCollection read. Collections
-created before the column existed have no `chunk_json` and are read column by column.
+`chunk_json` holds, as one JSON string, everything a search hit returns: it is the only column a
+search reads back, since LanceDB pays for every column it takes.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from services.common.errors import InvalidArgument
 from services.search_tool.documents import (
     Breadcrumb,
     Chunk,
@@ -27,8 +27,10 @@ from services.search_tool.documents import (
     MetadataValue,
     epoch_microseconds,
     from_epoch_microseconds,
+    metadata_type,
+    widen,
 )
-from services.search_tool.engine.lancedb_sql import (
+from services.search_tool.engine.lancedb.sql import (
     BREADCRUMB_PATH_COLUMN,
     BREADCRUMB_TERMS_COLUMN,
     METADATA_COLUMN_PREFIX,
@@ -38,7 +40,6 @@ from services.search_tool.filters import CHUNK_FIELDS, METADATA_PREFIX, FieldTyp
 VECTOR_COLUMN = "vector"
 SEARCH_TEXT_COLUMN = "search_text"
 CONTENT_HASH_COLUMN = "content_hash"
-BREADCRUMBS_JSON_COLUMN = "breadcrumbs_json"
 CHUNK_JSON_COLUMN = "chunk_json"
 EMBEDDING_MODEL_KEY = b"quarry.embedding_model"
 DIMENSIONS_KEY = b"quarry.embedding_dimensions"
@@ -68,7 +69,6 @@ def base_schema(embedding_model: str, dimensions: int) -> pa.Schema:
             pa.field("created_at", _TIMESTAMP),
             pa.field("updated_at", _TIMESTAMP),
             pa.field("url", pa.string()),
-            pa.field(BREADCRUMBS_JSON_COLUMN, pa.string()),
             pa.field(BREADCRUMB_TERMS_COLUMN, pa.list_(pa.string())),
             pa.field(BREADCRUMB_PATH_COLUMN, pa.string()),
             pa.field(CONTENT_HASH_COLUMN, pa.string()),
@@ -113,23 +113,28 @@ def filterable_fields(schema: pa.Schema) -> dict[str, FieldType]:
     return fields
 
 
-_NOT_IN_RESULTS = (
-    VECTOR_COLUMN,
-    SEARCH_TEXT_COLUMN,
-    BREADCRUMB_TERMS_COLUMN,
-    BREADCRUMB_PATH_COLUMN,
-    CONTENT_HASH_COLUMN,
-    CHUNK_JSON_COLUMN,
-)
-
-
-def result_columns(schema: pa.Schema) -> list[str]:
-    """Columns a search reads back: what `to_chunk` needs — `chunk_json` alone where the
-    collection has it, otherwise every chunk column but the vector, the BM25 text and the
-    filter-only breadcrumb columns (each column read costs a page fetch)."""
-    if CHUNK_JSON_COLUMN in schema.names:
-        return [CHUNK_JSON_COLUMN]
-    return [f.name for f in schema if f.name not in _NOT_IN_RESULTS]
+def added_metadata_fields(schema: pa.Schema, records: Sequence[ChunkRecord]) -> list[pa.Field]:
+    """The columns `records` need that `schema` lacks: one per new metadata key, typed by its
+    values. A value of another type than its key's column (or mixed types in a new key) is
+    InvalidArgument naming `metadata.<key>`."""
+    known = metadata_types(schema)
+    new: dict[str, FieldType] = {}
+    for record in records:
+        for key, value in record.chunk.metadata.items():
+            incoming = metadata_type(value)
+            if key in known:
+                if widen(known[key], incoming) is not known[key]:
+                    raise InvalidArgument.for_field(
+                        f"metadata.{key}", f"is {known[key]} in this collection, not {incoming}"
+                    )
+                continue
+            merged = widen(new[key], incoming) if key in new else incoming
+            if merged is None:
+                raise InvalidArgument.for_field(
+                    f"metadata.{key}", f"mixes {new[key]} and {incoming} values"
+                )
+            new[key] = merged
+    return [metadata_field(key, field_type) for key, field_type in sorted(new.items())]
 
 
 def to_table(records: Sequence[ChunkRecord], schema: pa.Schema) -> pa.Table:
@@ -157,7 +162,6 @@ def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
         "created_at": chunk.created_at,
         "updated_at": chunk.updated_at,
         "url": chunk.url,
-        BREADCRUMBS_JSON_COLUMN: json.dumps(crumbs),
         BREADCRUMB_TERMS_COLUMN: sorted(
             {t for b in chunk.breadcrumbs for t in (b.id, b.name) if t}
         ),
@@ -171,8 +175,7 @@ def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
             if value is not None and pa.types.is_floating(field.type):
                 value = float(value)
             row[field.name] = value
-    if CHUNK_JSON_COLUMN in schema.names:
-        row[CHUNK_JSON_COLUMN] = _chunk_json(row, crumbs)
+    row[CHUNK_JSON_COLUMN] = _chunk_json(row, crumbs)
     return row
 
 
@@ -215,21 +218,9 @@ def _moment(microseconds: int | None) -> datetime | None:
     return None if microseconds is None else from_epoch_microseconds(microseconds)
 
 
-def to_chunk(row: Mapping[str, Any]) -> Chunk:
-    """A stored row as a `Chunk` (from `chunk_json` when the row carries it)."""
-    payload = row.get(CHUNK_JSON_COLUMN)
-    if payload is not None:
-        fields = json.loads(payload)
-        return _chunk(fields, _moment(fields["created_at"]), _moment(fields["updated_at"]))
-    crumbs = json.loads(row.get(BREADCRUMBS_JSON_COLUMN) or "[]")
-    fields = {**row, "breadcrumbs": crumbs, "metadata": _metadata_of(row)}
-    return _chunk(fields, row.get("created_at"), row.get("updated_at"))
-
-
-def _chunk(
-    fields: Mapping[str, Any], created_at: datetime | None, updated_at: datetime | None
-) -> Chunk:
-    """A `Chunk` from the hit-facing fields, in either storage shape."""
+def to_chunk(chunk_json: str) -> Chunk:
+    """The `Chunk` a stored row's `chunk_json` describes."""
+    fields = json.loads(chunk_json)
     return Chunk(
         id=fields["id"],
         document_id=fields["document_id"],
@@ -238,8 +229,8 @@ def _chunk(
         title=fields["title"] or "",
         source=fields["source"] or "",
         entity_type=fields["entity_type"] or "",
-        created_at=created_at,
-        updated_at=updated_at,
+        created_at=_moment(fields["created_at"]),
+        updated_at=_moment(fields["updated_at"]),
         url=fields["url"] or "",
         breadcrumbs=tuple(
             Breadcrumb(c["id"], c["name"], c.get("entity_type", "")) for c in fields["breadcrumbs"]

@@ -1,0 +1,322 @@
+"""`LanceDBEngine`: the `SearchEngine` over a LanceDB database directory.
+
+It owns the open tables, their schemas and the locks: writes to one collection are serialised,
+reads run concurrently. The work itself lives beside it: `rows` (schema and conversion), `sql`
+(filters), `indexes` (when indexes are built), `vector_builds` (background vector-index builds),
+`search` and `retrieval` (one search), `describe` (GetCollection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+
+from services.common.errors import FailedPrecondition, NotFound
+from services.search_tool.documents import ChunkRecord
+from services.search_tool.engine.base import (
+    CollectionSpec,
+    CollectionStats,
+    EngineQuery,
+    SearchPage,
+    StoredVersion,
+)
+from services.search_tool.engine.lancedb.describe import describe_table
+from services.search_tool.engine.lancedb.indexes import (
+    IndexPolicy,
+    build_vector_index,
+    ensure_indexes,
+    refresh_indexes,
+)
+from services.search_tool.engine.lancedb.rows import (
+    CONTENT_HASH_COLUMN,
+    added_metadata_fields,
+    base_schema,
+    embedding_of,
+    filterable_fields,
+    to_table,
+)
+from services.search_tool.engine.lancedb.search import FilterCounts, SearchLimits, search_table
+from services.search_tool.engine.lancedb.sql import METADATA_COLUMN_PREFIX, compile_filter, literal
+from services.search_tool.engine.lancedb.vector_builds import (
+    VectorIndexBuilder,
+    VectorIndexBuilds,
+)
+from services.search_tool.filters import FieldType, FilterExpression
+
+log = logging.getLogger(__name__)
+
+_ID_BATCH = 500
+
+
+class LanceDBEngine:
+    """`SearchEngine` over a LanceDB database directory."""
+
+    def __init__(
+        self,
+        connection: lancedb.AsyncConnection,
+        *,
+        policy: IndexPolicy | None = None,
+        hybrid_candidates: int = 100,
+        keyword_count_cap: int = 10_000,
+        marker_dir: Path | None = None,
+        vector_index_builder: VectorIndexBuilder = build_vector_index,
+    ) -> None:
+        self._db = connection
+        self._policy = policy or IndexPolicy()
+        self._limits = SearchLimits(self._policy, hybrid_candidates, keyword_count_cap)
+        self._counts = FilterCounts()
+        self._vectors = VectorIndexBuilds(marker_dir=marker_dir, builder=vector_index_builder)
+        self._described: dict[str, tuple[int, CollectionStats]] = {}
+        self._tables: dict[str, Any] = {}
+        self._schemas: dict[str, pa.Schema] = {}
+        """Each open table's schema: only this engine's writes change it (`_widen_schema`)."""
+        self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._open_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: Path,
+        *,
+        policy: IndexPolicy | None = None,
+        hybrid_candidates: int = 100,
+        keyword_count_cap: int = 10_000,
+        vector_index_builder: VectorIndexBuilder = build_vector_index,
+    ) -> LanceDBEngine:
+        """Open (creating when missing) the database under `data_dir`; pending vector-index
+        builds are remembered under `data_dir/.quarry/`."""
+        await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
+        connection = await lancedb.connect_async(str(data_dir))
+        return cls(
+            connection,
+            policy=policy,
+            hybrid_candidates=hybrid_candidates,
+            keyword_count_cap=keyword_count_cap,
+            marker_dir=data_dir / ".quarry",
+            vector_index_builder=vector_index_builder,
+        )
+
+    async def close(self) -> None:
+        """Stops vector-index builds in flight (remembered: they run again after a restart)."""
+        await self._vectors.close()
+        self._tables.clear()
+        self._schemas.clear()
+        self._db.close()  # type: ignore[no-untyped-call]
+
+    async def list_collections(self) -> list[str]:
+        names: list[str] = []
+        token: str | None = None
+        while True:
+            page = await self._db.list_tables(page_token=token)
+            names.extend(page.tables)
+            token = page.page_token
+            if not token:
+                return sorted(names)
+
+    async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
+        """Create when missing; an existing collection must come from the same embedding model."""
+        async with self._write_locks[name], self._open_locks[name]:
+            if name not in self._tables and name not in await self.list_collections():
+                schema = base_schema(spec.embedding_model, spec.dimensions)
+                table = await self._db.create_table(name, schema=schema)
+                await ensure_indexes(table)
+                self._tables[name] = table
+                self._vectors.set_covered_rows(name, None)
+                log.info("collection created", extra={"collection": name})
+                return
+        table = await self._table(name)
+        model, dimensions = embedding_of(await table.schema())
+        if (model, dimensions) != (spec.embedding_model, spec.dimensions):
+            raise FailedPrecondition(
+                f"collection {name!r} holds {dimensions}-d vectors of {model!r}; the embedder "
+                f"makes {spec.dimensions}-d vectors of {spec.embedding_model!r}",
+                reason="EMBEDDING_MISMATCH",
+                metadata={"collection": name},
+            )
+
+    async def drop_collection(self, name: str) -> None:
+        async with self._write_locks[name]:
+            await self._table(name)
+            await self._vectors.drop(name)
+            async with self._open_locks[name]:
+                self._tables.pop(name, None)
+                self._schemas.pop(name, None)
+                self._described.pop(name, None)
+                self._counts.forget(name)
+                await self._db.drop_table(name)
+
+    async def fields(self, name: str) -> Mapping[str, FieldType]:
+        return filterable_fields(await self._schema(name))
+
+    async def upsert(
+        self, name: str, records: Sequence[ChunkRecord], *, absent: AbstractSet[str] = frozenset()
+    ) -> int:
+        """A merge on `id` for records that may be stored, a plain append for those the caller
+        knows are not (an append skips the merge's lookup of existing ids, which grows with the
+        collection)."""
+        if not records:
+            return 0
+        async with self._write_locks[name]:
+            table = await self._table(name)
+            schema = await self._widen_schema(name, table, records)
+            new = [r for r in records if r.chunk.id in absent]
+            maybe_stored = [r for r in records if r.chunk.id not in absent]
+            if new:
+                await table.add(to_table(new, schema))
+            if maybe_stored:
+                await (
+                    table.merge_insert("id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute(to_table(maybe_stored, schema))
+                )
+            refreshed = await refresh_indexes(
+                table,
+                self._policy,
+                build_vectors=False,
+                compaction_lock=self._vectors.locks[name],
+            )
+            self._vectors.set_covered_rows(name, refreshed.vector_rows)
+            if refreshed.vector_rebuild_due:
+                self._vectors.schedule(name, table)
+        return len(records)
+
+    async def refresh(self, name: str) -> None:
+        """Fold every row written since the last builds into the indexes (after bulk loads)."""
+        async with self._write_locks[name]:
+            table = await self._table(name)
+            await self._vectors.settled(name)
+            async with self._vectors.locks[name]:
+                refreshed = await refresh_indexes(table, self._policy, force=True)
+            self._vectors.set_covered_rows(name, refreshed.vector_rows)
+            self._vectors.built(name)
+
+    async def vector_index_settled(self, name: str) -> None:
+        """Wait for a background vector-index build of `name`, if one runs."""
+        await self._vectors.settled(name)
+
+    async def stored_versions(
+        self, name: str, document_ids: Sequence[str]
+    ) -> dict[str, StoredVersion]:
+        table = await self._table(name)
+        ids: dict[str, set[str]] = defaultdict(set)
+        hashes: dict[str, set[str]] = defaultdict(set)
+        for batch in _batches(document_ids):
+            rows = await (
+                table.query()
+                .where(f"document_id IN ({', '.join(literal(d) for d in batch)})")
+                .select(["id", "document_id", CONTENT_HASH_COLUMN])
+                .to_arrow()
+            )
+            for row in rows.to_pylist():
+                ids[row["document_id"]].add(row["id"])
+                hashes[row["document_id"]].add(row[CONTENT_HASH_COLUMN] or "")
+        return {
+            doc: StoredVersion(
+                frozenset(chunks), next(iter(hashes[doc])) if len(hashes[doc]) == 1 else ""
+            )
+            for doc, chunks in ids.items()
+        }
+
+    async def delete_chunks(self, name: str, chunk_ids: Sequence[str]) -> int:
+        if not chunk_ids:
+            return 0
+        predicates = [f"id IN ({', '.join(literal(c) for c in b)})" for b in _batches(chunk_ids)]
+        return await self._delete(name, predicates)
+
+    async def delete_matching(
+        self, name: str, *, document_ids: Sequence[str], where: FilterExpression | None
+    ) -> int:
+        predicates = [
+            f"document_id IN ({', '.join(literal(d) for d in batch)})"
+            for batch in _batches(document_ids)
+        ]
+        compiled = compile_filter(where) if where is not None else None
+        if compiled is not None:
+            predicates.append(compiled)
+        elif where is not None:
+            predicates.append("true")
+        return await self._delete(name, predicates)
+
+    async def search(self, name: str, query: EngineQuery) -> SearchPage:
+        table = await self._table(name)
+        return await search_table(
+            name,
+            table,
+            query,
+            limits=self._limits,
+            counts=self._counts,
+            indexed_rows=lambda: self._vectors.covered_rows(name),
+        )
+
+    async def describe(self, name: str) -> CollectionStats:
+        """Scans four columns once per table version; repeated calls between writes are free."""
+        table = await self._table(name)
+        version = await table.version()
+        cached = self._described.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        stats = await describe_table(name, table)
+        self._described[name] = (version, stats)
+        return stats
+
+    async def _delete(self, name: str, predicates: Sequence[str]) -> int:
+        deleted = 0
+        async with self._write_locks[name]:
+            table = await self._table(name)
+            for predicate in predicates:
+                result = await table.delete(predicate)
+                deleted += result.num_deleted_rows
+        return deleted
+
+    async def _table(self, name: str) -> Any:
+        table = self._tables.get(name)
+        if table is not None:
+            return table
+        async with self._open_locks[name]:
+            if name in self._tables:
+                return self._tables[name]
+            try:
+                table = await self._db.open_table(name)
+            except (ValueError, FileNotFoundError) as error:
+                raise NotFound(
+                    f"collection {name!r} does not exist", metadata={"collection": name}
+                ) from error
+            await ensure_indexes(table)
+            self._tables[name] = table
+            await self._vectors.opened(name, table)
+            return table
+
+    async def _schema(self, name: str) -> pa.Schema:
+        schema = self._schemas.get(name)
+        if schema is None:
+            schema = await (await self._table(name)).schema()
+            self._schemas[name] = schema
+        return schema
+
+    async def _widen_schema(
+        self, name: str, table: Any, records: Sequence[ChunkRecord]
+    ) -> pa.Schema:
+        schema = await self._schema(name)
+        added = added_metadata_fields(schema, records)
+        if not added:
+            return schema
+        try:
+            await table.add_columns(added)
+        finally:
+            self._schemas.pop(name, None)
+        keys = [f.name.removeprefix(METADATA_COLUMN_PREFIX) for f in added]
+        log.info("metadata keys added", extra={"keys": keys})
+        return await self._schema(name)
+
+
+def _batches(values: Sequence[str]) -> list[Sequence[str]]:
+    return [values[i : i + _ID_BATCH] for i in range(0, len(values), _ID_BATCH)]

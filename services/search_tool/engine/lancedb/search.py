@@ -1,0 +1,191 @@
+"""One search of one LanceDB table: both sides filtered by the engine, fused, paged.
+
+Candidates are ranked and fused by row address (reading no column but the score); the page's
+chunks are then taken by address. A concurrent write can move rows in between (a compaction, an
+update): the page then comes back short, and the search runs once more against the new version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from services.common.errors import DeadlineExceeded
+from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
+from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
+from services.search_tool.engine.lancedb.retrieval import (
+    ALL_PARTITIONS,
+    chunks_at,
+    dense_candidates,
+    keyword_candidates,
+)
+from services.search_tool.engine.lancedb.sql import compile_filter
+from services.search_tool.fusion import Candidate, fuse
+
+_COUNT_CACHE_SIZE = 512
+
+
+class _RowsMoved(Exception):
+    """Rows of a page moved between ranking and fetching (a concurrent write)."""
+
+
+@dataclass(frozen=True)
+class SearchLimits:
+    """How deep each side of a search goes."""
+
+    policy: IndexPolicy
+    """When a filtered dense search probes every IVF partition, and how many otherwise."""
+    hybrid_candidates: int = 100
+    """Candidates per side that HYBRID fuses (at least offset + limit)."""
+    keyword_count_cap: int = 10_000
+    """KEYWORD counts matching chunks up to this many."""
+
+
+class FilterCounts:
+    """Rows matching a filter, remembered per (collection, table version, filter) for the most
+    recently used filters: a repeated filter costs nothing until the next write."""
+
+    def __init__(self, size: int = _COUNT_CACHE_SIZE) -> None:
+        self._size = size
+        self._counts: OrderedDict[tuple[str, int, str | None], int] = OrderedDict()
+
+    async def count(self, name: str, table: Any, where: str | None) -> int:
+        key = (name, await table.version(), where)
+        cached = self._counts.get(key)
+        if cached is not None:
+            self._counts.move_to_end(key)
+            return cached
+        matched = int(await table.count_rows(where))
+        self._counts[key] = matched
+        if len(self._counts) > self._size:
+            self._counts.popitem(last=False)
+        return matched
+
+    def forget(self, name: str) -> None:
+        """Drop what is remembered about a collection."""
+        self._counts = OrderedDict((k, v) for k, v in self._counts.items() if k[0] != name)
+
+
+async def search_table(
+    name: str,
+    table: Any,
+    query: EngineQuery,
+    *,
+    limits: SearchLimits,
+    counts: FilterCounts,
+    indexed_rows: Callable[[], int | None],
+) -> SearchPage:
+    """Run `query` within its time budget. `indexed_rows` tells the rows the vector index covers
+    now (None: no vector index, dense search scans every row the filter leaves)."""
+    try:
+        async with asyncio.timeout(query.timeout_s):
+            search = _TableSearch(name, table, query, limits, counts, indexed_rows)
+            try:
+                return await search.run(final=False)
+            except _RowsMoved:
+                return await search.run(final=True)
+    except TimeoutError:
+        raise DeadlineExceeded(
+            f"search in {name!r} took longer than {query.timeout_s} s",
+            metadata={"collection": name},
+        ) from None
+
+
+class _TableSearch:
+    def __init__(
+        self,
+        name: str,
+        table: Any,
+        query: EngineQuery,
+        limits: SearchLimits,
+        counts: FilterCounts,
+        indexed_rows: Callable[[], int | None],
+    ) -> None:
+        self._name = name
+        self._table = table
+        self._query = query
+        self._limits = limits
+        self._counts = counts
+        self._indexed_rows = indexed_rows
+        self._where = compile_filter(query.filter)
+        self._budget = timedelta(seconds=query.timeout_s) if query.timeout_s else None
+        self._depth = query.offset + query.limit
+        hybrid = query.strategy is Strategy.HYBRID
+        self._candidates = max(self._depth, limits.hybrid_candidates) if hybrid else self._depth
+
+    async def run(self, *, final: bool) -> SearchPage:
+        """One page; raises `_RowsMoved` when the page comes back short, unless `final`."""
+        query = self._query
+        (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
+            self._dense_side(), self._keyword_side()
+        )
+        fused = fuse(dense_lists, keyword_list, query.fusion)
+        page = fused[query.offset : self._depth]
+        chunks = await chunks_at(self._table, [int(f.id) for f in page], self._budget)
+        if len(chunks) < len(page) and not final:
+            raise _RowsMoved
+        hits: list[Hit] = []
+        seen: set[str] = set()
+        for fused_hit in page:
+            chunk = chunks.get(int(fused_hit.id))
+            if chunk is None or chunk.id in seen:
+                continue
+            seen.add(chunk.id)
+            hits.append(Hit(chunk, fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score))
+        if matched is None:
+            matched = keyword_matches or 0
+        return SearchPage(hits=hits, total_count=max(matched, len(fused)))
+
+    async def _dense_side(self) -> tuple[int | None, list[list[Candidate]]]:
+        """(rows matching the filter, one candidate list per query vector); KEYWORD: (None, [])."""
+        if self._query.strategy is Strategy.KEYWORD:
+            return None, []
+        indexed = self._indexed_rows()
+        vectors = self._query.vectors
+        if len(vectors) == 0:
+            return await self._counts.count(self._name, self._table, self._where), []
+        if indexed is None:  # a flat scan: counting runs beside it
+            matched, found = await asyncio.gather(
+                self._counts.count(self._name, self._table, self._where),
+                dense_candidates(
+                    self._table, vectors, self._where, self._candidates, self._budget, None
+                ),
+            )
+            return matched, found
+        matched = await self._counts.count(self._name, self._table, self._where)
+        nprobes = self._nprobes(matched, indexed)
+        found = await dense_candidates(
+            self._table, vectors, self._where, self._candidates, self._budget, nprobes
+        )
+        return matched, found
+
+    async def _keyword_side(self) -> tuple[list[Candidate] | None, int | None]:
+        """(candidates, chunks matching the words and the filter — KEYWORD only, up to the cap);
+        SEMANTIC: (None, None)."""
+        query = self._query
+        if query.strategy is Strategy.SEMANTIC:
+            return None, None
+        if query.strategy is Strategy.HYBRID:
+            ranked, _ = await keyword_candidates(
+                self._table, query.keyword_text, self._where, self._candidates, self._budget
+            )
+            return ranked, None
+        # one ranking to the cap gives both the count and, at its head, the candidates
+        cap = max(self._candidates, self._limits.keyword_count_cap)
+        return await keyword_candidates(
+            self._table, query.keyword_text, self._where, cap, self._budget, keep=self._candidates
+        )
+
+    def _nprobes(self, matched: int, indexed_rows: int) -> tuple[int, int]:
+        """(minimum, maximum) IVF probes for a filter that leaves `matched` rows.
+
+        A selective filter probes every partition: IVF-Flat then is exact, and faster than a flat
+        scan because the filter's row mask skips vectors it does not need.
+        """
+        if matched <= self._limits.policy.exact_search_max_rows:
+            return ALL_PARTITIONS, ALL_PARTITIONS
+        return probes_for(indexed_rows, self._limits.policy), 0
