@@ -225,17 +225,3 @@ def unwrap_structured(text: str) -> str:
 def structured_output_name(request: ChatRequest) -> str:
     name = request.response_schema_name or STRUCTURED_OUTPUT_TOOL
     return name if TOOL_NAME.match(name) else sanitize_id(name)[:64]
-
-
-def estimate_input_tokens(request: ChatRequest) -> int:
-    """A rough (4 characters per token) upper-side estimate of the request's input tokens."""
-    chars = sum(len(m.text) + 16 for m in request.messages)
-    chars += sum(
-        len(c.name) + len(c.arguments_json) for m in request.messages for c in m.tool_calls
-    )
-    chars += sum(
-        len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in request.tools
-    )
-    if request.response_schema is not None:
-        chars += len(json.dumps(request.response_schema))
-    return chars // 4 + 1
