@@ -114,16 +114,11 @@ def messages_of(messages: Any) -> tuple[Message, ...]:
     return tuple(_message(message, index) for index, message in enumerate(messages))
 
 
-def normalise_schema(value: Any) -> Any:
-    """Integer-valued floats become ints (`1.0` → `1`), recursively: Struct-born schemas carry
-    doubles, and providers reject `"maxItems": 10.0`."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: normalise_schema(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [normalise_schema(item) for item in value]
-    return value
+def _integral_as_int(text: str) -> float | int:
+    """A JSON number with a fraction or exponent, as an int when it is integral (`1.0` → `1`):
+    Struct-born schemas carry doubles, and providers reject `"maxItems": 10.0`."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
 
 
 def parse_schema(
@@ -131,12 +126,15 @@ def parse_schema(
 ) -> dict[str, Any]:
     """A JSON schema from its serialised form, checked against the JSON Schema meta-schema."""
     try:
-        schema = json.loads(text) if text.strip() else {"type": "object", "properties": {}}
+        schema = (
+            json.loads(text, parse_float=_integral_as_int)
+            if text.strip()
+            else {"type": "object", "properties": {}}
+        )
     except json.JSONDecodeError as error:
         raise InvalidArgument.for_field(field_path, f"not valid JSON: {error.msg}") from None
     if not isinstance(schema, dict):
         raise InvalidArgument.for_field(field_path, "must be a JSON object (a JSON schema)")
-    schema = normalise_schema(schema)
     problem = schemas.problem(schema)
     if problem is not None:
         raise InvalidArgument.for_field(field_path, f"not a valid JSON schema: {problem}")

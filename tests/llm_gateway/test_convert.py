@@ -166,3 +166,16 @@ def test_malformed_fields_are_rejected_naming_the_field(
     request_message: pb.GenerateRequest, field: str
 ) -> None:
     assert _rejected_field(request_message) == field
+
+
+def test_integral_numbers_in_a_tool_schema_become_integers_and_fractions_stay() -> None:
+    tool = pb.Tool(
+        name="t",
+        parameters_json='{"type": "object", "maxProperties": 3.0, '
+        '"properties": {"n": {"type": "number", "minimum": 0.5, "maximum": 1e2}}}',
+    )
+    chat = chat_request(pb.GenerateRequest(messages=[user("q")], tools=[tool]))
+    parameters = chat.tools[0].parameters
+    assert parameters["maxProperties"] == 3 and type(parameters["maxProperties"]) is int
+    assert parameters["properties"]["n"]["minimum"] == 0.5
+    assert type(parameters["properties"]["n"]["maximum"]) is int
