@@ -176,6 +176,7 @@ def test_integral_numbers_in_a_tool_schema_become_integers_and_fractions_stay() 
     )
     chat = chat_request(pb.GenerateRequest(messages=[user("q")], tools=[tool]))
     parameters = chat.tools[0].parameters
-    assert parameters["maxProperties"] == 3 and type(parameters["maxProperties"]) is int
+    assert parameters["maxProperties"] == 3
+    assert type(parameters["maxProperties"]) is int
     assert parameters["properties"]["n"]["minimum"] == 0.5
     assert type(parameters["properties"]["n"]["maximum"]) is int
