@@ -17,15 +17,20 @@ probe's outcome closes or re-opens the breaker.
 
 The awaited call runs inside `with breaker.calling():` (never `call_async`, which needs Tornado,
 nor `call(coroutine_fn)`, which records success before the coroutine runs).
+
+Time is ours, not pybreaker's: when an open breaker's reset timeout has passed is read from an
+injected monotonic `clock`, and the breaker is moved to half-open before pybreaker would consult
+its own wall clock. Tests advance a fake clock instead of sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import Enum
 
 import pybreaker
@@ -63,11 +68,24 @@ class ProviderHealth:
 
 
 class _NeutralAwareStorage(pybreaker.CircuitMemoryStorage):
-    """Memory storage that can ignore the success pybreaker records for a neutral outcome."""
+    """Memory storage that can ignore the success pybreaker records for a neutral outcome, and
+    notes on `clock` when the breaker last opened."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
         super().__init__(pybreaker.STATE_CLOSED)
         self.ignoring_success = False
+        self._clock = clock
+        self.opened_at_clock: float | None = None
+        """`clock()` when the breaker last opened."""
+
+    @property
+    def opened_at(self) -> datetime | None:
+        return self._opened_at
+
+    @opened_at.setter
+    def opened_at(self, value: datetime) -> None:
+        self._opened_at = value
+        self.opened_at_clock = self._clock()
 
     def reset_counter(self) -> None:
         if not self.ignoring_success:
@@ -88,10 +106,16 @@ class ProviderBreaker:
     """pybreaker `CircuitBreaker` with neutral outcomes, a single half-open probe and counters."""
 
     def __init__(
-        self, name: str, settings: BreakerSettings, *, scrub: Callable[[str], str] = str
+        self,
+        name: str,
+        settings: BreakerSettings,
+        *,
+        scrub: Callable[[str], str] = str,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._scrub = scrub
-        self._storage = _NeutralAwareStorage()
+        self._clock = clock
+        self._storage = _NeutralAwareStorage(clock)
         self._breaker = pybreaker.CircuitBreaker(
             fail_max=settings.fail_max,
             reset_timeout=settings.reset_timeout_s,
@@ -129,7 +153,9 @@ class ProviderBreaker:
         """Guard one try. Raises `BreakerOpen` before the try when refused, unless `force`
         (every breaker of the chain is open: try anyway). Wrap neutral errors raised inside in
         `NeutralOutcome` so they are not counted; they are re-raised unwrapped."""
-        if force and self.state is BreakerState.OPEN:
+        if self._breaker.current_state == pybreaker.STATE_OPEN and (
+            force or self._reset_timeout_elapsed()
+        ):
             self._breaker.half_open()
         if self.is_open() and not force:
             raise BreakerOpen(f"circuit breaker of {self._breaker.name} is open")
@@ -171,7 +197,7 @@ class ProviderBreaker:
         self.health.last_error_at = datetime.now(UTC)
 
     def _reset_timeout_elapsed(self) -> bool:
-        opened_at = self._storage.opened_at
+        opened_at = self._storage.opened_at_clock
         if opened_at is None:
             return True
-        return datetime.now(UTC) >= opened_at + timedelta(seconds=self._breaker.reset_timeout)
+        return self._clock() >= opened_at + self._breaker.reset_timeout

@@ -1,8 +1,9 @@
 """Provider-neutral conversation rules every translation shares.
 
-* `validate_conversation`: what no provider would accept is refused before any provider is called
-  (`InvalidConversation` naming the field): empty messages, a conversation that does not start with
-  the user, tool calls and results that do not pair up, invalid tool names and schemas.
+* `validate_conversation`: the rules spanning messages, checked before any provider is called
+  (`InvalidConversation` naming the field): a conversation that does not start with the user, an
+  empty user message, tool calls and results that do not pair up. Rules about single fields
+  (names, schemas, ranges) are the protobuf edge's (`convert.py`), checked once there.
 * `ToolCallIds`: tool-call ids sanitised to `[A-Za-z0-9_-]` and made unique across the conversation
   (weak servers reuse `call_0` every turn), the same way for a call and its result, and mapped back.
 * `group_turns`: consecutive user/tool (and later system) messages merge into one user turn with the
@@ -16,10 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
 from services.llm_gateway.errors import InvalidConversation
-from services.llm_gateway.model import ChatRequest, Message, Role, ToolCall, ToolChoiceMode
+from services.llm_gateway.model import ChatRequest, Message, Role, ToolCall
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 """What every provider accepts as a tool name."""
@@ -29,41 +28,9 @@ STRUCTURED_OUTPUT_TOOL = "structured_output"
 
 
 def validate_conversation(request: ChatRequest) -> None:
-    """Raise `InvalidConversation` for a request no provider could answer as it stands."""
-    if not request.messages:
-        raise InvalidConversation("messages", "must not be empty")
-    _validate_tools(request)
+    """Raise `InvalidConversation` for a conversation no provider could answer as it stands."""
     _validate_start(request.messages)
     _validate_pairing(request.messages)
-    if request.response_schema is not None:
-        _check_schema("response_schema", request.response_schema)
-    if request.max_output_tokens is not None and request.max_output_tokens < 1:
-        raise InvalidConversation("max_output_tokens", "must be at least 1")
-
-
-def _validate_tools(request: ChatRequest) -> None:
-    names: set[str] = set()
-    for i, tool in enumerate(request.tools):
-        if not TOOL_NAME.match(tool.name):
-            raise InvalidConversation(f"tools[{i}].name", "must match ^[A-Za-z0-9_-]{1,128}$")
-        if tool.name in names:
-            raise InvalidConversation(f"tools[{i}].name", f"duplicate tool name {tool.name!r}")
-        names.add(tool.name)
-        _check_schema(f"tools[{i}].parameters", tool.parameters)
-        if tool.parameters.get("type", "object") != "object":
-            raise InvalidConversation(f"tools[{i}].parameters", "must describe a JSON object")
-    choice = request.tool_choice
-    if choice.mode in (ToolChoiceMode.REQUIRED, ToolChoiceMode.NAMED) and not request.tools:
-        raise InvalidConversation("tool_choice", f"{choice.mode.value} needs at least one tool")
-    if choice.mode is ToolChoiceMode.NAMED and choice.name not in names:
-        raise InvalidConversation("tool_choice.name", f"no tool named {choice.name!r}")
-
-
-def _check_schema(field_path: str, schema: dict[str, Any]) -> None:
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as error:
-        raise InvalidConversation(field_path, f"invalid JSON schema: {error.message}") from None
 
 
 def _validate_start(messages: tuple[Message, ...]) -> None:
@@ -106,14 +73,10 @@ def _validate_pairing(messages: tuple[Message, ...]) -> None:
 def _calls_of(index: int, message: Message) -> dict[str, str]:
     calls: dict[str, str] = {}
     for j, call in enumerate(message.tool_calls):
-        path = f"messages[{index}].tool_calls[{j}]"
-        if not call.id:
-            raise InvalidConversation(f"{path}.id", "must not be empty")
+        path = f"messages[{index}].tool_calls[{j}].id"
         if call.id in calls:
-            raise InvalidConversation(f"{path}.id", f"duplicate tool call id {call.id!r}")
-        if not TOOL_NAME.match(call.name):
-            raise InvalidConversation(f"{path}.name", "must match ^[A-Za-z0-9_-]{1,128}$")
-        calls[call.id] = f"{path}.id"
+            raise InvalidConversation(path, f"duplicate tool call id {call.id!r}")
+        calls[call.id] = path
     return calls
 
 
@@ -262,17 +225,3 @@ def unwrap_structured(text: str) -> str:
 def structured_output_name(request: ChatRequest) -> str:
     name = request.response_schema_name or STRUCTURED_OUTPUT_TOOL
     return name if TOOL_NAME.match(name) else sanitize_id(name)[:64]
-
-
-def estimate_input_tokens(request: ChatRequest) -> int:
-    """A rough (4 characters per token) upper-side estimate of the request's input tokens."""
-    chars = sum(len(m.text) + 16 for m in request.messages)
-    chars += sum(
-        len(c.name) + len(c.arguments_json) for m in request.messages for c in m.tool_calls
-    )
-    chars += sum(
-        len(t.name) + len(t.description) + len(json.dumps(t.parameters)) for t in request.tools
-    )
-    if request.response_schema is not None:
-        chars += len(json.dumps(request.response_schema))
-    return chars // 4 + 1

@@ -1,13 +1,16 @@
 """The protobuf edge: requests to the domain model (validated, naming the bad field), responses
-and attempts back, and routed-request failures to the statuses callers see."""
+and attempts back, and routed-request failures to the statuses callers see.
+
+Every rule about a single field (roles, names, ranges, JSON schemas) is checked here, once; the
+rules spanning messages (who speaks first, calls paired with results) are `validate_conversation`'s.
+Past the edge, domain objects are trusted.
+"""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-import jsonschema
 from google.protobuf.timestamp_pb2 import Timestamp
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
@@ -25,6 +28,7 @@ from services.llm_gateway.attempts import (
 )
 from services.llm_gateway.breaker import BreakerState
 from services.llm_gateway.chain import ChainLink
+from services.llm_gateway.conversation import TOOL_NAME
 from services.llm_gateway.model import (
     ChatRequest,
     ChatResponse,
@@ -39,9 +43,9 @@ from services.llm_gateway.model import (
     ToolChoiceMode,
     Usage,
 )
+from services.llm_gateway.schema_check import SchemaChecker
 
 CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _DEFAULT_RETRY_AFTER_S = 1.0
 
 _ROLES = {
@@ -50,7 +54,6 @@ _ROLES = {
     pb.ROLE_ASSISTANT: Role.ASSISTANT,
     pb.ROLE_TOOL: Role.TOOL,
 }
-_ROLES_BACK = {role: number for number, role in _ROLES.items()}
 _CHOICES = {
     pb.TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.AUTO,
     pb.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
@@ -80,10 +83,16 @@ _BREAKER_STATES = {
 }
 
 
-def chat_request(request: pb.GenerateRequest | pb.StreamGenerateRequest) -> ChatRequest:
+SCHEMAS = SchemaChecker()
+"""The process's remembered schema verdicts."""
+
+
+def chat_request(
+    request: pb.GenerateRequest | pb.StreamGenerateRequest, *, schemas: SchemaChecker = SCHEMAS
+) -> ChatRequest:
     """The domain request; `InvalidArgument` naming the field when it is malformed."""
     messages = messages_of(request.messages)
-    tools = tuple(_tool(tool, index) for index, tool in enumerate(request.tools))
+    tools = tuple(_tool(tool, index, schemas) for index, tool in enumerate(request.tools))
     _check_unique_tools(tools)
     choice = _tool_choice(request.tool_choice, tools)
     return ChatRequest(
@@ -105,33 +114,30 @@ def messages_of(messages: Any) -> tuple[Message, ...]:
     return tuple(_message(message, index) for index, message in enumerate(messages))
 
 
-def normalise_schema(value: Any) -> Any:
-    """Integer-valued floats become ints (`1.0` → `1`), recursively: Struct-born schemas carry
-    doubles, and providers reject `"maxItems": 10.0`."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: normalise_schema(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [normalise_schema(item) for item in value]
-    return value
+def _integral_as_int(text: str) -> float | int:
+    """A JSON number with a fraction or exponent, as an int when it is integral (`1.0` → `1`):
+    Struct-born schemas carry doubles, and providers reject `"maxItems": 10.0`."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
 
 
-def parse_schema(text: str, field_path: str, *, require_object: bool = False) -> dict[str, Any]:
+def parse_schema(
+    text: str, field_path: str, *, require_object: bool = False, schemas: SchemaChecker = SCHEMAS
+) -> dict[str, Any]:
     """A JSON schema from its serialised form, checked against the JSON Schema meta-schema."""
     try:
-        schema = json.loads(text) if text.strip() else {"type": "object", "properties": {}}
+        schema = (
+            json.loads(text, parse_float=_integral_as_int)
+            if text.strip()
+            else {"type": "object", "properties": {}}
+        )
     except json.JSONDecodeError as error:
         raise InvalidArgument.for_field(field_path, f"not valid JSON: {error.msg}") from None
     if not isinstance(schema, dict):
         raise InvalidArgument.for_field(field_path, "must be a JSON object (a JSON schema)")
-    schema = normalise_schema(schema)
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as error:
-        raise InvalidArgument.for_field(
-            field_path, f"not a valid JSON schema: {error.message}"
-        ) from None
+    problem = schemas.problem(schema)
+    if problem is not None:
+        raise InvalidArgument.for_field(field_path, f"not a valid JSON schema: {problem}")
     if require_object and schema.get("type", "object") != "object":
         raise InvalidArgument.for_field(field_path, "the schema must describe an object")
     return dict(schema)
@@ -281,7 +287,7 @@ def _message(message: pb.Message, index: int) -> Message:
     for number, call in enumerate(message.tool_calls):
         if not call.id:
             raise InvalidArgument.for_field(f"{path}.tool_calls[{number}].id", "must not be empty")
-        if not _TOOL_NAME.match(call.name):
+        if not TOOL_NAME.match(call.name):
             raise InvalidArgument.for_field(
                 f"{path}.tool_calls[{number}].name", "must match ^[A-Za-z0-9_-]{1,128}$"
             )
@@ -295,11 +301,14 @@ def _message(message: pb.Message, index: int) -> Message:
     )
 
 
-def _tool(tool: pb.Tool, index: int) -> Tool:
-    if not _TOOL_NAME.match(tool.name):
+def _tool(tool: pb.Tool, index: int, schemas: SchemaChecker) -> Tool:
+    if not TOOL_NAME.match(tool.name):
         raise InvalidArgument.for_field(f"tools[{index}].name", "must match ^[A-Za-z0-9_-]{1,128}$")
     parameters = parse_schema(
-        tool.parameters_json, f"tools[{index}].parameters_json", require_object=True
+        tool.parameters_json,
+        f"tools[{index}].parameters_json",
+        require_object=True,
+        schemas=schemas,
     )
     return Tool(name=tool.name, description=tool.description, parameters=parameters)
 
@@ -339,7 +348,3 @@ def _temperature(request: Any) -> float | None:
     if not 0 <= request.temperature <= 2:
         raise InvalidArgument.for_field("temperature", "must be between 0 and 2")
     return float(request.temperature)
-
-
-def role_number(role: Role) -> int:
-    return int(_ROLES_BACK[role])

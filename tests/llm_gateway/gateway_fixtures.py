@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -202,18 +203,34 @@ def link(
     reset_timeout_s: float = 30.0,
     max_attempts: int = 1,
     timeout_s: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ChainLink:
     """A chain link without backoff delays beyond what tests ask for."""
     return ChainLink(
         provider=provider,
         breaker=ProviderBreaker(
-            provider.name, BreakerSettings(fail_max=fail_max, reset_timeout_s=reset_timeout_s)
+            provider.name,
+            BreakerSettings(fail_max=fail_max, reset_timeout_s=reset_timeout_s),
+            clock=clock,
         ),
         retry=RetryPolicy(
             RetrySettings(max_attempts=max_attempts, base_backoff_s=0.001, max_backoff_s=0.01)
         ),
         timeout_s=timeout_s,
     )
+
+
+class FakeClock:
+    """A monotonic clock that moves only when the test advances it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class RecordedSleeps:

@@ -16,6 +16,7 @@ from services.llm_gateway.errors import (
 )
 from services.llm_gateway.model import ChatResponse
 from tests.llm_gateway.gateway_fixtures import (
+    FakeClock,
     ProgrammableProvider,
     chain_of,
     chat,
@@ -23,7 +24,7 @@ from tests.llm_gateway.gateway_fixtures import (
     reply,
 )
 
-RESET_S = 0.2
+RESET_S = 30.0
 
 
 def _state(guarded: ChainLink) -> BreakerState:
@@ -37,9 +38,10 @@ def _down() -> RetryableProviderError:
 async def test_after_fail_max_failures_nothing_reaches_the_provider_until_a_probe_recovers() -> (
     None
 ):
+    clock = FakeClock()
     flaky = ProgrammableProvider(name="flaky/m", steps=[_down(), _down(), _down()])
     backup = ProgrammableProvider(name="backup/m", default=reply("from backup"))
-    flaky_link = link(flaky, fail_max=3, reset_timeout_s=RESET_S)
+    flaky_link = link(flaky, fail_max=3, reset_timeout_s=RESET_S, clock=clock)
     chain = chain_of(flaky_link, link(backup))
 
     for _ in range(3):
@@ -52,7 +54,11 @@ async def test_after_fail_max_failures_nothing_reaches_the_provider_until_a_prob
         assert result.attempts[0].outcome is AttemptOutcome.SKIPPED_BREAKER_OPEN
     assert flaky.calls == 3, "an open breaker let a request through"
 
-    await asyncio.sleep(RESET_S + 0.05)
+    clock.advance(RESET_S - 0.001)
+    assert _state(flaky_link) is BreakerState.OPEN
+    assert (await chain.generate(chat())).provider == "backup/m"
+    assert flaky.calls == 3, "the breaker let a request through before its reset timeout"
+    clock.advance(0.001)
     assert _state(flaky_link) is BreakerState.HALF_OPEN
     flaky.steps.append(reply("recovered"))
     probe = await chain.generate(chat())
@@ -63,11 +69,12 @@ async def test_after_fail_max_failures_nothing_reaches_the_provider_until_a_prob
 
 
 async def test_a_failed_half_open_probe_reopens_the_breaker() -> None:
+    clock = FakeClock()
     flaky = ProgrammableProvider(name="flaky/m", default=_down())
-    flaky_link = link(flaky, fail_max=1, reset_timeout_s=RESET_S)
+    flaky_link = link(flaky, fail_max=1, reset_timeout_s=RESET_S, clock=clock)
     chain = chain_of(flaky_link, link(ProgrammableProvider(name="b/m", default=reply())))
     await chain.generate(chat())
-    await asyncio.sleep(RESET_S + 0.05)
+    clock.advance(RESET_S)
     await chain.generate(chat())
     assert flaky.calls == 2
     assert _state(flaky_link) is BreakerState.OPEN
@@ -76,6 +83,7 @@ async def test_a_failed_half_open_probe_reopens_the_breaker() -> None:
 
 
 async def test_half_open_lets_exactly_one_concurrent_probe_through() -> None:
+    clock = FakeClock()
     release = asyncio.Event()
     probe_started = asyncio.Event()
 
@@ -85,10 +93,10 @@ async def test_half_open_lets_exactly_one_concurrent_probe_through() -> None:
         return reply("probe")
 
     flaky = ProgrammableProvider(name="flaky/m", steps=[_down(), slow_recovery])
-    flaky_link = link(flaky, fail_max=1, reset_timeout_s=RESET_S)
+    flaky_link = link(flaky, fail_max=1, reset_timeout_s=RESET_S, clock=clock)
     chain = chain_of(flaky_link, link(ProgrammableProvider(name="b/m", default=reply("b"))))
     await chain.generate(chat())
-    await asyncio.sleep(RESET_S + 0.05)
+    clock.advance(RESET_S)
 
     probe = asyncio.create_task(chain.generate(chat()))
     await probe_started.wait()
@@ -149,13 +157,14 @@ async def test_overflow_caller_errors_and_cancellation_neither_fail_nor_reset_th
 
 
 async def test_a_neutral_outcome_during_the_probe_keeps_the_breaker_half_open() -> None:
+    clock = FakeClock()
     provider = ProgrammableProvider(
         name="p/m", steps=[_down(), ContextWindowExceeded("prompt is too long"), reply("back")]
     )
-    provider_link = link(provider, fail_max=1, reset_timeout_s=RESET_S)
+    provider_link = link(provider, fail_max=1, reset_timeout_s=RESET_S, clock=clock)
     chain = chain_of(provider_link, link(ProgrammableProvider(name="b/m", default=reply())))
     await chain.generate(chat())
-    await asyncio.sleep(RESET_S + 0.05)
+    clock.advance(RESET_S)
     with pytest.raises(RequestTooLarge):
         await chain.generate(chat())
     assert _state(provider_link) is BreakerState.HALF_OPEN

@@ -1,5 +1,5 @@
-"""Conversation rules shared by every translation: validation names the bad field; tool-call ids
-are made safe and unique, the same way for a call and its result."""
+"""Conversation rules shared by every translation: validation of the rules spanning messages names
+the bad field; tool-call ids are made safe and unique, the same way for a call and its result."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import pytest
 
 from services.llm_gateway.conversation import (
     ToolCallIds,
-    estimate_input_tokens,
     sanitize_id,
     validate_conversation,
 )
@@ -90,11 +89,6 @@ def test_a_well_formed_tool_conversation_passes() -> None:
             (USER, Message(Role.ASSISTANT, tool_calls=(_call("a"), _call("a")))),
             "messages[1].tool_calls[1].id",
         ),
-        ((USER, Message(Role.ASSISTANT, tool_calls=(_call(""),))), "messages[1].tool_calls[0].id"),
-        (
-            (USER, Message(Role.ASSISTANT, tool_calls=(_call("a", "bad name!"),))),
-            "messages[1].tool_calls[0].name",
-        ),
     ],
     ids=[
         "empty",
@@ -106,38 +100,10 @@ def test_a_well_formed_tool_conversation_passes() -> None:
         "result-after-next-assistant",
         "two-results-for-one-call",
         "duplicate-id-in-one-message",
-        "empty-call-id",
-        "invalid-call-name",
     ],
 )
 def test_malformed_conversations_name_the_field(messages: tuple[Message, ...], field: str) -> None:
     assert _invalid(ChatRequest(messages=messages)).field == field
-
-
-@pytest.mark.parametrize(
-    ("options", "field"),
-    [
-        ({"tools": (Tool("has space", "d", {"type": "object"}),)}, "tools[0].name"),
-        ({"tools": (Tool("x" * 129, "d", {"type": "object"}),)}, "tools[0].name"),
-        ({"tools": (SEARCH, SEARCH)}, "tools[1].name"),
-        ({"tools": (Tool("t", "d", {"type": "nonsense"}),)}, "tools[0].parameters"),
-        ({"tools": (Tool("t", "d", {"type": "string"}),)}, "tools[0].parameters"),
-        ({"tool_choice": ToolChoice(ToolChoiceMode.REQUIRED)}, "tool_choice"),
-        (
-            {"tools": (SEARCH,), "tool_choice": ToolChoice(ToolChoiceMode.NAMED, "other")},
-            "tool_choice.name",
-        ),
-        ({"response_schema": {"type": 12}}, "response_schema"),
-        ({"max_output_tokens": 0}, "max_output_tokens"),
-    ],
-)
-def test_invalid_tools_schemas_and_options_name_the_field(
-    options: dict[str, object], field: str
-) -> None:
-    request = ChatRequest(messages=(USER,), **options)  # type: ignore[arg-type]
-    error = _invalid(request)
-    assert error.field == field
-    assert str(error).startswith(field)
 
 
 def test_ids_are_sanitised_unique_per_turn_and_mapped_back() -> None:
@@ -163,9 +129,3 @@ def test_sanitize_id_keeps_safe_characters_only() -> None:
     assert sanitize_id("chatcmpl-tool-abc_123") == "chatcmpl-tool-abc_123"
     assert sanitize_id("a.b:c d/é") == "a_b_c_d__"
     assert sanitize_id("") == "call"
-
-
-def test_input_estimate_grows_with_the_conversation() -> None:
-    short = ChatRequest(messages=(USER,))
-    long = ChatRequest(messages=(Message(Role.USER, "word " * 1000),), tools=(SEARCH,))
-    assert estimate_input_tokens(long) > 1000 > estimate_input_tokens(short)

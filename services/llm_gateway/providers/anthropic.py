@@ -23,19 +23,6 @@ from services.llm_gateway.translate.anthropic import (
     to_anthropic_request,
 )
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
-API_KEY_ENV = "ANTHROPIC_API_KEY"
-CONTEXT_WINDOWS: dict[str, int] = {
-    "claude-opus-4-1": 200_000,
-    "claude-opus-4-0": 200_000,
-    "claude-sonnet-4-5": 200_000,
-    "claude-sonnet-4-0": 200_000,
-    "claude-3-7-sonnet-latest": 200_000,
-    "claude-haiku-4-5": 200_000,
-    "claude-3-5-haiku-latest": 200_000,
-}
-"""Context windows (tokens) of common models, as published when this table was written."""
-
 
 class AnthropicProvider:
     """One model behind the Anthropic Messages API."""

@@ -104,7 +104,7 @@ class FakeServer:
         self, script: Script | None = None, *, host: str = "127.0.0.1", port: int = 0
     ) -> None:
         self.script = script or Script()
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._closing = threading.Event()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -211,13 +211,6 @@ class FakeServer:
         with self._lock:
             return list(self._requests)
 
-    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
-        """Block until `count` model requests arrived (TimeoutError otherwise)."""
-        with self._lock:
-            if not self._lock.wait_for(lambda: len(self._requests) >= count, timeout):
-                raise TimeoutError(f"expected {count} requests, got {len(self._requests)}")
-            return list(self._requests)
-
     def _record(self, request: Request, body: dict[str, Any]) -> RecordedRequest:
         headers = {k.lower(): v for k, v in request.headers.items()}
         api_key = ""
@@ -228,7 +221,6 @@ class FakeServer:
         record = RecordedRequest(request.url.path, headers, body, _api_key=api_key)
         with self._lock:
             self._requests.append(record)
-            self._lock.notify_all()
         return record
 
     # -- HTTP ------------------------------------------------------------------------------

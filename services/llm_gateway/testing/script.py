@@ -77,9 +77,9 @@ class Reply:
     stall_after_events: int | None = None
     """Streaming: send this many events, then wait `delay_s` before the rest."""
     cut_after_events: int | None = None
+    """Streaming: send this many events, then end the body without the terminal event."""
     abort_after_events: int | None = None
     """Streaming: send this many events, then drop the connection mid-body (a broken transfer)."""
-    """Streaming: send this many events, then end the body without the terminal event."""
     stream_error: ScriptedError | None = None
     """Streaming: send this error inside the 200 stream (Anthropic `error` event, OpenAI
     `data: {"error": ...}`) after `stream_error_after_events` events, then end."""

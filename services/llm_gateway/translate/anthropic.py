@@ -6,7 +6,7 @@
 * Consecutive user/tool messages merge into one user turn, `tool_result` blocks first in call
   order, then text; consecutive assistant messages merge; empty text blocks are never sent.
 * `max_tokens` is always sent: the request's, else the model default, clamped so that it plus the
-  estimated input fits the context window.
+  estimated input (`tokens.py`, the estimate the chain skips providers by) fits the context window.
 * `temperature` and `seed` are not sent: the Messages API version the SDK speaks has neither.
 * Structured output is a forced single tool whose input schema is the requested schema; its input
   comes back as the response text (JSON).
@@ -38,7 +38,6 @@ from services.llm_gateway.classify import truncated_stream
 from services.llm_gateway.conversation import (
     ToolCallIds,
     Turn,
-    estimate_input_tokens,
     group_turns,
     leading_system_texts,
     normalise_arguments,
@@ -59,6 +58,7 @@ from services.llm_gateway.model import (
     ToolChoiceMode,
     Usage,
 )
+from services.llm_gateway.tokens import estimate_request_tokens
 
 CACHE_CONTROL = {"type": "ephemeral"}
 STRUCTURED_DESCRIPTION = "Give the final answer by calling this tool with the requested JSON."
@@ -129,7 +129,7 @@ def to_anthropic_request(
 def max_output_tokens(request: ChatRequest, default: int, context_window_tokens: int) -> int:
     """The requested (or default) output budget, clamped to what the window leaves."""
     wanted = request.max_output_tokens or default
-    room = context_window_tokens - estimate_input_tokens(request)
+    room = context_window_tokens - estimate_request_tokens(request)
     return max(1, min(wanted, room))
 
 

@@ -1,0 +1,45 @@
+"""One token estimate: the chain skips the providers it cannot fit, and the Anthropic `max_tokens`
+clamp leaves room for exactly the same input."""
+
+from __future__ import annotations
+
+from services.llm_gateway.attempts import AttemptOutcome
+from services.llm_gateway.model import ChatRequest, Message, Role, Tool, ToolCall
+from services.llm_gateway.tokens import estimate_request_tokens
+from services.llm_gateway.translate.anthropic import max_output_tokens
+from tests.llm_gateway.gateway_fixtures import ProgrammableProvider, chain_of, link, reply
+
+SEARCH = Tool(
+    "search",
+    "Search the collection.",
+    {"type": "object", "properties": {"query": {"type": "string", "maxLength": 200}}},
+)
+AGENT_TURN = ChatRequest(
+    messages=(
+        Message(Role.SYSTEM, "You answer questions by searching."),
+        Message(Role.USER, "When was the Royal Society founded?"),
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "search", '{"query": "founded"}'),)),
+        Message(Role.TOOL, "The Royal Society was founded in 1660. " * 20, tool_call_id="c1"),
+    ),
+    tools=(SEARCH,),
+)
+
+
+async def _kept_by_the_chain(window: int) -> bool:
+    small = ProgrammableProvider(name="small/m", context_window_tokens=window, default=reply())
+    large = ProgrammableProvider(name="large/m", context_window_tokens=10**6, default=reply())
+    result = await chain_of(link(small), link(large)).generate(AGENT_TURN)
+    return result.attempts[0].outcome is not AttemptOutcome.SKIPPED_CONTEXT_WINDOW
+
+
+async def test_a_window_the_chain_keeps_is_one_the_max_tokens_clamp_leaves_room_in() -> None:
+    boundary = estimate_request_tokens(AGENT_TURN)
+    for window in range(boundary - 3, boundary + 4):
+        clamped = max_output_tokens(AGENT_TURN, 10**6, window)
+        if await _kept_by_the_chain(window):
+            assert clamped + boundary == window, f"window {window}: output budget overruns it"
+        else:
+            assert window - boundary <= 0, f"window {window} was skipped although input fits"
+            assert clamped == 1
+    assert await _kept_by_the_chain(boundary + 1)
+    assert not await _kept_by_the_chain(boundary)
