@@ -48,7 +48,7 @@ class SearchPlan(BaseModel):
         "(you can narrow the search, never widen it). Empty: no extra filter.",
     )
     limit: int = Field(default=10, ge=1, le=200, description="Results to return.")
-    offset: int = Field(default=0, ge=0, description="Results to skip (paging).")
+    offset: int = Field(default=0, ge=0, le=1000, description="Results to skip (paging).")
     retrieval_strategy: Strategy = Field(
         default="hybrid",
         description="semantic (meaning), keyword (exact terms, BM25) or hybrid (both, fused).",

@@ -2,7 +2,9 @@
 
 Servicers raise `QuarryError`s (or let them propagate from domain code); this turns them into a
 status with ErrorInfo / BadRequest / RetryInfo details. Anything else becomes a bare INTERNAL with
-no stack trace on the wire (the trace is logged).
+no stack trace on the wire (the trace is logged). Request bytes that are not a valid message (a
+truncated message, invalid UTF-8 in a string field) are the caller's error: INVALID_ARGUMENT naming
+`request`, for every service, instead of grpc's UNKNOWN "Unexpected DecodeError".
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from services.common.errors import QuarryError
+from services.common.errors import InvalidArgument, QuarryError
 from services.common.status import code_of, to_grpc_status
 
 log = logging.getLogger(__name__)
@@ -36,16 +39,42 @@ class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _wrap_unary(handler.unary_unary, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 _wrap_stream(handler.unary_stream, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+
+class _Undecodable:
+    """What a request that failed to parse becomes, so the handler can refuse it with a status
+    (a deserializer cannot: it has no context to abort)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def refusal(self) -> InvalidArgument:
+        return InvalidArgument.for_field(
+            "request", f"the request bytes are not a valid message ({self.reason})"
+        )
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError as error:
+            return _Undecodable(str(error) or "cannot decode")
+
+    return parse
 
 
 def _wrap_unary(
@@ -53,6 +82,8 @@ def _wrap_unary(
 ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
     async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
+            if isinstance(request, _Undecodable):
+                raise request.refusal()
             return await inner(request, context)
         except Exception as error:
             await _abort(context, error, method)
@@ -72,6 +103,8 @@ def _wrap_stream(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         try:
+            if isinstance(request, _Undecodable):
+                raise request.refusal()
             async for item in inner(request, context):
                 yield item
         except Exception as error:

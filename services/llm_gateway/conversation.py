@@ -190,7 +190,7 @@ def parse_arguments(arguments_json: str) -> dict[str, Any] | None:
         return {}
     try:
         value = json.loads(arguments_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # too deep for the parser is not a JSON object either
         return None
     return value if isinstance(value, dict) else None
 

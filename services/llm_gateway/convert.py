@@ -121,10 +121,16 @@ def _integral_as_int(text: str) -> float | int:
     return int(value) if value.is_integer() else value
 
 
+MAX_SCHEMA_DEPTH = 32
+"""Deepest nesting of objects and arrays a JSON schema may have (tool parameters, structured
+output). Real schemas stay under ten; the limit keeps validation and translation bounded."""
+
+
 def parse_schema(
     text: str, field_path: str, *, require_object: bool = False, schemas: SchemaChecker = SCHEMAS
 ) -> dict[str, Any]:
     """A JSON schema from its serialised form, checked against the JSON Schema meta-schema."""
+    too_deep = f"nested deeper than {MAX_SCHEMA_DEPTH} levels (the limit)"
     try:
         schema = (
             json.loads(text, parse_float=_integral_as_int)
@@ -133,14 +139,35 @@ def parse_schema(
         )
     except json.JSONDecodeError as error:
         raise InvalidArgument.for_field(field_path, f"not valid JSON: {error.msg}") from None
+    except RecursionError:
+        raise InvalidArgument.for_field(field_path, too_deep) from None
     if not isinstance(schema, dict):
         raise InvalidArgument.for_field(field_path, "must be a JSON object (a JSON schema)")
+    if json_depth(schema) > MAX_SCHEMA_DEPTH:
+        raise InvalidArgument.for_field(field_path, too_deep)
     problem = schemas.problem(schema)
     if problem is not None:
         raise InvalidArgument.for_field(field_path, f"not a valid JSON schema: {problem}")
     if require_object and schema.get("type", "object") != "object":
         raise InvalidArgument.for_field(field_path, "the schema must describe an object")
     return dict(schema)
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0), without recursion."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def generate_response(

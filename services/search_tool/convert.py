@@ -59,8 +59,8 @@ def document_from_proto(document: search_tool_pb2.Document, path: str) -> Docume
         title=document.title,
         source=document.source,
         entity_type=document.entity_type,
-        created_at=_time(document, "created_at"),
-        updated_at=_time(document, "updated_at"),
+        created_at=_time(document, "created_at", path),
+        updated_at=_time(document, "updated_at", path),
         url=document.url,
         breadcrumbs=tuple(Breadcrumb(b.id, b.name, b.entity_type) for b in document.breadcrumbs),
         metadata={
@@ -200,10 +200,23 @@ def _value(value: struct_pb2.Value) -> RawValue:
     return None
 
 
-def _time(message: search_tool_pb2.Document, name: str) -> datetime | None:
+_FIRST_SECOND = -62_135_596_800
+"""0001-01-01T00:00:00Z, the start of protobuf's Timestamp range."""
+_LAST_SECOND = 253_402_300_799
+"""9999-12-31T23:59:59Z, its end."""
+
+
+def _time(message: search_tool_pb2.Document, name: str, path: str) -> datetime | None:
     if not message.HasField(name):
         return None
     stamp: timestamp_pb2.Timestamp = getattr(message, name)
+    if not _FIRST_SECOND <= stamp.seconds <= _LAST_SECOND:
+        raise InvalidArgument.for_field(
+            f"{path}.{name}.seconds",
+            "outside 0001-01-01 to 9999-12-31 (protobuf's Timestamp range)",
+        )
+    if not 0 <= stamp.nanos <= 999_999_999:
+        raise InvalidArgument.for_field(f"{path}.{name}.nanos", "must be 0 to 999,999,999")
     return stamp.ToDatetime(tzinfo=UTC)
 
 

@@ -42,6 +42,8 @@ from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_VARIATIONS = 9
 MAX_LIMIT = 200
+MAX_OFFSET = 1_000
+"""Deepest page served (Vespa's default `maxOffset` too, so both engines agree)."""
 DEFAULT_LIMIT = 10
 
 
@@ -256,8 +258,12 @@ def _validate_search(request: SearchRequest) -> int:
         violations.append(
             FieldViolation("limit", f"must be between 1 and {MAX_LIMIT} (0 means 10)")
         )
-    if request.offset < 0:
-        violations.append(FieldViolation("offset", "must not be negative"))
+    if not 0 <= request.offset <= MAX_OFFSET:
+        violations.append(
+            FieldViolation(
+                "offset", f"must be between 0 and {MAX_OFFSET}; refine the query instead"
+            )
+        )
     if violations:
         raise InvalidArgument(
             "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations

@@ -219,6 +219,27 @@ async def test_invalid_json_arguments_go_back_as_a_tool_error_the_model_corrects
     assert len(search.requests) == 1
 
 
+async def test_an_offset_beyond_any_page_is_a_tool_error_not_the_end_of_the_run(
+    search: FakeSearch,
+) -> None:
+    """Seen in the field: `offset` 3e9 overflowed the int32 on the wire; the run ended INTERNAL."""
+    far = raw_call(
+        "search", '{"query": {"primary": "temporary"}, "offset": 3000000000}', call_id="far"
+    )
+    model = ScriptedModel(
+        [
+            turn("", far),
+            turn("", search_call("temporary directory")),
+            turn("", answer_call("TemporaryDirectory [1]", [TEMP])),
+        ]
+    )
+    result = result_of(await run_events(AgentLoop(model, search), mode=Mode.THINKING))
+    call_id, text, is_error = _tool_results(model, 1)[0]
+    assert (call_id, is_error) == ("far", True)
+    assert "offset" in text
+    assert result.stop_reason is StopReason.ANSWERED
+
+
 async def test_arguments_failing_validation_name_the_field(search: FakeSearch) -> None:
     model = ScriptedModel(
         [

@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from quarry.common.v1 import search_pb2
 
 from services.common.errors import InvalidArgument, NotFound, Unavailable
 from services.common.server import QuarryServer, ServiceRegistration, build_server
@@ -39,13 +40,26 @@ async def _stream_then_fail(request: bytes, context: Any) -> AsyncIterator[bytes
     raise NotFound("gone mid-stream")
 
 
+async def _echo_query(request: search_pb2.SearchQuery, context: Any) -> bytes:
+    return request.primary.encode()
+
+
+async def _stream_query(request: search_pb2.SearchQuery, context: Any) -> AsyncIterator[bytes]:
+    yield request.primary.encode()
+
+
 def _register(server: grpc.aio.Server) -> None:
+    parse = search_pb2.SearchQuery.FromString
     handlers = {
         "BadField": grpc.unary_unary_rpc_method_handler(_bad_field),
         "Missing": grpc.unary_unary_rpc_method_handler(_missing),
         "Busy": grpc.unary_unary_rpc_method_handler(_busy),
         "Crash": grpc.unary_unary_rpc_method_handler(_crash),
         "Stream": grpc.unary_stream_rpc_method_handler(_stream_then_fail),
+        "Parse": grpc.unary_unary_rpc_method_handler(_echo_query, request_deserializer=parse),
+        "ParseStream": grpc.unary_stream_rpc_method_handler(
+            _stream_query, request_deserializer=parse
+        ),
     }
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
 
@@ -108,6 +122,27 @@ async def test_not_found_carries_error_info_metadata(channel: grpc.aio.Channel) 
     details = details_of_rpc_error(error)
     assert error.code() == grpc.StatusCode.NOT_FOUND
     assert details.metadata == {"collection": "nope"}
+
+
+INVALID_UTF8 = b"\x0a\x02\xff\xfe"
+"""Field 1 (`primary`, a proto3 string) holding bytes that are not UTF-8."""
+TRUNCATED = b"\x0a\x10abc"
+"""Field 1 announcing 16 bytes and carrying 3."""
+
+
+@pytest.mark.parametrize("payload", [INVALID_UTF8, TRUNCATED], ids=["invalid-utf8", "truncated"])
+async def test_bytes_that_are_not_a_message_are_invalid_argument_not_unknown(
+    channel: grpc.aio.Channel, payload: bytes
+) -> None:
+    assert await channel.unary_unary(f"/{SERVICE}/Parse", None, None)(b"\x0a\x02ok") == b"ok"
+    with pytest.raises(grpc.aio.AioRpcError) as unary:
+        await channel.unary_unary(f"/{SERVICE}/Parse", None, None)(payload)
+    with pytest.raises(grpc.aio.AioRpcError) as stream:
+        async for _ in channel.unary_stream(f"/{SERVICE}/ParseStream", None, None)(payload):
+            pass
+    for caught in (unary.value, stream.value):
+        assert caught.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.details()
+        assert [v.field for v in details_of_rpc_error(caught).violations] == ["request"]
 
 
 async def test_unavailable_carries_retry_info(channel: grpc.aio.Channel) -> None:

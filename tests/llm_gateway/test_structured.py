@@ -12,7 +12,7 @@ from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
 from services.common.status import details_of_rpc_error
 from services.llm_gateway.chain import ProviderChain
-from services.llm_gateway.convert import parse_schema
+from services.llm_gateway.convert import json_depth, parse_schema
 from services.llm_gateway.model import Message, Role
 from services.llm_gateway.providers.scripted import Conversation, ScriptedProvider
 from services.llm_gateway.structured import (
@@ -121,3 +121,29 @@ async def test_a_schema_that_is_not_an_object_schema_is_rejected() -> None:
                 pb.GenerateStructuredRequest(messages=[user("x")], schema_json='{"type": "array"}')
             )
     assert [v.field for v in details_of_rpc_error(caught.value).violations] == ["schema_json"]
+
+
+def _nested(depth: int) -> str:
+    return '{"type": "object", "properties": {"a": ' * depth + "{}" + "}}" * depth
+
+
+@pytest.mark.parametrize("depth", [40, 3_000], ids=["over-the-limit", "beyond-the-parser"])
+async def test_a_schema_nested_too_deeply_is_invalid_argument_naming_the_limit(depth: int) -> None:
+    async with running_gateway(gateway_settings()) as stub:
+        assert await stub.GenerateStructured(
+            pb.GenerateStructuredRequest(messages=[user("x")], schema_json=_nested(10))
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GenerateStructured(
+                pb.GenerateStructuredRequest(messages=[user("x")], schema_json=_nested(depth))
+            )
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in details.violations] == ["schema_json"]
+    assert "nested deeper than 32 levels" in details.violations[0].description
+
+
+def test_schema_depth_counts_objects_and_arrays_without_recursion() -> None:
+    assert json_depth("scalar") == 0
+    assert json_depth({"a": [1, {"b": []}]}) == 4
+    assert json_depth(json.loads(_nested(200))) == 401

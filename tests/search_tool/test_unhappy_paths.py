@@ -67,6 +67,8 @@ async def test_bad_collection_name_is_invalid(loaded: Stub, name: str) -> None:
         ({"limit": 201}, "limit"),
         ({"limit": -1}, "limit"),
         ({"offset": -5}, "offset"),
+        ({"offset": 1_001}, "offset"),
+        ({"offset": 2**31 - 1}, "offset"),
     ],
 )
 async def test_bad_search_fields_are_invalid_and_named(
@@ -187,3 +189,42 @@ async def test_delete_with_an_invalid_filter_deletes_nothing(loaded: Stub) -> No
     details = await fails(loaded.DeleteDocuments(request), INVALID)
     assert fields_of(details) == ["filter.groups[0].conditions[0].operator"]
     assert await _chunk_count(loaded, "docs") == before
+
+
+@pytest.mark.parametrize(
+    ("stamp", "field"),
+    [
+        ({"seconds": 2**62}, "documents[1].created_at.seconds"),
+        ({"seconds": -62_135_596_801}, "documents[1].created_at.seconds"),
+        ({"seconds": 0, "nanos": 2_000_000_000}, "documents[1].created_at.nanos"),
+        ({"seconds": 0, "nanos": -1}, "documents[1].created_at.nanos"),
+    ],
+)
+async def test_a_timestamp_outside_protobufs_range_is_invalid_and_writes_nothing(
+    loaded: Stub, stamp: dict[str, int], field: str
+) -> None:
+    bad = document("c", "gamma text")
+    bad.created_at.seconds = stamp["seconds"]
+    bad.created_at.nanos = stamp.get("nanos", 0)
+    request = search_tool_pb2.UpsertDocumentsRequest(
+        collection="docs", documents=[document("ok", "fine text"), bad]
+    )
+    details = await fails(loaded.UpsertDocuments(request), INVALID)
+    assert fields_of(details) == [field]
+    assert await _chunk_count(loaded, "docs") == 2
+
+
+async def test_the_first_and_last_instants_of_the_calendar_are_stored_and_filtered(
+    loaded: Stub,
+) -> None:
+    first, last = document("first", "first day"), document("last", "last second")
+    first.created_at.seconds = -62_135_596_800
+    last.created_at.seconds = 253_402_300_799
+    await loaded.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=[first, last])
+    )
+    early = where([condition("created_at", Op.FILTER_OPERATOR_LESS_THAN, "0001-01-02")])
+    late = where([condition("created_at", Op.FILTER_OPERATOR_GREATER_THAN, "9999-12-31")])
+    for found, expected in ((early, "first"), (late, "last")):
+        reply = await loaded.Search(search("docs", "day second", filter=found))
+        assert [r.chunk.document_id for r in reply.results] == [expected]
