@@ -12,6 +12,7 @@ from services.common.settings import QuarrySettings, ServerSettings
 from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.engine.lancedb.indexes import IndexPolicy
+from services.search_tool.limits import RequestLimits
 
 DEFAULT_PORT = 50051
 
@@ -124,6 +125,5 @@ class SearchToolSettings(QuarrySettings):
     """Documents chunked, embedded and written together; a crash loses at most one batch."""
     max_embed_texts: int = Field(default=256, ge=1)
     """Most texts one Embed call may carry."""
-    max_filter_groups: int = Field(default=32, ge=1)
-    """Most OR groups a search's filter may have once the caller's filter and the request's
-    filter are combined (every caller group AND every request group)."""
+    limits: RequestLimits = Field(default_factory=RequestLimits)
+    """How large each part of a request may be (see `limits.py`)."""

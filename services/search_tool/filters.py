@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TypeAlias
 
 from services.common.errors import FieldViolation, InvalidArgument
+from services.search_tool.limits import DEFAULT_LIMITS, RequestLimits
 
 
 class FieldType(StrEnum):
@@ -165,9 +166,17 @@ class RawFilter:
 
 
 def validate_filter(
-    raw: RawFilter, fields: Mapping[str, FieldType], *, path: str = "filter"
+    raw: RawFilter,
+    fields: Mapping[str, FieldType],
+    *,
+    path: str = "filter",
+    limits: RequestLimits = DEFAULT_LIMITS,
 ) -> FilterExpression:
     """Validate `raw` against a collection's `fields`, reporting every bad part at once."""
+    if len(raw.groups) > limits.filter_groups:
+        raise InvalidArgument.for_field(
+            f"{path}.groups", f"{len(raw.groups)} groups; the limit is {limits.filter_groups}"
+        )
     violations: list[FieldViolation] = []
     groups: list[FilterGroup] = []
     for g, raw_group in enumerate(raw.groups):
@@ -177,11 +186,21 @@ def validate_filter(
                 FieldViolation(f"{group_path}.conditions", "a group needs at least one condition")
             )
             continue
+        if len(raw_group) > limits.filter_conditions:
+            violations.append(
+                FieldViolation(
+                    f"{group_path}.conditions",
+                    f"{len(raw_group)} conditions; the limit is {limits.filter_conditions}",
+                )
+            )
+            continue
         conditions: list[Condition] = []
         for c, raw_condition in enumerate(raw_group):
             condition_path = f"{group_path}.conditions[{c}]"
             try:
-                conditions.append(_validate_condition(raw_condition, fields, condition_path))
+                conditions.append(
+                    _validate_condition(raw_condition, fields, condition_path, limits)
+                )
             except _Violation as error:
                 violations.append(error.violation)
         groups.append(FilterGroup(tuple(conditions)))
@@ -197,7 +216,7 @@ def effective_filter(
     model: RawFilter,
     fields: Mapping[str, FieldType],
     *,
-    max_groups: int,
+    limits: RequestLimits = DEFAULT_LIMITS,
 ) -> FilterExpression:
     """Validate the caller's and the model's filter against `fields` and combine them as
     `(caller) AND (model)`: the one place a search's filter is decided, for every client.
@@ -205,19 +224,23 @@ def effective_filter(
     Violations name `caller_filter.…` or `filter.…`; both sides are checked before raising, so a
     caller sees every bad part of its request at once.
     """
-    validated_caller, validated_model = validate_filters(caller, model, fields)
-    return combine_filters(validated_caller, validated_model, max_groups=max_groups)
+    validated_caller, validated_model = validate_filters(caller, model, fields, limits=limits)
+    return combine_filters(validated_caller, validated_model, max_groups=limits.filter_groups)
 
 
 def validate_filters(
-    caller: RawFilter, model: RawFilter, fields: Mapping[str, FieldType]
+    caller: RawFilter,
+    model: RawFilter,
+    fields: Mapping[str, FieldType],
+    *,
+    limits: RequestLimits = DEFAULT_LIMITS,
 ) -> tuple[FilterExpression, FilterExpression]:
     """Both sides of a request validated, every violation of both reported at once."""
     violations: list[FieldViolation] = []
     sides: list[FilterExpression] = []
     for raw, path in ((caller, "caller_filter"), (model, "filter")):
         try:
-            sides.append(validate_filter(raw, fields, path=path))
+            sides.append(validate_filter(raw, fields, path=path, limits=limits))
         except InvalidArgument as error:
             violations.extend(error.violations)
     if violations:
@@ -233,7 +256,9 @@ class _Violation(Exception):
         self.violation = FieldViolation(field_path, description)
 
 
-def _validate_condition(raw: RawCondition, fields: Mapping[str, FieldType], path: str) -> Condition:
+def _validate_condition(
+    raw: RawCondition, fields: Mapping[str, FieldType], path: str, limits: RequestLimits
+) -> Condition:
     field_type = _field_type(raw.field, fields, f"{path}.field")
     operator = raw.operator
     if operator is None:
@@ -250,13 +275,19 @@ def _validate_condition(raw: RawCondition, fields: Mapping[str, FieldType], path
     value_path = f"{path}.value"
     value: Scalar | tuple[Scalar, ...]
     if operator in LIST_OPERATORS:
-        value = _list_value(raw.value, field_type, value_path)
+        value = _list_value(raw.value, field_type, value_path, limits.filter_list_values)
     else:
         if isinstance(raw.value, list | tuple):
             raise _Violation(value_path, f"{operator.value} takes a single value, not a list")
         value = _scalar(raw.value, field_type, value_path)
         if operator is Operator.CONTAINS and value == "":
             raise _Violation(value_path, "contains needs a non-empty string")
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, str) and len(item) > limits.filter_string_chars:
+            raise _Violation(
+                value_path,
+                f"a string of {len(item)} characters; the limit is {limits.filter_string_chars}",
+            )
     return Condition(raw.field, field_type, operator, value)
 
 
@@ -271,11 +302,13 @@ def _field_type(name: str, fields: Mapping[str, FieldType], path: str) -> FieldT
     raise _Violation(path, f"unknown field {name!r}; filterable fields: {known}, metadata.<key>")
 
 
-def _list_value(raw: RawValue, field_type: FieldType, path: str) -> tuple[Scalar, ...]:
+def _list_value(raw: RawValue, field_type: FieldType, path: str, most: int) -> tuple[Scalar, ...]:
     if not isinstance(raw, list | tuple):
         raise _Violation(path, "in / not_in need a list of values")
     if not raw:
         raise _Violation(path, "in / not_in need at least one value")
+    if len(raw) > most:
+        raise _Violation(path, f"{len(raw)} values; the limit is {most}")
     return tuple(_scalar(item, field_type, f"{path}[{i}]") for i, item in enumerate(raw))
 
 

@@ -35,6 +35,7 @@ from services.search_tool.documents import (
 from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import CollectionSpec, SearchEngine, StoredVersion
 from services.search_tool.filters import METADATA_PREFIX, FieldType
+from services.search_tool.limits import DEFAULT_LIMITS, RequestLimits
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class IngestLimits:
     """Documents embedded and written together."""
     chunking_recipe: str = ""
     """Identifies the chunk sizes, so that changing them re-ingests unchanged documents."""
+    sizes: RequestLimits = DEFAULT_LIMITS
+    """How large a document's title, labels, url, breadcrumbs and metadata may be."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,17 @@ def validate_documents(
         path = f"documents[{i}]"
         violations.extend(_id_violations(document.id, path, seen, i))
         violations.extend(_text_violations(document.text, path, limits.max_document_bytes))
+        violations.extend(_size_violations(document, path, limits.sizes))
         violations.extend(_metadata_violations(document.metadata, path, stored, introduced))
+    keys = len(stored) + len(introduced)
+    if keys > limits.sizes.collection_metadata_keys:
+        violations.append(
+            FieldViolation(
+                "documents",
+                f"the collection would have {keys} metadata keys; "
+                f"the limit is {limits.sizes.collection_metadata_keys}",
+            )
+        )
     if violations:
         raise InvalidArgument(
             "; ".join(f"{v.field}: {v.description}" for v in violations[:10]),
@@ -279,6 +292,39 @@ def _text_violations(text: str, path: str, max_bytes: int) -> list[FieldViolatio
     if size > max_bytes:
         return [FieldViolation(f"{path}.text", f"is {size} bytes; the limit is {max_bytes}")]
     return []
+
+
+def _size_violations(document: Document, path: str, sizes: RequestLimits) -> list[FieldViolation]:
+    """Every part of a document within its documented limit (`limits.py`)."""
+    texts = [
+        (f"{path}.title", document.title, sizes.title_chars),
+        (f"{path}.source", document.source, sizes.label_chars),
+        (f"{path}.entity_type", document.entity_type, sizes.label_chars),
+        (f"{path}.url", document.url, sizes.url_chars),
+    ]
+    for b, crumb in enumerate(document.breadcrumbs[: sizes.breadcrumbs]):
+        for name in ("id", "name", "entity_type"):
+            texts.append(
+                (f"{path}.breadcrumbs[{b}].{name}", getattr(crumb, name), sizes.label_chars)
+            )
+    for key, value in document.metadata.items():
+        if isinstance(value, str):
+            texts.append((f'{path}.metadata["{key}"]', value, sizes.metadata_string_chars))
+    violations = [
+        FieldViolation(field, f"{len(text)} characters; the limit is {most}")
+        for field, text, most in texts
+        if len(text) > most
+    ]
+    counts = [
+        (f"{path}.breadcrumbs", len(document.breadcrumbs), sizes.breadcrumbs, "breadcrumbs"),
+        (f"{path}.metadata", len(document.metadata), sizes.metadata_keys, "metadata keys"),
+    ]
+    violations += [
+        FieldViolation(field, f"{count} {what}; the limit is {most}")
+        for field, count, most, what in counts
+        if count > most
+    ]
+    return violations
 
 
 def _metadata_violations(

@@ -38,6 +38,7 @@ from services.search_tool.filters import (
     validate_filters,
 )
 from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
+from services.search_tool.limits import RequestLimits
 
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_VARIATIONS = 9
@@ -114,6 +115,7 @@ class SearchService:
             max_documents=settings.max_documents_per_request,
             batch_documents=settings.write_batch_documents,
             chunking_recipe=settings.chunking.recipe,
+            sizes=settings.limits,
         )
         self._ingestor = Ingestor(engine, embedder, chunker, limits)
 
@@ -149,7 +151,10 @@ class SearchService:
                 ],
             )
         fields = await self._engine.fields(collection)
-        caller, narrowing = validate_filters(caller_filter or RawFilter(), raw_filter, fields)
+        limits = self._settings.limits
+        caller, narrowing = validate_filters(
+            caller_filter or RawFilter(), raw_filter, fields, limits=limits
+        )
         if caller.is_empty:
             return await self._engine.delete_matching(
                 collection,
@@ -160,14 +165,12 @@ class SearchService:
         if document_ids:
             by_id = Condition("document_id", FieldType.STRING, Operator.IN, tuple(document_ids))
             targets = (FilterGroup((by_id,)), *targets)
-        where = combine_filters(
-            caller, FilterExpression(targets), max_groups=self._settings.max_filter_groups
-        )
+        where = combine_filters(caller, FilterExpression(targets), max_groups=limits.filter_groups)
         return await self._engine.delete_matching(collection, document_ids=[], where=where)
 
     async def search(self, request: SearchRequest) -> SearchOutcome:
         started = time.perf_counter()
-        limit = _validate_search(request)
+        limit = _validate_search(request, self._settings.limits)
         if request.validate_only:
             await self._filter(request)
             empty = SearchPage(hits=[], total_count=0)
@@ -209,19 +212,21 @@ class SearchService:
         most = self._settings.max_embed_texts
         if len(texts) > most:
             raise InvalidArgument.for_field("texts", f"at most {most} texts per call")
+        longest = self._settings.limits.embed_text_chars
         for i, text in enumerate(texts):
             if not text.strip():
                 raise InvalidArgument.for_field(f"texts[{i}]", "must not be empty")
+            if len(text) > longest:
+                raise InvalidArgument.for_field(
+                    f"texts[{i}]", f"{len(text)} characters; the limit is {longest}"
+                )
         vectors = await self._embedder.embed(list(texts))
         return Embeddings(vectors, self._embedder.model_name, self._embedder.dimensions)
 
     async def _filter(self, request: SearchRequest) -> FilterExpression:
         fields = await self._engine.fields(request.collection)
         return effective_filter(
-            request.caller_filter,
-            request.filter,
-            fields,
-            max_groups=self._settings.max_filter_groups,
+            request.caller_filter, request.filter, fields, limits=self._settings.limits
         )
 
     async def _query_vectors(self, request: SearchRequest) -> npt.NDArray[np.float32]:
@@ -239,20 +244,22 @@ def validate_collection_name(name: str) -> None:
         )
 
 
-def _validate_search(request: SearchRequest) -> int:
+def _validate_search(request: SearchRequest, limits: RequestLimits) -> int:
     """The effective limit; raises InvalidArgument listing every bad field."""
     violations: list[FieldViolation] = []
     if not COLLECTION_NAME.match(request.collection):
         violations.append(FieldViolation("collection", "not a valid collection name"))
     if not request.primary.strip():
         violations.append(FieldViolation("query.primary", "must not be empty"))
+    violations.extend(_query_length("query.primary", request.primary, limits))
     if len(request.variations) > MAX_VARIATIONS:
         violations.append(
             FieldViolation("query.variations", f"at most {MAX_VARIATIONS} variations")
         )
-    for i, variation in enumerate(request.variations):
+    for i, variation in enumerate(request.variations[:MAX_VARIATIONS]):
         if not variation.strip():
             violations.append(FieldViolation(f"query.variations[{i}]", "must not be empty"))
+        violations.extend(_query_length(f"query.variations[{i}]", variation, limits))
     limit = request.limit or DEFAULT_LIMIT
     if not 1 <= limit <= MAX_LIMIT:
         violations.append(
@@ -269,3 +276,9 @@ def _validate_search(request: SearchRequest) -> int:
             "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
         )
     return limit
+
+
+def _query_length(path: str, text: str, limits: RequestLimits) -> list[FieldViolation]:
+    if len(text) <= limits.query_chars:
+        return []
+    return [FieldViolation(path, f"{len(text)} characters; the limit is {limits.query_chars}")]

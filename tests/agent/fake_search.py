@@ -44,8 +44,6 @@ from services.search_tool.filters import (
     effective_filter,
 )
 
-MAX_FILTER_GROUPS = 32
-"""The search tool's default `max_filter_groups`."""
 _WORD = re.compile(r"[a-z0-9]+")
 _TYPES: dict[type, FieldType] = {
     bool: FieldType.BOOL,
@@ -134,7 +132,6 @@ class FakeSearch:
             filter_from_proto(message.caller_filter),
             filter_from_proto(message.filter),
             self.fields(),
-            max_groups=MAX_FILTER_GROUPS,
         )
 
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:

@@ -1,0 +1,44 @@
+"""The inner fences: how large each part of a request may be (the server's message-size limit is the
+outer one). Beyond a limit the search tool answers INVALID_ARGUMENT naming the field and the limit,
+at once, before any embedding or storage work; the values are documented in the README."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RequestLimits(BaseModel):
+    """Largest values a request may carry (`search_tool.limits.*` in the YAML config)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    query_chars: int = Field(default=2_000, ge=1)
+    """`query.primary` and each of `query.variations`, in characters."""
+    title_chars: int = Field(default=1_000, ge=1)
+    """A document's title."""
+    label_chars: int = Field(default=256, ge=1)
+    """A document's `source` and `entity_type`, and each breadcrumb's id, name and entity type."""
+    url_chars: int = Field(default=4_096, ge=1)
+    """A document's url."""
+    breadcrumbs: int = Field(default=64, ge=0)
+    """Breadcrumbs per document."""
+    metadata_keys: int = Field(default=64, ge=0)
+    """Metadata keys per document."""
+    metadata_string_chars: int = Field(default=4_096, ge=1)
+    """A string metadata value."""
+    collection_metadata_keys: int = Field(default=256, ge=0)
+    """Distinct metadata keys per collection (each becomes a filterable column)."""
+    filter_groups: int = Field(default=32, ge=1)
+    """OR groups of a search's filter, counted on each side and once the caller's filter and the
+    request's filter are combined (every caller group AND every request group)."""
+    filter_conditions: int = Field(default=32, ge=1)
+    """Conditions per filter group."""
+    filter_list_values: int = Field(default=1_000, ge=1)
+    """Values of one `in` / `not_in` condition."""
+    filter_string_chars: int = Field(default=1_000, ge=1)
+    """A string value in a filter condition."""
+    embed_text_chars: int = Field(default=20_000, ge=1)
+    """One text of an `Embed` call."""
+
+
+DEFAULT_LIMITS = RequestLimits()
