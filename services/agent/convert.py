@@ -82,6 +82,10 @@ def run_request(
         violations.append(FieldViolation("budget.max_iterations", "must not be negative"))
     if message.budget.max_tokens < 0:
         violations.append(FieldViolation("budget.max_tokens", "must not be negative"))
+    for t, turn in enumerate(message.history):
+        for name in ("question", "answer"):
+            if not getattr(turn, name).strip():
+                violations.append(FieldViolation(f"history[{t}].{name}", "must not be empty"))
     if violations:
         raise InvalidArgument(
             "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations

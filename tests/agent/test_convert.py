@@ -14,6 +14,7 @@ from services.agent.config import AgentSettings
 from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.run import Mode
 from services.agent.search import Breadcrumb, SearchHit, SearchRequest
+from services.common.errors import InvalidArgument
 from services.common.settings import load_settings
 
 
@@ -94,3 +95,19 @@ def test_a_search_hit_survives_the_round_trip_through_protobuf() -> None:
         dense_score=0.7,
     )
     assert convert.search_hit(convert.search_result(hit)) == hit
+
+
+def test_an_empty_turn_of_history_is_invalid_argument_naming_it() -> None:
+    """Found by the hostile corpus: an empty prior question reached the gateway, which refused the
+    conversation, and the run ended INTERNAL."""
+    message = agent_pb2.RunRequest(
+        query="q",
+        collection="docs",
+        history=[
+            agent_pb2.ConversationTurn(question="earlier?", answer="yes"),
+            agent_pb2.ConversationTurn(question=" ", answer="no"),
+        ],
+    )
+    with pytest.raises(InvalidArgument) as caught:
+        convert.run_request(message, default_limit=10)
+    assert [v.field for v in caught.value.violations] == ["history[1].question"]

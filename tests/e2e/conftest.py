@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,8 @@ class Stack:
     openai: FakeOpenAIServer
     anthropic: FakeAnthropicServer
     logs: Path
+    pids: dict[str, int]
+    """Process id of each service, by name (`search_tool`, `llm_gateway`, `agent`)."""
 
 
 def free_port() -> int:
@@ -144,7 +147,13 @@ def _ingest(address: str) -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("e2e")
+    with running_stack(tmp_path_factory.mktemp("e2e")) as started:
+        yield started
+
+
+@contextmanager
+def running_stack(root: Path) -> Iterator[Stack]:
+    """The three services as processes (logs and data under `root`), the e2e collection loaded."""
     openai, anthropic = FakeOpenAIServer(), FakeAnthropicServer()
     openai.start()
     anthropic.start()
@@ -198,6 +207,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             openai=openai,
             anthropic=anthropic,
             logs=root,
+            pids={name: p.pid for name, p in zip(commands, processes, strict=True)},
         )
     finally:
         for process in reversed(processes):

@@ -1,0 +1,457 @@
+"""A bad-input corpus for every RPC of the three services, and the one verdict every case must get.
+
+Requests come three ways: generated from each request message's descriptor (any field, any value of
+its wire type: extreme integers, NaN, unknown enum numbers, unicode, nested Structs, timestamps far
+outside the calendar), raw bytes that may or may not parse as the request, and named regressions
+(the hostile requests a review sent by hand). The verdict (`judge`) is the same for all: a status
+from the documented set — never INTERNAL or UNKNOWN — inside the call's deadline; a stream that
+ends with an `error` event is judged by that event's code.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor
+from google.protobuf.message import Message
+from hypothesis import strategies as st
+from quarry.agent.v1 import agent_pb2
+from quarry.llmgateway.v1 import llm_gateway_pb2
+from quarry.searchtool.v1 import search_tool_pb2
+
+CANARY_COLLECTION = "e2e-docs"
+"""The collection the corpus may read but must never change."""
+SCRATCH_COLLECTION = "hostile-scratch"
+"""Where requests that write are sent instead, should they name the canary."""
+DEADLINE_S = 20.0
+"""The bound: a call that is not answered by then counts as hanging."""
+
+DOCUMENTED = frozenset(
+    {
+        grpc.StatusCode.OK,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
+"""Every status a request may get; INTERNAL, UNKNOWN and a DEADLINE_EXCEEDED are never right."""
+
+SERVICES: dict[str, Any] = {
+    "search_tool": search_tool_pb2.DESCRIPTOR.services_by_name["SearchToolService"],
+    "llm_gateway": llm_gateway_pb2.DESCRIPTOR.services_by_name["LlmGatewayService"],
+    "agent": agent_pb2.DESCRIPTOR.services_by_name["AgentService"],
+}
+WRITES = frozenset({"UpsertDocuments", "DeleteDocuments", "DeleteCollection"})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one call ended."""
+
+    method: str
+    """Full method path."""
+    code: grpc.StatusCode
+    """The status, or the `error` event's code for a stream that ended with one."""
+    detail: str
+    """The status message, for the failure report."""
+    seconds: float
+    """Time to the answer."""
+
+    @property
+    def acceptable(self) -> bool:
+        return self.code in DOCUMENTED
+
+
+def methods() -> list[tuple[str, MethodDescriptor]]:
+    """(service name, method) for every RPC of the three services."""
+    return [(name, m) for name, service in SERVICES.items() for m in service.methods]
+
+
+def request_class(method: MethodDescriptor) -> type[Message]:
+    return message_factory.GetMessageClass(method.input_type)
+
+
+def call(channel: grpc.Channel, method: MethodDescriptor, payload: bytes) -> Verdict:
+    """Send `payload` (serialised request bytes, valid or not) and judge the answer."""
+    path = f"/{method.containing_service.full_name}/{method.name}"
+    started = time.monotonic()
+    try:
+        if method.server_streaming:
+            stream = channel.unary_stream(path, None, None)
+            code, detail = _drain(method, stream(payload, timeout=DEADLINE_S))
+        else:
+            channel.unary_unary(path, None, None)(payload, timeout=DEADLINE_S)
+            code, detail = grpc.StatusCode.OK, ""
+    except grpc.RpcError as error:
+        code, detail = error.code(), error.details() or ""
+    return Verdict(path, code, detail, time.monotonic() - started)
+
+
+def _drain(method: MethodDescriptor, responses: Any) -> tuple[grpc.StatusCode, str]:
+    """Read a stream to its end; an agent stream that ends with an `error` event is judged by it."""
+    events = list(responses)
+    if events and method.output_type.full_name == agent_pb2.StreamRunResponse.DESCRIPTOR.full_name:
+        event = agent_pb2.StreamRunResponse.FromString(events[-1])
+        if event.WhichOneof("event") == "error":
+            return grpc.StatusCode[event.error.code], event.error.message
+    return grpc.StatusCode.OK, ""
+
+
+def keep_canary(method: MethodDescriptor, request: Message) -> Message:
+    """Send writes meant for the canary collection to the scratch collection instead."""
+    if method.name in WRITES and getattr(request, "collection", None) == CANARY_COLLECTION:
+        request.collection = SCRATCH_COLLECTION  # type: ignore[attr-defined]
+    return request
+
+
+# --- generated requests ---------------------------------------------------------------------------
+
+_INTS = {
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
+}
+_WORDS = st.sampled_from(
+    [CANARY_COLLECTION, "python", "' OR 1=1 --", "source", "created_at", "metadata.year", ""]
+)
+MAX_DEPTH = 4
+
+
+def messages(descriptor: Any, depth: int = 0) -> st.SearchStrategy[Message]:
+    """Any message of `descriptor`'s type: each field absent or any value its wire type allows."""
+    cls = message_factory.GetMessageClass(descriptor)
+    if depth >= MAX_DEPTH:
+        return st.just(cls())
+    optional = {f.name: _field(f, depth) for f in descriptor.fields}
+    return st.fixed_dictionaries({}, optional=optional).map(lambda values: _build(cls, values))
+
+
+def _build(cls: type[Message], values: dict[str, Any]) -> Message:
+    message = cls()
+    for name, value in values.items():
+        field: Any = message.DESCRIPTOR.fields_by_name[name]
+        target = getattr(message, name)
+        if _is_map(field):
+            for key, item in value.items():
+                if field.message_type.fields_by_name["value"].message_type is not None:
+                    target[key].CopyFrom(item)
+                else:
+                    target[key] = item
+        elif field.is_repeated:
+            target.extend(value)
+        elif field.message_type is not None:
+            target.CopyFrom(value)
+        else:
+            setattr(message, name, value)
+    return message
+
+
+def _is_map(field: Any) -> bool:
+    return bool(
+        field.message_type is not None
+        and field.message_type.GetOptions().map_entry
+        and field.is_repeated
+    )
+
+
+def _field(field: Any, depth: int) -> st.SearchStrategy[Any]:
+    if _is_map(field):
+        entry = field.message_type
+        return st.dictionaries(
+            _scalar(entry.fields_by_name["key"]),
+            _single(entry.fields_by_name["value"], depth),
+            max_size=4,
+        )
+    single = _single(field, depth)
+    if field.is_repeated:
+        return st.lists(single, max_size=5)
+    return single
+
+
+def _single(field: Any, depth: int) -> st.SearchStrategy[Any]:
+    if field.message_type is not None:
+        return messages(field.message_type, depth + 1)
+    return _scalar(field)
+
+
+def _scalar(field: Any) -> st.SearchStrategy[Any]:
+    kind = field.type
+    if kind in _INTS:
+        low, high = _INTS[kind]
+        return st.one_of(
+            st.integers(low, high), st.sampled_from([low, high, 0, 1, -1 if low else 0])
+        )
+    if kind in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return st.floats(allow_nan=True, allow_infinity=True, width=32 if kind == 2 else 64)
+    if kind == FieldDescriptor.TYPE_BOOL:
+        return st.booleans()
+    if kind == FieldDescriptor.TYPE_ENUM:
+        return st.one_of(
+            st.sampled_from([v.number for v in field.enum_type.values]), st.integers(-5, 99)
+        )
+    if kind == FieldDescriptor.TYPE_BYTES:
+        return st.binary(max_size=64)
+    return st.one_of(st.text(max_size=80), _WORDS)
+
+
+def generated(method: MethodDescriptor) -> st.SearchStrategy[bytes]:
+    """Serialised requests for `method`, writes kept off the canary collection."""
+    return messages(method.input_type).map(
+        lambda request: keep_canary(method, request).SerializeToString()
+    )
+
+
+# --- named regressions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A hostile request seen in review, and the status it must get."""
+
+    name: str
+    service: str
+    method: str
+    request: Callable[[], Message]
+    expected: grpc.StatusCode
+
+
+def _search(collection: str = CANARY_COLLECTION, **fields: Any) -> search_tool_pb2.SearchRequest:
+    primary = fields.pop("primary", "directory")
+    return search_tool_pb2.SearchRequest(
+        collection=collection, query={"primary": primary}, **fields
+    )
+
+
+def _where(field: str, operator: int, value: Any) -> dict[str, Any]:
+    return {"groups": [{"conditions": [{"field": field, "operator": operator, "value": value}]}]}
+
+
+def _value(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, str):
+        return {"string_value": raw}
+    return {"number_value": raw}
+
+
+def _filter_search(
+    field: str, operator: int, raw: Any, collection: str = CANARY_COLLECTION
+) -> Callable[[], Message]:
+    return lambda: _search(collection, filter=_where(field, operator, _value(raw)))
+
+
+def _upsert_at(seconds: int, nanos: int = 0) -> Callable[[], Message]:
+    def build() -> Message:
+        document = search_tool_pb2.Document(id="t", text="timestamp", title="t")
+        document.created_at.seconds, document.created_at.nanos = seconds, nanos
+        return search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION, documents=[document]
+        )
+
+    return build
+
+
+def _nested_schema(depth: int) -> str:
+    return '{"type": "object", "properties": {"a": ' * depth + "{}" + "}}" * depth
+
+
+def _run_with_caller_filter(field: str, operator: int, raw: Any) -> Callable[[], Message]:
+    return lambda: agent_pb2.RunRequest(
+        collection=CANARY_COLLECTION,
+        query="temporary directory",
+        filter=_where(field, operator, _value(raw)),
+    )
+
+
+_GT, _LT, _EQ, _CONTAINS = 4, 6, 1, 3
+OK, INVALID = grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT
+MB = 1024 * 1024
+
+REGRESSIONS: tuple[Regression, ...] = (
+    Regression(
+        "search created_at after year 0001",
+        "search_tool",
+        "Search",
+        _filter_search("created_at", _GT, "0001-01-01"),
+        OK,
+    ),
+    Regression(
+        "search created_at before year 9999",
+        "search_tool",
+        "Search",
+        _filter_search("created_at", _LT, "9999-12-31T23:59:59Z"),
+        OK,
+    ),
+    Regression(
+        "search integer metadata beyond int64",
+        "search_tool",
+        "Search",
+        _filter_search("metadata.year", _GT, 1e19, SCRATCH_COLLECTION),
+        OK,
+    ),
+    Regression(
+        "search integer metadata below -1e308",
+        "search_tool",
+        "Search",
+        _filter_search("metadata.year", _LT, -1e308, SCRATCH_COLLECTION),
+        OK,
+    ),
+    Regression(
+        "delete by created_at in year 0001",
+        "search_tool",
+        "DeleteDocuments",
+        lambda: search_tool_pb2.DeleteDocumentsRequest(
+            collection=CANARY_COLLECTION, filter=_where("created_at", _LT, _value("0001-01-02"))
+        ),
+        OK,
+    ),
+    Regression(
+        "upsert created_at.seconds 2^62",
+        "search_tool",
+        "UpsertDocuments",
+        _upsert_at(2**62),
+        INVALID,
+    ),
+    Regression(
+        "upsert created_at.nanos 2e9",
+        "search_tool",
+        "UpsertDocuments",
+        _upsert_at(0, 2_000_000_000),
+        INVALID,
+    ),
+    Regression(
+        "upsert created_at before year 1",
+        "search_tool",
+        "UpsertDocuments",
+        _upsert_at(-62_135_596_801),
+        INVALID,
+    ),
+    Regression(
+        "structured schema nested 3,000 deep",
+        "llm_gateway",
+        "GenerateStructured",
+        lambda: llm_gateway_pb2.GenerateStructuredRequest(
+            messages=[{"role": 2, "text": "x"}], schema_json=_nested_schema(3_000)
+        ),
+        INVALID,
+    ),
+    Regression(
+        "caller filter with a malformed date",
+        "agent",
+        "Run",
+        _run_with_caller_filter("created_at", _GT, "last tuesday"),
+        INVALID,
+    ),
+    Regression(
+        "caller filter contains on an integer",
+        "agent",
+        "Run",
+        _run_with_caller_filter("chunk_index", _CONTAINS, "1"),
+        INVALID,
+    ),
+    Regression(
+        "caller filter with a wrong value type",
+        "agent",
+        "Run",
+        _run_with_caller_filter("chunk_index", _EQ, "one"),
+        INVALID,
+    ),
+    Regression(
+        "caller filter on an unknown metadata key",
+        "agent",
+        "Run",
+        _run_with_caller_filter("metadata.nope", _EQ, "x"),
+        INVALID,
+    ),
+    Regression(
+        "caller filter ordering on text",
+        "agent",
+        "Run",
+        _run_with_caller_filter("title", _GT, "a"),
+        INVALID,
+    ),
+    Regression(
+        "20 MB query", "search_tool", "Search", lambda: _search(primary="q" * (20 * MB)), INVALID
+    ),
+    Regression(
+        "nine 1 MB variations",
+        "search_tool",
+        "Search",
+        lambda: search_tool_pb2.SearchRequest(
+            collection=CANARY_COLLECTION, query={"primary": "q", "variations": ["v" * MB] * 9}
+        ),
+        INVALID,
+    ),
+    Regression(
+        "3 MB title",
+        "search_tool",
+        "UpsertDocuments",
+        lambda: search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION,
+            documents=[{"id": "t", "text": "x", "title": "t" * (3 * MB)}],
+        ),
+        INVALID,
+    ),
+    Regression(
+        "50,000 breadcrumbs",
+        "search_tool",
+        "UpsertDocuments",
+        lambda: search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION,
+            documents=[
+                {"id": "t", "text": "x", "breadcrumbs": [{"id": "b", "name": "n"}] * 50_000}
+            ],
+        ),
+        INVALID,
+    ),
+    Regression(
+        "10 MB url",
+        "search_tool",
+        "UpsertDocuments",
+        lambda: search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION,
+            documents=[{"id": "t", "text": "x", "url": "u" * (10 * MB)}],
+        ),
+        INVALID,
+    ),
+    Regression(
+        "10,000 OR groups",
+        "search_tool",
+        "Search",
+        lambda: _search(
+            filter={
+                "groups": [
+                    {
+                        "conditions": [
+                            {"field": "source", "operator": _EQ, "value": {"string_value": "s"}}
+                        ]
+                    }
+                ]
+                * 10_000
+            }
+        ),
+        INVALID,
+    ),
+)
+"""Each request of the issue's list, by name. The integer-metadata searches run on the scratch
+collection, which the test loads with an integer `year` first (`SCRATCH_DOCUMENT`)."""
+
+SCRATCH_DOCUMENT = search_tool_pb2.Document(id="scratch", text="a scratch document")
+SCRATCH_DOCUMENT.metadata["year"].int_value = 2024
+
+UNDECODABLE = {"invalid-utf8": b"\x0a\x02\xff\xfe", "truncated": b"\x0a\x10abc"}
+"""Field 1 of every request is a string: once with bytes that are not UTF-8, once cut short."""

@@ -1,0 +1,136 @@
+"""Hostile input against the three real services as processes: every RPC, generated requests, raw
+bytes and the named regressions. Each call gets a documented status (never INTERNAL or UNKNOWN)
+inside its deadline, the services stay up, and the canary collection is unchanged at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.protobuf.descriptor import MethodDescriptor
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from tests.e2e.conftest import CHUNK_IDS, Stack
+from tests.e2e.hostile import (
+    CANARY_COLLECTION,
+    REGRESSIONS,
+    SCRATCH_COLLECTION,
+    SCRATCH_DOCUMENT,
+    UNDECODABLE,
+    Regression,
+    Verdict,
+    call,
+    generated,
+    methods,
+)
+
+pytestmark = pytest.mark.slow
+METHODS = methods()
+EXAMPLES_PER_METHOD = 12
+
+
+@pytest.fixture(scope="module")
+def channels(stack: Stack) -> Iterator[dict[str, grpc.Channel]]:
+    addresses = {
+        "search_tool": stack.search_tool,
+        "llm_gateway": stack.gateway,
+        "agent": stack.agent,
+    }
+    opened = {name: grpc.insecure_channel(address) for name, address in addresses.items()}
+    yield opened
+    for channel in opened.values():
+        channel.close()
+
+
+def _assert_acceptable(verdict: Verdict) -> None:
+    assert verdict.acceptable, f"{verdict.method}: {verdict.code.name} {verdict.detail[:300]}"
+
+
+def _id(item: tuple[str, MethodDescriptor]) -> str:
+    return item[1].name
+
+
+@pytest.mark.parametrize("service_method", METHODS, ids=[_id(m) for m in METHODS])
+@settings(
+    max_examples=EXAMPLES_PER_METHOD,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    database=None,
+)
+@given(data=st.data())
+def test_generated_requests_get_a_documented_status_in_time(
+    channels: dict[str, grpc.Channel],
+    service_method: tuple[str, MethodDescriptor],
+    data: st.DataObject,
+) -> None:
+    service, method = service_method
+    payload = data.draw(generated(method), label="request")
+    _assert_acceptable(call(channels[service], method, payload))
+
+
+@pytest.mark.parametrize("service_method", METHODS, ids=[_id(m) for m in METHODS])
+@settings(
+    max_examples=EXAMPLES_PER_METHOD,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    database=None,
+)
+@given(payload=st.binary(max_size=48))
+def test_random_bytes_get_a_documented_status_in_time(
+    channels: dict[str, grpc.Channel],
+    service_method: tuple[str, MethodDescriptor],
+    payload: bytes,
+) -> None:
+    service, method = service_method
+    _assert_acceptable(call(channels[service], method, payload))
+
+
+@pytest.mark.parametrize("service_method", METHODS, ids=[_id(m) for m in METHODS])
+@pytest.mark.parametrize("kind", sorted(UNDECODABLE))
+def test_bytes_that_are_not_the_request_are_invalid_argument(
+    channels: dict[str, grpc.Channel], service_method: tuple[str, MethodDescriptor], kind: str
+) -> None:
+    service, method = service_method
+    first = method.input_type.fields_by_number.get(1)
+    if kind == "invalid-utf8" and (first is None or first.type != first.TYPE_STRING):
+        pytest.skip(f"{method.input_type.name} has no string field 1 to carry invalid UTF-8")
+    verdict = call(channels[service], method, UNDECODABLE[kind])
+    assert verdict.code == grpc.StatusCode.INVALID_ARGUMENT, verdict
+
+
+@pytest.mark.parametrize("regression", REGRESSIONS, ids=[r.name for r in REGRESSIONS])
+def test_named_regression_gets_its_status(
+    channels: dict[str, grpc.Channel], regression: Regression
+) -> None:
+    search = search_tool_pb2_grpc.SearchToolServiceStub(channels["search_tool"])
+    search.UpsertDocuments(  # the generated requests may have deleted the scratch collection
+        search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION, documents=[SCRATCH_DOCUMENT]
+        ),
+        timeout=60,
+    )
+    method = next(m for s, m in METHODS if s == regression.service and m.name == regression.method)
+    verdict = call(channels[regression.service], method, regression.request().SerializeToString())
+    assert verdict.code == regression.expected, verdict
+
+
+def test_the_canary_collection_is_unchanged_after_the_corpus(
+    channels: dict[str, grpc.Channel],
+) -> None:
+    """Runs last in this module (pytest keeps file order): every write above went elsewhere or was
+    refused, and the services still answer."""
+    stub = search_tool_pb2_grpc.SearchToolServiceStub(channels["search_tool"])
+    collection = stub.GetCollection(
+        search_tool_pb2.GetCollectionRequest(collection=CANARY_COLLECTION), timeout=10
+    ).collection
+    assert collection.chunk_count == len(CHUNK_IDS)
+    reply = stub.Search(
+        search_tool_pb2.SearchRequest(
+            collection=CANARY_COLLECTION, query={"primary": "directory"}, limit=200
+        ),
+        timeout=10,
+    )
+    assert {r.chunk.id for r in reply.results} == CHUNK_IDS
