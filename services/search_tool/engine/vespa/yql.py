@@ -72,6 +72,15 @@ def substring_pattern(value: str) -> str:
     return "(?i)" + re2.escape(value)
 
 
+def vespa_field(field: str) -> str:
+    """The Vespa field a Quarry filter field compiles to."""
+    if field.startswith(METADATA_PREFIX):
+        return "meta_"
+    if field == "breadcrumbs":
+        return "breadcrumb_"
+    return _FIELDS.get(field, field)
+
+
 def compile_filter(expression: FilterExpression) -> str:
     """A YQL boolean expression; `true` when the expression matches everything."""
     if expression.is_empty:
