@@ -10,12 +10,12 @@ STAMP := $(VENV)/.installed-stamp
 GENERATED := services/generated
 PYTEST_ARGS ?=
 
-.PHONY: help setup protos check-protos lint test run eval bench clean
+.PHONY: help setup protos check-protos lint test run eval bench clean vespa-package
 
 help:
 	@echo "make run    - start search tool, LLM gateway and agent locally (offline demo)"
 	@echo "make test   - lint, generated-code check and the whole test suite (what CI runs)"
-	@echo "make setup | protos | lint | eval | bench | clean"
+	@echo "make setup | protos | lint | eval | bench | clean | vespa-package"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ eval: setup
 bench: setup
 	$(PY) bench/search_latency.py
 	$(PY) bench/ingest_throughput.py
+
+# The Vespa application package, rendered from its one definition and zipped for `vespa deploy`
+# or the config server's prepareandactivate (a test checks the checked-in copy is current).
+vespa-package: setup
+	$(PY) scripts/gen_vespa_app.py --zip build/vespa-app.zip
 
 clean:
 	rm -rf $(VENV) .protos-check .mypy_cache .ruff_cache .pytest_cache

@@ -57,13 +57,42 @@ class FusionSettings(BaseModel):
         return Fusion(FusionMethod(self.method), rrf_k=self.rrf_k, alpha=self.alpha)
 
 
+class VespaSettings(BaseModel):
+    """Where the Vespa engine is and how it is used (`engine.kind: vespa`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = "http://localhost:8080"
+    """Container endpoint (search and document/v1), e.g. a Vespa Cloud data-plane URL."""
+    cert_path: Path | None = None
+    """Client certificate for mTLS (Vespa Cloud, secured Vespa); with `key_path`."""
+    key_path: Path | None = None
+    """Private key of `cert_path`."""
+    feed_concurrency: int = Field(default=16, ge=1, le=1024)
+    """Document writes in flight at once (HTTP/2 streams on one connection)."""
+    feed_retries: int = Field(default=3, ge=1, le=10)
+    """Attempts of one document write that Vespa answers 429 or 503."""
+    query_timeout_s: float = Field(default=5.0, gt=0)
+    """Longest one Vespa query may run (Vespa's `timeout`; the caller's deadline is shorter
+    when it has one)."""
+
+    @model_validator(mode="after")
+    def _cert_and_key_together(self) -> VespaSettings:
+        if (self.cert_path is None) != (self.key_path is None):
+            raise ValueError("cert_path and key_path go together")
+        return self
+
+
 class EngineSettings(BaseModel):
     """Which engine stores the collections."""
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["embedded"] = "embedded"
-    """`embedded`: LanceDB in this process, under `data_dir` (Vespa comes later)."""
+    kind: Literal["embedded", "lancedb", "vespa"] = "embedded"
+    """`embedded` (also called `lancedb`): LanceDB in this process, under `data_dir`;
+    `vespa`: a Vespa deployment at `vespa.url` running `services/search_tool/vespa/app`."""
+    vespa: VespaSettings = Field(default_factory=VespaSettings)
+    """The Vespa engine's endpoint and limits (read only when `kind` is `vespa`)."""
     fts_refresh_rows: int = Field(default=20_000, ge=1)
     """Rebuild the BM25 index once this many rows were written since the last build."""
     vector_index_min_rows: int = Field(default=50_000, ge=1)

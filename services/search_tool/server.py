@@ -22,6 +22,7 @@ from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder, build_embedder
 from services.search_tool.engine.base import SearchEngine
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.service import SearchService
 from services.search_tool.servicer import SERVICE_NAME, SearchToolServicer
 from services.search_tool.traced import TracedEmbedder
@@ -101,7 +102,22 @@ async def open_search_service(
 
 
 async def open_engine(settings: SearchToolSettings) -> SearchEngine:
-    """The engine `settings.engine.kind` names, opened on `settings.data_dir`."""
+    """The engine `settings.engine.kind` names: Vespa at `engine.vespa.url`, or LanceDB opened on
+    `settings.data_dir`."""
+    if settings.engine.kind == "vespa":
+        vespa = settings.engine.vespa
+        return await VespaEngine.open(
+            Endpoint(
+                url=vespa.url,
+                cert_path=vespa.cert_path,
+                key_path=vespa.key_path,
+                feed_concurrency=vespa.feed_concurrency,
+                feed_retries=vespa.feed_retries,
+                query_timeout_s=vespa.query_timeout_s,
+            ),
+            hybrid_candidates=settings.fusion.candidates,
+            keyword_count_cap=settings.engine.keyword_count_cap,
+        )
     return await LanceDBEngine.open(
         settings.data_dir,
         policy=settings.engine.index_policy(),

@@ -1,0 +1,443 @@
+"""`VespaEngine`: the `SearchEngine` over a deployed Quarry application package (`package`).
+
+Reads run concurrently; writes to one collection are serialised by a lock in this process, so a
+Vespa deployment with several search-tool replicas must route writes to one of them (a single
+writer: see the README), while any replica serves searches. Acked writes are visible to the next
+query in indexed mode, so `upsert` returns only once Vespa acknowledged every chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.search_tool.documents import (
+    ChunkRecord,
+    from_epoch_microseconds,
+    metadata_type,
+    widen,
+)
+from services.search_tool.engine.base import (
+    CollectionSpec,
+    CollectionStats,
+    EngineQuery,
+    Hit,
+    SearchPage,
+    StoredVersion,
+    Strategy,
+)
+from services.search_tool.engine.vespa.documents import (
+    chunk_document_id,
+    chunk_fields,
+    chunk_from_json,
+)
+from services.search_tool.engine.vespa.package import CHUNK, COLLECTION, MAX_HITS
+from services.search_tool.engine.vespa.queries import (
+    count_body,
+    dense_body,
+    describe_body,
+    ids_body,
+    keyword_body,
+)
+from services.search_tool.engine.vespa.transport import Endpoint, QueryRejected, VespaTransport
+from services.search_tool.engine.vespa.yql import string, vespa_field
+from services.search_tool.filters import (
+    CHUNK_FIELDS,
+    METADATA_PREFIX,
+    Condition,
+    FieldType,
+    FilterExpression,
+    FilterGroup,
+    Operator,
+)
+from services.search_tool.fusion import Candidate, fuse
+
+log = logging.getLogger(__name__)
+
+_ID_BATCH = 200
+
+
+class VespaEngine:
+    """`SearchEngine` over Vespa."""
+
+    def __init__(
+        self,
+        transport: VespaTransport,
+        *,
+        hybrid_candidates: int = 100,
+        keyword_count_cap: int = 10_000,
+    ) -> None:
+        self._transport = transport
+        self._hybrid_candidates = hybrid_candidates
+        self._keyword_count_cap = keyword_count_cap
+        self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    @classmethod
+    async def open(cls, endpoint: Endpoint, **limits: int) -> VespaEngine:
+        transport = VespaTransport(endpoint)
+        await transport.open()
+        return cls(transport, **limits)
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+    async def list_collections(self) -> list[str]:
+        root = await self._transport.query(
+            {"yql": f"select name from {COLLECTION} where true", "hits": MAX_HITS}
+        )
+        return sorted(str(h["fields"]["name"]) for h in root.get("children", []))
+
+    async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
+        async with self._write_locks[name]:
+            stored = await self._registry(name)
+            if stored is None:
+                await self._put_registry(name, spec, {})
+                log.info("collection created", extra={"collection": name})
+                return
+        if (stored[0].embedding_model, stored[0].dimensions) != (
+            spec.embedding_model,
+            spec.dimensions,
+        ):
+            raise FailedPrecondition(
+                f"collection {name!r} holds {stored[0].dimensions}-d vectors of "
+                f"{stored[0].embedding_model!r}; the embedder makes {spec.dimensions}-d vectors "
+                f"of {spec.embedding_model!r}",
+                reason="EMBEDDING_MISMATCH",
+                metadata={"collection": name},
+            )
+
+    async def drop_collection(self, name: str) -> None:
+        async with self._write_locks[name]:
+            await self._spec(name)
+            await self._delete_all_matching(name, FilterExpression())
+            await self._transport.delete(COLLECTION, name)
+
+    async def fields(self, name: str) -> Mapping[str, FieldType]:
+        _, types = await self._spec(name)
+        fields = dict(CHUNK_FIELDS)
+        fields.update({f"{METADATA_PREFIX}{k}": t for k, t in sorted(types.items())})
+        return fields
+
+    async def upsert(
+        self, name: str, records: Sequence[ChunkRecord], *, absent: AbstractSet[str] = frozenset()
+    ) -> int:
+        """Puts are idempotent by chunk id, so `absent` changes nothing here."""
+        if not records:
+            return 0
+        async with self._write_locks[name]:
+            spec, types = await self._spec(name)
+            widened = _widen_types(types, records)
+            if widened != types:
+                await self._put_registry(name, spec, widened)
+            await asyncio.gather(
+                *(
+                    self._transport.put(
+                        CHUNK,
+                        chunk_document_id(name, r.chunk.id),
+                        chunk_fields(name, r, widened),
+                    )
+                    for r in records
+                )
+            )
+        return len(records)
+
+    async def stored_versions(
+        self, name: str, document_ids: Sequence[str]
+    ) -> dict[str, StoredVersion]:
+        await self._spec(name)
+        ids: dict[str, set[str]] = defaultdict(set)
+        hashes: dict[str, set[str]] = defaultdict(set)
+        for batch in _batches(document_ids):
+            for fields in await self._all_ids(name, _in("document_id", batch)):
+                ids[fields["document_id"]].add(fields["chunk_id"])
+                hashes[fields["document_id"]].add(fields.get("content_hash") or "")
+        return {
+            doc: StoredVersion(
+                frozenset(chunks), next(iter(hashes[doc])) if len(hashes[doc]) == 1 else ""
+            )
+            for doc, chunks in ids.items()
+        }
+
+    async def delete_chunks(self, name: str, chunk_ids: Sequence[str]) -> int:
+        deleted = 0
+        async with self._write_locks[name]:
+            for batch in _batches(chunk_ids):
+                existing = [f["chunk_id"] for f in await self._all_ids(name, _in("id", batch))]
+                await self._delete_ids(name, existing)
+                deleted += len(existing)
+        return deleted
+
+    async def delete_matching(
+        self, name: str, *, document_ids: Sequence[str], where: FilterExpression | None
+    ) -> int:
+        deleted = 0
+        async with self._write_locks[name]:
+            await self._spec(name)
+            for batch in _batches(document_ids):
+                deleted += await self._delete_all_matching(name, _in("document_id", batch))
+            if where is not None:
+                deleted += await self._delete_all_matching(name, where)
+        return deleted
+
+    async def search(self, name: str, query: EngineQuery) -> SearchPage:
+        await self._spec(name)
+        depth = query.offset + query.limit
+        if depth > MAX_HITS:
+            raise InvalidArgument.for_field(
+                "offset", f"offset + limit may be at most {MAX_HITS} with the Vespa engine"
+            )
+        hybrid = query.strategy is Strategy.HYBRID
+        hits = max(depth, self._hybrid_candidates) if hybrid else depth
+        dense_task = asyncio.gather(
+            *(
+                self._ranked(dense_body(name, query.filter, v, i, hits), query, cosine=True)
+                for i, v in enumerate(query.vectors)
+            )
+            if query.strategy is not Strategy.KEYWORD
+            else ()
+        )
+        keyword = query.strategy is not Strategy.SEMANTIC
+        keyword_task = (
+            self._ranked(keyword_body(name, query.filter, query.keyword_text, hits), query)
+            if keyword
+            else _nothing()
+        )
+        count_text = query.keyword_text if query.strategy is Strategy.KEYWORD else None
+        count_task = self._count(name, query, count_text)
+        dense_sides, keyword_side, (total, count_coverage) = await asyncio.gather(
+            dense_task, keyword_task, count_task
+        )
+        chunks: dict[str, str] = {}
+        coverages = [count_coverage]
+        dense_lists: list[list[Candidate]] = []
+        for ranked, found, coverage in dense_sides:
+            dense_lists.append(ranked)
+            chunks.update(found)
+            coverages.append(coverage)
+        keyword_list = None
+        if keyword_side is not None:
+            keyword_list, found, coverage = keyword_side
+            chunks.update(found)
+            coverages.append(coverage)
+        fused = fuse([d for d in dense_lists if d] or dense_lists[:1], keyword_list, query.fusion)
+        page = [
+            Hit(chunk_from_json(chunks[f.id]), f.score, f.dense_score, f.keyword_score)
+            for f in fused[query.offset : depth]
+        ]
+        if count_text is not None:
+            total = min(total, self._keyword_count_cap)
+        coverage = min(coverages)
+        if coverage < 1.0:
+            log.warning("vespa answered with partial coverage", extra={"coverage": coverage})
+        return SearchPage(hits=page, total_count=max(total, len(fused)), coverage=coverage)
+
+    async def describe(self, name: str) -> CollectionStats:
+        spec, types = await self._spec(name)
+        chunks, grouped, dated = await asyncio.gather(
+            self._transport.query(count_body(name, FilterExpression())),
+            self._transport.query(describe_body(name)),
+            self._transport.query(describe_body(name, dated=True)),
+        )
+        groups = _grouplists(grouped)
+        dates = _root_group(dated).get("fields", {})
+        earliest, latest = dates.get("min(created_at)"), dates.get("max(created_at)")
+        fields = dict(CHUNK_FIELDS)
+        fields.update({f"{METADATA_PREFIX}{k}": t for k, t in sorted(types.items())})
+        return CollectionStats(
+            name=name,
+            document_count=_total(grouped),
+            chunk_count=_total(chunks),
+            sources={k: v for k, v in groups.get("source", {}).items() if k},
+            entity_types={k: v for k, v in groups.get("entity_type", {}).items() if k},
+            fields=fields,
+            earliest_created_at=_moment(earliest) if _total(dated) else None,
+            latest_created_at=_moment(latest) if _total(dated) else None,
+            embedding_model=spec.embedding_model,
+            embedding_dimensions=spec.dimensions,
+        )
+
+    async def _ranked(
+        self, body: dict[str, Any], query: EngineQuery, *, cosine: bool = False
+    ) -> tuple[list[Candidate], dict[str, str], float]:
+        """(candidates best first, chunk id → chunk_json, coverage) of one ranked request."""
+        try:
+            root = await self._transport.query(body, query.timeout_s)
+        except QueryRejected as rejected:
+            if not cosine and "null" in rejected.message.lower():
+                return [], {}, 1.0  # text without a searchable word: nothing matches
+            raise _rejected(rejected, query.filter) from None
+        ranked, found = [], {}
+        for hit in root.get("children", []):
+            fields = hit.get("fields", {})
+            if "chunk_id" not in fields:
+                continue
+            score = float(hit["relevance"])
+            if cosine:  # closeness = 1 / (1 + angle); the cosine of that angle
+                score = math.cos(1.0 / score - 1.0) if score > 0 else -1.0
+            ranked.append(Candidate(fields["chunk_id"], score))
+            found[fields["chunk_id"]] = fields["chunk_json"]
+        return ranked, found, _coverage(root)
+
+    async def _count(
+        self, name: str, query: EngineQuery, keyword_text: str | None
+    ) -> tuple[int, float]:
+        try:
+            root = await self._transport.query(
+                count_body(name, query.filter, keyword_text), query.timeout_s
+            )
+        except QueryRejected as rejected:
+            if keyword_text is not None and "null" in rejected.message.lower():
+                return 0, 1.0
+            raise _rejected(rejected, query.filter) from None
+        return _total(root), _coverage(root)
+
+    async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        while True:
+            root = await self._transport.query(ids_body(name, expression, MAX_HITS, len(found)))
+            page = [h["fields"] for h in root.get("children", []) if "fields" in h]
+            found.extend(page)
+            if len(page) < MAX_HITS:
+                return found
+
+    async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:
+        """Delete what matches, page by page, until nothing does (acked deletes are visible)."""
+        deleted = 0
+        while True:
+            root = await self._transport.query(ids_body(name, expression, MAX_HITS))
+            ids = [h["fields"]["chunk_id"] for h in root.get("children", []) if "fields" in h]
+            if not ids:
+                return deleted
+            await self._delete_ids(name, ids)
+            deleted += len(ids)
+
+    async def _delete_ids(self, name: str, chunk_ids: Sequence[str]) -> None:
+        await asyncio.gather(
+            *(self._transport.delete(CHUNK, chunk_document_id(name, c)) for c in chunk_ids)
+        )
+
+    async def _spec(self, name: str) -> tuple[CollectionSpec, dict[str, FieldType]]:
+        stored = await self._registry(name)
+        if stored is None:
+            raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+        return stored
+
+    async def _registry(self, name: str) -> tuple[CollectionSpec, dict[str, FieldType]] | None:
+        root = await self._transport.query(
+            {"yql": f"select * from {COLLECTION} where name contains {string(name)}", "hits": 1}
+        )
+        for hit in root.get("children", []):
+            fields = hit.get("fields", {})
+            if fields.get("name") == name:
+                types = json.loads(fields.get("metadata_types") or "{}")
+                spec = CollectionSpec(str(fields["embedding_model"]), int(fields["dimensions"]))
+                return spec, {k: FieldType(v) for k, v in types.items()}
+        return None
+
+    async def _put_registry(
+        self, name: str, spec: CollectionSpec, types: Mapping[str, FieldType]
+    ) -> None:
+        await self._transport.put(
+            COLLECTION,
+            name,
+            {
+                "name": name,
+                "embedding_model": spec.embedding_model,
+                "dimensions": spec.dimensions,
+                "metadata_types": json.dumps({k: t.value for k, t in sorted(types.items())}),
+            },
+        )
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _widen_types(
+    types: Mapping[str, FieldType], records: Sequence[ChunkRecord]
+) -> dict[str, FieldType]:
+    """Each metadata key's type once `records` are stored; a conflicting value is
+    InvalidArgument naming `metadata.<key>` (the embedded engine's rule)."""
+    merged = dict(types)
+    for record in records:
+        for key, value in record.chunk.metadata.items():
+            incoming = metadata_type(value)
+            if key not in merged:
+                merged[key] = incoming
+                continue
+            wider = widen(merged[key], incoming)
+            if key in types and wider is not types[key]:
+                raise InvalidArgument.for_field(
+                    f"metadata.{key}", f"is {types[key]} in this collection, not {incoming}"
+                )
+            if wider is None:
+                raise InvalidArgument.for_field(
+                    f"metadata.{key}", f"mixes {merged[key]} and {incoming} values"
+                )
+            merged[key] = wider
+    return merged
+
+
+def _in(field: str, values: Sequence[str]) -> FilterExpression:
+    condition = Condition(field, FieldType.STRING, Operator.IN, tuple(values))
+    return FilterExpression((FilterGroup((condition,)),))
+
+
+def _batches(values: Sequence[str]) -> list[Sequence[str]]:
+    return [values[i : i + _ID_BATCH] for i in range(0, len(values), _ID_BATCH)]
+
+
+def _rejected(rejected: QueryRejected, expression: FilterExpression) -> Exception:
+    """A 400 names the filter field when Vespa's message names its Vespa field."""
+    for group in expression.groups:
+        for condition in group.conditions:
+            if vespa_field(condition.field) in rejected.message:
+                return InvalidArgument.for_field(
+                    "filter",
+                    f"Vespa rejected the condition on {condition.field}: {rejected.message}",
+                )
+    return FailedPrecondition(
+        f"Vespa rejected the query (is the application package deployed?): {rejected.message}",
+        reason="VESPA_REJECTED",
+    )
+
+
+def _coverage(root: Mapping[str, Any]) -> float:
+    coverage = root.get("coverage")
+    if not coverage or coverage.get("full", True):
+        return 1.0
+    return float(coverage.get("coverage", 100)) / 100.0
+
+
+def _total(root: Mapping[str, Any]) -> int:
+    return int(root.get("fields", {}).get("totalCount", 0))
+
+
+def _root_group(root: Mapping[str, Any]) -> Mapping[str, Any]:
+    for child in root.get("children", []):
+        if str(child.get("id", "")).startswith("group:root"):
+            return dict(child)
+    return {}
+
+
+def _grouplists(root: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """`grouplist:<field>` → group value → `count()`, from a grouping response."""
+    lists: dict[str, dict[str, int]] = {}
+    for grouplist in _root_group(root).get("children", []):
+        label = str(grouplist.get("label") or str(grouplist.get("id", "")).split(":", 1)[-1])
+        lists[label] = {
+            str(group.get("value", "")): int(group.get("fields", {}).get("count()", 0))
+            for group in grouplist.get("children", [])
+        }
+    return lists
+
+
+def _moment(micros: Any) -> Any:
+    return None if micros is None else from_epoch_microseconds(int(micros))

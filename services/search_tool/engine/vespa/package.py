@@ -1,0 +1,237 @@
+"""The Vespa application package, defined once with pyvespa: schemas, rank profiles, limits.
+
+`application_package(dimensions)` is the one source of truth. `scripts/gen_vespa_app.py` renders
+it into `services/search_tool/vespa/app/` (checked in, compared by a test) and `make
+vespa-package` zips that directory for `vespa deploy` or the config server's prepareandactivate.
+The field names below are the ones the YQL compiler (`yql`) and the feeder (`documents`) use.
+
+One `chunk` document type holds every collection (`collection` is a fast-search attribute every
+query filters on), so a new collection never needs a redeploy; a small `collection` document type
+records each collection's embedding model, dimensions and metadata key types (a collection with
+no chunks still lists). Equality fields are `match: cased` attributes (Quarry's `equals` is
+case-sensitive); `title`/`text` are BM25 indexes, with synthetic attribute copies `title_attr` /
+`text_attr` for `equals` and for `contains`, which compiles to `matches` (a regex, case-insensitive
+substring with `(?i)`) and cannot target a field that is both index and attribute. Metadata lives
+in four typed maps whose keys and values are struct-field attributes (`sameElement` queries), so
+a new key needs no redeploy and a missing key is really missing.
+"""
+
+from __future__ import annotations
+
+from vespa.package import (
+    HNSW,
+    ApplicationPackage,
+    Document,
+    Field,
+    FieldSet,
+    FirstPhaseRanking,
+    Function,
+    GlobalPhaseRanking,
+    QueryField,
+    QueryProfile,
+    RankProfile,
+    Schema,
+    Struct,
+    StructField,
+)
+
+APPLICATION = "quarry"
+CHUNK = "chunk"
+COLLECTION = "collection"
+NAMESPACE = "quarry"
+CONTENT_CLUSTER = "quarry_content"
+EMBEDDING = "embedding"
+MAX_QUERY_VECTORS = 10
+"""The primary query plus at most nine variations (DESIGN §4); one declared input each."""
+MAX_HITS = 1200
+"""Query-profile `maxHits`: the largest `fusion.candidates` (1000) plus the largest page (200)."""
+MAX_OFFSET = 10_000
+"""Query-profile `maxOffset`: the deepest page a search may ask for."""
+DEFAULT_DIMENSIONS = 384
+"""all-MiniLM-L6-v2, the default embedder; the checked-in package is rendered for it."""
+
+STRING_ATTRIBUTES = ("collection", "chunk_id", "document_id", "source", "entity_type", "url")
+"""Cased, fast-search string attributes compared whole."""
+TEXT_ATTRIBUTE_COPIES = {"title": "title_attr", "text": "text_attr"}
+"""Index fields and their synthetic attribute copies (for `equals` and `matches`)."""
+METADATA_MAPS = {
+    "string": "meta_str",
+    "integer": "meta_long",
+    "double": "meta_double",
+    "bool": "meta_bool",
+}
+"""Metadata field type → the typed map holding its keys."""
+_MAP_VALUE_TYPES = {
+    "meta_str": "string",
+    "meta_long": "long",
+    "meta_double": "double",
+    "meta_bool": "bool",
+}
+
+
+def application_package(dimensions: int = DEFAULT_DIMENSIONS) -> ApplicationPackage:
+    """The whole package for `dimensions`-d embeddings."""
+    return ApplicationPackage(
+        name=APPLICATION,
+        schema=[chunk_schema(dimensions), collection_schema()],
+        query_profile=QueryProfile(
+            fields=[QueryField("maxHits", MAX_HITS), QueryField("maxOffset", MAX_OFFSET)]
+        ),
+    )
+
+
+def chunk_schema(dimensions: int) -> Schema:
+    """One document per chunk, every collection in one document type."""
+    document = Document(
+        fields=[
+            *(_string_attribute(name) for name in STRING_ATTRIBUTES),
+            Field(
+                "chunk_index",
+                "int",
+                indexing=["attribute", "summary"],
+                attribute=["fast-search"],
+                rank="filter",
+            ),
+            *(
+                Field(name, "string", indexing=["index", "summary"], index="enable-bm25")
+                for name in TEXT_ATTRIBUTE_COPIES
+            ),
+            *(
+                Field(
+                    name,
+                    "long",
+                    indexing=["attribute", "summary"],
+                    attribute=["fast-search"],
+                    rank="filter",
+                )
+                for name in ("created_at", "updated_at")
+            ),
+            Field(
+                "breadcrumbs",
+                "array<breadcrumb>",
+                indexing=["summary"],
+                struct_fields=[
+                    StructField(name, indexing=["attribute"], match=["cased"])
+                    for name in ("id", "name", "entity_type")
+                ],
+            ),
+            Field(
+                "breadcrumb_terms",
+                "array<string>",
+                indexing=["attribute"],
+                attribute=["fast-search"],
+                match=["cased"],
+                rank="filter",
+            ),
+            Field("breadcrumb_path", "string", indexing=["attribute"], match=["cased"]),
+            *(
+                Field(
+                    name,
+                    f"map<string,{value_type}>",
+                    indexing=["summary"],
+                    struct_fields=[
+                        StructField(
+                            "key",
+                            indexing=["attribute"],
+                            attribute=["fast-search"],
+                            match=["cased"],
+                        ),
+                        StructField("value", indexing=["attribute"], match=["cased"]),
+                    ],
+                )
+                for name, value_type in _MAP_VALUE_TYPES.items()
+            ),
+            Field("content_hash", "string", indexing=["attribute", "summary"], match=["cased"]),
+            Field("chunk_json", "string", indexing=["summary"]),
+            Field(
+                EMBEDDING,
+                f"tensor<float>(x[{dimensions}])",
+                indexing=["attribute", "index"],
+                ann=HNSW(
+                    distance_metric="angular",
+                    max_links_per_node=16,
+                    neighbors_to_explore_at_insert=200,
+                ),
+            ),
+        ],
+        structs=[
+            Struct(
+                "breadcrumb",
+                [Field(name, "string") for name in ("id", "name", "entity_type")],
+            )
+        ],
+    )
+    synthetic = [
+        Field(
+            copy,
+            "string",
+            indexing=[f"input {source}", "attribute"],
+            match=["cased"],
+            is_document_field=False,
+        )
+        for source, copy in TEXT_ATTRIBUTE_COPIES.items()
+    ]
+    schema = Schema(
+        CHUNK,
+        document,
+        fieldsets=[FieldSet("default", list(TEXT_ATTRIBUTE_COPIES))],
+        rank_profiles=_rank_profiles(dimensions),
+    )
+    for field in synthetic:
+        schema.add_fields(field)
+    return schema
+
+
+def collection_schema() -> Schema:
+    """One document per collection: what fixes its shape and its metadata key types."""
+    return Schema(
+        COLLECTION,
+        Document(
+            fields=[
+                _string_attribute("name"),
+                Field("embedding_model", "string", indexing=["attribute", "summary"]),
+                Field("dimensions", "int", indexing=["attribute", "summary"]),
+                Field("metadata_types", "string", indexing=["summary"]),
+            ]
+        ),
+    )
+
+
+def query_inputs(dimensions: int) -> list[tuple[str, str]]:
+    """`query(q0)` … `query(q9)`: one dense query vector per labelled nearestNeighbor."""
+    return [(f"query(q{i})", f"tensor<float>(x[{dimensions}])") for i in range(MAX_QUERY_VECTORS)]
+
+
+def _rank_profiles(dimensions: int) -> list[RankProfile]:
+    dense = f"closeness(field, {EMBEDDING})"
+    keyword = "bm25(title) + bm25(text)"
+    return [
+        RankProfile(
+            "semantic",
+            inputs=query_inputs(dimensions),
+            first_phase=FirstPhaseRanking(dense),
+            match_features=[f"distance(field, {EMBEDDING})"],
+        ),
+        RankProfile("keyword", first_phase=FirstPhaseRanking(keyword)),
+        RankProfile(
+            "hybrid",
+            inputs=query_inputs(dimensions),
+            functions=[Function("keyword", keyword), Function("dense", dense)],
+            first_phase=FirstPhaseRanking("dense + 2 * atan(keyword / 8) / 3.14159"),
+            global_phase=GlobalPhaseRanking(
+                "reciprocal_rank(keyword, 60) + reciprocal_rank(dense, 60)", rerank_count=100
+            ),
+            match_features=["keyword", "dense", f"distance(field, {EMBEDDING})"],
+        ),
+    ]
+
+
+def _string_attribute(name: str) -> Field:
+    return Field(
+        name,
+        "string",
+        indexing=["attribute", "summary"],
+        attribute=["fast-search"],
+        match=["cased"],
+        rank="filter",
+    )

@@ -1,0 +1,180 @@
+"""The HTTP edge to Vespa: pyvespa's async client (`VespaAsync`, HTTP/2 over httpr) inside the
+running event loop, with our own time limits, concurrency bound and retries, and Vespa's answers
+mapped to `services.common.errors`.
+
+pyvespa's defaults do not fit an RPC with a deadline: queries retry up to five times over about a
+minute, document/v1 calls retry 429 forever, and `feed_async_iterable` starts its own event loop.
+So every query is sent with `NO_RETRY` under `asyncio.timeout`, and document writes go through a
+semaphore (`feed_concurrency`) with a bounded retry on 429/503 (`feed_retries`).
+
+Mapping (`en/querying/query-api.html`, `en/reference/api/document-v1.html`): unreachable, 429,
+503 and other 5xx → Unavailable with a retry hint; 504 or our own timer → DeadlineExceeded; 400 →
+`QueryRejected`, which the search names as a filter field when Vespa's message names one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vespa.application import Vespa, VespaAsync
+from vespa.retries import NO_RETRY
+
+from services.common.errors import DeadlineExceeded, FailedPrecondition, Unavailable
+from services.search_tool.engine.vespa.package import NAMESPACE
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1.0
+_HTTP_MARGIN_S = 0.5
+"""The HTTP call may take this much longer than the `timeout` Vespa itself enforces."""
+
+
+class QueryRejected(Exception):
+    """Vespa answered 400: the query is not acceptable to the deployed application."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where Vespa is and how to reach it."""
+
+    url: str
+    """Container endpoint, e.g. `http://vespa:8080` or a Vespa Cloud URL."""
+    cert_path: Path | None = None
+    """Client certificate (mTLS, Vespa Cloud data plane)."""
+    key_path: Path | None = None
+    """Its private key."""
+    feed_concurrency: int = 16
+    """Document writes in flight at once."""
+    feed_retries: int = 3
+    """Attempts of one document write answered 429 or 503."""
+    query_timeout_s: float = 5.0
+    """Longest a query may run when the caller allows more (Vespa's own `timeout`)."""
+
+
+class VespaTransport:
+    """One open HTTP/2 client for the life of the engine."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._app = Vespa(
+            url=endpoint.url,
+            cert=str(endpoint.cert_path) if endpoint.cert_path else None,
+            key=str(endpoint.key_path) if endpoint.key_path else None,
+        )
+        self._client: VespaAsync | None = None
+        self._writes = asyncio.Semaphore(endpoint.feed_concurrency)
+
+    async def open(self) -> None:
+        client = VespaAsync(self._app, timeout=self.endpoint.query_timeout_s + 60)
+        await client.__aenter__()  # type: ignore[no-untyped-call]
+        self._client = client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.__aexit__(None, None, None)  # type: ignore[no-untyped-call]
+            self._client = None
+
+    def budget(self, timeout_s: float | None) -> float:
+        """The time one query may take: the caller's budget, capped by the configured limit."""
+        cap = self.endpoint.query_timeout_s
+        return cap if timeout_s is None else max(min(timeout_s, cap), 0.001)
+
+    async def query(self, body: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        """POST /search/; returns `root`. Vespa gets `timeout`, the HTTP call a little more."""
+        budget = self.budget(timeout_s)
+        body = {**body, "timeout": f"{max(int(budget * 1000), 1)}ms"}
+        try:
+            async with asyncio.timeout(budget + _HTTP_MARGIN_S):
+                response = await self._connected().query(body=body, retry_policy=NO_RETRY)
+        except TimeoutError:
+            raise DeadlineExceeded(f"Vespa did not answer within {budget:.3f} s") from None
+        except Exception as error:  # httpr raises its own connection errors
+            raise _unreachable(self.endpoint.url, error) from None
+        status = response.status_code
+        payload = response.json if isinstance(response.json, dict) else {}
+        root = payload.get("root", {})
+        if status == 200:
+            return dict(root)
+        message = _error_message(root) or str(payload)[:500]
+        if status == 400:
+            raise QueryRejected(message)
+        raise _status_error(status, message)
+
+    async def put(self, schema: str, document_id: str, fields: dict[str, Any]) -> None:
+        """Create or replace one document (idempotent by id)."""
+        await self._write("put", schema, document_id, fields)
+
+    async def delete(self, schema: str, document_id: str) -> None:
+        """Remove one document (200 also when it did not exist)."""
+        await self._write("delete", schema, document_id, None)
+
+    async def _write(
+        self, operation: str, schema: str, document_id: str, fields: dict[str, Any] | None
+    ) -> None:
+        client = self._connected()
+        for attempt in range(1, self.endpoint.feed_retries + 1):
+            try:
+                async with self._writes:
+                    if fields is None:
+                        response = await client.delete_data(schema, document_id, NAMESPACE)
+                    else:
+                        response = await client.feed_data_point(
+                            schema, document_id, fields, NAMESPACE
+                        )
+            except Exception as error:
+                raise _unreachable(self.endpoint.url, error) from None
+            status = response.status_code
+            if status == 200:
+                return
+            message = str(response.json.get("message", ""))[:500]
+            if status in (429, 503) and attempt < self.endpoint.feed_retries:
+                log.info(
+                    "vespa write throttled, retrying",
+                    extra={"status": status, "attempt": attempt},
+                )
+                await asyncio.sleep(RETRY_AFTER_S * attempt / 4)
+                continue
+            if status == 400:
+                raise FailedPrecondition(
+                    f"Vespa refused the {operation} of {schema} {document_id!r}: {message}",
+                    reason="VESPA_REJECTED",
+                )
+            raise _status_error(status, message)
+
+    def _connected(self) -> VespaAsync:
+        if self._client is None:
+            raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
+        return self._client
+
+
+def _unreachable(url: str, error: BaseException) -> Unavailable:
+    log.warning("vespa unreachable", extra={"url": url, "error": type(error).__name__})
+    return Unavailable(
+        f"Vespa at {url} is unreachable ({type(error).__name__})",
+        retry_after_s=RETRY_AFTER_S,
+        reason="VESPA_UNAVAILABLE",
+    )
+
+
+def _status_error(status: int, message: str) -> Unavailable | DeadlineExceeded:
+    if status == 504:
+        return DeadlineExceeded(f"Vespa timed out: {message}")
+    reason = "VESPA_OVERLOADED" if status in (429, 503) else "VESPA_UNAVAILABLE"
+    if status == 507:
+        reason = "VESPA_STORAGE_FULL"
+    return Unavailable(
+        f"Vespa answered {status}: {message}", retry_after_s=RETRY_AFTER_S, reason=reason
+    )
+
+
+def _error_message(root: dict[str, Any]) -> str:
+    errors = root.get("errors") or []
+    return "; ".join(f"{e.get('summary', '')}: {e.get('message', '')}".strip(": ") for e in errors)

@@ -1,0 +1,251 @@
+"""The Vespa engine through pyvespa's real async client (HTTP/2) against a local recording server
+(L4): the requests we send to `/search/` and `/document/v1/`, and how documented responses map to
+pages and errors.
+
+Response bodies are authored, not recorded, from Vespa's documented formats:
+`en/reference/querying/default-result-format.html` (root, `fields.totalCount`, `coverage` with
+`coverage`/`documents`/`full`/`nodes`/`results`/`resultsFull`, `errors[{code, summary, message}]`,
+hits with `relevance` and `fields`), `en/reference/api/document-v1.html` (put/delete answer
+`{"pathId", "id"}` with 200; 429/503 under load; 400 with `message`). They prove our handling of
+those formats, not Vespa's behaviour (the live suite does that)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from services.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from services.search_tool.documents import Chunk, ChunkRecord
+from services.search_tool.engine.base import EngineQuery, Strategy
+from services.search_tool.engine.vespa import Endpoint, VespaEngine
+from services.search_tool.engine.vespa.documents import chunk_json
+from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
+from tests.search_tool.engine_fixtures import DIMENSIONS, vector_for
+from tests.search_tool.vespa.conftest import fixture_fields
+from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
+
+REGISTRY_HIT = {
+    "id": "id:quarry:collection::fixture",
+    "relevance": 0.0,
+    "fields": {
+        "name": "fixture",
+        "embedding_model": "test-model",
+        "dimensions": DIMENSIONS,
+        "metadata_types": json.dumps({"year": "integer", "team": "string"}),
+    },
+}
+FULL = {"coverage": 100, "documents": 5, "full": True, "nodes": 1, "results": 1, "resultsFull": 1}
+DEGRADED = {
+    "coverage": 99,
+    "documents": 990,
+    "full": False,
+    "nodes": 2,
+    "results": 1,
+    "resultsFull": 0,
+    "degraded": {"match-phase": False, "timeout": True, "adaptive-timeout": False},
+}
+
+
+def _root(children: list[dict[str, Any]], total: int, coverage: dict[str, Any] = FULL) -> Reply:
+    return Reply(
+        200,
+        {
+            "root": {
+                "id": "toplevel",
+                "relevance": 1.0,
+                "fields": {"totalCount": total},
+                "coverage": coverage,
+                "children": children,
+            }
+        },
+    )
+
+
+def _hit(chunk_id: str, relevance: float) -> dict[str, Any]:
+    chunk = Chunk(id=chunk_id, document_id=chunk_id.split("__")[0], chunk_index=0, text="t")
+    return {
+        "id": f"id:quarry:chunk::fixture.{chunk_id}",
+        "relevance": relevance,
+        "source": "quarry_content",
+        "fields": {"chunk_id": chunk_id, "chunk_json": chunk_json(chunk, {})},
+    }
+
+
+def _routed(search: Callable[[Recorded], Reply]) -> Callable[[Recorded], Reply]:
+    def respond(request: Recorded) -> Reply:
+        if request.path.startswith("/document/v1/"):
+            return Reply(200, {"pathId": request.path, "id": "id:quarry:chunk::x"})
+        if "from collection" in request.json()["yql"]:
+            return _root([REGISTRY_HIT], 1)
+        return search(request)
+
+    return respond
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[Callable[[Callable[[Recorded], Reply]], Any]]:
+    servers: list[RecordingServer] = []
+    engines: list[VespaEngine] = []
+
+    async def start(search: Callable[[Recorded], Reply]) -> tuple[RecordingServer, VespaEngine]:
+        server = RecordingServer(_routed(search))
+        await server.start()
+        servers.append(server)
+        engine = await VespaEngine.open(Endpoint(server.url, query_timeout_s=2.0))
+        engines.append(engine)
+        return server, engine
+
+    yield start
+    for engine in engines:
+        await engine.close()
+    for server in servers:
+        await server.close()
+
+
+def _semantic(**overrides: Any) -> EngineQuery:
+    query = EngineQuery(
+        Strategy.SEMANTIC, "", np.stack([vector_for("a"), vector_for("b")]), limit=2
+    )
+    return replace(query, **overrides)
+
+
+def _searches(server: RecordingServer) -> list[dict[str, Any]]:
+    return [
+        r.json()
+        for r in server.requests
+        if r.path == "/search/" and "from collection" not in r.json()["yql"]
+    ]
+
+
+async def test_semantic_search_sends_one_labelled_nearest_neighbor_per_vector_and_a_count(
+    started: Any,
+) -> None:
+    server, engine = await started(
+        lambda r: _root([_hit("alpha__chunk_0", 0.5), _hit("beta__chunk_0", 0.25)], 2)
+    )
+    expression = validate_filter(
+        RawFilter(((RawCondition("metadata.year", Operator.GREATER_THAN, 2022.5),),)),
+        fixture_fields(),
+    )
+    page = await engine.search("fixture", _semantic(filter=expression, timeout_s=0.25))
+    bodies = _searches(server)
+    dense = [b for b in bodies if b.get("ranking") == "semantic"]
+    assert [sorted(k for k in b if k.startswith("input.")) for b in dense] == [
+        ["input.query(q0)"],
+        ["input.query(q1)"],
+    ]
+    assert '({label:"q1", targetHits:2}nearestNeighbor(embedding, q1))' in dense[1]["yql"]
+    assert 'sameElement(key contains "year", value > 2022L)' in dense[0]["yql"]
+    assert dense[0]["input.query(q0)"] == pytest.approx(vector_for("a").tolist())
+    assert all(b["timeout"] == "250ms" for b in bodies)
+    count = [b for b in bodies if b.get("ranking") == "unranked"]
+    assert count[0]["hits"] == 0
+    assert [h.chunk.id for h in page.hits] == ["alpha__chunk_0", "beta__chunk_0"]
+    assert page.hits[0].dense_score == pytest.approx(np.cos(1.0), abs=1e-9)  # closeness 0.5
+    assert page.total_count == 2
+    assert page.coverage == 1.0
+
+
+async def test_degraded_coverage_reaches_the_page(started: Any) -> None:
+    _, engine = await started(lambda r: _root([_hit("alpha__chunk_0", 0.5)], 1, DEGRADED))
+    page = await engine.search("fixture", _semantic())
+    assert page.coverage == pytest.approx(0.99)
+
+
+async def test_keyword_text_is_a_parameter_never_part_of_the_yql(started: Any) -> None:
+    server, engine = await started(lambda r: _root([_hit("gamma__chunk_0", 3.2)], 1))
+    text = '" or true or "\\'
+    query = EngineQuery(Strategy.KEYWORD, text, np.zeros((0, DIMENSIONS), np.float32))
+    page = await engine.search("fixture", query)
+    keyword = next(b for b in _searches(server) if b.get("ranking") == "keyword")
+    assert keyword["quarry_text"] == text
+    assert text not in keyword["yql"]
+    assert "default contains ({targetHits:10}text(@quarry_text))" in keyword["yql"]
+    assert page.hits[0].keyword_score == pytest.approx(3.2)
+
+
+async def test_upsert_puts_each_chunk_under_an_id_that_survives_slashes_and_hashes(
+    started: Any,
+) -> None:
+    server, engine = await started(lambda r: _root([], 0))
+    chunk = Chunk(
+        id="https://x.example/a#b?c=1%__chunk_0", document_id="d", chunk_index=0, text="t"
+    )
+    await engine.upsert("fixture", [ChunkRecord(chunk, vector_for("a"), "h")])
+    puts = [r for r in server.requests if r.method == "POST" and r.path.startswith("/document/")]
+    assert len(puts) == 1
+    prefix = "/document/v1/quarry/chunk/docid/fixture."
+    assert puts[0].path.startswith(prefix)
+    assert "/" not in puts[0].path[len(prefix) :]
+    fields = puts[0].json()["fields"]
+    assert fields["chunk_id"] == chunk.id
+    assert fields["collection"] == "fixture"
+    assert fields["embedding"]["values"] == pytest.approx(vector_for("a").tolist())
+
+
+async def test_unreachable_vespa_is_unavailable_with_a_retry_hint(started: Any) -> None:
+    server, engine = await started(lambda r: _root([], 0))
+    await server.close()
+    with pytest.raises(Unavailable) as raised:
+        await engine.search("fixture", _semantic())
+    assert raised.value.retry_after_s is not None
+
+
+@pytest.mark.parametrize(
+    ("status", "error"), [(503, Unavailable), (429, Unavailable), (504, DeadlineExceeded)]
+)
+async def test_overload_and_gateway_timeouts_map_to_retryable_and_deadline_errors(
+    started: Any, status: int, error: type[Exception]
+) -> None:
+    body = {
+        "root": {
+            "id": "toplevel",
+            "relevance": 1.0,
+            "fields": {"totalCount": 0},
+            "errors": [{"code": 12, "summary": "Timed out", "message": "x"}],
+        }
+    }
+    _, engine = await started(lambda r: Reply(status, body))
+    with pytest.raises(error):
+        await engine.search("fixture", _semantic())
+
+
+async def test_a_query_vespa_holds_past_its_budget_is_deadline_exceeded(started: Any) -> None:
+    never = asyncio.Event()
+    _, engine = await started(lambda r: Reply(200, {}, delay=never))
+    with pytest.raises(DeadlineExceeded):
+        await engine.search("fixture", _semantic(timeout_s=0.01))
+
+
+async def test_a_rejected_filter_is_invalid_argument_naming_the_filter_field(
+    started: Any,
+) -> None:
+    # the shape of a 400 from the query API: errors[] with code 4 (INVALID_QUERY_PARAMETER)
+    rejected = {
+        "root": {
+            "id": "toplevel",
+            "relevance": 1.0,
+            "fields": {"totalCount": 0},
+            "errors": [
+                {
+                    "code": 4,
+                    "summary": "Invalid query parameter",
+                    "message": "Could not resolve field 'meta_long'",
+                }
+            ],
+        }
+    }
+    _, engine = await started(lambda r: Reply(400, rejected))
+    expression = validate_filter(
+        RawFilter(((RawCondition("metadata.year", Operator.EQUALS, 2024),),)), fixture_fields()
+    )
+    with pytest.raises(InvalidArgument) as raised:
+        await engine.search("fixture", _semantic(filter=expression))
+    assert raised.value.violations[0].field == "filter"
+    assert "metadata.year" in raised.value.message

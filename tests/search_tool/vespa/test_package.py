@@ -1,0 +1,80 @@
+"""The Vespa application package: the checked-in copy is what its one definition renders, and it
+declares every field, property and input the YQL compiler and the feeder rely on (L3).
+
+This proves the package is consistent with the code; only a config server can judge that Vespa
+accepts it (the live suite, `QUARRY_VESPA_URL`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from services.search_tool.engine.vespa.package import (
+    MAX_QUERY_VECTORS,
+    STRING_ATTRIBUTES,
+    TEXT_ATTRIBUTE_COPIES,
+    application_package,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+CHECKED_IN = ROOT / "services" / "search_tool" / "vespa" / "app"
+SCRIPT = ROOT / "scripts" / "gen_vespa_app.py"
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*") if p.is_file()}
+
+
+def test_checked_in_package_equals_what_the_definition_renders(tmp_path: Path) -> None:
+    out = tmp_path / "app"
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--zip", str(tmp_path / "app.zip")],
+        check=True,
+        capture_output=True,
+    )
+    rendered = _files(out)
+    assert rendered == _files(CHECKED_IN), "run `make vespa-package` and commit the result"
+    with zipfile.ZipFile(tmp_path / "app.zip") as archive:
+        assert sorted(archive.namelist()) == sorted(rendered)
+        assert archive.read("services.xml").decode() == rendered["services.xml"]
+
+
+def test_the_embedding_tensor_and_query_inputs_follow_the_dimensions() -> None:
+    schema = application_package(768).get_schema("chunk").schema_to_text
+    assert "field embedding type tensor<float>(x[768])" in schema
+    assert "distance-metric: angular" in schema
+    for i in range(MAX_QUERY_VECTORS):
+        assert f"query(q{i}) tensor<float>(x[768])" in schema
+    assert "384" not in schema
+
+
+def test_every_field_the_compiler_compares_whole_is_a_cased_attribute() -> None:
+    schema = application_package().get_schema("chunk")
+    fields = {f.name: f for f in schema.document.fields}  # synthetic copies included
+    cased = [*STRING_ATTRIBUTES, *TEXT_ATTRIBUTE_COPIES.values(), "breadcrumb_terms"]
+    for name in [*cased, "breadcrumb_path"]:
+        field = fields[name]
+        assert "attribute" in str(field.indexing), name
+        assert field.match == ["cased"], name
+    for name in STRING_ATTRIBUTES:
+        assert fields[name].attribute == ["fast-search"], name
+
+
+def test_regex_targets_are_attributes_without_an_index() -> None:
+    """`matches` cannot target a field that is both index and attribute (yql.html#matches)."""
+    schema = application_package().get_schema("chunk")
+    fields = {f.name: f for f in schema.document.fields}  # synthetic copies included
+    for name in [*TEXT_ATTRIBUTE_COPIES.values(), "url", "source", "breadcrumb_path"]:
+        assert "index" not in (fields[name].indexing or []), name
+
+
+def test_every_rank_profile_a_search_names_exists() -> None:
+    profiles = application_package().get_schema("chunk").rank_profiles
+    assert {"semantic", "keyword", "hybrid"} <= set(profiles)
+    services = application_package().services_to_text
+    assert "<document-api" in services
+    assert "<search" in services
+    assert 'document type="chunk"' in services
+    assert 'document type="collection"' in services
