@@ -135,7 +135,10 @@ async def test_semantic_search_sends_one_labelled_nearest_neighbor_per_vector_an
     )
     page = await engine.search("fixture", _semantic(filter=expression, timeout_s=0.25))
     bodies = _searches(server)
-    dense = [b for b in bodies if b.get("ranking") == "semantic"]
+    dense = sorted(  # the requests run concurrently: their arrival order is not fixed
+        (b for b in bodies if b.get("ranking") == "semantic"),
+        key=lambda body: sorted(k for k in body if k.startswith("input.")),
+    )
     assert [sorted(k for k in b if k.startswith("input.")) for b in dense] == [
         ["input.query(q0)"],
         ["input.query(q1)"],
