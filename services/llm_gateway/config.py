@@ -93,9 +93,10 @@ class ProviderSettings(BaseModel):
     prompt_caching: bool = True
     """Anthropic: cache the static system prompt."""
     script: str = ""
-    """Scripted: path of the conversation file to replay."""
+    """Scripted: path of the script file to replay (`scripted_reply.ScriptedReplies`)."""
     record_to: str = ""
-    """Write every turn this provider answers to a scripted conversation file."""
+    """Write every reply and fault this provider answers to a script file (the one format the
+    scripted provider replays and the fake servers serve)."""
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> ProviderSettings:
@@ -105,7 +106,7 @@ class ProviderSettings(BaseModel):
         if self.kind == "scripted":
             self.model = self.model or "scripted"
             if not self.script:
-                raise ValueError("a scripted provider needs `script` (path of its conversation)")
+                raise ValueError("a scripted provider needs `script` (path of its script file)")
         if not self.model:
             raise ValueError(f"a {self.kind} provider needs `model`")
         if not self.name:

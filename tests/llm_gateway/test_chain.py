@@ -221,11 +221,13 @@ async def test_no_try_starts_when_the_deadline_has_passed() -> None:
 
 
 async def test_a_try_cut_short_by_the_callers_deadline_is_not_held_against_the_provider() -> None:
-    async def slow() -> ChatResponse:
-        await asyncio.sleep(1)
-        return reply()
+    never = asyncio.Event()
 
-    provider = ProgrammableProvider(name="a/m", default=slow)
+    async def hangs() -> ChatResponse:
+        await never.wait()
+        raise AssertionError("the caller's deadline ends the try first")
+
+    provider = ProgrammableProvider(name="a/m", default=hangs)
     provider_link = link(provider, timeout_s=5)
     deadline = asyncio.get_running_loop().time() + 0.1
     with pytest.raises(DeadlineReached):

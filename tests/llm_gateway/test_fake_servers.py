@@ -215,7 +215,7 @@ def test_script_file_in_yaml_becomes_replies(tmp_path: Path) -> None:
     script = load_script(path)
     first, second, third, fourth = (script.next() for _ in range(4))
     assert first is not None
-    assert (first.text, first.usage.input_tokens) == ("hi", 3)
+    assert (first.text, first.usage) == ("hi", ScriptedUsage(input_tokens=3))
     assert second is not None
     assert second.error is not None
     assert second.error.headers == {"retry-after": "2"}

@@ -147,16 +147,24 @@ async def test_invalid_json_schema_for_structured_output_names_schema_json() -> 
     assert [v.field for v in details.violations] == ["schema_json"]
 
 
-def _scripted(tmp_path: Path, name: str, turns: str) -> ProviderSettings:
+def _scripted(tmp_path: Path, name: str, script: str) -> ProviderSettings:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(turns)
+    path.write_text(script)
     return scripted_entry(str(path), name=name, retry={"max_attempts": 1})
 
 
 async def test_every_provider_failing_is_unavailable_with_the_attempts(tmp_path: Path) -> None:
     providers = [
-        _scripted(tmp_path, "a", "- fault: retryable\n  message: upstream 503\n- text: late\n"),
-        _scripted(tmp_path, "b", "- fault: fatal\n  message: 401 invalid key\n- text: late\n"),
+        _scripted(
+            tmp_path,
+            "a",
+            "replies:\n  - error: {status: 503, message: upstream 503}\n  - text: late\n",
+        ),
+        _scripted(
+            tmp_path,
+            "b",
+            "replies:\n  - {fault: unauthorized, message: 401 invalid key}\n  - text: late\n",
+        ),
     ]
     settings = gateway_settings(providers, {"agent": ["a", "b"]})
     async with running_gateway(settings) as stub:
@@ -177,8 +185,8 @@ async def test_rate_limited_everywhere_is_resource_exhausted_with_retry_info(
     tmp_path: Path,
 ) -> None:
     providers = [
-        _scripted(tmp_path, "a", "- fault: rate_limited\n  retry_after_s: 7\n- text: x\n"),
-        _scripted(tmp_path, "b", "- fault: rate_limited\n  retry_after_s: 3\n- text: x\n"),
+        _scripted(tmp_path, "a", "replies: [{fault: rate_limited, retry_after: '7'}, {text: x}]\n"),
+        _scripted(tmp_path, "b", "replies: [{fault: rate_limited, retry_after: '3'}, {text: x}]\n"),
     ]
     settings = gateway_settings(providers, {"agent": ["a", "b"]})
     async with running_gateway(settings) as stub:
@@ -196,7 +204,7 @@ async def test_context_overflow_is_invalid_argument_with_the_window_for_compacti
         _scripted(
             tmp_path,
             "a",
-            "- fault: context_window_exceeded\n  message: prompt is too long\n- text: x\n",
+            "replies: [{fault: context_overflow, message: prompt is too long}, {text: x}]\n",
         ),
     ]
     providers[0].context_window_tokens = 32_000
@@ -212,7 +220,9 @@ async def test_context_overflow_is_invalid_argument_with_the_window_for_compacti
 
 
 async def test_a_fallback_answer_lists_every_attempt(tmp_path: Path) -> None:
-    providers = [_scripted(tmp_path, "a", "- fault: retryable\n- text: never\n")]
+    providers = [
+        _scripted(tmp_path, "a", "replies: [{fault: server_error, status: 503}, {text: never}]\n")
+    ]
     settings = gateway_settings(providers, {"agent": ["a", "extractive"]})
     async with running_gateway(settings) as stub:
         response = await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))

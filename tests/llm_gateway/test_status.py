@@ -18,7 +18,7 @@ async def test_status_reports_an_open_breaker_its_last_error_and_the_counts(
     tmp_path: Path,
 ) -> None:
     script = tmp_path / "down.yaml"
-    script.write_text("- fault: retryable\n  message: upstream 503\n- text: back\n")
+    script.write_text("replies:\n  - error: {status: 503, message: upstream 503}\n  - text: back\n")
     down = scripted_entry(
         str(script),
         name="down",

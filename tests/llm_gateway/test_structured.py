@@ -14,7 +14,8 @@ from services.common.status import details_of_rpc_error
 from services.llm_gateway.chain import ProviderChain
 from services.llm_gateway.convert import json_depth, parse_schema
 from services.llm_gateway.model import Message, Role
-from services.llm_gateway.providers.scripted import Conversation, ScriptedProvider
+from services.llm_gateway.providers.scripted import ScriptedProvider
+from services.llm_gateway.scripted_reply import Reply, ScriptedReplies
 from services.llm_gateway.structured import (
     StructuredOutputInvalid,
     StructuredRequest,
@@ -30,7 +31,7 @@ SCHEMA = {
 
 
 def _scripted(*texts: str) -> ScriptedProvider:
-    return ScriptedProvider(Conversation.parse([{"text": t} for t in texts]), name="s/m")
+    return ScriptedProvider(ScriptedReplies([Reply(text=t) for t in texts]), name="s/m")
 
 
 def _request() -> StructuredRequest:
@@ -98,7 +99,7 @@ async def test_structured_output_through_grpc_from_the_offline_provider_validate
 
 async def test_exhausted_asks_are_unavailable_with_a_reason(tmp_path: Path) -> None:
     script = tmp_path / "s.json"
-    script.write_text(json.dumps([{"text": "nope"}, {"text": "nope"}, {"text": "nope"}]))
+    script.write_text(json.dumps({"replies": [{"text": "nope"}] * 3}))
     settings = gateway_settings(
         [{"kind": "scripted", "name": "s", "script": str(script)}],  # type: ignore[list-item]
         {"agent": ["s"]},

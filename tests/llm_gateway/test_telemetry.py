@@ -36,7 +36,9 @@ async def test_request_and_attempt_spans_and_metrics_follow_the_genai_convention
     tmp_path: Path,
 ) -> None:
     script = tmp_path / "s.yaml"
-    script.write_text("- fault: retryable\n  message: upstream 503\n- text: never\n")
+    script.write_text(
+        "replies:\n  - error: {status: 503, message: upstream 503}\n  - text: never\n"
+    )
     entry = scripted_entry(str(script), name="flaky", model="flaky-1", retry={"max_attempts": 1})
     spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
     telemetry = setup_telemetry("llm_gateway", span_exporter=spans, metric_reader=reader)

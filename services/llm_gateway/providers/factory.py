@@ -11,7 +11,8 @@ from services.llm_gateway.providers.extractive import CONTEXT_WINDOW_TOKENS as E
 from services.llm_gateway.providers.extractive import ExtractiveProvider
 from services.llm_gateway.providers.openai import ENDPOINT_PRESETS, OpenAIProvider, OpenAIQuirks
 from services.llm_gateway.providers.recording import RecordingProvider
-from services.llm_gateway.providers.scripted import Conversation, ScriptedProvider
+from services.llm_gateway.providers.scripted import ScriptedProvider
+from services.llm_gateway.scripted_reply import ScriptedReplies
 
 SCRIPTED_WINDOW = 1_000_000
 DEFAULT_WINDOW = 128_000
@@ -46,7 +47,7 @@ def _extractive(entry: ProviderSettings) -> Provider:
 
 def _scripted(entry: ProviderSettings) -> Provider:
     return ScriptedProvider(
-        Conversation.load(entry.script),
+        ScriptedReplies.load(entry.script),
         name=entry.name,
         model=entry.model,
         context_window_tokens=entry.context_window_tokens or SCRIPTED_WINDOW,

@@ -1,28 +1,29 @@
-"""Record mode: wrap any provider and write what it answers as a scripted conversation file.
+"""Record mode: wrap any provider and write what it answers as a script file
+(`scripted_reply.ScriptedReplies`).
 
 Each reply is stored at its position (the number of assistant messages in the request), preceded by
-the faults the provider raised at that position, so `ScriptedProvider` replays the run exactly. The
-file (JSON, or YAML for `.yaml`/`.yml`) is rewritten after every turn; record one conversation at a
-time (a second conversation overwrites the positions it shares with the first).
+the faults the provider raised at that position, so `ScriptedProvider` replays the run exactly and
+a fake OpenAI or Anthropic server serves the same file in order. The file (JSON for `.json`, YAML
+otherwise) is rewritten after every turn; record one conversation at a time (a second conversation
+overwrites the positions it shares with the first).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from services.llm_gateway.errors import (
-    ContextWindowExceeded,
-    FatalProviderError,
-    ProviderError,
-    RateLimited,
-)
+from services.llm_gateway.errors import ProviderError
 from services.llm_gateway.model import ChatRequest, ChatResponse, Completed, Role, StreamEvent
 from services.llm_gateway.providers.base import Provider
+from services.llm_gateway.scripted_reply import (
+    CONTEXT_OVERFLOW_STOP,
+    Reply,
+    ScriptedReplies,
+    ScriptedToolCall,
+    ScriptedUsage,
+    scripted_error,
+)
 
 
 class RecordingProvider:
@@ -31,8 +32,8 @@ class RecordingProvider:
     def __init__(self, inner: Provider, path: str | Path) -> None:
         self._inner = inner
         self._path = Path(path)
-        self._replies: dict[int, dict[str, Any]] = {}
-        self._faults: dict[int, list[dict[str, Any]]] = {}
+        self._replies: dict[int, Reply] = {}
+        self._faults: dict[int, list[Reply]] = {}
 
     @property
     def name(self) -> str:
@@ -75,73 +76,41 @@ class RecordingProvider:
         await self._inner.aclose()
 
     def _record_reply(self, position: int, response: ChatResponse) -> None:
-        self._replies[position] = reply_to_dict(response)
+        self._replies[position] = recorded_reply(response)
         self._write()
 
     def _record_fault(self, position: int, error: ProviderError) -> None:
-        self._faults.setdefault(position, []).append(fault_to_dict(error))
+        fault = Reply(error=scripted_error(error, provider=self._inner.name))
+        self._faults.setdefault(position, []).append(fault)
         self._write()
 
     def _write(self) -> None:
-        turns: list[dict[str, Any]] = []
+        replies: list[Reply] = []
         position = 0
         while position in self._replies:
-            turns.extend(self._faults.get(position, []))
-            turns.append(self._replies[position])
+            replies.extend(self._faults.get(position, []))
+            replies.append(self._replies[position])
             position += 1
-        document = {"turns": turns}
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        if self._path.suffix in (".yaml", ".yml"):
-            self._path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
-        else:
-            self._path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        ScriptedReplies(replies).write(self._path)
 
 
-def reply_to_dict(response: ChatResponse) -> dict[str, Any]:
-    """A reply in the conversation-file format."""
-    return {
-        "text": response.text,
-        "tool_calls": [
-            {"id": call.id, "name": call.name, **_arguments(call.arguments_json)}
-            for call in response.tool_calls
-        ],
-        "stop_reason": response.stop_reason.value,
-        "usage": {
-            "input_tokens": response.usage.input_tokens,
-            "output_tokens": response.usage.output_tokens,
-            "cache_read_tokens": response.usage.cache_read_tokens,
-            "cache_write_tokens": response.usage.cache_write_tokens,
-        },
-        "model": response.model,
-        "context_window_exceeded": response.context_window_exceeded,
-    }
-
-
-def fault_to_dict(error: ProviderError) -> dict[str, Any]:
-    """A provider error in the conversation-file format."""
-    if isinstance(error, ContextWindowExceeded):
-        kind = "context_window_exceeded"
-    elif isinstance(error, RateLimited):
-        kind = "rate_limited"
-    elif isinstance(error, FatalProviderError):
-        kind = "caller_error" if error.caller_error else "fatal"
-    else:
-        kind = "retryable"
-    fault: dict[str, Any] = {"fault": kind, "message": error.message}
-    if error.retry_after_s is not None:
-        fault["retry_after_s"] = error.retry_after_s
-    return fault
-
-
-def _arguments(arguments_json: str) -> dict[str, Any]:
-    """Arguments as an object when they parse; else verbatim, so replay is byte-identical."""
-    try:
-        parsed = json.loads(arguments_json)
-    except json.JSONDecodeError:
-        return {"arguments_json": arguments_json}
-    if json.dumps(parsed, ensure_ascii=False) == arguments_json and isinstance(parsed, dict):
-        return {"arguments": parsed}
-    return {"arguments_json": arguments_json}
+def recorded_reply(response: ChatResponse) -> Reply:
+    """`response` as a scripted reply that replays to an equal response."""
+    usage = response.usage
+    cached = usage.cache_read_tokens + usage.cache_write_tokens
+    overflow = response.context_window_exceeded
+    return Reply(
+        text=response.text,
+        tool_calls=[ScriptedToolCall(c.id, c.name, c.arguments_json) for c in response.tool_calls],
+        stop_reason=CONTEXT_OVERFLOW_STOP if overflow else response.stop_reason.value,
+        usage=ScriptedUsage(
+            input_tokens=usage.input_tokens - cached,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        ),
+        model=response.model,
+    )
 
 
 def _position(request: ChatRequest) -> int:

@@ -1,42 +1,32 @@
-"""The scripted provider: replays a conversation file, one assistant turn per request.
-
-File (JSON or YAML): a list of turns, or `{turns: [...]}`. A turn is either an assistant reply
-
-    {text: "...", tool_calls: [{id: c1, name: search, arguments: {...}}],
-     stop_reason: tool_use, usage: {input_tokens: 12, output_tokens: 3}, latency_ms: 20}
-
-or a fault raised instead of the reply that follows it
-
-    {fault: retryable | rate_limited | fatal | caller_error | context_window_exceeded,
-     message: "...", retry_after_s: 1.5, latency_ms: 20}
+"""The scripted provider: replays a script file (`scripted_reply.ScriptedReplies`), one reply per
+conversation position.
 
 Which reply answers a request is decided by the request alone: the number of assistant messages
-already in it. That makes replay stateless and safe for any number of concurrent conversations.
-Faults are the one piece of state: each fault placed before reply k is raised once per process,
-the first time(s) a request at position k arrives, so "429, then the reply" replays as recorded.
+already in it. Reply k of the script is the k-th reply that is not a fault (`error`); the faults
+listed before it are raised, one per request, the first times a request at position k arrives, so
+"429, then the reply" replays as recorded (and as a fake server serves the same file). Positions
+past the script get `default`, after any faults listed last. Faults are the one piece of state:
+replay is otherwise stateless and safe for any number of concurrent conversations.
+
+A fault becomes the domain error the real providers' classifier gives for its HTTP status, message,
+code and headers (`scripted_reply.provider_error`). `delay_s` pauses before answering. Streamed,
+`stream_error` ends the stream in its error, and `cut_after_events`/`abort_after_events` in a
+truncated-stream error, after the reply's deltas; the other stream settings only shape what a fake
+server sends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
-import yaml
-
-from services.llm_gateway.errors import (
-    ContextWindowExceeded,
-    FatalProviderError,
-    ProviderError,
-    RateLimited,
-    RetryableProviderError,
-)
+from services.llm_gateway.classify import truncated_stream
+from services.llm_gateway.errors import FatalProviderError, ProviderError
 from services.llm_gateway.model import (
     ChatRequest,
     ChatResponse,
+    Completed,
     Role,
     StopReason,
     StreamEvent,
@@ -44,76 +34,24 @@ from services.llm_gateway.model import (
     Usage,
 )
 from services.llm_gateway.providers.offline_stream import stream_response
+from services.llm_gateway.scripted_reply import (
+    CONTEXT_OVERFLOW_STOP,
+    STOP_REASONS,
+    Reply,
+    ScriptedError,
+    ScriptedReplies,
+    provider_error,
+)
 from services.llm_gateway.tokens import count_text_tokens, estimate_request_tokens
 
-FAULT_KINDS = ("retryable", "rate_limited", "fatal", "caller_error", "context_window_exceeded")
-
 
 @dataclass(frozen=True)
-class ScriptedFault:
-    """A provider error to raise instead of answering."""
+class _Position:
+    """The faults raised at one position, then its reply (None: the script has none)."""
 
-    kind: str
-    message: str = "scripted fault"
-    retry_after_s: float | None = None
-    latency_ms: float = 0.0
-
-    def error(self) -> ProviderError:
-        if self.kind == "retryable":
-            return RetryableProviderError(self.message, status=503)
-        if self.kind == "rate_limited":
-            return RateLimited(self.message, status=429, retry_after_s=self.retry_after_s)
-        if self.kind == "context_window_exceeded":
-            return ContextWindowExceeded(self.message, status=400)
-        return FatalProviderError(
-            self.message,
-            status=400 if self.kind == "caller_error" else 401,
-            caller_error=self.kind == "caller_error",
-        )
-
-
-@dataclass(frozen=True)
-class ScriptedTurn:
-    """One assistant reply, with the faults to raise before it."""
-
-    response: ChatResponse
-    usage_given: bool
-    """The file set usage; otherwise it is counted from the request (chars/4)."""
-    latency_ms: float = 0.0
-    faults: tuple[ScriptedFault, ...] = ()
-
-
-@dataclass
-class Conversation:
-    """A parsed conversation file."""
-
-    turns: list[ScriptedTurn] = field(default_factory=list)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Conversation:
-        source = Path(path)
-        text = source.read_text()
-        data = json.loads(text) if source.suffix == ".json" else yaml.safe_load(text)
-        return cls.parse(data, model=source.stem)
-
-    @classmethod
-    def parse(cls, data: Any, *, model: str = "scripted") -> Conversation:
-        entries = data.get("turns", []) if isinstance(data, dict) else data
-        if not isinstance(entries, list):
-            raise ValueError("a conversation file holds a list of turns")
-        turns: list[ScriptedTurn] = []
-        pending: list[ScriptedFault] = []
-        for number, entry in enumerate(entries):
-            if not isinstance(entry, dict):
-                raise ValueError(f"turn {number}: must be a mapping")
-            if "fault" in entry:
-                pending.append(_fault(entry, number))
-            else:
-                turns.append(_turn(entry, number, model, tuple(pending)))
-                pending = []
-        if pending:
-            raise ValueError("faults at the end of a conversation file precede no reply")
-        return cls(turns=turns)
+    faults: tuple[ScriptedError, ...]
+    reply: Reply | None
+    fault_delays: tuple[float, ...]
 
 
 class ScriptedProvider:
@@ -123,13 +61,13 @@ class ScriptedProvider:
 
     def __init__(
         self,
-        conversation: Conversation,
+        script: ScriptedReplies,
         *,
         name: str = "scripted",
         model: str = "scripted",
         context_window_tokens: int = 1_000_000,
     ) -> None:
-        self._conversation = conversation
+        self._positions, self._past_end = _positions(script)
         self._name = name
         self._model = model
         self._context_window_tokens = context_window_tokens
@@ -150,103 +88,109 @@ class ScriptedProvider:
         return self._context_window_tokens
 
     async def generate(self, request: ChatRequest) -> ChatResponse:
-        return await self._answer(request)
+        _, response = await self._answer(request)
+        return response
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        response = await self._answer(request)
+        reply, response = await self._answer(request)
+        failure = self._stream_failure(reply)
         async for event in stream_response(response):
+            if isinstance(event, Completed) and failure is not None:
+                raise failure
             yield event
 
     async def aclose(self) -> None:
         return None
 
-    async def _answer(self, request: ChatRequest) -> ChatResponse:
+    async def _answer(self, request: ChatRequest) -> tuple[Reply, ChatResponse]:
         self.requests.append(request)
         position = sum(1 for m in request.messages if m.role is Role.ASSISTANT)
-        if position >= len(self._conversation.turns):
-            raise FatalProviderError(
-                f"the script has {len(self._conversation.turns)} turns; "
-                f"no turn {position + 1} to replay",
-            )
-        turn = self._conversation.turns[position]
+        if position < len(self._positions):
+            scripted = self._positions[position]
+        elif position == len(self._positions):
+            scripted = self._past_end
+        else:
+            scripted = _Position((), self._past_end.reply, ())
         raised = self._faults_raised.get(position, 0)
-        if raised < len(turn.faults):
+        if raised < len(scripted.faults):
             self._faults_raised[position] = raised + 1
-            fault = turn.faults[raised]
-            await _pause(fault.latency_ms)
-            raise fault.error()
-        await _pause(turn.latency_ms)
-        return _copy(turn, request)
+            await _pause(scripted.fault_delays[raised])
+            raise provider_error(scripted.faults[raised], provider=self._name)
+        reply = scripted.reply
+        if reply is None:
+            raise FatalProviderError(
+                f"{self._name}: the script has {len(self._positions)} replies and no default; "
+                f"no reply {position + 1} to replay",
+            )
+        await _pause(reply.delay_s)
+        if reply.error is not None:
+            raise provider_error(reply.error, provider=self._name)
+        return reply, self._response(reply, request)
+
+    def _response(self, reply: Reply, request: ChatRequest) -> ChatResponse:
+        calls = [ToolCall(c.id, c.name, c.arguments) for c in reply.tool_calls]
+        stop = reply.stop_reason or ("tool_use" if calls else "end_turn")
+        overflow = stop == CONTEXT_OVERFLOW_STOP
+        if reply.usage is None:
+            spoken = reply.text + "".join(c.arguments_json for c in calls)
+            usage = Usage(estimate_request_tokens(request), count_text_tokens(spoken))
+        else:
+            cached = reply.usage.cache_read_tokens + reply.usage.cache_write_tokens
+            usage = Usage(
+                input_tokens=reply.usage.input_tokens + cached,
+                output_tokens=reply.usage.output_tokens,
+                cache_read_tokens=reply.usage.cache_read_tokens,
+                cache_write_tokens=reply.usage.cache_write_tokens,
+            )
+        return ChatResponse(
+            text=reply.text,
+            tool_calls=calls,
+            stop_reason=StopReason.MAX_TOKENS if overflow else StopReason(stop),
+            usage=usage,
+            model=reply.model or self._model,
+            context_window_exceeded=overflow,
+        )
+
+    def _stream_failure(self, reply: Reply) -> ProviderError | None:
+        if reply.stream_error is not None:
+            return provider_error(reply.stream_error, provider=self._name)
+        if reply.cut_after_events is not None or reply.abort_after_events is not None:
+            return truncated_stream(self._name, "its end")
+        return None
 
 
-def _copy(turn: ScriptedTurn, request: ChatRequest) -> ChatResponse:
-    original = turn.response
-    usage = Usage(**vars(original.usage))
-    if not turn.usage_given:
-        usage.input_tokens = estimate_request_tokens(request)
-    return ChatResponse(
-        text=original.text,
-        tool_calls=list(original.tool_calls),
-        stop_reason=original.stop_reason,
-        usage=usage,
-        model=original.model,
-        context_window_exceeded=original.context_window_exceeded,
+def _positions(script: ScriptedReplies) -> tuple[list[_Position], _Position]:
+    """The script by position, and what answers the first position past it."""
+    positions: list[_Position] = []
+    pending: list[Reply] = []
+    for number, reply in enumerate(script.replies):
+        if reply.is_fault:
+            pending.append(reply)
+            continue
+        _check_stop_reason(reply, f"replies[{number}]")
+        positions.append(_faults_then(pending, reply))
+        pending = []
+    if script.default is not None:
+        _check_stop_reason(script.default, "default")
+    return positions, _faults_then(pending, script.default)
+
+
+def _faults_then(faults: Sequence[Reply], reply: Reply | None) -> _Position:
+    return _Position(
+        faults=tuple(f.error for f in faults if f.error is not None),
+        reply=reply,
+        fault_delays=tuple(f.delay_s for f in faults),
     )
 
 
-async def _pause(latency_ms: float) -> None:
-    if latency_ms > 0:
-        await asyncio.sleep(latency_ms / 1000)
+def _check_stop_reason(reply: Reply, where: str) -> None:
+    if reply.stop_reason and reply.stop_reason not in (*STOP_REASONS, CONTEXT_OVERFLOW_STOP):
+        raise ValueError(
+            f"{where}: the scripted provider replays the stop reasons "
+            f"{', '.join(STOP_REASONS)}, {CONTEXT_OVERFLOW_STOP}; not {reply.stop_reason!r}"
+        )
 
 
-def _fault(entry: dict[str, Any], number: int) -> ScriptedFault:
-    kind = entry["fault"]
-    if kind not in FAULT_KINDS:
-        raise ValueError(f"turn {number}: fault must be one of {', '.join(FAULT_KINDS)}")
-    return ScriptedFault(
-        kind=kind,
-        message=str(entry.get("message", f"scripted {kind}")),
-        retry_after_s=entry.get("retry_after_s"),
-        latency_ms=float(entry.get("latency_ms", 0)),
-    )
-
-
-def _turn(
-    entry: dict[str, Any], number: int, model: str, faults: tuple[ScriptedFault, ...]
-) -> ScriptedTurn:
-    text = str(entry.get("text", ""))
-    calls = [
-        _tool_call(call, number, index) for index, call in enumerate(entry.get("tool_calls", []))
-    ]
-    default_stop = "tool_use" if calls else "end_turn"
-    usage_data = entry.get("usage")
-    usage = Usage(**usage_data) if isinstance(usage_data, dict) else Usage()
-    if not usage_data:
-        usage.output_tokens = count_text_tokens(text + "".join(c.arguments_json for c in calls))
-    response = ChatResponse(
-        text=text,
-        tool_calls=calls,
-        stop_reason=StopReason(entry.get("stop_reason", default_stop)),
-        usage=usage,
-        model=str(entry.get("model", model)),
-        context_window_exceeded=bool(entry.get("context_window_exceeded", False)),
-    )
-    return ScriptedTurn(
-        response=response,
-        usage_given=bool(usage_data),
-        latency_ms=float(entry.get("latency_ms", 0)),
-        faults=faults,
-    )
-
-
-def _tool_call(call: dict[str, Any], number: int, index: int) -> ToolCall:
-    arguments = call.get("arguments", {})
-    if "arguments_json" in call:
-        arguments_json = str(call["arguments_json"])
-    else:
-        arguments_json = json.dumps(arguments, ensure_ascii=False)
-    return ToolCall(
-        id=str(call.get("id", f"scripted_{number}_{index}")),
-        name=str(call["name"]),
-        arguments_json=arguments_json,
-    )
+async def _pause(seconds: float) -> None:
+    if seconds > 0:
+        await asyncio.sleep(seconds)

@@ -1,6 +1,8 @@
 """Test support as first-class code: fake OpenAI and Anthropic servers driven by scripts.
 
-    Script / Reply            what the fake model answers, including every fault
+    Reply, ScriptedReplies    what the fake model answers, including every fault, and its file
+                              (the one format of `services.llm_gateway.scripted_reply`)
+    Script                    the queue of replies a fake server consumes
     FakeOpenAIServer          `POST /v1/chat/completions`, JSON and SSE
     FakeAnthropicServer       `POST /v1/messages`, JSON and SSE
     RecordedRequest           what a fake received (API keys redacted)
@@ -15,29 +17,30 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from services.llm_gateway.scripted_reply import (
+        Reply,
+        ScriptedError,
+        ScriptedReplies,
+        ScriptedToolCall,
+        ScriptedUsage,
+    )
     from services.llm_gateway.testing.fake_anthropic import FakeAnthropicServer
     from services.llm_gateway.testing.fake_openai import FakeOpenAIServer
     from services.llm_gateway.testing.fake_server import FakeServer, RecordedRequest
-    from services.llm_gateway.testing.script import (
-        Reply,
-        Script,
-        ScriptedError,
-        ScriptedToolCall,
-        ScriptedUsage,
-        load_script,
-    )
+    from services.llm_gateway.testing.script import Script, load_script
 
 _HOMES = {
-    "FakeAnthropicServer": "fake_anthropic",
-    "FakeOpenAIServer": "fake_openai",
-    "FakeServer": "fake_server",
-    "RecordedRequest": "fake_server",
-    "Reply": "script",
-    "Script": "script",
-    "ScriptedError": "script",
-    "ScriptedToolCall": "script",
-    "ScriptedUsage": "script",
-    "load_script": "script",
+    "FakeAnthropicServer": "services.llm_gateway.testing.fake_anthropic",
+    "FakeOpenAIServer": "services.llm_gateway.testing.fake_openai",
+    "FakeServer": "services.llm_gateway.testing.fake_server",
+    "RecordedRequest": "services.llm_gateway.testing.fake_server",
+    "Reply": "services.llm_gateway.scripted_reply",
+    "Script": "services.llm_gateway.testing.script",
+    "ScriptedError": "services.llm_gateway.scripted_reply",
+    "ScriptedReplies": "services.llm_gateway.scripted_reply",
+    "ScriptedToolCall": "services.llm_gateway.scripted_reply",
+    "ScriptedUsage": "services.llm_gateway.scripted_reply",
+    "load_script": "services.llm_gateway.testing.script",
 }
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "Reply",
     "Script",
     "ScriptedError",
+    "ScriptedReplies",
     "ScriptedToolCall",
     "ScriptedUsage",
     "load_script",
@@ -57,5 +61,5 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_HOMES[name]}")
+    module = importlib.import_module(_HOMES[name])
     return getattr(module, name)

@@ -13,7 +13,8 @@ In a test: `async with FakeAnthropicServer() as fake: fake.push(Reply(text="hi")
 `anthropic.AsyncAnthropic(api_key="k", base_url=fake.base_url, max_retries=0)`.
 
 Standalone: `python -m services.llm_gateway.testing.fake_anthropic --port 0 --script FILE`, with the
-script format documented in `services.llm_gateway.testing.fake_openai`.
+script format of `services.llm_gateway.scripted_reply`. The neutral stop reason `content_filter` is
+sent as `refusal`; the others are Anthropic's own wording, and any other value is sent verbatim.
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from services.llm_gateway.scripted_reply import (
+    Reply,
+    ScriptedError,
+    ScriptedToolCall,
+    ScriptedUsage,
+)
 from services.llm_gateway.testing.fake_openai import chunks
 from services.llm_gateway.testing.fake_server import FakeServer, SseEvent, run_cli
-from services.llm_gateway.testing.script import Reply, ScriptedError, ScriptedToolCall
 
 OVERFLOW_MESSAGE = "prompt is too long: 210000 tokens > 200000 maximum"
 
@@ -51,7 +57,12 @@ def _input(call: ScriptedToolCall) -> Any:
 
 
 def _stop_reason(reply: Reply) -> str:
-    return reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+    stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+    return "refusal" if stop == "content_filter" else stop
+
+
+def _usage(reply: Reply) -> ScriptedUsage:
+    return reply.usage or ScriptedUsage()
 
 
 def _event(name: str, payload: dict[str, Any]) -> SseEvent:
@@ -77,7 +88,7 @@ class FakeAnthropicServer(FakeServer):
             **self._message_head(reply, model),
             "content": content,
             "stop_reason": _stop_reason(reply),
-            "usage": {**self._input_usage(reply), "output_tokens": reply.usage.output_tokens},
+            "usage": {**self._input_usage(reply), "output_tokens": _usage(reply).output_tokens},
         }
 
     def render_events(self, reply: Reply, model: str) -> list[SseEvent]:
@@ -104,7 +115,7 @@ class FakeAnthropicServer(FakeServer):
             events += _block(index, block, delta_field, chunks(call.arguments, size))
             index += 1
         delta = {"stop_reason": _stop_reason(reply), "stop_sequence": None}
-        usage = {"output_tokens": reply.usage.output_tokens}
+        usage = {"output_tokens": _usage(reply).output_tokens}
         events.append(_event("message_delta", {"delta": delta, "usage": usage}))
         events.append(_event("message_stop", {}))
         return events
@@ -133,10 +144,11 @@ class FakeAnthropicServer(FakeServer):
 
     @staticmethod
     def _input_usage(reply: Reply) -> dict[str, int]:
+        usage = _usage(reply)
         return {
-            "input_tokens": reply.usage.input_tokens,
-            "cache_read_input_tokens": reply.usage.cache_read_tokens,
-            "cache_creation_input_tokens": reply.usage.cache_write_tokens,
+            "input_tokens": usage.input_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
         }
 
 

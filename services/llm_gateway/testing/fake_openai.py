@@ -19,25 +19,12 @@ Standalone (for subprocess end-to-end tests and benchmarks):
     python -m services.llm_gateway.testing.fake_openai --port 0 --script replies.yaml
 
 prints `{"base_url": "http://127.0.0.1:PORT/v1", "port": PORT}` on its first line, then serves until
-SIGINT/SIGTERM. Script file (JSON, or YAML by suffix):
-
-    replies:                       # consumed one per request, in order
-      - text: "Hello"
-        usage: {input_tokens: 12, output_tokens: 3, cache_read_tokens: 4}
-      - tool_calls: [{id: call_1, name: search, arguments: '{"query": "x"}'}]
-        chunk_size: 3              # characters per streamed delta
-      - fault: rate_limited        # rate_limited(retry_after) | server_error(status)
-        retry_after: "2"           # | overloaded | context_overflow(message, status, code)
-      - {fault: hang, seconds: 30} # | unauthorized(message) | hang(seconds)
-      - text: "partial"
-        cut_after_events: 2        # stream ends without finish reason / [DONE]
-                                   # (abort_after_events: the connection drops mid-body)
-      - error: {status: 400, message: "bad", code: "x"}
-    default: {text: "fallback"}    # repeated once the queue is empty (optional)
-
-Every field of `services.llm_gateway.testing.script.Reply` may be used. While running, replies can
-be added with `POST /_fake/replies` (same format), replaced with `POST /_fake/reset`, and the
-recorded requests read with `GET /_fake/requests` (API keys redacted).
+SIGINT/SIGTERM. The script file is the one documented in `services.llm_gateway.scripted_reply`
+(the scripted provider replays it, record mode writes it): `replies` are consumed one per request,
+in order, then `default` is repeated. Neutral stop reasons are sent in OpenAI's wording (`end_turn`
+→ `stop`, `tool_use` → `tool_calls`, `max_tokens` → `length`), any other verbatim. While running,
+replies can be added with `POST /_fake/replies` (same format), replaced with `POST /_fake/reset`,
+and the recorded requests read with `GET /_fake/requests` (API keys redacted).
 """
 
 from __future__ import annotations
@@ -45,8 +32,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from services.llm_gateway.scripted_reply import Reply, ScriptedError, ScriptedUsage
 from services.llm_gateway.testing.fake_server import FakeServer, SseEvent, run_cli
-from services.llm_gateway.testing.script import Reply, ScriptedError, ScriptedUsage
 
 OVERFLOW_MESSAGE = (
     "This model's maximum context length is 8192 tokens. However, your messages resulted in "
@@ -78,8 +65,18 @@ def usage_json(usage: ScriptedUsage) -> dict[str, Any]:
     }
 
 
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
+"""Neutral stop reasons in OpenAI's wording (`content_filter` is the same in both)."""
+
+
 def finish_reason(reply: Reply) -> str:
-    return reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")
+    stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+    return FINISH_REASONS.get(stop, stop)
 
 
 class FakeOpenAIServer(FakeServer):
@@ -109,7 +106,7 @@ class FakeOpenAIServer(FakeServer):
             "created": 1_700_000_000,
             "model": model,
             "choices": [{**choice, "logprobs": None}],
-            "usage": usage_json(reply.usage),
+            "usage": usage_json(reply.usage or ScriptedUsage()),
         }
 
     def render_events(self, reply: Reply, model: str) -> list[SseEvent]:
@@ -141,7 +138,7 @@ class FakeOpenAIServer(FakeServer):
                     delta["index"] = index
                 events.append(chunk({"tool_calls": [delta]}))
         events.append(chunk({}, finish_reason(reply)))
-        usage = {**base, "choices": [], "usage": usage_json(reply.usage)}
+        usage = {**base, "choices": [], "usage": usage_json(reply.usage or ScriptedUsage())}
         events.append(SseEvent(json.dumps(usage)))
         events.append(SseEvent("[DONE]"))
         return events

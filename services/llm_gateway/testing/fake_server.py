@@ -26,13 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from services.llm_gateway.testing.script import (
-    Reply,
-    Script,
-    ScriptedError,
-    load_script,
-    replies_from_dict,
-)
+from services.llm_gateway.scripted_reply import Reply, ScriptedError, ScriptedReplies
+from services.llm_gateway.testing.script import Script, load_script
 
 REDACTED = "REDACTED"
 _AUTH_HEADERS = ("authorization", "x-api-key", "api-key")
@@ -291,16 +286,16 @@ class FakeServer:
         return True
 
     async def _admin_push(self, request: Request) -> Response:
-        replies, default = replies_from_dict(await request.json())
-        self.push(*replies)
-        if default is not None:
-            self.script.default = default
+        document = ScriptedReplies.parse(await request.json())
+        self.push(*document.replies)
+        if document.default is not None:
+            self.script.default = document.default
         return JSONResponse({"pending": self.script.pending()})
 
     async def _admin_reset(self, request: Request) -> Response:
         data = await request.json() if await request.body() else {}
-        replies, default = replies_from_dict(data)
-        self.reset(replies, default=default)
+        document = ScriptedReplies.parse(data)
+        self.reset(document.replies, default=document.default)
         return JSONResponse({"pending": self.script.pending()})
 
     async def _admin_requests(self, request: Request) -> Response:
