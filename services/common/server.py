@@ -1,8 +1,17 @@
 """The grpc.aio server bootstrap every service uses, in `main` and in tests.
 
-`build_server` wires health (per service, NOT_SERVING while draining), reflection, tracing and error
-mapping around the servicers a service registers. `serve` runs it until SIGTERM/SIGINT, then flips
-health to NOT_SERVING, lets in-flight calls finish for `grace_s` and stops.
+`build_server` wires health, reflection, tracing and error mapping around the servicers a service
+registers. `serve` runs it until SIGTERM/SIGINT, then drains: readiness NOT_SERVING, in-flight calls
+finish for `grace_s`, stop.
+
+Health names, and the probe each one is for:
+
+    quarry.liveness      liveness: SERVING from start until the process exits, even draining
+    <full service name>  readiness: SERVING once the service can answer, NOT_SERVING while draining
+    ""                   the server as a whole (gRPC convention): follows readiness
+
+A liveness probe must not fail while a pod drains properly (the kubelet would kill it mid-drain),
+so it checks `quarry.liveness`, never `""`.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ log = logging.getLogger(__name__)
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+LIVENESS_SERVICE = "quarry.liveness"
+"""The health name a liveness probe checks: never flipped by a drain (see the module docstring)."""
 
 
 @dataclass
@@ -61,19 +72,29 @@ class QuarryServer:
 
     async def start(self) -> None:
         await self.server.start()
+        await self.mark_live()
         await self.set_serving(True)
         log.info("serving", extra={"address": self.address, "services": self.service_names})
 
+    async def mark_live(self) -> None:
+        """Liveness SERVING: the process is up; stays so until it exits."""
+        await self.health.set(LIVENESS_SERVICE, _SERVING)
+
     async def set_serving(self, serving: bool, service: str | None = None) -> None:
-        """Flip health for one service, or for all of them and the server as a whole."""
+        """Flip readiness for one service, or for all of them and the server as a whole
+        (liveness is never touched)."""
         status = _SERVING if serving else _NOT_SERVING
         for name in [service] if service else ["", *self.service_names]:
             await self.health.set(name, status)
 
+    async def begin_drain(self) -> None:
+        """Readiness NOT_SERVING (every service and `""`); liveness stays SERVING."""
+        await self.set_serving(False)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, then let in-flight calls finish for the grace period, then stop."""
         grace = self.settings.grace_s if grace_s is None else grace_s
-        await self.set_serving(False)
+        await self.begin_drain()
         await self.server.stop(grace)
         for callback in self.on_stop:
             await callback()

@@ -44,6 +44,7 @@ class SearchToolServer(QuarryServer):
     async def start(self) -> None:
         await self.set_serving(False)
         await self.server.start()
+        await self.mark_live()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("loading engine and embedder", extra={"address": self.address})
         self.service = await open_search_service(
