@@ -19,15 +19,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from services.common.auth import AuthInterceptor, MethodRule, check_rules
 from services.common.interceptors import ErrorMappingInterceptor
 from services.common.keepalive import KEEPALIVE, KeepalivePolicy
 from services.common.settings import ServerSettings
@@ -50,6 +52,8 @@ class ServiceRegistration:
     """Full service name, e.g. `quarry.searchtool.v1.SearchToolService`."""
     register: Callable[[grpc.aio.Server], None]
     """Adds the servicer to a server."""
+    rules: Mapping[str, MethodRule] = field(default_factory=dict)
+    """The access each method (by short name) requires; every method must have one."""
 
 
 @dataclass
@@ -115,6 +119,7 @@ def build_server(
         chain.extend(telemetry.server_interceptors())
     chain.extend(interceptors)
     chain.append(ErrorMappingInterceptor())
+    chain.append(AuthInterceptor(settings.auth, _rules(services, check=settings.auth.enabled)))
     max_bytes = settings.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
         interceptors=chain,
@@ -134,12 +139,32 @@ def build_server(
         [*names, _HEALTH_SERVICE, reflection.SERVICE_NAME],
         server,
     )
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    address = f"{settings.host}:{settings.port}"
+    if settings.tls.enabled:
+        port = server.add_secure_port(address, settings.tls.credentials())
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind {settings.host}:{settings.port}")
     return QuarryServer(
         server=server, health=health, service_names=names, settings=settings, port=port
     )
+
+
+def _rules(services: Sequence[ServiceRegistration], *, check: bool) -> dict[str, MethodRule]:
+    """Every method's rule by full method path; with `check` (auth on) a proto service missing
+    one is refused at build time."""
+    rules: dict[str, MethodRule] = {}
+    for service in services:
+        full = {f"/{service.name}/{m}": rule for m, rule in service.rules.items()}
+        try:
+            methods = descriptor_pool.Default().FindServiceByName(service.name).methods
+        except KeyError:
+            methods = []
+        if check:
+            check_rules(service.name, [m.name for m in methods], full)
+        rules.update(full)
+    return rules
 
 
 async def serve(server: QuarryServer) -> None:

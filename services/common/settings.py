@@ -20,6 +20,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from services.common.auth import AuthSettings
+from services.common.tls import ServerTls
+
 CONFIG_ENV = "QUARRY_CONFIG"
 
 S = TypeVar("S", bound="QuarrySettings")
@@ -36,6 +39,10 @@ class ServerSettings(BaseModel):
     """How long in-flight calls may finish after SIGTERM."""
     max_message_mb: int = Field(default=32, ge=1)
     """Largest request or response accepted, in MiB."""
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    """API keys (by digest) and what each may do; off by default."""
+    tls: ServerTls = Field(default_factory=ServerTls)
+    """Certificate and key (TLS), and a client CA (mTLS); plaintext when unset."""
 
 
 class QuarrySettings(BaseSettings):
