@@ -31,6 +31,10 @@ class LoopSettings(BaseModel):
     """Layer 2: soft-trim old tool results above this share of the window."""
     hard_clear_ratio: float = Field(default=0.8, gt=0, le=1)
     """Layer 2: replace old tool results with a placeholder above this share."""
+    max_query_chars: int = Field(default=4_000, ge=1)
+    """Longest question a run accepts (INVALID_ARGUMENT naming `query` and this limit)."""
+    max_history_turns: int = Field(default=20, ge=0)
+    """Most prior conversation turns a run accepts (INVALID_ARGUMENT naming `history`)."""
     keep_last_exchanges: int = Field(default=2, ge=1)
     """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
 

@@ -127,8 +127,10 @@ def build_server(
             ("grpc.max_send_message_length", max_bytes),
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
             *keepalive.server_options(),
         ],
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -38,7 +38,13 @@ class ServerSettings(BaseModel):
     grace_s: float = Field(default=10.0, ge=0)
     """How long in-flight calls may finish after SIGTERM."""
     max_message_mb: int = Field(default=32, ge=1)
-    """Largest request or response accepted, in MiB."""
+    """Largest request or response accepted, in MiB (larger: RESOURCE_EXHAUSTED from gRPC)."""
+    max_concurrent_rpcs: int | None = Field(default=None, ge=1)
+    """Most RPCs the service runs at once, over all connections; beyond it a call fails with
+    RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded". None: unlimited."""
+    max_concurrent_streams: int = Field(default=100, ge=1)
+    """Most calls one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
+    a client queues the rest."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
     """API keys (by digest) and what each may do; off by default."""
     tls: ServerTls = Field(default_factory=ServerTls)
