@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.common.errors import InvalidArgument, NotFound, Unavailable
 from services.common.server import (
@@ -19,6 +20,7 @@ from services.common.server import (
 )
 from services.common.settings import ServerSettings
 from services.common.status import details_of_rpc_error
+from services.common.telemetry import setup_telemetry
 
 SERVICE = "test.v1.ProbeService"
 
@@ -184,3 +186,20 @@ async def test_stop_drains_readiness_and_leaves_liveness_alone() -> None:
     assert watched[""].status == health_pb2.HealthCheckResponse.NOT_SERVING
     assert watched[SERVICE].status == health_pb2.HealthCheckResponse.NOT_SERVING
     assert watched[LIVENESS_SERVICE].status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_health_watch_streams_through_the_tracing_interceptor() -> None:
+    telemetry = setup_telemetry("quarry-test", span_exporter=InMemorySpanExporter())
+    built = build_server([ServiceRegistration(SERVICE, _register)], ServerSettings(), telemetry)
+    await built.start()
+    try:
+        async with grpc.aio.insecure_channel(built.address) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=LIVENESS_SERVICE)
+            )
+            reply = await watch.read()
+            watch.cancel()
+    finally:
+        await built.stop(0)
+        telemetry.shutdown()
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
