@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -56,6 +56,9 @@ class AgentSettings(QuarrySettings):
     """TLS (and the client certificate for mTLS) of the channel to the search tool."""
     llm_gateway_tls: ChannelTls = Field(default_factory=ChannelTls)
     """TLS (and the client certificate for mTLS) of the channel to the LLM gateway."""
+    load_balancing: Literal["pick_first", "round_robin"] = "pick_first"
+    """`round_robin` with `dns:///<headless service>:<port>` addresses spreads the agent's calls
+    over every gateway and search tool pod (Kubernetes); `pick_first` uses one connection."""
     route: str = "agent"
     """Gateway route used when a request names none."""
     default_collection: str = ""

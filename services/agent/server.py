@@ -26,12 +26,14 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
         telemetry,
         interceptors=[StaticKey(settings.gateway_api_key())],
         tls=settings.llm_gateway_tls,
+        load_balancing=settings.load_balancing,
     )
     search = open_channel(
         settings.search_tool_address,
         telemetry,
         interceptors=[ForwardCallerKey()],
         tls=settings.search_tool_tls,
+        load_balancing=settings.load_balancing,
     )
     loop = AgentLoop(
         GatewayModelClient(gateway),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 
@@ -21,16 +22,19 @@ def open_channel(
     keepalive: KeepalivePolicy = KEEPALIVE,
     interceptors: Sequence[Any] = (),
     tls: ChannelTls | None = None,
+    load_balancing: Literal["pick_first", "round_robin"] = "pick_first",
 ) -> grpc.aio.Channel:
     """A grpc.aio channel to `target` (TLS when `tls.enabled`) that propagates the trace context,
     keeps an idle connection alive within what Quarry servers accept
     (`services.common.keepalive`) and runs `interceptors` (e.g. `services.common.auth.StaticKey`,
-    which sends an API key) on every call."""
+    which sends an API key) on every call. `round_robin` spreads calls over every address a
+    `dns:///` target resolves to (a Kubernetes headless Service)."""
     chain: list[Any] = [*(telemetry.client_interceptors() if telemetry else ()), *interceptors]
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
         *keepalive.client_options(),
+        ("grpc.service_config", json.dumps({"loadBalancingConfig": [{load_balancing: {}}]})),
     ]
     if tls is not None and tls.enabled:
         return grpc.aio.secure_channel(

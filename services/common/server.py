@@ -128,6 +128,11 @@ def build_server(
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.so_reuseport", 0),
             ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+            *(
+                [("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000))]
+                if settings.max_connection_age_s
+                else []
+            ),
             *keepalive.server_options(),
         ],
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,

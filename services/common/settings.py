@@ -45,6 +45,9 @@ class ServerSettings(BaseModel):
     max_concurrent_streams: int = Field(default=100, ge=1)
     """Most calls one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
     a client queues the rest."""
+    max_connection_age_s: float | None = Field(default=None, gt=0)
+    """Close each client connection (GOAWAY, after its calls finish) once it is this old, so
+    clients re-resolve DNS and reach pods added by a scale-up. None: connections live on."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
     """API keys (by digest) and what each may do; off by default."""
     tls: ServerTls = Field(default_factory=ServerTls)
