@@ -10,11 +10,16 @@ STAMP := $(VENV)/.installed-stamp
 GENERATED := services/generated
 PYTEST_ARGS ?=
 
-.PHONY: help setup protos check-protos lint test run eval bench clean vespa-package
+IMAGE ?= quarry:0.1.0
+CONTAINER_TOOL ?= $(shell command -v podman || command -v docker || command -v buildah)
+
+.PHONY: help setup protos check-protos lint test run eval bench clean vespa-package image k8s
 
 help:
 	@echo "make run    - start search tool, LLM gateway and agent locally (offline demo)"
 	@echo "make test   - lint, generated-code check and the whole test suite (what CI runs)"
+	@echo "make image  - build the container image (podman, docker or buildah)"
+	@echo "make k8s    - render every k8s/ overlay into k8s/rendered/ (kubectl kustomize)"
 	@echo "make setup | protos | lint | eval | bench | clean | vespa-package"
 
 $(STAMP): pyproject.toml
@@ -63,6 +68,16 @@ bench: setup
 # or the config server's prepareandactivate (a test checks the checked-in copy is current).
 vespa-package: setup
 	$(PY) scripts/gen_vespa_app.py --zip build/vespa-app.zip
+
+image:
+	@test -n "$(CONTAINER_TOOL)" || { echo "make image needs podman, docker or buildah"; exit 1; }
+	$(CONTAINER_TOOL) build -f Containerfile -t $(IMAGE) .
+
+k8s: setup
+	mkdir -p k8s/rendered
+	for overlay in k8s/overlays/*/; do \
+		$(BIN)/kubectl kustomize "$$overlay" > "k8s/rendered/$$(basename $$overlay).yaml" || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .protos-check .mypy_cache .ruff_cache .pytest_cache

@@ -2,6 +2,7 @@
 
 quarry ask "How do I ...?" --collection python-docs --mode thinking
 quarry run            # what `make run` calls: three services, demo collection, how to ask
+quarry keygen         # a new API key and the SHA-256 digest the configuration stores
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,8 +22,11 @@ from rich.markup import escape
 from rich.panel import Panel
 
 from services.agent.client import AgentClient, AgentError, RunOptions, parse_filter
+from services.common.tls import ChannelTls
 
 DEFAULT_AGENT = "127.0.0.1:50053"
+API_KEY_ENV = "QUARRY_API_KEY"
+"""`quarry ask` sends this variable's value as its API key (never a flag: `ps` would show it)."""
 STOP_REASONS = {
     agent_pb2.STOP_REASON_ANSWERED: "answered",
     agent_pb2.STOP_REASON_FORCED_ANSWER: "forced answer",
@@ -40,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from quarry_cli.runner import run_suite
 
         sys.exit(run_suite(args))
+    if args.command == "keygen":
+        from quarry_cli.keys import keygen
+
+        sys.exit(keygen())
     parser.print_help()
     sys.exit(2)
 
@@ -63,10 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     ask_parser.add_argument("--max-tokens", type=int, default=0)
     ask_parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
+    ask_parser.add_argument("--tls", action="store_true", help="speak TLS to the agent")
+    ask_parser.add_argument("--ca-file", help="PEM CA of the agent's certificate (implies --tls)")
+    ask_parser.add_argument("--cert-file", help="PEM client certificate for mTLS")
+    ask_parser.add_argument("--key-file", help="PEM key of the client certificate")
     run_parser = commands.add_parser("run", help="run the three services locally (make run)")
     from quarry_cli.runner import add_arguments
 
     add_arguments(run_parser)
+    commands.add_parser("keygen", help="make an API key and the digest to configure for it")
     return parser
 
 
@@ -80,7 +94,18 @@ async def ask(args: argparse.Namespace) -> int:
         return 2
     render = _print_json if args.json else _Renderer(console)
     try:
-        async with AgentClient(args.address) as agent:
+        tls = ChannelTls(
+            enabled=bool(args.tls or args.ca_file or args.cert_file),
+            ca_file=args.ca_file,
+            cert_file=args.cert_file,
+            key_file=args.key_file,
+        )
+    except (ValueError, ValidationError) as error:
+        console.print(f"[red]TLS options:[/] {escape(str(error))}")
+        return 2
+    api_key = os.environ.get(API_KEY_ENV, "")
+    try:
+        async with AgentClient(args.address, api_key=api_key, tls=tls) as agent:
             ended_well = False
             options = RunOptions(
                 collection=args.collection,
@@ -103,6 +128,8 @@ async def ask(args: argparse.Namespace) -> int:
             console.print(f"[red bold]{error.code}[/] {escape(error.message)}")
             if error.code == "UNAVAILABLE":
                 console.print(f"[dim]Is the agent running at {args.address}? Try `make run`.[/]")
+            if error.code == "UNAUTHENTICATED":
+                console.print(f"[dim]Set {API_KEY_ENV} to your API key.[/]")
         return 1
 
 

@@ -25,10 +25,12 @@ from quarry.common.v1 import search_pb2
 
 from services.agent.convert import filter_message
 from services.agent.filters import FilterGroup
+from services.common.auth import StaticKey
 from services.common.channels import open_channel
 from services.common.errors import FieldViolation
 from services.common.status import details_of_rpc_error
 from services.common.telemetry import Telemetry
+from services.common.tls import ChannelTls
 
 ModeName = Literal["fast", "thinking"]
 _MODES = {"fast": agent_pb2.MODE_FAST, "thinking": agent_pb2.MODE_THINKING}
@@ -100,8 +102,16 @@ class RunOptions:
 class AgentClient:
     """One channel to the agent service; use as an async context manager or call `close`."""
 
-    def __init__(self, address: str, *, telemetry: Telemetry | None = None) -> None:
-        self._channel = open_channel(address, telemetry)
+    def __init__(
+        self,
+        address: str,
+        *,
+        telemetry: Telemetry | None = None,
+        api_key: str = "",
+        tls: ChannelTls | None = None,
+    ) -> None:
+        """`api_key` is sent as `authorization: Bearer <key>`; `tls` secures the channel."""
+        self._channel = open_channel(address, telemetry, interceptors=[StaticKey(api_key)], tls=tls)
         self._stub = agent_pb2_grpc.AgentServiceStub(self._channel)
 
     async def __aenter__(self) -> AgentClient:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+import os
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import QuarrySettings, ServerSettings
+from services.common.tls import ChannelTls
 
 DEFAULT_PORT = 50053
 
@@ -29,6 +31,10 @@ class LoopSettings(BaseModel):
     """Layer 2: soft-trim old tool results above this share of the window."""
     hard_clear_ratio: float = Field(default=0.8, gt=0, le=1)
     """Layer 2: replace old tool results with a placeholder above this share."""
+    max_query_chars: int = Field(default=4_000, ge=1)
+    """Longest question a run accepts (INVALID_ARGUMENT naming `query` and this limit)."""
+    max_history_turns: int = Field(default=20, ge=0)
+    """Most prior conversation turns a run accepts (INVALID_ARGUMENT naming `history`)."""
     keep_last_exchanges: int = Field(default=2, ge=1)
     """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
 
@@ -46,6 +52,13 @@ class AgentSettings(QuarrySettings):
     """Where `quarry.searchtool.v1.SearchToolService` listens."""
     llm_gateway_address: str = "127.0.0.1:50052"
     """Where `quarry.llmgateway.v1.LlmGatewayService` listens."""
+    search_tool_tls: ChannelTls = Field(default_factory=ChannelTls)
+    """TLS (and the client certificate for mTLS) of the channel to the search tool."""
+    llm_gateway_tls: ChannelTls = Field(default_factory=ChannelTls)
+    """TLS (and the client certificate for mTLS) of the channel to the LLM gateway."""
+    load_balancing: Literal["pick_first", "round_robin"] = "pick_first"
+    """`round_robin` with `dns:///<headless service>:<port>` addresses spreads the agent's calls
+    over every gateway and search tool pod (Kubernetes); `pick_first` uses one connection."""
     route: str = "agent"
     """Gateway route used when a request names none."""
     default_collection: str = ""
@@ -53,3 +66,17 @@ class AgentSettings(QuarrySettings):
     context_window_tokens: int | None = Field(default=None, ge=1_000)
     """Overrides the window the gateway reports for the route's model."""
     loop: LoopSettings = Field(default_factory=LoopSettings)
+    gateway_api_key_env: str = ""
+    """Environment variable holding the API key the agent presents to the LLM gateway (a key
+    with `gateway: true`); empty sends none. Towards the search tool the agent forwards each
+    caller's own key instead, so the search tool checks the caller's grant."""
+
+    def gateway_api_key(self) -> str:
+        return os.environ.get(self.gateway_api_key_env, "") if self.gateway_api_key_env else ""
+
+    @model_validator(mode="after")
+    def _gateway_key_is_set(self) -> AgentSettings:
+        if self.gateway_api_key_env and not self.gateway_api_key():
+            name = self.gateway_api_key_env
+            raise ValueError(f"gateway_api_key_env names {name}, which is unset")
+        return self

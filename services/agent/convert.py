@@ -65,12 +65,27 @@ def run_request(
     *,
     default_collection: str = "",
     default_limit: int = 10,
+    max_query_chars: int = 4_000,
+    max_history_turns: int = 20,
 ) -> RunRequest:
     """Validate a request and turn it into the domain's, naming every bad field."""
     violations: list[FieldViolation] = []
     query = message.query.strip()
     if not query:
         violations.append(FieldViolation("query", "must not be empty"))
+    if len(query) > max_query_chars:
+        violations.append(
+            FieldViolation(
+                "query", f"is {len(query)} characters; max_query_chars is {max_query_chars}"
+            )
+        )
+    if len(message.history) > max_history_turns:
+        violations.append(
+            FieldViolation(
+                "history",
+                f"has {len(message.history)} turns; max_history_turns is {max_history_turns}",
+            )
+        )
     collection = message.collection or default_collection
     if not collection:
         violations.append(FieldViolation("collection", "must name a collection"))

@@ -10,6 +10,7 @@ from services.agent.gateway_client import GatewayModelClient
 from services.agent.loop import AgentLoop
 from services.agent.search_tool_client import SearchToolClient
 from services.agent.servicer import AgentServicer
+from services.common.auth import Access, ForwardCallerKey, MethodRule, StaticKey
 from services.common.channels import open_channel
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.telemetry import Telemetry
@@ -20,8 +21,20 @@ AGENT_NAME = "quarry-agent"
 
 def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = None) -> QuarryServer:
     """The agent's server, bound but not started; its channels close when it stops."""
-    gateway = open_channel(settings.llm_gateway_address, telemetry)
-    search = open_channel(settings.search_tool_address, telemetry)
+    gateway = open_channel(
+        settings.llm_gateway_address,
+        telemetry,
+        interceptors=[StaticKey(settings.gateway_api_key())],
+        tls=settings.llm_gateway_tls,
+        load_balancing=settings.load_balancing,
+    )
+    search = open_channel(
+        settings.search_tool_address,
+        telemetry,
+        interceptors=[ForwardCallerKey()],
+        tls=settings.search_tool_tls,
+        load_balancing=settings.load_balancing,
+    )
     loop = AgentLoop(
         GatewayModelClient(gateway),
         SearchToolClient(search),
@@ -36,7 +49,11 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
     def register(server: grpc.aio.Server) -> None:
         agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
 
-    server = build_server([ServiceRegistration(SERVICE_NAME, register)], settings.server, telemetry)
+    server = build_server(
+        [ServiceRegistration(SERVICE_NAME, register, access_rules(settings))],
+        settings.server,
+        telemetry,
+    )
 
     async def close_channels() -> None:
         await gateway.close(None)
@@ -44,3 +61,14 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
 
     server.on_stop.append(close_channels)
     return server
+
+
+def access_rules(settings: AgentSettings) -> dict[str, MethodRule]:
+    """A run reads its collection (the request's, else the configured default): the caller's
+    key must grant it here, and the search tool checks the same key again."""
+
+    def collection(request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest) -> str:
+        return request.collection or settings.default_collection
+
+    rule = MethodRule(Access.READ, collection)
+    return {"Run": rule, "StreamRun": rule}

@@ -59,6 +59,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             request,
             default_collection=self._settings.default_collection,
             default_limit=self._settings.loop.default_limit,
+            max_query_chars=self._settings.loop.max_query_chars,
+            max_history_turns=self._settings.loop.max_history_turns,
         )
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
 import grpc
 
 from services.common.keepalive import KEEPALIVE, KeepalivePolicy
 from services.common.telemetry import Telemetry
+from services.common.tls import ChannelTls
 
 _MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
@@ -15,16 +20,24 @@ def open_channel(
     telemetry: Telemetry | None = None,
     *,
     keepalive: KeepalivePolicy = KEEPALIVE,
+    interceptors: Sequence[Any] = (),
+    tls: ChannelTls | None = None,
+    load_balancing: Literal["pick_first", "round_robin"] = "pick_first",
 ) -> grpc.aio.Channel:
-    """An insecure grpc.aio channel to `target` that propagates the trace context and keeps an
-    idle connection alive within what Quarry servers accept (`services.common.keepalive`)."""
-    interceptors = list(telemetry.client_interceptors()) if telemetry else []
-    return grpc.aio.insecure_channel(
-        target,
-        options=[
-            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-            *keepalive.client_options(),
-        ],
-        interceptors=interceptors,
-    )
+    """A grpc.aio channel to `target` (TLS when `tls.enabled`) that propagates the trace context,
+    keeps an idle connection alive within what Quarry servers accept
+    (`services.common.keepalive`) and runs `interceptors` (e.g. `services.common.auth.StaticKey`,
+    which sends an API key) on every call. `round_robin` spreads calls over every address a
+    `dns:///` target resolves to (a Kubernetes headless Service)."""
+    chain: list[Any] = [*(telemetry.client_interceptors() if telemetry else ()), *interceptors]
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+        *keepalive.client_options(),
+        ("grpc.service_config", json.dumps({"loadBalancingConfig": [{load_balancing: {}}]})),
+    ]
+    if tls is not None and tls.enabled:
+        return grpc.aio.secure_channel(
+            target, tls.credentials(), options=[*options, *tls.options()], interceptors=chain
+        )
+    return grpc.aio.insecure_channel(target, options=options, interceptors=chain)

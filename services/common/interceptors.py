@@ -97,7 +97,7 @@ def _wrap_stream(
     if not inspect.isasyncgenfunction(inner) and not inspect.isasyncgenfunction(
         getattr(inner, "__func__", None)
     ):
-        return _wrap_unary(inner, method)
+        return _wrap_writer(inner, method)
 
     async def stream(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
@@ -109,6 +109,26 @@ def _wrap_stream(
                 yield item
         except Exception as error:
             await _abort(context, error, method)
+
+    return stream
+
+
+def _wrap_writer(
+    inner: Any, method: str
+) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
+    """A streaming handler that sends with `context.write` (grpc_health's Watch), presented as
+    an async generator: the tracing interceptor iterates every streaming handler."""
+
+    async def stream(
+        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        try:
+            await inner(request, context)
+        except Exception as error:
+            await _abort(context, error, method)
+        nothing: tuple[Any, ...] = ()
+        for item in nothing:
+            yield item
 
     return stream
 

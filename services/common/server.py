@@ -1,8 +1,17 @@
 """The grpc.aio server bootstrap every service uses, in `main` and in tests.
 
-`build_server` wires health (per service, NOT_SERVING while draining), reflection, tracing and error
-mapping around the servicers a service registers. `serve` runs it until SIGTERM/SIGINT, then flips
-health to NOT_SERVING, lets in-flight calls finish for `grace_s` and stops.
+`build_server` wires health, reflection, tracing and error mapping around the servicers a service
+registers. `serve` runs it until SIGTERM/SIGINT, then drains: readiness NOT_SERVING, in-flight calls
+finish for `grace_s`, stop.
+
+Health names, and the probe each one is for:
+
+    quarry.liveness      liveness: SERVING from start until the process exits, even draining
+    <full service name>  readiness: SERVING once the service can answer, NOT_SERVING while draining
+    ""                   the server as a whole (gRPC convention): follows readiness
+
+A liveness probe must not fail while a pod drains properly (the kubelet would kill it mid-drain),
+so it checks `quarry.liveness`, never `""`.
 """
 
 from __future__ import annotations
@@ -10,15 +19,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from services.common.auth import AuthInterceptor, MethodRule, check_rules
 from services.common.interceptors import ErrorMappingInterceptor
 from services.common.keepalive import KEEPALIVE, KeepalivePolicy
 from services.common.settings import ServerSettings
@@ -29,6 +40,8 @@ log = logging.getLogger(__name__)
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+LIVENESS_SERVICE = "quarry.liveness"
+"""The health name a liveness probe checks: never flipped by a drain (see the module docstring)."""
 
 
 @dataclass
@@ -39,6 +52,8 @@ class ServiceRegistration:
     """Full service name, e.g. `quarry.searchtool.v1.SearchToolService`."""
     register: Callable[[grpc.aio.Server], None]
     """Adds the servicer to a server."""
+    rules: Mapping[str, MethodRule] = field(default_factory=dict)
+    """The access each method (by short name) requires; every method must have one."""
 
 
 @dataclass
@@ -61,19 +76,29 @@ class QuarryServer:
 
     async def start(self) -> None:
         await self.server.start()
+        await self.mark_live()
         await self.set_serving(True)
         log.info("serving", extra={"address": self.address, "services": self.service_names})
 
+    async def mark_live(self) -> None:
+        """Liveness SERVING: the process is up; stays so until it exits."""
+        await self.health.set(LIVENESS_SERVICE, _SERVING)
+
     async def set_serving(self, serving: bool, service: str | None = None) -> None:
-        """Flip health for one service, or for all of them and the server as a whole."""
+        """Flip readiness for one service, or for all of them and the server as a whole
+        (liveness is never touched)."""
         status = _SERVING if serving else _NOT_SERVING
         for name in [service] if service else ["", *self.service_names]:
             await self.health.set(name, status)
 
+    async def begin_drain(self) -> None:
+        """Readiness NOT_SERVING (every service and `""`); liveness stays SERVING."""
+        await self.set_serving(False)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, then let in-flight calls finish for the grace period, then stop."""
         grace = self.settings.grace_s if grace_s is None else grace_s
-        await self.set_serving(False)
+        await self.begin_drain()
         await self.server.stop(grace)
         for callback in self.on_stop:
             await callback()
@@ -94,6 +119,7 @@ def build_server(
         chain.extend(telemetry.server_interceptors())
     chain.extend(interceptors)
     chain.append(ErrorMappingInterceptor())
+    chain.append(AuthInterceptor(settings.auth, _rules(services, check=settings.auth.enabled)))
     max_bytes = settings.max_message_mb * 1024 * 1024
     server = grpc.aio.server(
         interceptors=chain,
@@ -101,8 +127,15 @@ def build_server(
             ("grpc.max_send_message_length", max_bytes),
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+            *(
+                [("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000))]
+                if settings.max_connection_age_s
+                else []
+            ),
             *keepalive.server_options(),
         ],
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -113,12 +146,32 @@ def build_server(
         [*names, _HEALTH_SERVICE, reflection.SERVICE_NAME],
         server,
     )
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    address = f"{settings.host}:{settings.port}"
+    if settings.tls.enabled:
+        port = server.add_secure_port(address, settings.tls.credentials())
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind {settings.host}:{settings.port}")
     return QuarryServer(
         server=server, health=health, service_names=names, settings=settings, port=port
     )
+
+
+def _rules(services: Sequence[ServiceRegistration], *, check: bool) -> dict[str, MethodRule]:
+    """Every method's rule by full method path; with `check` (auth on) a proto service missing
+    one is refused at build time."""
+    rules: dict[str, MethodRule] = {}
+    for service in services:
+        full = {f"/{service.name}/{m}": rule for m, rule in service.rules.items()}
+        try:
+            methods = descriptor_pool.Default().FindServiceByName(service.name).methods
+        except KeyError:
+            methods = []
+        if check:
+            check_rules(service.name, [m.name for m in methods], full)
+        rules.update(full)
+    return rules
 
 
 async def serve(server: QuarryServer) -> None:

@@ -20,6 +20,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from services.common.auth import AuthSettings
+from services.common.tls import ServerTls
+
 CONFIG_ENV = "QUARRY_CONFIG"
 
 S = TypeVar("S", bound="QuarrySettings")
@@ -35,7 +38,20 @@ class ServerSettings(BaseModel):
     grace_s: float = Field(default=10.0, ge=0)
     """How long in-flight calls may finish after SIGTERM."""
     max_message_mb: int = Field(default=32, ge=1)
-    """Largest request or response accepted, in MiB."""
+    """Largest request or response accepted, in MiB (larger: RESOURCE_EXHAUSTED from gRPC)."""
+    max_concurrent_rpcs: int | None = Field(default=None, ge=1)
+    """Most RPCs the service runs at once, over all connections; beyond it a call fails with
+    RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded". None: unlimited."""
+    max_concurrent_streams: int = Field(default=100, ge=1)
+    """Most calls one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
+    a client queues the rest."""
+    max_connection_age_s: float | None = Field(default=None, gt=0)
+    """Close each client connection (GOAWAY, after its calls finish) once it is this old, so
+    clients re-resolve DNS and reach pods added by a scale-up. None: connections live on."""
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    """API keys (by digest) and what each may do; off by default."""
+    tls: ServerTls = Field(default_factory=ServerTls)
+    """Certificate and key (TLS), and a client CA (mTLS); plaintext when unset."""
 
 
 class QuarrySettings(BaseSettings):

@@ -7,6 +7,7 @@ import logging
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 
+from services.common.auth import GATEWAY
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.telemetry import Telemetry
 from services.llm_gateway.config import GatewaySettings
@@ -18,6 +19,10 @@ from services.llm_gateway.telemetry import GatewayTelemetry
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["LlmGatewayService"].full_name
+ACCESS_RULES = {
+    m.name: GATEWAY for m in pb.DESCRIPTOR.services_by_name["LlmGatewayService"].methods
+}
+"""Every gateway RPC needs a key allowed to call the gateway directly (the agent's own key)."""
 
 
 def build_gateway_server(
@@ -40,6 +45,7 @@ def build_gateway_server(
             ServiceRegistration(
                 SERVICE_NAME,
                 lambda s: pb_grpc.add_LlmGatewayServiceServicer_to_server(servicer, s),
+                ACCESS_RULES,
             )
         ],
         settings.server,

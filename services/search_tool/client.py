@@ -18,9 +18,11 @@ from typing import TypeVar
 import grpc
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from services.common.auth import StaticKey
 from services.common.channels import open_channel
 from services.common.status import domain_error
 from services.common.telemetry import Telemetry
+from services.common.tls import ChannelTls
 
 DEFAULT_TIMEOUT_S = 30.0
 SERVICE = "search tool"
@@ -37,8 +39,11 @@ class SearchToolClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         telemetry: Telemetry | None = None,
+        api_key: str = "",
+        tls: ChannelTls | None = None,
     ) -> None:
-        self._channel = open_channel(address, telemetry)
+        """`api_key` is sent as `authorization: Bearer <key>`; `tls` secures the channel."""
+        self._channel = open_channel(address, telemetry, interceptors=[StaticKey(api_key)], tls=tls)
         self._stub = search_tool_pb2_grpc.SearchToolServiceStub(self._channel)
         self._timeout_s = timeout_s
 

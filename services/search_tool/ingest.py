@@ -240,7 +240,8 @@ def validate_documents(
         raise InvalidArgument.for_field("documents", "at least one document is required")
     if len(documents) > limits.max_documents:
         raise InvalidArgument.for_field(
-            "documents", f"at most {limits.max_documents} documents per request"
+            "documents",
+            f"at most {limits.max_documents} documents per request (max_documents_per_request)",
         )
     violations: list[FieldViolation] = []
     seen: dict[str, int] = {}
@@ -290,7 +291,9 @@ def _text_violations(text: str, path: str, max_bytes: int) -> list[FieldViolatio
         return [FieldViolation(f"{path}.text", "must not be empty")]
     size = len(text.encode("utf-8"))
     if size > max_bytes:
-        return [FieldViolation(f"{path}.text", f"is {size} bytes; the limit is {max_bytes}")]
+        return [
+            FieldViolation(f"{path}.text", f"is {size} bytes; max_document_bytes is {max_bytes}")
+        ]
     return []
 
 

@@ -12,8 +12,9 @@ class RequestLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    query_chars: int = Field(default=2_000, ge=1)
-    """`query.primary` and each of `query.variations`, in characters."""
+    query_chars: int = Field(default=4_000, ge=1)
+    """`query.primary` and each of `query.variations`, in characters (the agent takes questions
+    up to the same length: `loop.max_query_chars`)."""
     title_chars: int = Field(default=1_000, ge=1)
     """A document's title."""
     label_chars: int = Field(default=256, ge=1)

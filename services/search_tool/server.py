@@ -24,7 +24,7 @@ from services.search_tool.engine.base import SearchEngine
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.service import SearchService
-from services.search_tool.servicer import SERVICE_NAME, SearchToolServicer
+from services.search_tool.servicer import ACCESS_RULES, SERVICE_NAME, SearchToolServicer
 from services.search_tool.traced import TracedEmbedder
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class SearchToolServer(QuarryServer):
     async def start(self) -> None:
         await self.set_serving(False)
         await self.server.start()
+        await self.mark_live()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("loading engine and embedder", extra={"address": self.address})
         self.service = await open_search_service(
@@ -73,7 +74,9 @@ def build_search_tool_server(
     def register(server: grpc.aio.Server) -> None:
         search_tool_pb2_grpc.add_SearchToolServiceServicer_to_server(servicer, server)
 
-    built = build_server([ServiceRegistration(SERVICE_NAME, register)], settings.server, telemetry)
+    built = build_server(
+        [ServiceRegistration(SERVICE_NAME, register, ACCESS_RULES)], settings.server, telemetry
+    )
     return SearchToolServer(
         server=built.server,
         health=built.health,

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from services.common.auth import AUTHENTICATED, READ, WRITE, MethodRule, visible_collections
 from services.common.errors import Unavailable
 from services.search_tool.convert import (
     collection_to_proto,
@@ -23,6 +24,17 @@ from services.search_tool.service import SearchRequest, SearchService
 
 Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = search_tool_pb2.DESCRIPTOR.services_by_name["SearchToolService"].full_name
+ACCESS_RULES: dict[str, MethodRule] = {
+    "UpsertDocuments": WRITE,
+    "DeleteDocuments": WRITE,
+    "DeleteCollection": WRITE,
+    "Search": READ,
+    "GetCollection": READ,
+    "ListCollections": AUTHENTICATED,
+    "Embed": AUTHENTICATED,
+}
+"""What each RPC requires of an API key (enforced by the shared auth interceptor on the request;
+`ListCollections` answers only the collections the key may read)."""
 
 
 class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # type: ignore[misc]
@@ -98,8 +110,11 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         self, request: search_tool_pb2.ListCollectionsRequest, context: Context
     ) -> search_tool_pb2.ListCollectionsResponse:
         collections = await self._ready().list_collections()
+        visible = set(visible_collections([c.name for c in collections]))
         return search_tool_pb2.ListCollectionsResponse(
-            collections=[collection_to_proto(c, full=False) for c in collections]
+            collections=[
+                collection_to_proto(c, full=False) for c in collections if c.name in visible
+            ]
         )
 
     async def DeleteCollection(

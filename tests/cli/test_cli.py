@@ -60,6 +60,10 @@ def _args(address: str, **overrides: object) -> argparse.Namespace:
         "max_tokens": 0,
         "timeout": 10.0,
         "json": False,
+        "tls": False,
+        "ca_file": None,
+        "cert_file": None,
+        "key_file": None,
     }
     values.update(overrides)
     return argparse.Namespace(**values)

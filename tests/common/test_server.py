@@ -9,12 +9,19 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from quarry.common.v1 import search_pb2
 
 from services.common.errors import InvalidArgument, NotFound, Unavailable
-from services.common.server import QuarryServer, ServiceRegistration, build_server
+from services.common.server import (
+    LIVENESS_SERVICE,
+    QuarryServer,
+    ServiceRegistration,
+    build_server,
+)
 from services.common.settings import ServerSettings
 from services.common.status import details_of_rpc_error
+from services.common.telemetry import setup_telemetry
 
 SERVICE = "test.v1.ProbeService"
 
@@ -180,3 +187,54 @@ async def test_stop_flips_health_to_not_serving_before_shutting_down(
     await server.set_serving(False)
     reply = await health.Check(health_pb2.HealthCheckRequest(service=SERVICE))
     assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def _status(channel: grpc.aio.Channel, name: str) -> int:
+    health = health_pb2_grpc.HealthStub(channel)
+    reply = await health.Check(health_pb2.HealthCheckRequest(service=name))
+    return int(reply.status)
+
+
+async def test_draining_flips_readiness_but_liveness_stays_serving(
+    server: QuarryServer, channel: grpc.aio.Channel
+) -> None:
+    serving, not_serving = (
+        health_pb2.HealthCheckResponse.SERVING,
+        health_pb2.HealthCheckResponse.NOT_SERVING,
+    )
+    assert await _status(channel, LIVENESS_SERVICE) == serving
+    await server.begin_drain()
+    assert await _status(channel, SERVICE) == not_serving
+    assert await _status(channel, "") == not_serving
+    assert await _status(channel, LIVENESS_SERVICE) == serving
+
+
+async def test_stop_drains_readiness_and_leaves_liveness_alone() -> None:
+    built = build_server([ServiceRegistration(SERVICE, _register)], ServerSettings(grace_s=0))
+    await built.start()
+    await built.stop()
+    # the server no longer answers calls: read the state the health servicer holds
+    watched = {
+        name: await built.health.Check(health_pb2.HealthCheckRequest(service=name), None)
+        for name in ("", SERVICE, LIVENESS_SERVICE)
+    }
+    assert watched[""].status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert watched[SERVICE].status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert watched[LIVENESS_SERVICE].status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_health_watch_streams_through_the_tracing_interceptor() -> None:
+    telemetry = setup_telemetry("quarry-test", span_exporter=InMemorySpanExporter())
+    built = build_server([ServiceRegistration(SERVICE, _register)], ServerSettings(), telemetry)
+    await built.start()
+    try:
+        async with grpc.aio.insecure_channel(built.address) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=LIVENESS_SERVICE)
+            )
+            reply = await watch.read()
+            watch.cancel()
+    finally:
+        await built.stop(0)
+        telemetry.shutdown()
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,0 +1,84 @@
+"""Static rules of the Containerfile and .dockerignore (no base image can be pulled here, so the
+image itself is not built in CI; `test_wheel_start` starts what the image installs)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTAINERFILE = ROOT / "Containerfile"
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = CONTAINERFILE.read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "")
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def _final_stage() -> list[tuple[str, str]]:
+    instructions = _instructions()
+    last_from = max(i for i, (op, _) in enumerate(instructions) if op == "FROM")
+    return instructions[last_from:]
+
+
+def _base_image() -> str:
+    args = dict(arg.split("=", 1) for op, arg in _instructions() if op == "ARG" and "=" in arg)
+    return args["PYTHON_IMAGE"]
+
+
+def test_the_base_image_is_a_pinned_slim_python_never_latest() -> None:
+    image = _base_image()
+    assert re.fullmatch(
+        r"docker\.io/library/python:3\.11\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", image
+    )
+    froms = [arg for op, arg in _instructions() if op == "FROM"]
+    assert froms
+    assert all(f.split()[0] == "${PYTHON_IMAGE}" for f in froms)
+
+
+def test_the_final_stage_runs_as_a_numeric_non_root_user() -> None:
+    users = [arg for op, arg in _final_stage() if op == "USER"]
+    assert users, "the final stage must set USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit()
+    assert int(uid) >= 1000
+
+
+def test_the_final_stage_carries_no_sources_tests_or_build_tools() -> None:
+    copies = [arg for op, arg in _final_stage() if op in ("COPY", "ADD")]
+    assert copies
+    assert all(arg.startswith("--from=build ") for arg in copies)
+    build_copies = [arg for op, arg in _instructions() if op == "COPY" and "--from" not in arg]
+    sources = {arg.split()[0] for arg in build_copies}
+    assert sources == {"pyproject.toml", "services", "quarry_cli"}
+    assert all((ROOT / s).exists() for s in sources)
+    runs = " ".join(arg for op, arg in _final_stage() if op == "RUN")
+    assert not re.search(r"\b(apt-get|gcc|pip install)\b", runs)
+
+
+def test_the_environment_is_unbuffered_and_the_entry_is_exec_form() -> None:
+    env = " ".join(arg for op, arg in _final_stage() if op == "ENV")
+    assert "PYTHONUNBUFFERED=1" in env
+    entrypoint = json.loads(next(arg for op, arg in _final_stage() if op == "ENTRYPOINT"))
+    command = json.loads(next(arg for op, arg in _final_stage() if op == "CMD"))
+    assert entrypoint == ["python", "-m"]
+    assert command[0] == "services.agent"
+
+
+def test_dockerignore_admits_only_what_the_build_copies() -> None:
+    lines = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[0] == "*"
+    admitted = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    assert admitted == {"pyproject.toml", "README.md", "services", "quarry_cli"}
+    assert "tests" not in admitted
+    assert ".venv" not in admitted

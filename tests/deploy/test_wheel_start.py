@@ -1,0 +1,131 @@
+"""The image's entry commands start each service from the built wheel, not from this tree.
+
+The wheel is built from a copy of what the Containerfile copies and installed (without
+dependencies: nothing may be downloaded here) into a fresh virtualenv; the third-party
+dependencies come from this virtualenv's site-packages through a path file. Each service is then
+started exactly as the image starts it (`python -m services.<name> --host ...`), from a directory
+outside the repository, and must become SERVING on its readiness name and on `quarry.liveness`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common.server import LIVENESS_SERVICE
+from tests.e2e.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 120.0
+SERVICES = {
+    "services.search_tool": "quarry.searchtool.v1.SearchToolService",
+    "services.llm_gateway": "quarry.llmgateway.v1.LlmGatewayService",
+    "services.agent": "quarry.agent.v1.AgentService",
+}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `python` of a fresh virtualenv holding only the Quarry wheel."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "var")
+    for name in ("services", "quarry_cli"):
+        shutil.copytree(ROOT / name, source / name, ignore=ignore)
+    wheels = root / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = wheels.glob("quarry-*.whl")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    target = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "--target", target, str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    (Path(target) / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def test_the_wheel_carries_the_services_and_their_data_not_the_tree(installed: Path) -> None:
+    probe = (
+        "import services, quarry, services.search_tool.embedding.minilm as m, pathlib;"
+        "print(services.__file__); print(quarry.__file__);"
+        "print(sorted(p.name for p in pathlib.Path(services.__file__).parent.glob('*/prompts/*')))"
+    )
+    out = subprocess.run(
+        [str(installed), "-c", probe], check=True, capture_output=True, text=True, cwd="/"
+    ).stdout.splitlines()
+    venv = str(installed.parents[1])
+    assert out[0].startswith(venv)
+    assert out[1].startswith(venv)
+    assert not out[0].startswith(str(ROOT))
+    assert out[2] != "[]", "the agent's prompt files must be in the wheel"
+
+
+def _wait_serving(address: str, names: tuple[str, ...], process: subprocess.Popen[bytes]) -> None:
+    with grpc.insecure_channel(address) as channel:
+        grpc.channel_ready_future(channel).result(timeout=STARTUP_TIMEOUT_S)
+        health = health_pb2_grpc.HealthStub(channel)
+        for name in names:
+            watch = health.Watch(
+                health_pb2.HealthCheckRequest(service=name), timeout=STARTUP_TIMEOUT_S
+            )
+            for reply in watch:
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    watch.cancel()
+                    break
+        assert process.poll() is None
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        process.terminate()
+    for process in started:
+        assert process.wait(timeout=30) == 0, "a service must exit 0 after SIGTERM"
+
+
+@pytest.mark.parametrize("module", list(SERVICES))
+def test_each_image_entry_command_starts_a_service_from_the_wheel(
+    module: str, installed: Path, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    port = free_port()
+    log = tmp_path / "service.log"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(tmp_path)}
+    env["QUARRY_SEARCH_TOOL_DATA_DIR"] = str(tmp_path / "data")
+    command = [str(installed), "-m", module, "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("wb") as out:
+        processes.append(
+            subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        )
+    try:
+        _wait_serving(f"127.0.0.1:{port}", (SERVICES[module], LIVENESS_SERVICE), processes[-1])
+    except Exception as error:
+        raise AssertionError(f"{module} did not start:\n{log.read_text()[-3000:]}") from error
