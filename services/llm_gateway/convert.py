@@ -43,7 +43,7 @@ from services.llm_gateway.model import (
     ToolChoiceMode,
     Usage,
 )
-from services.llm_gateway.schema_check import SchemaChecker
+from services.llm_gateway.schema_check import SchemaChecker, SchemaProblem
 
 CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
 _DEFAULT_RETRY_AFTER_S = 1.0
@@ -114,60 +114,18 @@ def messages_of(messages: Any) -> tuple[Message, ...]:
     return tuple(_message(message, index) for index, message in enumerate(messages))
 
 
-def _integral_as_int(text: str) -> float | int:
-    """A JSON number with a fraction or exponent, as an int when it is integral (`1.0` → `1`):
-    Struct-born schemas carry doubles, and providers reject `"maxItems": 10.0`."""
-    value = float(text)
-    return int(value) if value.is_integer() else value
-
-
-MAX_SCHEMA_DEPTH = 32
-"""Deepest nesting of objects and arrays a JSON schema may have (tool parameters, structured
-output). Real schemas stay under ten; the limit keeps validation and translation bounded."""
-
-
 def parse_schema(
     text: str, field_path: str, *, require_object: bool = False, schemas: SchemaChecker = SCHEMAS
 ) -> dict[str, Any]:
-    """A JSON schema from its serialised form, checked against the JSON Schema meta-schema."""
-    too_deep = f"nested deeper than {MAX_SCHEMA_DEPTH} levels (the limit)"
+    """A JSON schema from its serialised form, checked against the JSON Schema meta-schema (once
+    per distinct text: the agent sends the same tool schemas on every turn)."""
     try:
-        schema = (
-            json.loads(text, parse_float=_integral_as_int)
-            if text.strip()
-            else {"type": "object", "properties": {}}
-        )
-    except json.JSONDecodeError as error:
-        raise InvalidArgument.for_field(field_path, f"not valid JSON: {error.msg}") from None
-    except RecursionError:
-        raise InvalidArgument.for_field(field_path, too_deep) from None
-    if not isinstance(schema, dict):
-        raise InvalidArgument.for_field(field_path, "must be a JSON object (a JSON schema)")
-    if json_depth(schema) > MAX_SCHEMA_DEPTH:
-        raise InvalidArgument.for_field(field_path, too_deep)
-    problem = schemas.problem(schema)
-    if problem is not None:
-        raise InvalidArgument.for_field(field_path, f"not a valid JSON schema: {problem}")
+        schema = schemas.parse(text) if text.strip() else {"type": "object", "properties": {}}
+    except SchemaProblem as problem:
+        raise InvalidArgument.for_field(field_path, str(problem)) from None
     if require_object and schema.get("type", "object") != "object":
         raise InvalidArgument.for_field(field_path, "the schema must describe an object")
     return dict(schema)
-
-
-def json_depth(value: Any) -> int:
-    """How deeply objects and arrays nest in `value` (a scalar is 0), without recursion."""
-    deepest = 0
-    pending: list[tuple[Any, int]] = [(value, 0)]
-    while pending:
-        node, depth = pending.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        pending.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def generate_response(

@@ -1,7 +1,9 @@
-"""JSON schemas checked against their meta-schema once per distinct schema, not once per request.
+"""JSON schemas parsed and checked once per distinct text, not once per request.
 
-The agent sends the same tool schemas on every turn, and a meta-schema check is costly CPU on the
-event loop; the verdict for a schema is remembered by its canonical JSON text in a bounded LRU.
+The agent sends the same tool schemas on every turn, and parsing, bounding and checking a schema
+against its meta-schema is costly CPU on the event loop. `parse` remembers the outcome for each
+schema text, `problem` the meta-schema verdict for each canonical schema, both in bounded LRUs.
+The schemas handed out are shared between requests: callers never mutate them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,37 @@ import jsonschema
 
 DEFAULT_MAX_SCHEMAS = 256
 """Distinct schemas remembered; a deployment sees a handful (its agents' tools)."""
+MAX_SCHEMA_DEPTH = 32
+"""Deepest nesting of objects and arrays a JSON schema may have (tool parameters, structured
+output). Real schemas stay under ten; the limit keeps validation and translation bounded."""
+
+
+class SchemaProblem(ValueError):
+    """Why a schema text is refused, in words the caller can act on."""
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in `value` (a scalar is 0), without recursion."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _integral_as_int(text: str) -> float | int:
+    """A JSON number with a fraction or exponent, as an int when it is integral (`1.0` → `1`):
+    Struct-born schemas carry doubles, and providers reject `"maxItems": 10.0`."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
 
 
 def check_against_meta_schema(schema: dict[str, Any]) -> None:
@@ -36,6 +69,7 @@ class SchemaChecker:
         self._max_schemas = max_schemas
         self._check = check
         self._problems: OrderedDict[str, str | None] = OrderedDict()
+        self._parsed: OrderedDict[str, dict[str, Any] | SchemaProblem] = OrderedDict()
 
     def __len__(self) -> int:
         """How many verdicts are remembered."""
@@ -56,3 +90,35 @@ class SchemaChecker:
         if len(self._problems) > self._max_schemas:
             self._problems.popitem(last=False)
         return problem
+
+    def parse(self, text: str) -> dict[str, Any]:
+        """The schema `text` holds; `SchemaProblem` when it is not JSON, not an object, nested
+        deeper than `MAX_SCHEMA_DEPTH` or not a valid JSON schema. Remembered per text."""
+        outcome = self._parsed.get(text)
+        if outcome is None:
+            outcome = self._load(text)
+            self._parsed[text] = outcome
+            if len(self._parsed) > self._max_schemas:
+                self._parsed.popitem(last=False)
+        else:
+            self._parsed.move_to_end(text)
+        if isinstance(outcome, SchemaProblem):
+            raise outcome
+        return outcome
+
+    def _load(self, text: str) -> dict[str, Any] | SchemaProblem:
+        too_deep = SchemaProblem(f"nested deeper than {MAX_SCHEMA_DEPTH} levels (the limit)")
+        try:
+            schema = json.loads(text, parse_float=_integral_as_int)
+        except json.JSONDecodeError as error:
+            return SchemaProblem(f"not valid JSON: {error.msg}")
+        except RecursionError:
+            return too_deep
+        if not isinstance(schema, dict):
+            return SchemaProblem("must be a JSON object (a JSON schema)")
+        if json_depth(schema) > MAX_SCHEMA_DEPTH:
+            return too_deep
+        problem = self.problem(schema)
+        if problem is not None:
+            return SchemaProblem(f"not a valid JSON schema: {problem}")
+        return schema

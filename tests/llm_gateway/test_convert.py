@@ -12,7 +12,11 @@ from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
 from services.common.errors import InvalidArgument
 from services.llm_gateway.convert import chat_request
-from services.llm_gateway.schema_check import SchemaChecker, check_against_meta_schema
+from services.llm_gateway.schema_check import (
+    SchemaChecker,
+    SchemaProblem,
+    check_against_meta_schema,
+)
 from tests.llm_gateway.gateway_fixtures import agent_tools, user
 
 
@@ -180,3 +184,24 @@ def test_integral_numbers_in_a_tool_schema_become_integers_and_fractions_stay() 
     assert type(parameters["maxProperties"]) is int
     assert parameters["properties"]["n"]["minimum"] == 0.5
     assert type(parameters["properties"]["n"]["maximum"]) is int
+
+
+def test_a_schema_text_is_parsed_once_however_often_it_is_sent() -> None:
+    """Each agent turn repeats the same tool schemas: the second request reuses the parsed and
+    checked schema instead of parsing, bounding and checking the text again."""
+    calls = []
+
+    def check(schema: dict[str, Any]) -> None:
+        calls.append(schema)
+        check_against_meta_schema(schema)
+
+    schemas = SchemaChecker(check=check)
+    text = '{"type": "object", "properties": {"q": {"type": "string"}}}'
+    first = schemas.parse(text)
+    assert schemas.parse(text) is first
+    assert len(calls) == 1
+    with pytest.raises(SchemaProblem):
+        schemas.parse('{"type": 5}')
+    with pytest.raises(SchemaProblem):
+        schemas.parse('{"type": 5}')
+    assert len(calls) == 2

@@ -12,9 +12,10 @@ from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
 from services.common.status import details_of_rpc_error
 from services.llm_gateway.chain import ProviderChain
-from services.llm_gateway.convert import json_depth, parse_schema
+from services.llm_gateway.convert import parse_schema
 from services.llm_gateway.model import Message, Role
 from services.llm_gateway.providers.scripted import ScriptedProvider
+from services.llm_gateway.schema_check import json_depth
 from services.llm_gateway.scripted_reply import Reply, ScriptedReplies
 from services.llm_gateway.structured import (
     StructuredOutputInvalid,
