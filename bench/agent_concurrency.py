@@ -5,7 +5,7 @@ answers every turn after `--latency-ms` (search once, then submit an answer citi
 the in-memory search tool. The parent opens `--sessions` StreamRun calls at once over one
 channel and reports throughput, latency and the agent process's peak RSS (VmHWM).
 
-    python bench/agent_concurrency.py [--sessions 200] [--latency-ms 200]
+    python -m bench.agent_concurrency [--sessions 200] [--latency-ms 200]
 """
 
 from __future__ import annotations
@@ -135,7 +135,11 @@ def main() -> None:
         return
     port = _free_port()
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(port), "--latency-ms", str(args.latency_ms)],
+        [
+            *(sys.executable, "-m", "bench.agent_concurrency", "--serve", str(port)),
+            *("--latency-ms", str(args.latency_ms)),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
         stderr=subprocess.DEVNULL,
     )
     try:

@@ -127,7 +127,11 @@ def build_server(
             ("grpc.max_send_message_length", max_bytes),
             ("grpc.max_receive_message_length", max_bytes),
             ("grpc.so_reuseport", 0),
-            ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+            *(
+                [("grpc.max_concurrent_streams", settings.max_concurrent_streams)]
+                if settings.max_concurrent_streams
+                else []
+            ),
             *(
                 [("grpc.max_connection_age_ms", int(settings.max_connection_age_s * 1000))]
                 if settings.max_connection_age_s

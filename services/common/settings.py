@@ -42,9 +42,11 @@ class ServerSettings(BaseModel):
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
     """Most RPCs the service runs at once, over all connections; beyond it a call fails with
     RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded". None: unlimited."""
-    max_concurrent_streams: int = Field(default=100, ge=1)
-    """Most calls one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
-    a client queues the rest."""
+    max_concurrent_streams: int | None = Field(default=None, ge=1)
+    """Most calls one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    None: gRPC's default, no limit. grpc clients do not queue beyond a set limit: calls over it
+    fail UNAVAILABLE (RST_STREAM REFUSED_STREAM), and the agent multiplexes every run's searches
+    over one connection, so bound work with `max_concurrent_rpcs` instead."""
     max_connection_age_s: float | None = Field(default=None, gt=0)
     """Close each client connection (GOAWAY, after its calls finish) once it is this old, so
     clients re-resolve DNS and reach pods added by a scale-up. None: connections live on."""

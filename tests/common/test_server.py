@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -238,3 +239,36 @@ async def test_health_watch_streams_through_the_tracing_interceptor() -> None:
         await built.stop(0)
         telemetry.shutdown()
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_one_connection_carries_more_concurrent_calls_than_http2s_usual_100() -> None:
+    """The agent multiplexes every run's searches over one channel: with a per-connection stream
+    limit, grpc clients do not queue the excess, they fail UNAVAILABLE (REFUSED_STREAM)."""
+    release, all_in = asyncio.Event(), asyncio.Event()
+    entered = 0
+
+    async def held(request: bytes, context: Any) -> bytes:
+        nonlocal entered
+        entered += 1
+        if entered == 150:
+            all_in.set()
+        await release.wait()
+        return b"done"
+
+    def register(server: grpc.aio.Server) -> None:
+        handler = grpc.unary_unary_rpc_method_handler(held)
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler(SERVICE, {"Held": handler})]
+        )
+
+    built = build_server([ServiceRegistration(SERVICE, register)], ServerSettings(grace_s=0))
+    await built.start()
+    try:
+        async with grpc.aio.insecure_channel(built.address) as channel:
+            call = channel.unary_unary(f"/{SERVICE}/Held", None, None)
+            calls = [asyncio.ensure_future(call(b"")) for _ in range(150)]
+            await asyncio.wait_for(all_in.wait(), timeout=30)
+            release.set()
+            assert await asyncio.gather(*calls) == [b"done"] * 150
+    finally:
+        await built.stop(0)
