@@ -40,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from quarry_cli.runner import run_suite
 
         sys.exit(run_suite(args))
+    if args.command == "ingest":
+        from quarry_cli.ingest.command import run as run_ingest
+
+        sys.exit(run_ingest(args))
     parser.print_help()
     sys.exit(2)
 
@@ -67,6 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     from quarry_cli.runner import add_arguments
 
     add_arguments(run_parser)
+    from quarry_cli.ingest import command as ingest_command
+
+    ingest_parser = commands.add_parser(
+        "ingest",
+        help="load files and folders into a collection",
+        description="Load files and folders into a collection through the search tool.",
+        epilog=ingest_command.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ingest_command.add_arguments(ingest_parser)
     return parser
 
 
