@@ -137,18 +137,16 @@ class RunResponse(_message.Message):
     def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class StartedEvent(_message.Message):
-    __slots__ = ("run_id", "collection", "mode", "route", "collection_building")
+    __slots__ = ("run_id", "collection", "mode", "route")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
-    COLLECTION_BUILDING_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     collection: str
     mode: Mode
     route: str
-    collection_building: bool
-    def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., route: _Optional[str] = ..., collection_building: _Optional[bool] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., route: _Optional[str] = ...) -> None: ...
 
 class ThinkingEvent(_message.Message):
     __slots__ = ("iteration", "text")
