@@ -1,8 +1,14 @@
 """`quarry`: ask the agent a question from the terminal, or run the whole suite locally.
 
-quarry ask "How do I ...?" --collection python-docs --mode thinking
 quarry run            # what `make run` calls: three services, demo collection, how to ask
+quarry ask "How do I ...?" --collection python-docs --mode thinking
+quarry ingest docs/ README.md --collection mine
+quarry collections list | show NAME | delete NAME --yes
+quarry search "temporary directory" --collection python-docs
+quarry status
 quarry keygen         # a new API key and the SHA-256 digest the configuration stores
+
+--json output is protobuf's JSON mapping with the proto field names (`run_id`, as grpcurl prints).
 """
 
 from __future__ import annotations
@@ -12,16 +18,30 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from google.protobuf import json_format
 from pydantic import ValidationError
 from quarry.agent.v1 import agent_pb2
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from services.agent.client import AgentClient, AgentError, RunOptions, parse_filter
+from quarry_cli.collections import (
+    COLLECTIONS_EPILOG,
+    SEARCH_EPILOG,
+    add_collections_arguments,
+    add_search_arguments,
+    run_collections,
+    run_search,
+)
+from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
+from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
+from quarry_cli.probe import wrong_service_hint
+from quarry_cli.status import EPILOG as STATUS_EPILOG
+from quarry_cli.status import add_arguments as add_status_arguments
+from quarry_cli.status import run as run_status
+from services.agent.client import AgentClient, AgentError, RunOptions
 from services.common.tls import ChannelTls
 
 DEFAULT_AGENT = "127.0.0.1:50053"
@@ -34,11 +54,33 @@ STOP_REASONS = {
     agent_pb2.STOP_REASON_FALLBACK_ANSWER: "fallback answer",
 }
 STRATEGIES = {1: "semantic", 2: "keyword", 3: "hybrid"}
+ASK_EPILOG = f"""examples (on the demo collection that `quarry run` builds):
+  quarry ask "How do I create a temporary directory that is removed automatically?"
+  quarry ask "How do I parse command-line options?" --mode thinking --limit 20
+  quarry ask "What does functools.lru_cache do?" --filter {DEMO_FILTER}
+  quarry ask "How do I read a CSV file?" --json | head -3
+
+--filter: {FILTER_HELP}
+--json prints protobuf's JSON mapping with proto field names (run_id), as grpcurl does."""
+RUN_EPILOG = """examples:
+  quarry run
+  quarry run --agent-port 6003 --search-tool-port 6001 --llm-gateway-port 6002
+  quarry run --no-demo --data-dir /tmp/quarry"""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Run one command; a reader that closes our output early (`| head`) ends it quietly."""
+    try:
+        _main(argv)
+    except BrokenPipeError:
+        exit_quietly_on_closed_pipe()
+
+
+def _main(argv: Sequence[str] | None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command in _COMMANDS:
+        sys.exit(_COMMANDS[args.command](args))
     if args.command == "ask":
         sys.exit(asyncio.run(ask(args)))
     if args.command == "run":
@@ -54,43 +96,111 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="quarry", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command")
-    ask_parser = commands.add_parser("ask", help="ask the agent and watch it search")
-    ask_parser.add_argument("question")
-    ask_parser.add_argument("--collection", default="python-docs")
-    ask_parser.add_argument("--mode", choices=["fast", "thinking"], default="fast")
-    ask_parser.add_argument("--address", default=DEFAULT_AGENT, help="agent HOST:PORT")
-    ask_parser.add_argument(
-        "--filter",
-        help='caller filter as JSON: [{"conditions": [{"field": "source", "operator": '
-        '"equals", "value": "library"}]}]',
+    parser = argparse.ArgumentParser(
+        prog="quarry",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ask_parser.add_argument("--limit", type=int, default=0, help="results returned (1..200)")
-    ask_parser.add_argument("--route", default="", help="LLM gateway route")
-    ask_parser.add_argument("--max-iterations", type=int, default=0)
-    ask_parser.add_argument("--max-tokens", type=int, default=0)
-    ask_parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
+    commands = parser.add_subparsers(dest="command")
+    ask_parser = _command(
+        commands,
+        "ask",
+        "ask the agent and watch it search, then read the answer with its sources",
+        ASK_EPILOG,
+    )
+    ask_parser.add_argument("question")
+    ask_parser.add_argument("--collection", default="python-docs", help="default %(default)s")
+    ask_parser.add_argument(
+        "--mode", choices=["fast", "thinking"], default="fast", help="default %(default)s"
+    )
+    ask_parser.add_argument(
+        "--address", default=DEFAULT_AGENT, help="agent HOST:PORT (default %(default)s)"
+    )
+    ask_parser.add_argument("--filter", help="caller filter, see below")
+    ask_parser.add_argument(
+        "--limit", type=int, default=0, help="results returned, 1..200 (default 10)"
+    )
+    ask_parser.add_argument("--route", default="", help="LLM gateway route (default: the agent's)")
+    ask_parser.add_argument(
+        "--max-iterations", type=int, default=0, help="searches allowed (default: the mode's cap)"
+    )
+    ask_parser.add_argument(
+        "--max-tokens", type=int, default=0, help="token budget of the run (default: unlimited)"
+    )
+    ask_parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds (default %(default)s)"
+    )
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
     ask_parser.add_argument("--tls", action="store_true", help="speak TLS to the agent")
     ask_parser.add_argument("--ca-file", help="PEM CA of the agent's certificate (implies --tls)")
     ask_parser.add_argument("--cert-file", help="PEM client certificate for mTLS")
     ask_parser.add_argument("--key-file", help="PEM key of the client certificate")
-    run_parser = commands.add_parser("run", help="run the three services locally (make run)")
+    run_parser = _command(
+        commands,
+        "run",
+        "run the three services locally and build the demo collection (make run)",
+        RUN_EPILOG,
+    )
     from quarry_cli.runner import add_arguments
 
     add_arguments(run_parser)
-    commands.add_parser("keygen", help="make an API key and the digest to configure for it")
+    from quarry_cli.ingest import command as ingest_command
+
+    ingest_command.add_arguments(
+        _command(
+            commands, "ingest", "load files and folders into a collection", ingest_command.EPILOG
+        )
+    )
+    add_collections_arguments(
+        _command(commands, "collections", "list, show or delete collections", COLLECTIONS_EPILOG)
+    )
+    add_search_arguments(
+        _command(commands, "search", "search a collection directly (no agent)", SEARCH_EPILOG)
+    )
+    _command(commands, "keygen", "make an API key and the digest to configure for it", "")
+    add_status_arguments(
+        _command(
+            commands,
+            "status",
+            "health of the services, the gateway's routes and breakers, collections",
+            STATUS_EPILOG,
+        )
+    )
     return parser
+
+
+def _command(commands: Any, name: str, summary: str, epilog: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=summary[0].upper() + summary[1:] + ".",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+def _run_ingest(args: argparse.Namespace) -> int:
+    from quarry_cli.ingest.command import run
+
+    return run(args)
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "ingest": _run_ingest,
+    "collections": run_collections,
+    "search": run_search,
+    "status": run_status,
+}
 
 
 async def ask(args: argparse.Namespace) -> int:
     """Stream one run and render it; 0 when it ended with an answer."""
     console = Console(highlight=False)
     try:
-        caller_filter = parse_filter(args.filter) if args.filter else None
-    except (ValueError, ValidationError) as error:
-        console.print(f"[red]--filter is not a valid filter:[/] {escape(str(error))}")
+        caller_filter = read_filter(args.filter) if args.filter else None
+    except FilterError as error:
+        console.print(f"[red]--filter:[/] {escape(str(error))}")
         return 2
     render = _print_json if args.json else _Renderer(console)
     try:
@@ -130,11 +240,14 @@ async def ask(args: argparse.Namespace) -> int:
                 console.print(f"[dim]Is the agent running at {args.address}? Try `make run`.[/]")
             if error.code == "UNAUTHENTICATED":
                 console.print(f"[dim]Set {API_KEY_ENV} to your API key.[/]")
+            if error.code == "UNIMPLEMENTED":
+                hint = await wrong_service_hint(args.address, "quarry.agent.v1.AgentService")
+                console.print(escape(hint))
         return 1
 
 
 def _print_json(event: agent_pb2.StreamRunResponse) -> None:
-    print(json.dumps(json_format.MessageToDict(event)), flush=True)
+    print(json.dumps(message_json(event), ensure_ascii=False), flush=True)
 
 
 class _Renderer:

@@ -2,7 +2,11 @@
 ports, the embedded engine under `./var/`, the demo collection, and how to ask a question.
 
 Each child runs in its own session so a terminal Ctrl-C reaches only this process, which forwards
-SIGTERM to the children (agent first), waits for them to drain, and kills what is left.
+SIGTERM to the children (agent first), waits for them to drain, and kills what is left. Closing the
+terminal (SIGHUP) does the same. Before anything starts, each port is checked: one in use is named
+with what answers there, and nothing is started. A child that exits on its own is reported with its
+exit status and the end of its log; the others keep serving until Ctrl-C (no restart: a service
+that stopped cleanly was stopped on purpose, one that crashed needs its log read).
 """
 
 from __future__ import annotations
@@ -111,11 +115,20 @@ def children(args: argparse.Namespace) -> list[Child]:
 async def _run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     logs = args.data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     services = children(args)
+    busy = await ports_in_use(services)
+    if busy:
+        for line in busy:
+            _say(line)
+        _say(
+            "stop what holds these ports, or pick others with --search-tool-port, "
+            "--llm-gateway-port and --agent-port"
+        )
+        return 1
     _say(f"starting the search tool, the LLM gateway and the agent (logs in {logs}/)")
     try:
         for child in services:
@@ -220,17 +233,65 @@ async def _ensure_demo(address: str, collection: str, stop: asyncio.Event) -> bo
 
 
 async def _supervise(services: list[Child], stop: asyncio.Event) -> int:
-    """Until Ctrl-C / SIGTERM (0) or until a child dies on its own (1)."""
-    exits = [c.process.wait() for c in services if c.process is not None]
-    ended = await _unless_stopped(_first(exits), stop)
-    if ended is None:
-        _say("stopping ...")
-        return 0
-    for child in services:
-        if child.process is not None and child.process.returncode is not None:
-            _say(f"{child.name} exited unexpectedly; last lines of {child.log_path}:")
-            _tail(child.log_path)
+    """Until Ctrl-C / SIGTERM / SIGHUP: 0, or 1 when every child has exited on its own.
+
+    A child that exits is reported (how, and the end of its log); the others keep serving."""
+    running = [c for c in services if c.process is not None]
+    while running:
+        exits = [c.process.wait() for c in running if c.process is not None]
+        ended = await _unless_stopped(_first(exits), stop)
+        if ended is None:
+            _say("stopping ...")
+            return 0
+        for child in [c for c in running if c.process and c.process.returncode is not None]:
+            running.remove(child)
+            _report_exit(child, running)
     return 1
+
+
+def _report_exit(child: Child, running: list[Child]) -> None:
+    code = child.process.returncode if child.process is not None else None
+    how = (
+        "stopped cleanly (exit status 0)"
+        if code == 0
+        else f"was killed by signal {-code}"
+        if code is not None and code < 0
+        else f"failed with exit status {code}"
+    )
+    others = ", ".join(c.name for c in running) or "nothing"
+    _say(f"{child.name} {how}; {others} still serving. Last lines of {child.log_path}:")
+    _tail(child.log_path)
+
+
+async def ports_in_use(services: list[Child]) -> list[str]:
+    """One sentence per port already taken, naming the Quarry service that answers there."""
+    from quarry_cli.probe import SERVICES, service_at
+
+    busy: list[str] = []
+    for child in services:
+        host, _, port = child.address.rpartition(":")
+        if not _port_taken(host, int(port)):
+            continue
+        found = await service_at(child.address, timeout_s=1.0)
+        holder = (
+            f"{SERVICES[found][0]} of another Quarry (a `quarry run` whose terminal closed?)"
+            if found
+            else "another program"
+        )
+        busy.append(f"port {port} for the {child.name} is in use by {holder}")
+    return busy
+
+
+def _port_taken(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 async def _first(awaitables: list[Coroutine[Any, Any, int]]) -> int:
@@ -266,6 +327,7 @@ async def _print_how_to_ask(services: list[Child], collection: str) -> None:
     route = await _route_description(gateway)
     request = f'{{"collection": "{collection}", "query": "{QUESTION}", "mode": "MODE_THINKING"}}'
     quarry = Path(sys.executable).with_name("quarry")
+    address = "" if agent == "127.0.0.1:50053" else f" --address {agent}"
     print(
         f"""
 Quarry is running.
@@ -274,7 +336,7 @@ Quarry is running.
   agent        {agent}
 
 Ask a question:
-  {quarry} ask "{QUESTION}" --collection {collection} --mode thinking
+  {quarry} ask "{QUESTION}" --collection {collection} --mode thinking{address}
 
 or with grpcurl (reflection, no proto files needed):
   grpcurl -plaintext -d '{request}' {agent} quarry.agent.v1.AgentService/StreamRun

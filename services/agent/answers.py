@@ -82,9 +82,24 @@ def final_results(answer: FinalAnswer, seen: SeenResults, limit: int) -> tuple[S
     return tuple([*cited, *others][:limit])
 
 
-def fallback_answer(seen: SeenResults, *, top: int = 3) -> FinalAnswer:
-    """What the agent says when the model never submitted an answer: nothing invented."""
+def fallback_answer(seen: SeenResults, *, top: int = 3, stopped_by: str = "") -> FinalAnswer:
+    """What the agent says when the model never submitted an answer: nothing invented.
+
+    `stopped_by` names the limit that ended the run (e.g. `token budget (100 tokens)`); the
+    answer then says so rather than suggesting the collection lacks the answer."""
     best = seen.best()[:top]
+    if stopped_by:
+        stopped = f"The run stopped at its {stopped_by} before the model answered. "
+        if not best:
+            return FinalAnswer(
+                text=stopped + "No results were read, so this says nothing about whether the "
+                "collection holds the answer: ask again with a larger budget."
+            )
+        listed = "; ".join(f"[{n}] {h.title or h.id}" for n, h in enumerate(best, start=1))
+        return FinalAnswer(
+            text=stopped + f"The most relevant results read so far: {listed}.",
+            citations=tuple(_citation(h) for h in best),
+        )
     if not best:
         return FinalAnswer(
             text="The search did not produce an answer: no relevant results were found."

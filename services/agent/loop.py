@@ -260,8 +260,11 @@ class _Run:
         """One last call offering only submit_answer (twice if its citations were sent back)."""
         if self.stop_reason is not StopReason.ANSWERED:
             self.exchanges.append(user(FORCE_ANSWER))
-        for _ in range(2):
+        # Asked to answer from nothing, a model can only say the collection lacks the answer.
+        budget_spent = self.stop_reason is StopReason.BUDGET_EXHAUSTED and not self.searches
+        for _ in range(0 if budget_spent else 2):
             if self.request.max_tokens and self.usage_total >= self.request.max_tokens:
+                budget_spent = True
                 break
             response = await self._call(ANSWER_ONLY, ToolChoice("named", SUBMIT_ANSWER))
             if response.text.strip():
@@ -271,6 +274,10 @@ class _Run:
                 yield event
             if self.answer is not None or rejected_before or not self.citations_rejected:
                 break
+        if self.answer is None and budget_spent:
+            limit = f"token budget ({self.request.max_tokens} tokens)"
+            self.answer = fallback_answer(self.seen, stopped_by=limit)
+            self.stop_reason = StopReason.BUDGET_EXHAUSTED
         if self.answer is None:
             self.answer, self.stop_reason = fallback_answer(self.seen), StopReason.FALLBACK_ANSWER
 

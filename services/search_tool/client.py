@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 import grpc
+from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.common.auth import StaticKey
@@ -61,11 +62,66 @@ class SearchToolClient:
         collection: str,
         documents: Sequence[search_tool_pb2.Document],
         *,
+        building: bool = False,
         timeout_s: float | None = None,
     ) -> search_tool_pb2.UpsertDocumentsResponse:
-        """Chunk, embed and store `documents` (idempotent by id); creates the collection."""
-        request = search_tool_pb2.UpsertDocumentsRequest(collection=collection, documents=documents)
+        """Chunk, embed and store `documents` (idempotent by id); creates the collection.
+
+        `building`: more requests of this build follow, so the collection reports `building`."""
+        request = search_tool_pb2.UpsertDocumentsRequest(
+            collection=collection, documents=documents, building=building
+        )
         return await self._call(self._stub.UpsertDocuments(request, timeout=self._t(timeout_s)))
+
+    async def delete_documents(
+        self,
+        collection: str,
+        document_ids: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+    ) -> search_tool_pb2.DeleteDocumentsResponse:
+        """Delete these documents and all their chunks."""
+        request = search_tool_pb2.DeleteDocumentsRequest(
+            collection=collection, document_ids=document_ids
+        )
+        return await self._call(self._stub.DeleteDocuments(request, timeout=self._t(timeout_s)))
+
+    async def list_documents(
+        self,
+        collection: str,
+        *,
+        filter: search_pb2.Filter | None = None,
+        timeout_s: float | None = None,
+    ) -> list[search_tool_pb2.DocumentInfo]:
+        """Every document of `collection` (matching `filter`), ordered by id, page after page."""
+        documents: list[search_tool_pb2.DocumentInfo] = []
+        token = ""
+        while True:
+            request = search_tool_pb2.ListDocumentsRequest(
+                collection=collection, filter=filter, page_token=token
+            )
+            reply: search_tool_pb2.ListDocumentsResponse = await self._call(
+                self._stub.ListDocuments(request, timeout=self._t(timeout_s))
+            )
+            documents.extend(reply.documents)
+            token = reply.next_page_token
+            if not token:
+                return documents
+
+    async def list_collections(
+        self, *, timeout_s: float | None = None
+    ) -> list[search_tool_pb2.Collection]:
+        """Every collection with its counts (GetCollection gives the rest)."""
+        request = search_tool_pb2.ListCollectionsRequest()
+        reply: search_tool_pb2.ListCollectionsResponse = await self._call(
+            self._stub.ListCollections(request, timeout=self._t(timeout_s))
+        )
+        return list(reply.collections)
+
+    async def delete_collection(self, collection: str, *, timeout_s: float | None = None) -> None:
+        """Remove a collection and everything in it; `NotFound` if missing."""
+        request = search_tool_pb2.DeleteCollectionRequest(collection=collection)
+        await self._call(self._stub.DeleteCollection(request, timeout=self._t(timeout_s)))
 
     async def get_collection(
         self, collection: str, *, timeout_s: float | None = None

@@ -17,7 +17,7 @@ from services.search_tool.documents import (
     MetadataValue,
     epoch_microseconds,
 )
-from services.search_tool.engine.base import CollectionStats, Hit, Strategy
+from services.search_tool.engine.base import CollectionStats, DocumentSummary, Hit, Strategy
 from services.search_tool.filters import FieldType, Operator, RawCondition, RawFilter, RawValue
 
 _STRATEGIES: dict[int, Strategy] = {
@@ -162,6 +162,15 @@ def collection_to_proto(stats: CollectionStats, *, full: bool = True) -> search_
     message.embedding_model = stats.embedding_model
     message.embedding_dimensions = stats.embedding_dimensions
     return message
+
+
+def document_summary_to_proto(summary: DocumentSummary) -> search_tool_pb2.DocumentInfo:
+    return search_tool_pb2.DocumentInfo(
+        id=summary.id,
+        source=summary.source,
+        chunk_count=summary.chunk_count,
+        metadata={k: metadata_value_to_proto(v) for k, v in summary.metadata.items()},
+    )
 
 
 def metadata_value_to_proto(value: MetadataValue) -> search_pb2.MetadataValue:

@@ -21,6 +21,7 @@ from services.search_tool.documents import Document
 from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import (
     CollectionStats,
+    DocumentSummary,
     EngineQuery,
     SearchEngine,
     SearchPage,
@@ -46,6 +47,20 @@ MAX_LIMIT = 200
 MAX_OFFSET = 1_000
 """Deepest page served (Vespa's default `maxOffset` too, so both engines agree)."""
 DEFAULT_LIMIT = 10
+BUILDING_LEASE_S = 600.0
+"""How long a collection reports `building` after the last request that said more will follow."""
+DEFAULT_PAGE_SIZE = 1000
+MAX_PAGE_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    """One page of ListDocuments."""
+
+    documents: list[DocumentSummary]
+    """Ordered by id."""
+    next_page_token: str
+    """The last id of this page when more follow, else empty."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +133,7 @@ class SearchService:
             sizes=settings.limits,
         )
         self._ingestor = Ingestor(engine, embedder, chunker, limits)
+        self._building: dict[str, float] = {}
 
     @property
     def engine(self) -> SearchEngine:
@@ -127,10 +143,54 @@ class SearchService:
         await self._engine.close()
 
     async def upsert_documents(
-        self, collection: str, documents: Sequence[Document]
+        self, collection: str, documents: Sequence[Document], *, building: bool = False
     ) -> IngestResult:
+        """`building`: more requests of the same build follow (see `is_building`)."""
         validate_collection_name(collection)
-        return await self._ingestor.upsert(collection, documents)
+        if building:
+            self._building[collection] = time.monotonic() + BUILDING_LEASE_S
+        result = await self._ingestor.upsert(collection, documents)
+        if not building:
+            self._building.pop(collection, None)
+        return result
+
+    def is_building(self, collection: str) -> bool:
+        """A client said more documents follow, and its last such request is under 10 min old."""
+        expires = self._building.get(collection)
+        if expires is None:
+            return False
+        if time.monotonic() >= expires:
+            del self._building[collection]
+            return False
+        return True
+
+    async def list_documents(
+        self,
+        collection: str,
+        raw_filter: RawFilter,
+        *,
+        caller_filter: RawFilter | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> DocumentPage:
+        """Documents ordered by id, after `page_token` (the last id of the previous page)."""
+        validate_collection_name(collection)
+        size = page_size or DEFAULT_PAGE_SIZE
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise InvalidArgument.for_field(
+                "page_size", f"must be between 1 and {MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE})"
+            )
+        fields = await self._engine.fields(collection)
+        where = effective_filter(
+            caller_filter or RawFilter(), raw_filter, fields, limits=self._settings.limits
+        )
+        summaries = await self._engine.list_documents(
+            collection, where=None if where.is_empty else where
+        )
+        after = sorted((s for s in summaries if s.id > page_token), key=lambda s: s.id)
+        page = after[:size]
+        more = len(after) > size
+        return DocumentPage(page, page[-1].id if more else "")
 
     async def delete_documents(
         self,

@@ -16,6 +16,7 @@ from services.common.errors import Unavailable
 from services.search_tool.convert import (
     collection_to_proto,
     document_from_proto,
+    document_summary_to_proto,
     filter_from_proto,
     hit_to_proto,
     strategy_from_proto,
@@ -30,6 +31,7 @@ ACCESS_RULES: dict[str, MethodRule] = {
     "DeleteCollection": WRITE,
     "Search": READ,
     "GetCollection": READ,
+    "ListDocuments": READ,
     "ListCollections": AUTHENTICATED,
     "Embed": AUTHENTICATED,
 }
@@ -59,7 +61,9 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         documents = [
             document_from_proto(d, f"documents[{i}]") for i, d in enumerate(request.documents)
         ]
-        result = await service.upsert_documents(request.collection, documents)
+        result = await service.upsert_documents(
+            request.collection, documents, building=request.building
+        )
         return search_tool_pb2.UpsertDocumentsResponse(
             documents_upserted=result.documents_upserted,
             chunks_upserted=result.chunks_upserted,
@@ -103,19 +107,22 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
     async def GetCollection(
         self, request: search_tool_pb2.GetCollectionRequest, context: Context
     ) -> search_tool_pb2.GetCollectionResponse:
-        stats = await self._ready().get_collection(request.collection)
-        return search_tool_pb2.GetCollectionResponse(collection=collection_to_proto(stats))
+        service = self._ready()
+        stats = await service.get_collection(request.collection)
+        message = collection_to_proto(stats)
+        message.building = service.is_building(request.collection)
+        return search_tool_pb2.GetCollectionResponse(collection=message)
 
     async def ListCollections(
         self, request: search_tool_pb2.ListCollectionsRequest, context: Context
     ) -> search_tool_pb2.ListCollectionsResponse:
-        collections = await self._ready().list_collections()
+        service = self._ready()
+        collections = await service.list_collections()
         visible = set(visible_collections([c.name for c in collections]))
-        return search_tool_pb2.ListCollectionsResponse(
-            collections=[
-                collection_to_proto(c, full=False) for c in collections if c.name in visible
-            ]
-        )
+        messages = [collection_to_proto(c, full=False) for c in collections if c.name in visible]
+        for message in messages:
+            message.building = service.is_building(message.name)
+        return search_tool_pb2.ListCollectionsResponse(collections=messages)
 
     async def DeleteCollection(
         self, request: search_tool_pb2.DeleteCollectionRequest, context: Context
@@ -131,4 +138,19 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
             embeddings=[search_tool_pb2.Embedding(values=row.tolist()) for row in result.vectors],
             model=result.model,
             dimensions=result.dimensions,
+        )
+
+    async def ListDocuments(
+        self, request: search_tool_pb2.ListDocumentsRequest, context: Context
+    ) -> search_tool_pb2.ListDocumentsResponse:
+        page = await self._ready().list_documents(
+            request.collection,
+            filter_from_proto(request.filter),
+            caller_filter=filter_from_proto(request.caller_filter),
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return search_tool_pb2.ListDocumentsResponse(
+            documents=[document_summary_to_proto(d) for d in page.documents],
+            next_page_token=page.next_page_token,
         )

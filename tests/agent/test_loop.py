@@ -502,13 +502,29 @@ async def test_token_budget_stops_searching_and_forces_an_answer(search: FakeSea
     assert result.answer.text == "Budget answer [1]"
 
 
-async def test_a_spent_budget_gets_the_fallback_without_another_call(search: FakeSearch) -> None:
+async def test_a_spent_budget_says_the_budget_stopped_the_run_without_another_call(
+    search: FakeSearch,
+) -> None:
     model = ScriptedModel([turn("", search_call("tempfile"), input_tokens=5000)])
     result = result_of(
         await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=4000)
     )
-    assert result.stop_reason is StopReason.FALLBACK_ANSWER
+    assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 1
+    assert result.answer.text.startswith("The run stopped at its token budget (4000 tokens)")
+
+
+async def test_a_budget_spent_before_any_search_never_claims_the_collection_lacks_the_answer(
+    search: FakeSearch,
+) -> None:
+    model = ScriptedModel([turn("", answer_call("Not in the collection.", []))])
+    result = result_of(
+        await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=100)
+    )
+    assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
+    assert model.requests == []
+    assert "says nothing about whether the collection holds the answer" in result.answer.text
+    assert "no relevant results" not in result.answer.text
 
 
 async def test_unknown_collection_is_not_found(search: FakeSearch) -> None:

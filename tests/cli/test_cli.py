@@ -92,7 +92,9 @@ async def test_ask_json_prints_one_event_per_line(
 
 async def test_ask_reports_a_bad_filter_without_calling(capsys: pytest.CaptureFixture[str]) -> None:
     assert await ask(_args("127.0.0.1:1", filter='[{"conditions": "nope"}]')) == 2
-    assert "--filter is not a valid filter" in capsys.readouterr().out
+    assert (
+        capsys.readouterr().out == "--filter: groups[0].conditions: Input should be a valid list\n"
+    )
 
 
 async def test_ask_explains_an_unreachable_agent(capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,3 +80,50 @@ def test_quarry_run_starts_three_processes_and_stops_them_on_ctrl_c(tmp_path: Pa
             for child in leftovers:
                 child.kill()
             psutil.wait_procs(leftovers, timeout=10)
+
+
+def test_quarry_run_on_custom_ports_reports_a_stopped_child_refuses_busy_ports_and_ends_on_sighup(
+    tmp_path: Path,
+) -> None:
+    ports = [str(free_port()) for _ in range(3)]
+    command = [
+        sys.executable, "-m", "quarry_cli.cli", "run", "--no-demo",
+        "--search-tool-port", ports[0], "--llm-gateway-port", ports[1], "--agent-port", ports[2],
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        [*command, "--data-dir", str(tmp_path / "a")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        printed = _read_until(process, "Press Ctrl-C to stop.", 120)
+        assert f"--mode thinking --address 127.0.0.1:{ports[2]}" in printed
+        children = {c.cmdline()[2]: c for c in psutil.Process(process.pid).children()}
+        children["services.agent"].send_signal(signal.SIGTERM)
+        reported = _read_until(process, "still serving", 60)
+        assert "agent stopped cleanly (exit status 0); search_tool, llm_gateway still" in reported
+        assert process.poll() is None
+
+        second = subprocess.run(
+            [*command, "--data-dir", str(tmp_path / "b")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert f"port {ports[0]} for the search_tool is in use by the search tool" in second.stderr
+        assert f"port {ports[1]} for the llm_gateway is in use by the LLM gateway" in second.stderr
+        assert "Traceback" not in second.stderr
+
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=60) == 0
+        _, alive = psutil.wait_procs(list(children.values()), timeout=10)
+        assert alive == []
+    finally:
+        if process.poll() is None:
+            leftovers = psutil.Process(process.pid).children(recursive=True)
+            process.kill()
+            process.wait()
+            for child in leftovers:
+                child.kill()
+            psutil.wait_procs(leftovers, timeout=10)

@@ -271,3 +271,15 @@ async def test_no_model_filter_returns_a_hit_outside_the_caller_filter(
     assert found <= allowed_ids
     if not model.groups and strategy == SEMANTIC:
         assert found == allowed_ids
+
+
+async def test_list_documents_stays_inside_the_caller_filter(loaded: Stub) -> None:
+    widening = where([condition("source", Op.FILTER_OPERATOR_NOT_EQUALS, "wiki")])
+    reply = await loaded.ListDocuments(
+        search_tool_pb2.ListDocumentsRequest(collection="docs", caller_filter=WIKI, filter=widening)
+    )
+    assert list(reply.documents) == []
+    reply = await loaded.ListDocuments(
+        search_tool_pb2.ListDocumentsRequest(collection="docs", caller_filter=WIKI)
+    )
+    assert [d.id for d in reply.documents] == ["a-report", "b-notes"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from quarry.common.v1 import search_pb2
-from quarry.searchtool.v1 import search_tool_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.common.errors import InvalidArgument, NotFound
 from services.search_tool.client import SearchToolClient
@@ -43,3 +43,51 @@ async def test_a_refused_document_names_the_offending_field(server: SearchToolSe
         with pytest.raises(InvalidArgument) as caught:
             await client.upsert_documents("notes", [search_tool_pb2.Document(id="a b", text="x")])
     assert [v.field for v in caught.value.violations] == ["documents[0].id"]
+
+
+async def test_a_collection_reports_building_until_a_request_without_the_flag(
+    server: SearchToolServer,
+) -> None:
+    async with SearchToolClient(server.address, timeout_s=30) as client:
+        await client.upsert_documents("notes", [document("a", "first part")], building=True)
+        during = await client.get_collection("notes")
+        [listed] = await client.list_collections()
+        await client.upsert_documents("notes", [document("b", "last part")])
+        after = await client.get_collection("notes")
+    assert during.building
+    assert listed.building
+    assert not after.building
+
+
+async def test_list_documents_pages_by_id_and_filters_with_the_search_filter(
+    server: SearchToolServer, stub: search_tool_pb2_grpc.SearchToolServiceStub
+) -> None:
+    documents = [
+        document(f"doc-{n:02}", f"text {n}", metadata={"even": n % 2 == 0}) for n in range(25)
+    ]
+    even = search_pb2.Filter(
+        groups=[
+            search_pb2.FilterGroup(
+                conditions=[
+                    search_pb2.FilterCondition(
+                        field="metadata.even",
+                        operator=search_pb2.FILTER_OPERATOR_EQUALS,
+                        value={"bool_value": True},
+                    )
+                ]
+            )
+        ]
+    )
+    async with SearchToolClient(server.address, timeout_s=30) as client:
+        await client.upsert_documents("notes", documents)
+        first = await stub.ListDocuments(
+            search_tool_pb2.ListDocumentsRequest(collection="notes", page_size=10)
+        )
+        everything = await client.list_documents("notes")
+        evens = await client.list_documents("notes", filter=even)
+    assert [d.id for d in first.documents] == [f"doc-{n:02}" for n in range(10)]
+    assert first.next_page_token == "doc-09"
+    assert [d.id for d in everything] == [f"doc-{n:02}" for n in range(25)]
+    assert [d.id for d in evens] == [f"doc-{n:02}" for n in range(0, 25, 2)]
+    assert everything[3].chunk_count == 1
+    assert everything[3].metadata["even"].bool_value is False

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from services.search_tool.documents import Chunk, ChunkRecord
+from services.search_tool.documents import Chunk, ChunkRecord, MetadataValue
 from services.search_tool.filters import FieldType, FilterExpression
 
 
@@ -109,6 +109,20 @@ class StoredVersion:
 
 
 @dataclass(frozen=True)
+class DocumentSummary:
+    """One stored document as its first chunk describes it (ListDocuments)."""
+
+    id: str
+    """Document id."""
+    source: str
+    """The document's source."""
+    chunk_count: int
+    """Chunks stored for it."""
+    metadata: Mapping[str, MetadataValue] = field(default_factory=dict)
+    """The document's metadata."""
+
+
+@dataclass(frozen=True)
 class CollectionStats:
     """What `GetCollection` reports."""
 
@@ -188,3 +202,8 @@ class SearchEngine(Protocol):
 
     async def describe(self, name: str) -> CollectionStats:
         """Counts, fields, date range and embedding of a collection."""
+
+    async def list_documents(
+        self, name: str, *, where: FilterExpression | None
+    ) -> list[DocumentSummary]:
+        """Every document with a chunk matching `where` (all when None), in any order."""

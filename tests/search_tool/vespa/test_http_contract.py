@@ -252,3 +252,54 @@ async def test_a_rejected_filter_is_invalid_argument_naming_the_filter_field(
         await engine.search("fixture", _semantic(filter=expression))
     assert raised.value.violations[0].field == "filter"
     assert "metadata.year" in raised.value.message
+
+
+def _chunk_hit(
+    document_id: str, index: int, source: str, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    chunk = Chunk(
+        id=f"{document_id}__chunk_{index}",
+        document_id=document_id,
+        chunk_index=index,
+        text="t",
+        source=source,
+        metadata=metadata,
+    )
+    return {
+        "id": f"id:quarry:chunk::fixture.{chunk.id}",
+        "relevance": 0.0,
+        "source": "quarry_content",
+        "fields": {
+            "chunk_id": chunk.id,
+            "document_id": document_id,
+            "chunk_json": chunk_json(chunk, {}),
+        },
+    }
+
+
+async def test_list_documents_finds_matching_documents_then_reads_all_their_chunks(
+    started: Any,
+) -> None:
+    """ListDocuments (quarry ingest's incremental view): which documents match the filter, then
+    every chunk of those, so the count covers chunks the filter did not match."""
+    alpha = [_chunk_hit("alpha", i, "wiki", {"content_sha256": "aa"}) for i in (1, 0)]
+    beta = _chunk_hit("beta", 0, "git", {"content_sha256": "bb"})
+
+    def respond(request: Recorded) -> Reply:
+        yql = request.json()["yql"]
+        if "chunk_json" in yql:
+            return _root([*alpha, beta], 3)
+        return _root([alpha[0], beta], 2)
+
+    server, engine = await started(respond)
+    where = validate_filter(
+        RawFilter(((RawCondition("chunk_index", Operator.GREATER_THAN, 0),),)), fixture_fields()
+    )
+    summaries = await engine.list_documents("fixture", where=where)
+    assert sorted((s.id, s.source, s.chunk_count, dict(s.metadata)) for s in summaries) == [
+        ("alpha", "wiki", 2, {"content_sha256": "aa"}),
+        ("beta", "git", 1, {"content_sha256": "bb"}),
+    ]
+    yqls = [body["yql"] for body in _searches(server)]
+    assert any("chunk_index > 0" in y for y in yqls)
+    assert any('document_id in ("alpha", "beta")' in y and "chunk_json" in y for y in yqls)

@@ -24,6 +24,7 @@ from services.search_tool.documents import ChunkRecord
 from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
+    DocumentSummary,
     EngineQuery,
     SearchPage,
     StoredVersion,
@@ -39,6 +40,7 @@ from services.search_tool.engine.lancedb.rows import (
     CONTENT_HASH_COLUMN,
     added_metadata_fields,
     base_schema,
+    document_summaries,
     embedding_of,
     filterable_fields,
     to_table,
@@ -267,6 +269,24 @@ class LanceDBEngine:
         stats = await describe_table(name, table)
         self._described[name] = (version, stats)
         return stats
+
+    async def list_documents(
+        self, name: str, *, where: FilterExpression | None
+    ) -> list[DocumentSummary]:
+        table = await self._table(name)
+        schema = await self._schema(name)
+        compiled = compile_filter(where) if where is not None else None
+        query = table.query().select(["document_id"])
+        if compiled is not None:
+            query = query.where(compiled)
+        matching = (await query.to_arrow()).column("document_id").to_pylist()
+        if not matching:
+            return []
+        columns = ["document_id", "chunk_index", "source"] + [
+            f.name for f in schema if f.name.startswith(METADATA_COLUMN_PREFIX)
+        ]
+        rows = await table.query().select(columns).to_arrow()
+        return document_summaries(rows.to_pylist(), set(matching))
 
     async def _delete(self, name: str, predicates: Sequence[str]) -> int:
         deleted = 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from services.search_tool.documents import (
     metadata_type,
     widen,
 )
+from services.search_tool.engine.base import DocumentSummary
 from services.search_tool.engine.lancedb.sql import (
     BREADCRUMB_PATH_COLUMN,
     BREADCRUMB_TERMS_COLUMN,
@@ -199,6 +201,30 @@ def _chunk_json(row: Mapping[str, Any], crumbs: list[dict[str, str]]) -> str:
         ensure_ascii=False,
         separators=(",", ":"),
     )
+
+
+def document_summaries(
+    rows: Sequence[Mapping[str, Any]], wanted: AbstractSet[str]
+) -> list[DocumentSummary]:
+    """One summary per document in `wanted`, from its rows (chunk 0 gives source and metadata)."""
+    counts: dict[str, int] = {}
+    first: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        document = row["document_id"]
+        if document not in wanted:
+            continue
+        counts[document] = counts.get(document, 0) + 1
+        if row["chunk_index"] == 0 or document not in first:
+            first[document] = row
+    return [
+        DocumentSummary(
+            id=document,
+            source=first[document]["source"] or "",
+            chunk_count=count,
+            metadata=_metadata_of(first[document]),
+        )
+        for document, count in counts.items()
+    ]
 
 
 def _metadata_of(row: Mapping[str, Any]) -> dict[str, MetadataValue]:

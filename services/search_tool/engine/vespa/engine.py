@@ -27,6 +27,7 @@ from services.search_tool.documents import (
 from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
+    DocumentSummary,
     EngineQuery,
     Hit,
     SearchPage,
@@ -40,6 +41,7 @@ from services.search_tool.engine.vespa.documents import (
 )
 from services.search_tool.engine.vespa.package import CHUNK, COLLECTION, MAX_HITS
 from services.search_tool.engine.vespa.queries import (
+    chunks_body,
     count_body,
     dense_body,
     describe_body,
@@ -298,10 +300,37 @@ class VespaEngine:
             raise _rejected(rejected, query.filter) from None
         return _total(root), _coverage(root)
 
-    async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
+    async def list_documents(
+        self, name: str, *, where: FilterExpression | None
+    ) -> list[DocumentSummary]:
+        await self._spec(name)
+        matching = {
+            f["document_id"] for f in await self._all_ids(name, where or FilterExpression())
+        }
+        counts: dict[str, int] = defaultdict(int)
+        first: dict[str, Any] = {}
+        for batch in _batches(sorted(matching)):
+            for fields in await self._all_ids(name, _in("document_id", batch), body=chunks_body):
+                chunk = chunk_from_json(fields["chunk_json"])
+                counts[chunk.document_id] += 1
+                if chunk.chunk_index == 0 or chunk.document_id not in first:
+                    first[chunk.document_id] = chunk
+        return [
+            DocumentSummary(
+                id=document,
+                source=first[document].source,
+                chunk_count=count,
+                metadata=dict(first[document].metadata),
+            )
+            for document, count in counts.items()
+        ]
+
+    async def _all_ids(
+        self, name: str, expression: FilterExpression, *, body: Any = ids_body
+    ) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         while True:
-            root = await self._transport.query(ids_body(name, expression, MAX_HITS, len(found)))
+            root = await self._transport.query(body(name, expression, MAX_HITS, len(found)))
             page = [h["fields"] for h in root.get("children", []) if "fields" in h]
             found.extend(page)
             if len(page) < MAX_HITS:

@@ -58,12 +58,14 @@ class Document(_message.Message):
     def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., entity_type: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., url: _Optional[str] = ..., breadcrumbs: _Optional[_Iterable[_Union[_search_pb2.Breadcrumb, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, _search_pb2.MetadataValue]] = ...) -> None: ...
 
 class UpsertDocumentsRequest(_message.Message):
-    __slots__ = ("collection", "documents")
+    __slots__ = ("collection", "documents", "building")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    BUILDING_FIELD_NUMBER: _ClassVar[int]
     collection: str
     documents: _containers.RepeatedCompositeFieldContainer[Document]
-    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ...) -> None: ...
+    building: bool
+    def __init__(self, collection: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., building: _Optional[bool] = ...) -> None: ...
 
 class UpsertDocumentsResponse(_message.Message):
     __slots__ = ("documents_upserted", "chunks_upserted", "chunks_deleted")
@@ -146,7 +148,7 @@ class FieldInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[FieldType, str]] = ...) -> None: ...
 
 class Collection(_message.Message):
-    __slots__ = ("name", "document_count", "chunk_count", "sources", "entity_types", "fields", "earliest_created_at", "latest_created_at", "embedding_model", "embedding_dimensions")
+    __slots__ = ("name", "document_count", "chunk_count", "sources", "entity_types", "fields", "earliest_created_at", "latest_created_at", "embedding_model", "embedding_dimensions", "building")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +159,7 @@ class Collection(_message.Message):
     LATEST_CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    BUILDING_FIELD_NUMBER: _ClassVar[int]
     name: str
     document_count: int
     chunk_count: int
@@ -167,7 +170,8 @@ class Collection(_message.Message):
     latest_created_at: _timestamp_pb2.Timestamp
     embedding_model: str
     embedding_dimensions: int
-    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., entity_types: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., fields: _Optional[_Iterable[_Union[FieldInfo, _Mapping]]] = ..., earliest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., latest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedding_model: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ...) -> None: ...
+    building: bool
+    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., entity_types: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., fields: _Optional[_Iterable[_Union[FieldInfo, _Mapping]]] = ..., earliest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., latest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedding_model: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., building: _Optional[bool] = ...) -> None: ...
 
 class GetCollectionResponse(_message.Message):
     __slots__ = ("collection",)
@@ -216,3 +220,44 @@ class EmbedResponse(_message.Message):
     model: str
     dimensions: int
     def __init__(self, embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., model: _Optional[str] = ..., dimensions: _Optional[int] = ...) -> None: ...
+
+class ListDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "filter", "page_size", "page_token", "caller_filter")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    filter: _search_pb2.Filter
+    page_size: int
+    page_token: str
+    caller_filter: _search_pb2.Filter
+    def __init__(self, collection: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ...) -> None: ...
+
+class DocumentInfo(_message.Message):
+    __slots__ = ("id", "source", "chunk_count", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _search_pb2.MetadataValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_search_pb2.MetadataValue, _Mapping]] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    source: str
+    chunk_count: int
+    metadata: _containers.MessageMap[str, _search_pb2.MetadataValue]
+    def __init__(self, id: _Optional[str] = ..., source: _Optional[str] = ..., chunk_count: _Optional[int] = ..., metadata: _Optional[_Mapping[str, _search_pb2.MetadataValue]] = ...) -> None: ...
+
+class ListDocumentsResponse(_message.Message):
+    __slots__ = ("documents", "next_page_token")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    documents: _containers.RepeatedCompositeFieldContainer[DocumentInfo]
+    next_page_token: str
+    def __init__(self, documents: _Optional[_Iterable[_Union[DocumentInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,159 @@
+"""`quarry ingest` end to end: the CLI in a terminal-less subprocess, a real search tool."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from quarry.searchtool.v1 import search_tool_pb2
+
+from services.common.errors import NotFound
+from services.search_tool.client import SearchToolClient
+from services.search_tool.server import SearchToolServer
+from tests.cli.conftest import quarry
+
+pytestmark = pytest.mark.slow
+
+
+def _folder(tmp_path: Path) -> Path:
+    root = tmp_path / "notes"
+    (root / "kitchen").mkdir(parents=True)
+    (root / "kitchen" / "kettle.md").write_text(
+        "---\nauthor: Ada\n---\n# Kettle\nDescale the kettle with vinegar every month.\n"
+    )
+    (root / "garden.txt").write_text("Water the tomatoes early in the morning.\n")
+    (root / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0")
+    (root / "blob.txt").write_bytes(b"text\0with a NUL byte")
+    (root / "broken.jsonl").write_text('{"id": "r1", "text": "fine"}\n{not json\n')
+    return root
+
+
+def _summary(stdout: str) -> dict[str, object]:
+    parsed: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
+    return parsed
+
+
+async def _documents(address: str, collection: str) -> list[search_tool_pb2.DocumentInfo]:
+    async with SearchToolClient(address) as client:
+        return await client.list_documents(collection)
+
+
+async def test_ingest_loads_a_folder_counts_skips_and_reports_a_failing_file_with_its_reason(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    root = _folder(tmp_path)
+    done = await quarry(
+        "ingest", str(root), "--collection", "mine", "--address", search_tool.address
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "failed  notes/broken.jsonl: line 2: not JSON" in done.stdout
+    assert "3 files" not in done.stdout
+    assert "5 files · 2 new" in done.stdout
+    assert "2 skipped · 1 failed" in done.stdout
+    documents = {d.id: d for d in await _documents(search_tool.address, "mine")}
+    assert set(documents) == {"notes/kitchen/kettle.md", "notes/garden.txt"}
+    kettle = documents["notes/kitchen/kettle.md"]
+    assert kettle.source == "notes"
+    assert kettle.metadata["author"].string_value == "Ada"
+    assert kettle.metadata["path"].string_value == "notes/kitchen/kettle.md"
+    assert len(kettle.metadata["content_sha256"].string_value) == 64
+    async with SearchToolClient(search_tool.address) as client:
+        reply = await client.search(
+            search_tool_pb2.SearchRequest(
+                collection="mine", query={"primary": "descale kettle"}, limit=1
+            )
+        )
+    hit = reply.results[0].chunk
+    assert hit.document_id == "notes/kitchen/kettle.md"
+    assert hit.entity_type == "markdown"
+    assert hit.url.startswith("file://")
+    assert hit.url.endswith("/notes/kitchen/kettle.md")
+    assert [b.name for b in hit.breadcrumbs] == ["notes", "kitchen"]
+
+
+async def test_a_rerun_sends_only_changed_files_and_prune_deletes_documents_of_removed_files(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    root = _folder(tmp_path)
+    (root / "broken.jsonl").unlink()
+    args = ("ingest", str(root), "--collection", "mine", "--address", search_tool.address)
+    first = _summary((await quarry(*args, "--json")).stdout)
+    assert (first["new"], first["unchanged"]) == (2, 0)
+    again = _summary((await quarry(*args, "--json")).stdout)
+    assert (again["new"], again["changed"], again["unchanged"], again["chunks"]) == (0, 0, 2, 0)
+    (root / "garden.txt").write_text("Water the tomatoes in the evening instead.\n")
+    (root / "kitchen" / "kettle.md").unlink()
+    changed = _summary((await quarry(*args, "--json")).stdout)
+    assert (changed["changed"], changed["unchanged"], changed["deleted"]) == (1, 0, 0)
+    assert {d.id for d in await _documents(search_tool.address, "mine")} == {
+        "notes/kitchen/kettle.md",
+        "notes/garden.txt",
+    }
+    pruned = _summary((await quarry(*args, "--prune", "--json")).stdout)
+    assert (pruned["unchanged"], pruned["deleted"]) == (1, 1)
+    assert {d.id for d in await _documents(search_tool.address, "mine")} == {"notes/garden.txt"}
+
+
+async def test_dry_run_reports_the_plan_and_writes_nothing(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    root = _folder(tmp_path)
+    done = await quarry(
+        "ingest", str(root), "--collection", "mine", "--address", search_tool.address,
+        "--dry-run", "--json",
+    )  # fmt: skip
+    summary = _summary(done.stdout)
+    assert (summary["dry_run"], summary["new"], summary["chunks"]) == (True, 2, 0)
+    async with SearchToolClient(search_tool.address) as client:
+        with pytest.raises(NotFound):
+            await client.get_collection("mine")
+
+
+async def test_an_interrupted_ingest_run_again_finishes_without_duplicates(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    root = tmp_path / "many"
+    root.mkdir()
+    for n in range(40):
+        (root / f"note{n:02}.txt").write_text(f"Note number {n} is about topic {n % 7}.\n")
+    args = ["ingest", str(root), "--collection", "many", "--address", search_tool.address]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "quarry_cli.cli", *args, "--batch-size", "4",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    while True:
+        line = (await process.stderr.readline()).decode()
+        assert line, "ingest ended before storing a batch"
+        if "chunks" in line and not line.startswith("ingest: 0/") and " 0 chunks" not in line:
+            break
+    process.send_signal(signal.SIGINT)
+    await process.wait()
+    stored = await _documents(search_tool.address, "many")
+    assert 0 < len(stored) < 40
+    done = await quarry(*args, "--json")
+    summary = _summary(done.stdout)
+    assert summary["unchanged"] == len(stored)
+    assert summary["new"] == 40 - len(stored)
+    async with SearchToolClient(search_tool.address) as client:
+        info = await client.get_collection("many")
+    assert (info.document_count, info.chunk_count) == (40, 40)
+    assert not info.building
+
+
+async def test_an_unreachable_search_tool_is_reported_without_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello")
+    done = await quarry(
+        "ingest", str(tmp_path / "a.txt"), "--collection", "mine",
+        "--address", "127.0.0.1:1", "--timeout", "2",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "UNAVAILABLE" in done.stderr or "DEADLINE_EXCEEDED" in done.stderr
