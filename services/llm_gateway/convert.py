@@ -44,6 +44,7 @@ from services.llm_gateway.model import (
     Usage,
 )
 from services.llm_gateway.schema_check import SchemaChecker, SchemaProblem
+from services.llm_gateway.tokens import count_text_tokens
 
 CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
 _DEFAULT_RETRY_AFTER_S = 1.0
@@ -295,7 +296,12 @@ def _tool(tool: pb.Tool, index: int, schemas: SchemaChecker) -> Tool:
         require_object=True,
         schemas=schemas,
     )
-    return Tool(name=tool.name, description=tool.description, parameters=parameters)
+    return Tool(
+        name=tool.name,
+        description=tool.description,
+        parameters=parameters,
+        parameters_tokens=count_text_tokens(tool.parameters_json),
+    )
 
 
 def _check_unique_tools(tools: tuple[Tool, ...]) -> None:

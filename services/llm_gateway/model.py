@@ -65,6 +65,9 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     """JSON schema of the arguments object (integers already normalised from Struct doubles)."""
+    parameters_tokens: int | None = None
+    """Tokens of the schema as the caller sent it, measured once at the edge; None: estimated from
+    `parameters` when needed."""
 
 
 @dataclass(frozen=True)

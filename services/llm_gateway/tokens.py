@@ -27,7 +27,11 @@ def estimate_request_tokens(request: ChatRequest) -> int:
     total = sum(count_message_tokens(m) for m in request.messages)
     for tool in request.tools:
         total += count_text_tokens(tool.name) + count_text_tokens(tool.description)
-        total += count_text_tokens(json.dumps(tool.parameters, separators=(",", ":")))
+        total += (
+            tool.parameters_tokens
+            if tool.parameters_tokens is not None
+            else count_text_tokens(json.dumps(tool.parameters, separators=(",", ":")))
+        )
     if request.response_schema is not None:
         total += count_text_tokens(json.dumps(request.response_schema, separators=(",", ":")))
     return total

@@ -3,7 +3,10 @@ clamp leaves room for exactly the same input."""
 
 from __future__ import annotations
 
+from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
+
 from services.llm_gateway.attempts import AttemptOutcome
+from services.llm_gateway.convert import chat_request
 from services.llm_gateway.model import ChatRequest, Message, Role, Tool, ToolCall
 from services.llm_gateway.tokens import estimate_request_tokens
 from services.llm_gateway.translate.anthropic import max_output_tokens
@@ -43,3 +46,18 @@ async def test_a_window_the_chain_keeps_is_one_the_max_tokens_clamp_leaves_room_
             assert clamped == 1
     assert await _kept_by_the_chain(boundary + 1)
     assert not await _kept_by_the_chain(boundary)
+
+
+def test_a_tool_schema_from_the_edge_is_counted_from_the_text_the_caller_sent() -> None:
+    """The edge measures each schema once (its text is at hand), so estimating a turn's tokens does
+    not serialise the agent's tool schemas again on every turn."""
+    text = '{"type": "object", "properties": {"query": {"type": "string"}}}'
+    request = pb.GenerateRequest(
+        messages=[pb.Message(role=pb.ROLE_USER, text="abcd")],
+        tools=[pb.Tool(name="search", description="find", parameters_json=text)],
+    )
+    chat = chat_request(request)
+    assert chat.tools[0].parameters_tokens == -(-len(text) // 4)
+    message_tokens = 4 + 1
+    tool_tokens = 2 + 1 + chat.tools[0].parameters_tokens
+    assert estimate_request_tokens(chat) == message_tokens + tool_tokens
