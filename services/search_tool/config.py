@@ -44,7 +44,7 @@ class FusionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["rrf", "linear"] = "linear"
+    method: Literal["rrf", "linear", "minmax", "zscore"] = "linear"
     """`rrf`: reciprocal-rank fusion; `linear`: alpha * cosine + (1 - alpha) * BM25 / max BM25."""
     rrf_k: int = Field(default=60, ge=1)
     """RRF constant."""

@@ -20,7 +20,7 @@ import lancedb
 import pyarrow as pa
 
 from services.common.errors import FailedPrecondition, NotFound
-from services.search_tool.documents import ChunkRecord
+from services.search_tool.documents import Chunk, ChunkRecord
 from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
@@ -43,7 +43,13 @@ from services.search_tool.engine.lancedb.rows import (
     filterable_fields,
     to_table,
 )
-from services.search_tool.engine.lancedb.search import FilterCounts, SearchLimits, search_table
+from services.search_tool.engine.lancedb.search import (
+    FilterCounts,
+    ScoredCandidates,
+    SearchLimits,
+    scored_candidates,
+    search_table,
+)
 from services.search_tool.engine.lancedb.sql import METADATA_COLUMN_PREFIX, compile_filter, literal
 from services.search_tool.engine.lancedb.vector_builds import (
     VectorIndexBuilder,
@@ -251,6 +257,19 @@ class LanceDBEngine:
         return await search_table(
             name,
             table,
+            query,
+            limits=self._limits,
+            counts=self._counts,
+            indexed_rows=lambda: self._vectors.covered_rows(name),
+        )
+
+    async def scored_candidates(
+        self, name: str, query: EngineQuery
+    ) -> tuple[ScoredCandidates, dict[str, Chunk]]:
+        """The candidates `search` would fuse, with both sides' scores and their chunks (for
+        choosing fusion parameters offline; not part of the `SearchEngine` interface)."""
+        return await scored_candidates(
+            await self._table(name),
             query,
             limits=self._limits,
             counts=self._counts,
