@@ -123,6 +123,11 @@ class EngineSettings(BaseModel):
             keep_versions_s=self.keep_versions_s,
         )
 
+    settle_after_s: float | None = Field(default=2.0, ge=0)
+    """Refresh a collection's indexes in the background (compact, fold every row into BM25, the
+    scalar and vector indexes) once it has had no write for this long; null: never (bulk loaders
+    then call `LanceDBEngine.refresh`)."""
+
     keyword_count_cap: int = Field(default=10_000, ge=1)
     """KEYWORD `total_count` counts matches up to this many."""
     search_timeout_s: float = Field(default=10.0, gt=0)
