@@ -120,29 +120,32 @@ def note(message: str) -> None:
 
 @dataclass(frozen=True)
 class SciFact:
-    """BEIR SciFact: the corpus, the test queries and their relevance judgements."""
+    """BEIR SciFact: the corpus, one split's queries and their relevance judgements."""
 
     corpus: list[dict[str, str]]
     """`{_id, title, text}` per abstract."""
     queries: dict[str, str]
-    """Test query id → text (only queries that have judgements)."""
+    """Query id → text, for the split's queries (only those that have judgements)."""
     qrels: dict[str, dict[str, int]]
     """Query id → {document id → relevance}."""
+    split: str = "test"
+    """`test` (300 queries: report on these) or `train` (809: choose parameters on these)."""
 
 
-def load_scifact(root: Path = SCIFACT_DIR) -> SciFact:
-    """Read the dataset from `root` (evaluation only: never bundled with the product)."""
+def load_scifact(root: Path = SCIFACT_DIR, *, split: str = "test") -> SciFact:
+    """Read the dataset and one split's judgements from `root` (evaluation only: never bundled
+    with the product)."""
     if not (root / "corpus.jsonl").exists():
         raise SystemExit(f"SciFact not found under {root}")
     corpus = list(_jsonl(root / "corpus.jsonl"))
     qrels: dict[str, dict[str, int]] = {}
-    with (root / "qrels" / "test.tsv").open(encoding="utf-8") as lines:
+    with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as lines:
         next(lines)
         for line in lines:
             query_id, doc_id, score = line.rstrip("\n").split("\t")
             qrels.setdefault(query_id, {})[doc_id] = int(score)
     queries = {q["_id"]: q["text"] for q in _jsonl(root / "queries.jsonl") if q["_id"] in qrels}
-    return SciFact(corpus=corpus, queries=queries, qrels=qrels)
+    return SciFact(corpus=corpus, queries=queries, qrels=qrels, split=split)
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, Any]]:

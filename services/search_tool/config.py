@@ -44,7 +44,7 @@ class FusionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["rrf", "linear"] = "linear"
+    method: Literal["rrf", "linear", "minmax", "zscore"] = "linear"
     """`rrf`: reciprocal-rank fusion; `linear`: alpha * cosine + (1 - alpha) * BM25 / max BM25."""
     rrf_k: int = Field(default=60, ge=1)
     """RRF constant."""
@@ -122,6 +122,11 @@ class EngineSettings(BaseModel):
             max_fragments=self.max_fragments,
             keep_versions_s=self.keep_versions_s,
         )
+
+    settle_after_s: float | None = Field(default=2.0, ge=0)
+    """Refresh a collection's indexes in the background (compact, fold every row into BM25, the
+    scalar and vector indexes) once it has had no write for this long; null: never (bulk loaders
+    then call `LanceDBEngine.refresh`)."""
 
     keyword_count_cap: int = Field(default=10_000, ge=1)
     """KEYWORD `total_count` counts matches up to this many."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -54,9 +55,48 @@ def from_epoch_microseconds(microseconds: int) -> datetime:
     return _EPOCH + microseconds * _MICROSECOND
 
 
+def document_id_problem(document_id: str, max_bytes: int) -> str | None:
+    """Why `document_id` cannot name a document, or None when it can.
+
+    Any non-empty UTF-8 string of at most `max_bytes` bytes without control characters (Unicode
+    category Cc: C0, DEL, C1) is a document id: URLs, file paths, `<dbpedia:Foo_(bar)>`,
+    `Ærø, Denmark`, e-mail message ids. Engines never turn an id into syntax (LanceDB literals are
+    quoted by `engine/lancedb/sql.py`, Vespa document ids encode it).
+    """
+    if not document_id:
+        return "must not be empty"
+    size = len(document_id.encode("utf-8", errors="surrogatepass"))
+    if size > max_bytes:
+        return f"{size} bytes of UTF-8; the limit is {max_bytes}"
+    for position, character in enumerate(document_id):
+        category = unicodedata.category(character)
+        if category in ("Cc", "Cs"):
+            kind = "a control character" if category == "Cc" else "a lone surrogate"
+            return f"{kind} (U+{ord(character):04X}) at position {position}"
+    return None
+
+
+CHUNK_SEPARATOR = "__chunk_"
+
+
 def chunk_id(document_id: str, index: int) -> str:
-    """The id of chunk `index` of a document: `{document_id}__chunk_{index}`."""
-    return f"{document_id}__chunk_{index}"
+    """The id of chunk `index` of a document: `{document_id}__chunk_{index}`.
+
+    Unambiguous for every document id, even one containing `__chunk_`: the index is written in
+    canonical decimal, which never contains the separator, so the *last* separator of a chunk id
+    is the one this function put there (`parse_chunk_id` inverts it).
+    """
+    if index < 0:
+        raise ValueError("chunk index must be >= 0")
+    return f"{document_id}{CHUNK_SEPARATOR}{index}"
+
+
+def parse_chunk_id(chunk: str) -> tuple[str, int]:
+    """(document id, chunk index) of a chunk id made by `chunk_id`; ValueError otherwise."""
+    document_id, separator, index = chunk.rpartition(CHUNK_SEPARATOR)
+    if not separator or not index.isascii() or not index.isdigit() or str(int(index)) != index:
+        raise ValueError(f"not a chunk id: {chunk!r}")
+    return document_id, int(index)
 
 
 @dataclass(frozen=True)

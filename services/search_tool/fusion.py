@@ -1,14 +1,29 @@
-"""Fusing ranked candidate lists (dense per query vector, keyword) into one ranking.
+"""Fusing the dense and keyword sides of a search into one ranking.
 
-RRF: `score = sum over lists of 1 / (k + rank)`, rank from 1; it needs no score calibration.
-Linear: `score = alpha * dense + (1 - alpha) * keyword`, where dense is the best cosine similarity
-over the query vectors and keyword is BM25 divided by the best BM25 of the list (so both lie in
-[0, 1]); a side that did not find a chunk contributes 0.
+Each side retrieves its own candidates; before a HYBRID fusion the engine scores every candidate on
+*both* sides (`Completion`): the exact cosine of the chunks only BM25 found and the BM25 of the
+chunks only the dense side found (0 when none of the query's words occur in them). Without that, a
+chunk one side missed would get 0 there and sink below everything the other side found, however
+well it matched (SciFact query 517: BM25's third hit fell out of a linear fusion's top 100).
+
+Methods, all over the union of the candidates (`dense` is the best cosine over the query vectors):
+
+* `linear`: `alpha * dense + (1 - alpha) * bm25 / max bm25` — a convex combination of the cosine
+  (already in [0, 1] for these models) and BM25 scaled by its best candidate (Bruch et al. 2023,
+  "An Analysis of Fusion Functions for Hybrid Retrieval": TM2C2, the theoretical minimum 0).
+* `minmax`: the same blend after min-max scaling both sides over the candidates (LanceDB's and
+  Elasticsearch's linear retriever normalisation).
+* `zscore`: the same blend of each side's z-score over the candidates (Qdrant's DBSF in spirit).
+* `rrf`: `sum over sides of 1 / (k + rank)`, each side ranking every candidate.
+
+Without a completion (SEMANTIC with variations), RRF sums over the dense lists and the other
+methods take the best cosine. A single list keeps its own scores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from services.search_tool.engine.base import Fusion, FusionMethod
@@ -27,6 +42,15 @@ class Candidate(NamedTuple):
     """The list's own score: cosine similarity or BM25."""
 
 
+class Completion(NamedTuple):
+    """The scores each side gives the candidates only the other side retrieved."""
+
+    dense: Mapping[str, float]
+    """Best cosine similarity over the query vectors of each keyword-only candidate."""
+    keyword: Mapping[str, float]
+    """BM25 of each dense-only candidate that contains a query word (absent: 0)."""
+
+
 class Fused(NamedTuple):
     """A chunk's fused score and the parts it came from."""
 
@@ -35,18 +59,32 @@ class Fused(NamedTuple):
     score: float
     """Fused score (higher is better)."""
     dense_score: float | None
-    """Best cosine similarity over the dense lists that found it."""
+    """Best cosine similarity over the query vectors (None: the dense side did not run)."""
     keyword_score: float | None
-    """BM25 score, when the keyword list found it."""
+    """BM25 score (0.0: no query word; None: the keyword side did not run)."""
+
+
+def missing_sides(
+    dense: Sequence[Sequence[Candidate]], keyword: Sequence[Candidate]
+) -> tuple[list[str], list[str]]:
+    """(keyword-only candidates, which need a cosine; dense-only ones, which need a BM25)."""
+    dense_ids = {c.id for ranking in dense for c in ranking}
+    keyword_ids = {c.id for c in keyword}
+    keyword_only = [c.id for c in keyword if c.id not in dense_ids]
+    dense_only = sorted(dense_ids - keyword_ids)
+    return keyword_only, dense_only
 
 
 def fuse(
-    dense: Sequence[Sequence[Candidate]], keyword: Sequence[Candidate] | None, fusion: Fusion
+    dense: Sequence[Sequence[Candidate]],
+    keyword: Sequence[Candidate] | None,
+    fusion: Fusion,
+    completion: Completion | None = None,
 ) -> list[Fused]:
     """One ranking from dense lists (one per query vector) and an optional keyword list.
 
-    Each list must be ordered best first. A single list keeps its own scores: fusion of one
-    ranking with nothing would only rescale it.
+    Each list must be ordered best first. With both sides, `completion` must score every
+    candidate one side missed (`missing_sides`); without it a missed side counts as 0.
     """
     lists = [*dense, *([keyword] if keyword is not None else [])]
     best_dense = _best_dense(dense)
@@ -54,15 +92,92 @@ def fuse(
     if len(lists) == 1:
         only = lists[0]
         return [Fused(c.id, c.score, best_dense.get(c.id), keyword_scores.get(c.id)) for c in only]
-    if fusion.method is FusionMethod.RRF:
-        scores = _rrf(lists, fusion.rrf_k)
-    else:
-        scores = _linear(best_dense, keyword_scores, fusion.alpha)
+    if keyword is None:
+        return _sorted(_dense_only(dense, best_dense, fusion), best_dense, None)
+    ids = list(best_dense.keys() | keyword_scores.keys())
+    if completion is not None:
+        best_dense = {**completion.dense, **best_dense}
+        keyword_scores = {**completion.keyword, **keyword_scores}
+    dense_side = [best_dense.get(i, 0.0) for i in ids]
+    keyword_side = [keyword_scores.get(i, 0.0) for i in ids]
+    fused = _fuse_sides(dense_side, keyword_side, fusion)
+    complete = completion is not None
+    return _sorted(
+        dict(zip(ids, fused, strict=True)),
+        best_dense,
+        {i: keyword_scores.get(i, 0.0) for i in ids} if complete else keyword_scores,
+    )
+
+
+def _fuse_sides(dense: list[float], keyword: list[float], fusion: Fusion) -> list[float]:
+    method = fusion.method
+    if method is FusionMethod.RRF:
+        return [
+            1.0 / (fusion.rrf_k + d) + 1.0 / (fusion.rrf_k + k)
+            for d, k in zip(_ranks(dense), _ranks(keyword), strict=True)
+        ]
+    if method is FusionMethod.LINEAR:
+        top = max(keyword, default=0.0)
+        scaled = [k / top for k in keyword] if top > 0 else [0.0] * len(keyword)
+        return _blend(dense, scaled, fusion.alpha)
+    if method is FusionMethod.MINMAX:
+        return _blend(_minmax(dense), _minmax(keyword), fusion.alpha)
+    return _blend(_zscore(dense), _zscore(keyword), fusion.alpha)
+
+
+def _blend(dense: list[float], keyword: list[float], alpha: float) -> list[float]:
+    return [alpha * d + (1.0 - alpha) * k for d, k in zip(dense, keyword, strict=True)]
+
+
+def _ranks(scores: list[float]) -> list[int]:
+    """1-based rank of each score, best first; ties share the better rank."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    ranks = [0] * len(scores)
+    previous: float | None = None
+    rank = 0
+    for position, i in enumerate(order, start=1):
+        if scores[i] != previous:
+            rank, previous = position, scores[i]
+        ranks[i] = rank
+    return ranks
+
+
+def _minmax(scores: list[float]) -> list[float]:
+    low, high = min(scores, default=0.0), max(scores, default=0.0)
+    if high <= low:
+        return [0.0] * len(scores)
+    return [(s - low) / (high - low) for s in scores]
+
+
+def _zscore(scores: list[float]) -> list[float]:
+    if not scores:
+        return []
+    mean = sum(scores) / len(scores)
+    spread = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    if spread == 0:
+        return [0.0] * len(scores)
+    return [(s - mean) / spread for s in scores]
+
+
+def _dense_only(
+    dense: Sequence[Sequence[Candidate]], best: dict[str, float], fusion: Fusion
+) -> dict[str, float]:
+    """Several dense lists (the query's variations) and no keyword side."""
+    if fusion.method is not FusionMethod.RRF:
+        return best
+    scores: dict[str, float] = {}
+    for ranking in dense:
+        for rank, c in enumerate(ranking, start=1):
+            scores[c.id] = scores.get(c.id, 0.0) + 1.0 / (fusion.rrf_k + rank)
+    return scores
+
+
+def _sorted(
+    scores: dict[str, float], dense: dict[str, float], keyword: dict[str, float] | None
+) -> list[Fused]:
     ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-    return [
-        Fused(chunk, score, best_dense.get(chunk), keyword_scores.get(chunk))
-        for chunk, score in ranked
-    ]
+    keyword_of = keyword.get if keyword is not None else (lambda _: None)
+    return [Fused(i, score, dense.get(i), keyword_of(i)) for i, score in ranked]
 
 
 def _best_dense(dense: Sequence[Sequence[Candidate]]) -> dict[str, float]:
@@ -72,18 +187,3 @@ def _best_dense(dense: Sequence[Sequence[Candidate]]) -> dict[str, float]:
             if c.id not in best or c.score > best[c.id]:
                 best[c.id] = c.score
     return best
-
-
-def _rrf(lists: Sequence[Sequence[Candidate]], k: int) -> dict[str, float]:
-    scores: dict[str, float] = {}
-    for ranking in lists:
-        for rank, c in enumerate(ranking, start=1):
-            scores[c.id] = scores.get(c.id, 0.0) + 1.0 / (k + rank)
-    return scores
-
-
-def _linear(dense: dict[str, float], keyword: dict[str, float], alpha: float) -> dict[str, float]:
-    top = max(keyword.values(), default=0.0)
-    scale = 1.0 / top if top > 0 else 0.0
-    ids = dense.keys() | keyword.keys()
-    return {i: alpha * dense.get(i, 0.0) + (1.0 - alpha) * keyword.get(i, 0.0) * scale for i in ids}

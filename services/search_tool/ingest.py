@@ -29,6 +29,7 @@ from services.search_tool.documents import (
     ChunkRecord,
     Document,
     chunk_id,
+    document_id_problem,
     metadata_type,
     widen,
 )
@@ -39,7 +40,6 @@ from services.search_tool.limits import DEFAULT_LIMITS, RequestLimits
 
 log = logging.getLogger(__name__)
 
-DOCUMENT_ID = re.compile(r"^[A-Za-z0-9_\-.:/]{1,256}$")
 METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -251,7 +251,7 @@ def validate_documents(
     introduced: dict[str, FieldType] = {}
     for i, document in enumerate(documents):
         path = f"documents[{i}]"
-        violations.extend(_id_violations(document.id, path, seen, i))
+        violations.extend(_id_violations(document.id, path, seen, i, limits.sizes))
         violations.extend(_text_violations(document.text, path, limits.max_document_bytes))
         violations.extend(_size_violations(document, path, limits.sizes))
         violations.extend(_metadata_violations(document.metadata, path, stored, introduced))
@@ -272,14 +272,11 @@ def validate_documents(
 
 
 def _id_violations(
-    document_id: str, path: str, seen: dict[str, int], index: int
+    document_id: str, path: str, seen: dict[str, int], index: int, sizes: RequestLimits
 ) -> list[FieldViolation]:
-    if not DOCUMENT_ID.match(document_id):
-        return [
-            FieldViolation(
-                f"{path}.id", "1 to 256 characters, letters, digits and `_ - . : /` only"
-            )
-        ]
+    problem = document_id_problem(document_id, sizes.document_id_bytes)
+    if problem is not None:
+        return [FieldViolation(f"{path}.id", problem)]
     if document_id in seen:
         return [FieldViolation(f"{path}.id", f"duplicates documents[{seen[document_id]}].id")]
     seen[document_id] = index

@@ -15,6 +15,9 @@ class RequestLimits(BaseModel):
     query_chars: int = Field(default=4_000, ge=1)
     """`query.primary` and each of `query.variations`, in characters (the agent takes questions
     up to the same length: `loop.max_query_chars`)."""
+    document_id_bytes: int = Field(default=1_000, ge=1)
+    """A document id, in UTF-8 bytes (any characters but control characters; at most the
+    filter string limit, so that every id can be named in a `document_id` filter)."""
     title_chars: int = Field(default=1_000, ge=1)
     """A document's title."""
     label_chars: int = Field(default=256, ge=1)

@@ -126,4 +126,5 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
         policy=settings.engine.index_policy(),
         hybrid_candidates=settings.fusion.candidates,
         keyword_count_cap=settings.engine.keyword_count_cap,
+        settle_after_s=settings.engine.settle_after_s,
     )

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from services.common.errors import FieldViolation, InvalidArgument
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
-from services.search_tool.documents import Document
+from services.search_tool.documents import Document, document_id_problem
 from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import (
     CollectionStats,
@@ -210,6 +210,7 @@ class SearchService:
                     FieldViolation("filter", "document_ids and filter are both empty"),
                 ],
             )
+        _validate_document_ids(document_ids, self._settings.limits)
         fields = await self._engine.fields(collection)
         limits = self._settings.limits
         caller, narrowing = validate_filters(
@@ -301,6 +302,20 @@ def validate_collection_name(name: str) -> None:
         raise InvalidArgument.for_field(
             "collection",
             "1 to 64 characters: a-z, 0-9, `_` or `-`, starting with a letter or digit",
+        )
+
+
+def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -> None:
+    """Ids to delete follow the rule ids to ingest follow; every bad one is named."""
+    violations = [
+        FieldViolation(f"document_ids[{i}]", problem)
+        for i, document_id in enumerate(document_ids)
+        if (problem := document_id_problem(document_id, limits.document_id_bytes)) is not None
+    ]
+    if violations:
+        raise InvalidArgument(
+            "; ".join(f"{v.field}: {v.description}" for v in violations[:10]),
+            violations=violations,
         )
 
 

@@ -727,3 +727,32 @@ async def test_a_metadata_key_added_after_searches_is_filterable_and_returned(
     await engine.close()
     assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
     assert page.hits[0].chunk.metadata["ticket"] == "QRY-7"
+
+
+async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(tmp_path: Path) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db", hybrid_candidates=1)
+    try:
+        await engine.ensure_collection("fixture", SPEC)
+        await engine.upsert("fixture", records(FIXTURE))
+        vectors = np.stack([vector_for("alpha__chunk_0")])
+        hybrid = EngineQuery(Strategy.HYBRID, "release checklist", vectors, limit=1)
+        scored, chunks = await engine.scored_candidates("fixture", hybrid)
+        assert scored.completion is not None
+        assert scored.completion.dense, "the keyword side found a chunk the dense side missed"
+        semantic = await engine.search("fixture", _semantic("alpha__chunk_0"))
+        cosine = {h.chunk.id: h.dense_score for h in semantic.hits}
+        for address, value in scored.completion.dense.items():
+            assert value == pytest.approx(cosine[chunks[address].id], abs=1e-5)
+        words = EngineQuery(Strategy.KEYWORD, "release checklist", vectors[:0], limit=5)
+        bm25 = {h.chunk.id: h.keyword_score for h in (await engine.search("fixture", words)).hits}
+        dense_only = {c.id for ranking in scored.dense for c in ranking} - {
+            c.id for c in scored.keyword or ()
+        }
+        for address in dense_only:
+            expected = bm25.get(chunks[address].id)
+            found = scored.completion.keyword.get(address)
+            assert found == (None if expected is None else pytest.approx(expected, abs=1e-5))
+        page = await engine.search("fixture", hybrid)
+        assert all(h.dense_score is not None and h.keyword_score is not None for h in page.hits)
+    finally:
+        await engine.close()

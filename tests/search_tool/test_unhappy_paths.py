@@ -147,7 +147,7 @@ async def test_oversized_document_fails_the_whole_request_and_writes_nothing(
     ("bad", "field"),
     [
         (document("", "text"), "documents[1].id"),
-        (document("bad id!", "text"), "documents[1].id"),
+        (document("bad\x00id", "text"), "documents[1].id"),
         (document("ok-1", "  "), "documents[1].text"),
         (document("ok-2", "t", metadata={"year": "2024"}), 'documents[1].metadata["year"]'),
         (document("ok-3", "t", metadata={"bad-key": 1}), 'documents[1].metadata["bad-key"]'),

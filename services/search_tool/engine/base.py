@@ -36,6 +36,8 @@ class FusionMethod(StrEnum):
 
     RRF = "rrf"
     LINEAR = "linear"
+    MINMAX = "minmax"
+    ZSCORE = "zscore"
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,11 @@ class Fusion:
     """The fusion method and its parameter."""
 
     method: FusionMethod = FusionMethod.RRF
-    """Reciprocal-rank fusion or a linear blend of normalised scores."""
+    """Reciprocal-rank fusion or a blend of normalised scores (`fusion.py` defines each)."""
     rrf_k: int = 60
     """RRF constant: score = sum over lists of 1 / (k + rank)."""
     alpha: float = 0.5
-    """Linear weight of the dense side; the keyword side gets 1 - alpha."""
+    """Weight of the dense side in a blend; the keyword side gets 1 - alpha."""
 
 
 @dataclass(frozen=True)

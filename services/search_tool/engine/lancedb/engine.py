@@ -20,7 +20,7 @@ import lancedb
 import pyarrow as pa
 
 from services.common.errors import FailedPrecondition, NotFound
-from services.search_tool.documents import ChunkRecord
+from services.search_tool.documents import Chunk, ChunkRecord
 from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
@@ -36,6 +36,7 @@ from services.search_tool.engine.lancedb.indexes import (
     ensure_indexes,
     refresh_indexes,
 )
+from services.search_tool.engine.lancedb.maintenance import IndexMaintenance
 from services.search_tool.engine.lancedb.rows import (
     CONTENT_HASH_COLUMN,
     added_metadata_fields,
@@ -45,7 +46,13 @@ from services.search_tool.engine.lancedb.rows import (
     filterable_fields,
     to_table,
 )
-from services.search_tool.engine.lancedb.search import FilterCounts, SearchLimits, search_table
+from services.search_tool.engine.lancedb.search import (
+    FilterCounts,
+    ScoredCandidates,
+    SearchLimits,
+    scored_candidates,
+    search_table,
+)
 from services.search_tool.engine.lancedb.sql import METADATA_COLUMN_PREFIX, compile_filter, literal
 from services.search_tool.engine.lancedb.vector_builds import (
     VectorIndexBuilder,
@@ -70,8 +77,10 @@ class LanceDBEngine:
         keyword_count_cap: int = 10_000,
         marker_dir: Path | None = None,
         vector_index_builder: VectorIndexBuilder = build_vector_index,
+        settle_after_s: float | None = None,
     ) -> None:
         self._db = connection
+        self._maintenance = IndexMaintenance(self.refresh, quiet_s=settle_after_s)
         self._policy = policy or IndexPolicy()
         self._limits = SearchLimits(self._policy, hybrid_candidates, keyword_count_cap)
         self._counts = FilterCounts()
@@ -92,9 +101,11 @@ class LanceDBEngine:
         hybrid_candidates: int = 100,
         keyword_count_cap: int = 10_000,
         vector_index_builder: VectorIndexBuilder = build_vector_index,
+        settle_after_s: float | None = None,
     ) -> LanceDBEngine:
         """Open (creating when missing) the database under `data_dir`; pending vector-index
-        builds are remembered under `data_dir/.quarry/`."""
+        builds are remembered under `data_dir/.quarry/`. With `settle_after_s`, a collection's
+        indexes are refreshed in the background once it has had no write for that long."""
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         connection = await lancedb.connect_async(str(data_dir))
         return cls(
@@ -104,10 +115,13 @@ class LanceDBEngine:
             keyword_count_cap=keyword_count_cap,
             marker_dir=data_dir / ".quarry",
             vector_index_builder=vector_index_builder,
+            settle_after_s=settle_after_s,
         )
 
     async def close(self) -> None:
-        """Stops vector-index builds in flight (remembered: they run again after a restart)."""
+        """Stops vector-index builds in flight (remembered: they run again after a restart) and
+        pending index maintenance (unindexed rows stay searchable)."""
+        await self._maintenance.close()
         await self._vectors.close()
         self._tables.clear()
         self._schemas.clear()
@@ -145,6 +159,7 @@ class LanceDBEngine:
             )
 
     async def drop_collection(self, name: str) -> None:
+        await self._maintenance.drop(name)
         async with self._write_locks[name]:
             await self._table(name)
             await self._vectors.drop(name)
@@ -189,6 +204,7 @@ class LanceDBEngine:
             self._vectors.set_covered_rows(name, refreshed.vector_rows)
             if refreshed.vector_rebuild_due:
                 self._vectors.schedule(name, table)
+        self._maintenance.wrote(name)
         return len(records)
 
     async def refresh(self, name: str) -> None:
@@ -200,6 +216,11 @@ class LanceDBEngine:
                 refreshed = await refresh_indexes(table, self._policy, force=True)
             self._vectors.set_covered_rows(name, refreshed.vector_rows)
             self._vectors.built(name)
+
+    async def maintenance_settled(self, name: str) -> None:
+        """Wait until the background index maintenance due for `name`'s writes so far has run
+        (returns at once when none is due or `settle_after_s` is unset)."""
+        await self._maintenance.settled(name)
 
     async def vector_index_settled(self, name: str) -> None:
         """Wait for a background vector-index build of `name`, if one runs."""
@@ -259,6 +280,19 @@ class LanceDBEngine:
             indexed_rows=lambda: self._vectors.covered_rows(name),
         )
 
+    async def scored_candidates(
+        self, name: str, query: EngineQuery
+    ) -> tuple[ScoredCandidates, dict[str, Chunk]]:
+        """The candidates `search` would fuse, with both sides' scores and their chunks (for
+        choosing fusion parameters offline; not part of the `SearchEngine` interface)."""
+        return await scored_candidates(
+            await self._table(name),
+            query,
+            limits=self._limits,
+            counts=self._counts,
+            indexed_rows=lambda: self._vectors.covered_rows(name),
+        )
+
     async def describe(self, name: str) -> CollectionStats:
         """Scans four columns once per table version; repeated calls between writes are free."""
         table = await self._table(name)
@@ -295,6 +329,8 @@ class LanceDBEngine:
             for predicate in predicates:
                 result = await table.delete(predicate)
                 deleted += result.num_deleted_rows
+        if deleted:
+            self._maintenance.wrote(name)
         return deleted
 
     async def _table(self, name: str) -> Any:

@@ -1,5 +1,5 @@
-"""The three LanceDB queries a search makes: dense candidates, keyword candidates, and the page's
-chunks taken by row address.
+"""The LanceDB queries a search makes: dense candidates, keyword candidates, the other side's score
+of the candidates one side missed, and the page's chunks taken by row address.
 
 Both candidate lists carry row addresses and scores only: reading any other column of every
 candidate costs more than the whole fusion, so the page's chunks are taken afterwards, by address.
@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.search_tool.documents import Chunk
-from services.search_tool.engine.lancedb.rows import CHUNK_JSON_COLUMN, to_chunk
+from services.search_tool.engine.lancedb.rows import CHUNK_JSON_COLUMN, VECTOR_COLUMN, to_chunk
 from services.search_tool.fusion import Candidate
 
 ALL_PARTITIONS = 1_000_000
@@ -88,6 +88,53 @@ async def keyword_candidates(
     scores = head.column("_score").to_pylist()
     ranked = [Candidate(chunk, float(score)) for chunk, score in zip(ids, scores, strict=True)]
     return ranked, int(result.num_rows)
+
+
+async def cosines_at(
+    table: Any,
+    addresses: Sequence[int],
+    query_vectors: npt.NDArray[np.float32],
+    budget: timedelta | None,
+) -> dict[str, float]:
+    """The best cosine similarity over the query vectors of the chunks at these addresses (their
+    stored vectors and the query vectors are L2-normalised: a dot product)."""
+    if not addresses or len(query_vectors) == 0:
+        return {}
+    taken = await (
+        table.take_row_ids(list(addresses))
+        .select([VECTOR_COLUMN])
+        .with_row_id()
+        .to_arrow(timeout=budget)
+    )
+    if taken.num_rows == 0:
+        return {}
+    stored = taken.column(VECTOR_COLUMN).combine_chunks()
+    vectors = stored.values.to_numpy().reshape(taken.num_rows, -1)
+    best = (vectors @ np.asarray(query_vectors, dtype=np.float32).T).max(axis=1)
+    rows = taken.column("_rowid").to_pylist()
+    return {str(address): float(score) for address, score in zip(rows, best, strict=True)}
+
+
+async def keyword_scores_at(
+    table: Any, text: str, addresses: Sequence[int], budget: timedelta | None
+) -> dict[str, float]:
+    """BM25 of the chunks at these addresses that contain a word of `text` (the others score 0
+    and are left out); the same scores a full keyword search gives them."""
+    if not addresses:
+        return {}
+    listed = ", ".join(str(int(a)) for a in addresses)
+    builder = (
+        table.query()
+        .nearest_to_text(text)
+        .select(["_score"])
+        .with_row_id()
+        .where(f"_rowid IN ({listed})")
+        .limit(len(addresses))
+    )
+    result = await builder.to_arrow(timeout=budget)
+    rows = result.column("_rowid").to_pylist()
+    scores = result.column("_score").to_pylist()
+    return {str(address): float(score) for address, score in zip(rows, scores, strict=True)}
 
 
 async def chunks_at(

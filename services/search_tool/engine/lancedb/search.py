@@ -15,16 +15,19 @@ from datetime import timedelta
 from typing import Any
 
 from services.common.errors import DeadlineExceeded
+from services.search_tool.documents import Chunk
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
 from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
 from services.search_tool.engine.lancedb.retrieval import (
     ALL_PARTITIONS,
     chunks_at,
+    cosines_at,
     dense_candidates,
     keyword_candidates,
+    keyword_scores_at,
 )
 from services.search_tool.engine.lancedb.sql import compile_filter
-from services.search_tool.fusion import Candidate, fuse
+from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
 
 _COUNT_CACHE_SIZE = 512
 
@@ -95,6 +98,36 @@ async def search_table(
         ) from None
 
 
+@dataclass(frozen=True)
+class ScoredCandidates:
+    """Everything a search fuses: candidates by row address, with both sides' scores."""
+
+    dense: list[list[Candidate]]
+    """One list per query vector, best first (empty for KEYWORD)."""
+    keyword: list[Candidate] | None
+    """BM25 candidates, best first (None for SEMANTIC)."""
+    completion: Completion | None
+    """HYBRID: each side's score of the candidates only the other side found."""
+
+
+async def scored_candidates(
+    table: Any,
+    query: EngineQuery,
+    *,
+    limits: SearchLimits,
+    counts: FilterCounts,
+    indexed_rows: Callable[[], int | None],
+) -> tuple[ScoredCandidates, dict[str, Chunk]]:
+    """What `search_table` would fuse for `query`, and the chunk at each candidate address:
+    fusion parameters are chosen by replaying these (`bench/eval_scifact.py`)."""
+    search = _TableSearch("", table, query, limits, counts, indexed_rows)
+    scored, _ = await search.candidates()
+    addresses = {int(c.id) for ranking in scored.dense for c in ranking}
+    addresses.update(int(c.id) for c in scored.keyword or ())
+    chunks = await chunks_at(table, sorted(addresses), None)
+    return scored, {str(address): chunk for address, chunk in chunks.items()}
+
+
 class _TableSearch:
     def __init__(
         self,
@@ -117,13 +150,21 @@ class _TableSearch:
         hybrid = query.strategy is Strategy.HYBRID
         self._candidates = max(self._depth, limits.hybrid_candidates) if hybrid else self._depth
 
-    async def run(self, *, final: bool) -> SearchPage:
-        """One page; raises `_RowsMoved` when the page comes back short, unless `final`."""
-        query = self._query
+    async def candidates(self) -> tuple[ScoredCandidates, int]:
+        """What the search fuses, and how many chunks match (an upper bound for HYBRID)."""
         (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
             self._dense_side(), self._keyword_side()
         )
-        fused = fuse(dense_lists, keyword_list, query.fusion)
+        completion = await self._completion(dense_lists, keyword_list)
+        if matched is None:
+            matched = keyword_matches or 0
+        return ScoredCandidates(dense_lists, keyword_list, completion), matched
+
+    async def run(self, *, final: bool) -> SearchPage:
+        """One page; raises `_RowsMoved` when the page comes back short, unless `final`."""
+        query = self._query
+        scored, matched = await self.candidates()
+        fused = fuse(scored.dense, scored.keyword, query.fusion, scored.completion)
         page = fused[query.offset : self._depth]
         chunks = await chunks_at(self._table, [int(f.id) for f in page], self._budget)
         if len(chunks) < len(page) and not final:
@@ -136,9 +177,24 @@ class _TableSearch:
                 continue
             seen.add(chunk.id)
             hits.append(Hit(chunk, fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score))
-        if matched is None:
-            matched = keyword_matches or 0
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))
+
+    async def _completion(
+        self, dense_lists: list[list[Candidate]], keyword_list: list[Candidate] | None
+    ) -> Completion | None:
+        """HYBRID: each side's score of the candidates only the other side found."""
+        if keyword_list is None or not dense_lists:
+            return None
+        keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
+        cosines, bm25 = await asyncio.gather(
+            cosines_at(
+                self._table, [int(i) for i in keyword_only], self._query.vectors, self._budget
+            ),
+            keyword_scores_at(
+                self._table, self._query.keyword_text, [int(i) for i in dense_only], self._budget
+            ),
+        )
+        return Completion(dense=cosines, keyword=bm25)
 
     async def _dense_side(self) -> tuple[int | None, list[list[Candidate]]]:
         """(rows matching the filter, one candidate list per query vector); KEYWORD: (None, [])."""

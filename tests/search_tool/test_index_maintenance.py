@@ -1,0 +1,92 @@
+"""Index maintenance converges by itself: a collection written only through the API ends up
+compacted into one fragment with every row inside BM25 and the scalar indexes, once writes pause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from services.common.settings import ServerSettings
+from services.search_tool.config import EngineSettings, SearchToolSettings
+from services.search_tool.embedding import Embedder
+from services.search_tool.engine.base import CollectionSpec
+from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.lancedb.indexes import IndexPolicy
+from services.search_tool.server import build_search_tool_server
+from tests.search_tool.engine_fixtures import DIMENSIONS, records
+from tests.search_tool.filter_cases import FIXTURE
+from tests.search_tool.grpc_helpers import document
+
+NEVER = IndexPolicy(fts_refresh_rows=1_000_000, fts_min_refresh_rows=1_000_000)
+"""The write path alone never rebuilds an index under this policy."""
+
+
+async def _unindexed(table: Any) -> tuple[int, int]:
+    """(data fragments, rows outside some index)."""
+    fragments = int((await table.stats())["fragment_stats"]["num_fragments"])
+    unindexed = sum(index.num_unindexed_rows or 0 for index in await table.list_indices())
+    return fragments, unindexed
+
+
+async def _written_in_three_requests(engine: LanceDBEngine) -> Any:
+    await engine.ensure_collection("c", CollectionSpec("test-model", DIMENSIONS))
+    for part in (FIXTURE[:2], FIXTURE[2:4], FIXTURE[4:]):
+        await engine.upsert("c", records(part))
+    return await engine._table("c")
+
+
+async def test_indexes_converge_once_writes_pause(tmp_path: Path) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=0.01)
+    try:
+        table = await _written_in_three_requests(engine)
+        await engine.maintenance_settled("c")
+        assert await _unindexed(table) == (1, 0)
+        await engine.delete_chunks("c", ["alpha__chunk_0"])
+        await engine.maintenance_settled("c")
+        assert await _unindexed(table) == (1, 0)
+    finally:
+        await engine.close()
+
+
+async def test_without_maintenance_api_writes_stay_unindexed(tmp_path: Path) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=None)
+    try:
+        table = await _written_in_three_requests(engine)
+        await engine.maintenance_settled("c")
+        fragments, unindexed = await _unindexed(table)
+        assert fragments == 3
+        assert unindexed > 0
+    finally:
+        await engine.close()
+
+
+async def test_a_collection_ingested_only_through_grpc_reaches_the_indexed_state(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    settings = SearchToolSettings(
+        server=ServerSettings(port=0),
+        data_dir=tmp_path / "data",
+        engine=EngineSettings(settle_after_s=0.05, fts_refresh_rows=1_000_000),
+    )
+    server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            for i in range(3):
+                await stub.UpsertDocuments(
+                    search_tool_pb2.UpsertDocumentsRequest(
+                        collection="api",
+                        documents=[document(f"doc {i}/{j}", f"text {i} {j}") for j in range(5)],
+                    )
+                )
+        assert server.service is not None
+        engine = server.service.engine
+        assert isinstance(engine, LanceDBEngine)
+        await engine.maintenance_settled("api")
+        assert await _unindexed(await engine._table("api")) == (1, 0)
+    finally:
+        await server.stop(0)
