@@ -70,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     ask_parser.add_argument("--route", default="", help="LLM gateway route")
     ask_parser.add_argument("--max-iterations", type=int, default=0)
     ask_parser.add_argument("--max-tokens", type=int, default=0)
+    ask_parser.add_argument(
+        "--tools",
+        default="",
+        help="comma-separated tools the run may use (search,read,count,calculate); default all",
+    )
     ask_parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
     ask_parser.add_argument("--tls", action="store_true", help="speak TLS to the agent")
@@ -116,6 +121,7 @@ async def ask(args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens,
                 route=args.route,
                 timeout_s=args.timeout,
+                tools=[t.strip() for t in args.tools.split(",") if t.strip()],
             )
             async for event in agent.stream_run(args.question, options):
                 render(event)
@@ -155,6 +161,12 @@ class _Renderer:
             self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")
         elif kind == "searching":
             self._searching(event.searching)
+        elif kind == "calculating":
+            c = event.calculating
+            outcome = (
+                f"= {escape(c.result)}" if not c.error else f"[red]refused:[/] {escape(c.error)}"
+            )
+            self.console.print(f"[cyan]calculate[/] [bold]{escape(c.expression)}[/] {outcome}")
         elif kind == "done":
             self._done(event.done.response)
         elif kind == "error":

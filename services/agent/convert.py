@@ -10,7 +10,15 @@ from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.agent.events import AgentEvent, Done, Failed, Searching, Started, Thinking
+from services.agent.events import (
+    AgentEvent,
+    Calculating,
+    Done,
+    Failed,
+    Searching,
+    Started,
+    Thinking,
+)
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
 from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
@@ -20,6 +28,7 @@ from services.agent.search import (
     SearchHit,
     SearchRequest,
 )
+from services.agent.tools import SUBMIT_ANSWER, TOOL_NAMES
 from services.common.errors import FieldViolation, InvalidArgument
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
@@ -97,6 +106,13 @@ def run_request(
         violations.append(FieldViolation("budget.max_iterations", "must not be negative"))
     if message.budget.max_tokens < 0:
         violations.append(FieldViolation("budget.max_tokens", "must not be negative"))
+    for i, name in enumerate(message.tools):
+        if name not in TOOL_NAMES:
+            violations.append(
+                FieldViolation(
+                    f"tools[{i}]", f"unknown tool {name!r}; one of {', '.join(TOOL_NAMES)}"
+                )
+            )
     for t, turn in enumerate(message.history):
         for name in ("question", "answer"):
             if not getattr(turn, name).strip():
@@ -115,6 +131,7 @@ def run_request(
         max_iterations=message.budget.max_iterations,
         max_tokens=message.budget.max_tokens,
         route=message.route,
+        allowed_tools=frozenset(message.tools) - {SUBMIT_ANSWER},
     )
 
 
@@ -300,6 +317,15 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
         )
     if isinstance(event, Searching):
         return agent_pb2.StreamRunResponse(searching=_searching(event))
+    if isinstance(event, Calculating):
+        return agent_pb2.StreamRunResponse(
+            calculating=agent_pb2.CalculatingEvent(
+                iteration=event.iteration,
+                expression=event.expression,
+                result=event.result,
+                error=event.error,
+            )
+        )
     if isinstance(event, Done):
         return agent_pb2.StreamRunResponse(
             done=agent_pb2.DoneEvent(response=run_response(event.result))

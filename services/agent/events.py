@@ -1,4 +1,5 @@
-"""What a run reports while it happens: started, thinking, searching, then done or error."""
+"""What a run reports while it happens: started, thinking, one event per tool call (searching,
+calculating, ...), then done or error."""
 
 from __future__ import annotations
 
@@ -41,6 +42,18 @@ class Searching:
 
 
 @dataclass(frozen=True)
+class Calculating:
+    """A `calculate` call, as evaluated (or refused)."""
+
+    iteration: int
+    """Searches done before the call."""
+    expression: str
+    result: str
+    """The value shown to the model; empty when `error` is set."""
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Done:
     result: RunResult
 
@@ -54,4 +67,4 @@ class Failed:
     retryable: bool
 
 
-AgentEvent = Started | Thinking | Searching | Done | Failed
+AgentEvent = Started | Thinking | Searching | Calculating | Done | Failed

@@ -27,6 +27,7 @@ from services.agent.answers import (
     final_results,
     unknown_citations,
 )
+from services.agent.calculator import CalculationError, calculate, format_number
 from services.agent.config import LoopSettings
 from services.agent.context import (
     SUMMARY_SYSTEM_PROMPT,
@@ -35,7 +36,7 @@ from services.agent.context import (
     split_for_compaction,
     summary_prompt,
 )
-from services.agent.events import AgentEvent, Done, Searching, Started, Thinking
+from services.agent.events import AgentEvent, Calculating, Done, Searching, Started, Thinking
 from services.agent.messages import (
     CHARS_PER_TOKEN,
     Message,
@@ -70,14 +71,17 @@ from services.agent.run import (
 )
 from services.agent.search import CollectionInfo, SearchRequest
 from services.agent.tools import (
+    CALCULATE,
+    OPTIONAL_TOOLS,
     SEARCH,
-    SEARCH_TOOL,
     SUBMIT_ANSWER,
     SUBMIT_ANSWER_TOOL,
     Answer,
+    Calculation,
     SearchPlan,
     ToolArgumentsError,
     format_results,
+    offered_tools,
     parse_arguments,
     result_budget_chars,
     tool_schema,
@@ -97,7 +101,6 @@ from services.common.errors import (
 
 log = logging.getLogger(__name__)
 
-ALL_TOOLS = (SEARCH_TOOL, SUBMIT_ANSWER_TOOL)
 ANSWER_ONLY = (SUBMIT_ANSWER_TOOL,)
 EXTRA_TURNS = 3
 """Turns beyond the search cap a model may spend on invalid or unknown calls before it is forced."""
@@ -111,7 +114,10 @@ SEARCH_FAILURES_THAT_END_THE_RUN = (
 )
 
 
-_SCHEMA_CHARS = {t.name: len(json.dumps(t.parameters)) + len(t.description) for t in ALL_TOOLS}
+_SCHEMA_CHARS = {
+    t.name: len(json.dumps(t.parameters)) + len(t.description)
+    for t in (*OPTIONAL_TOOLS.values(), SUBMIT_ANSWER_TOOL)
+}
 
 
 class _ConversationTooLong(Exception):
@@ -164,6 +170,9 @@ class _Run:
         self.run_id = run_id
         self.route = request.route or loop.default_route
         self.cap = _search_cap(request, loop.settings)
+        self.tools = offered_tools(request.allowed_tools)
+        self.tool_names = tuple(t.name for t in self.tools)
+        self.system_prompt = system_prompt(self.tool_names)
         self.seen = SeenResults()
         self.usage = RunUsage()
         self.searches = 0
@@ -244,16 +253,16 @@ class _Run:
             if self.turns >= self.cap + EXTRA_TURNS:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
-            if self._over_budget(ALL_TOOLS):
+            if self._over_budget(self.tools):
                 self.stop_reason = StopReason.BUDGET_EXHAUSTED
                 return
-            response = await self._call(ALL_TOOLS, ToolChoice())
+            response = await self._call(self.tools, ToolChoice())
             if response.text.strip():
                 yield Thinking(self.searches + 1, response.text)
             if not response.tool_calls:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
-            async for event in self._execute(response.tool_calls, allow_search=True):
+            async for event in self._execute(response.tool_calls, allow_tools=True):
                 yield event
 
     async def _final_phase(self) -> AsyncIterator[AgentEvent]:
@@ -267,7 +276,7 @@ class _Run:
             if response.text.strip():
                 yield Thinking(self.searches + 1, response.text)
             rejected_before = self.citations_rejected
-            async for event in self._execute(response.tool_calls, allow_search=False):
+            async for event in self._execute(response.tool_calls, allow_tools=False):
                 yield event
             if self.answer is not None or rejected_before or not self.citations_rejected:
                 break
@@ -275,28 +284,58 @@ class _Run:
             self.answer, self.stop_reason = fallback_answer(self.seen), StopReason.FALLBACK_ANSWER
 
     async def _execute(
-        self, calls: Sequence[ToolCall], *, allow_search: bool
+        self, calls: Sequence[ToolCall], *, allow_tools: bool
     ) -> AsyncIterator[AgentEvent]:
+        """Each call in order, answered by its own tool result; `allow_tools` False: only
+        `submit_answer` runs (the final phase)."""
         for call in calls:
             if self.answer is not None:
                 return
-            if call.name == SEARCH and allow_search and self.searches < self.cap:
-                event = await self._search(call)
-                if event is not None:
-                    yield event
-            elif call.name == SUBMIT_ANSWER:
+            if call.name == SUBMIT_ANSWER:
                 self._submit(call)
-            else:
+                continue
+            refusal = self._refusal(call, allow_tools=allow_tools)
+            if refusal:
                 with self._tool_span(call):
-                    self._tool_error(call, self._refusal(call))
+                    self._tool_error(call, refusal)
+            elif call.name == SEARCH:
+                searched = await self._search(call)
+                if searched is not None:
+                    yield searched
+            elif call.name == CALCULATE:
+                yield self._calculate(call)
 
-    def _refusal(self, call: ToolCall) -> str:
-        if call.name == SEARCH:
+    def _refusal(self, call: ToolCall, *, allow_tools: bool) -> str:
+        """Why `call` may not run now, or "" when it may."""
+        offered = ", ".join(self.tool_names)
+        if call.name not in _SCHEMA_CHARS:
+            return f"Unknown tool {call.name!r}. The tools are {offered}."
+        if call.name not in self.tool_names:
+            return f"The tool {call.name!r} is not available in this run. The tools are {offered}."
+        if call.name == SEARCH and (not allow_tools or self.searches >= self.cap):
             return (
                 f"No more searches are allowed in this run (limit {self.cap}). "
                 "Call submit_answer now with the best answer you can compose."
             )
-        return f"Unknown tool {call.name!r}. The tools are search and submit_answer."
+        if not allow_tools:
+            return f"Only submit_answer is available now: call it instead of {call.name}."
+        return ""
+
+    def _calculate(self, call: ToolCall) -> Calculating:
+        with self._tool_span(call):
+            try:
+                expression = parse_arguments(Calculation, call.arguments_json).expression
+            except ToolArgumentsError as error:
+                self._tool_error(call, str(error))
+                return Calculating(self.searches, call.arguments_json[:200], "", str(error))
+            try:
+                value = format_number(calculate(expression))
+            except CalculationError as error:
+                text = f"The expression {expression!r} was refused: {error}. Fix it and call again."
+                self._tool_error(call, text)
+                return Calculating(self.searches, expression, "", str(error))
+        self.exchanges.append(tool_result(call.id, f"{expression} = {value}"))
+        return Calculating(self.searches, expression, value)
 
     async def _search(self, call: ToolCall) -> Searching | None:
         self.searches += 1
@@ -446,16 +485,16 @@ class _Run:
             self.collection,
             summary=self.summary,
         )
-        return [system(system_prompt()), *self.history, user(task), *self.exchanges]
+        return [system(self.system_prompt), *self.history, user(task), *self.exchanges]
 
     def _fixed_chars(self, tools: Sequence[ToolSpec]) -> int:
         schemas = sum(_SCHEMA_CHARS[t.name] for t in tools)
-        return schemas + len(system_prompt()) + total_chars(self.history) + 2000
+        return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
 
     def _over_budget(self, tools: Sequence[ToolSpec]) -> bool:
         if not self.request.max_tokens:
             return False
-        chars = total_chars(self._messages()) + self._fixed_chars(tools) - len(system_prompt())
+        chars = total_chars(self._messages()) + self._fixed_chars(tools) - len(self.system_prompt)
         return self.usage_total + estimate_tokens(chars) > self.request.max_tokens
 
     @property

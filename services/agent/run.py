@@ -52,6 +52,8 @@ class RunRequest:
     """Total input + output tokens across model calls; 0 means unlimited."""
     route: str = ""
     """LLM gateway route; empty means the agent's configured route."""
+    allowed_tools: frozenset[str] = frozenset()
+    """Tools the run may use besides `submit_answer`; empty means all."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The two tools the model gets: `search` and `submit_answer`.
+"""The tools the model gets: `search`, `read`, `count`, `calculate` and `submit_answer`.
 
+A request may name the tools a run may use (`allowed_tools`); `submit_answer` is always offered.
 Their JSON schemas are generated from the same pydantic models that validate the arguments, so
 what the model is told and what is accepted cannot drift apart. Search results are formatted for
 the model within the Layer-1 budget: lowest-ranked results are dropped whole, a result is never cut.
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from services.agent.calculator import FUNCTION_NAMES, MAX_EXPRESSION_CHARS
 from services.agent.filters import FilterGroup
 from services.agent.messages import CHARS_PER_TOKEN
 from services.agent.ports import ToolSpec
@@ -22,6 +24,9 @@ from services.agent.search import SearchHit, Strategy
 M = TypeVar("M", bound=BaseModel)
 
 SEARCH = "search"
+READ = "read"
+COUNT = "count"
+CALCULATE = "calculate"
 SUBMIT_ANSWER = "submit_answer"
 
 
@@ -73,6 +78,17 @@ class Answer(BaseModel):
     )
 
 
+class Calculation(BaseModel):
+    """Arguments of the `calculate` tool."""
+
+    expression: str = Field(
+        min_length=1,
+        max_length=MAX_EXPRESSION_CHARS,
+        description="Arithmetic over numbers you read, e.g. (1250 - 980) / 980 * 100. "
+        "Operators + - * / // % ** and parentheses; functions " + ", ".join(FUNCTION_NAMES) + ".",
+    )
+
+
 def tool_schema(model: type[BaseModel]) -> dict[str, Any]:
     """`model`'s JSON schema, `$ref`s inlined and titles removed, ready for any provider."""
     schema = model.model_json_schema()
@@ -108,6 +124,21 @@ SUBMIT_ANSWER_TOOL = ToolSpec(
     "information to answer the user's query, or when further searching would not improve it.",
     parameters=tool_schema(Answer),
 )
+CALCULATE_TOOL = ToolSpec(
+    name=CALCULATE,
+    description="Evaluate an arithmetic expression exactly (sums, differences, ratios, "
+    "percentages) over numbers found in the results. Use it instead of computing in your head.",
+    parameters=tool_schema(Calculation),
+)
+OPTIONAL_TOOLS: dict[str, ToolSpec] = {SEARCH: SEARCH_TOOL, CALCULATE: CALCULATE_TOOL}
+"""Every tool a request may allow, by name, in the order they are offered."""
+TOOL_NAMES = (*OPTIONAL_TOOLS, SUBMIT_ANSWER)
+
+
+def offered_tools(allowed: frozenset[str]) -> tuple[ToolSpec, ...]:
+    """The tools of a run: those allowed (all when `allowed` is empty), then `submit_answer`."""
+    chosen = [spec for name, spec in OPTIONAL_TOOLS.items() if not allowed or name in allowed]
+    return (*chosen, SUBMIT_ANSWER_TOOL)
 
 
 class ToolArgumentsError(ValueError):

@@ -47,7 +47,7 @@ class Budget(_message.Message):
     def __init__(self, max_iterations: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route")
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class RunRequest(_message.Message):
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     filter: _search_pb2.Filter
@@ -64,10 +65,11 @@ class RunRequest(_message.Message):
     history: _containers.RepeatedCompositeFieldContainer[ConversationTurn]
     budget: Budget
     route: str
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ...) -> None: ...
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamRunRequest(_message.Message):
-    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route")
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +78,7 @@ class StreamRunRequest(_message.Message):
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     filter: _search_pb2.Filter
@@ -84,7 +87,8 @@ class StreamRunRequest(_message.Message):
     history: _containers.RepeatedCompositeFieldContainer[ConversationTurn]
     budget: Budget
     route: str
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ...) -> None: ...
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Citation(_message.Message):
     __slots__ = ("result_id", "title", "url")
@@ -174,6 +178,18 @@ class SearchingEvent(_message.Message):
     duration_ms: int
     def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
+class CalculatingEvent(_message.Message):
+    __slots__ = ("iteration", "expression", "result", "error")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    expression: str
+    result: str
+    error: str
+    def __init__(self, iteration: _Optional[int] = ..., expression: _Optional[str] = ..., result: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
 class DoneEvent(_message.Message):
     __slots__ = ("response",)
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
@@ -191,15 +207,17 @@ class ErrorEvent(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("started", "thinking", "searching", "done", "error")
+    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     THINKING_FIELD_NUMBER: _ClassVar[int]
     SEARCHING_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CALCULATING_FIELD_NUMBER: _ClassVar[int]
     started: StartedEvent
     thinking: ThinkingEvent
     searching: SearchingEvent
     done: DoneEvent
     error: ErrorEvent
-    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ...) -> None: ...
+    calculating: CalculatingEvent
+    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,101 @@
+"""The agent's tools through the three real services, the model scripted on the fake OpenAI
+server: what each tool returns to the model, the events a caller sees, and the allowlist."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from quarry.agent.v1 import agent_pb2
+
+from services.agent.client import AgentClient, RunOptions
+from services.llm_gateway.testing import Reply, ScriptedToolCall
+from tests.e2e.conftest import COLLECTION, Stack
+
+pytestmark = pytest.mark.slow
+QUESTION = "By how much does 1250 exceed 980, in percent?"
+
+
+def _call(call_id: str, name: str, arguments: dict[str, Any] | str) -> ScriptedToolCall:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return ScriptedToolCall(call_id, name, text)
+
+
+def _answer(call_id: str, text: str, citations: list[str] | None = None) -> Reply:
+    cited = [{"result_id": c} for c in citations or []]
+    return Reply(tool_calls=[_call(call_id, "submit_answer", {"text": text, "citations": cited})])
+
+
+async def _stream(stack: Stack, options: RunOptions) -> list[agent_pb2.StreamRunResponse]:
+    async with AgentClient(stack.agent) as agent:
+        return [event async for event in agent.stream_run(QUESTION, options)]
+
+
+def _tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in body["messages"] if m["role"] == "tool"]
+
+
+async def test_calculate_answers_the_model_and_streams_a_calculating_event(stack: Stack) -> None:
+    stack.openai.script.reset(
+        [
+            Reply(
+                text="Compute the change.",
+                tool_calls=[_call("c1", "calculate", {"expression": "(1250 - 980) / 980 * 100"})],
+            ),
+            Reply(tool_calls=[_call("c2", "calculate", {"expression": "1 / 0"})]),
+            _answer("c3", "27.55 % more."),
+        ]
+    )
+    before = len(stack.openai.requests)
+    events = await _stream(
+        stack,
+        RunOptions(collection=COLLECTION, mode="thinking", route="openai", timeout_s=60),
+    )
+
+    calculations = [e.calculating for e in events if e.WhichOneof("event") == "calculating"]
+    assert [(c.expression, c.result, c.error) for c in calculations] == [
+        ("(1250 - 980) / 980 * 100", "27.5510204082", ""),
+        ("1 / 0", "", "division by zero"),
+    ]
+    sent = stack.openai.requests[before:]
+    assert [t["function"]["name"] for t in sent[0].body["tools"]] == [
+        "search",
+        "calculate",
+        "submit_answer",
+    ]
+    assert _tool_messages(sent[1].body)[0]["content"] == "(1250 - 980) / 980 * 100 = 27.5510204082"
+    assert "division by zero" in _tool_messages(sent[2].body)[1]["content"]
+    assert events[-1].done.response.answer.text == "27.55 % more."
+
+
+async def test_the_allowlist_limits_the_tools_and_refuses_others_back_to_the_model(
+    stack: Stack,
+) -> None:
+    stack.openai.script.reset(
+        [
+            Reply(tool_calls=[_call("c1", "calculate", {"expression": "2 + 2"})]),
+            _answer("c2", "I cannot calculate here."),
+        ]
+    )
+    before = len(stack.openai.requests)
+    events = await _stream(
+        stack,
+        RunOptions(
+            collection=COLLECTION,
+            mode="thinking",
+            route="openai",
+            timeout_s=60,
+            tools=["search"],
+        ),
+    )
+
+    sent = stack.openai.requests[before:]
+    assert [t["function"]["name"] for t in sent[0].body["tools"]] == ["search", "submit_answer"]
+    system = sent[0].body["messages"][0]["content"]
+    assert "calculate" not in system
+    assert _tool_messages(sent[1].body)[0]["content"] == (
+        "The tool 'calculate' is not available in this run. The tools are search, submit_answer."
+    )
+    assert not [e for e in events if e.WhichOneof("event") == "calculating"]
+    assert events[-1].WhichOneof("event") == "done"
