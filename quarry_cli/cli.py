@@ -161,6 +161,13 @@ class _Renderer:
             self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")
         elif kind == "searching":
             self._searching(event.searching)
+        elif kind == "reading":
+            r = event.reading
+            last = r.first_chunk + r.chunks_shown - 1
+            self.console.print(
+                f"[cyan]read[/] [bold]{escape(r.document_id)}[/] chunks {r.first_chunk}-{last} "
+                f"of {r.chunk_count} [dim]in {r.duration_ms} ms[/]"
+            )
         elif kind == "calculating":
             c = event.calculating
             outcome = (

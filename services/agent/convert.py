@@ -15,6 +15,7 @@ from services.agent.events import (
     Calculating,
     Done,
     Failed,
+    Reading,
     Searching,
     Started,
     Thinking,
@@ -25,6 +26,7 @@ from services.agent.search import (
     Breadcrumb,
     CollectionInfo,
     Facet,
+    ReadRequest,
     SearchHit,
     SearchRequest,
 )
@@ -187,15 +189,39 @@ def search_request(request: SearchRequest) -> search_tool_pb2.SearchRequest:
 # --- search tool replies -------------------------------------------------------------------------
 
 
+def read_request(request: ReadRequest) -> search_tool_pb2.ReadDocumentRequest:
+    return search_tool_pb2.ReadDocumentRequest(
+        collection=request.collection,
+        document_id=request.document_id,
+        first_chunk=request.first_chunk,
+        max_chunks=request.max_chunks,
+        caller_filter=request.caller_filter,
+    )
+
+
 def search_hit(result: search_pb2.SearchResult) -> SearchHit:
-    chunk = result.chunk
+    return chunk_hit(
+        result.chunk,
+        score=result.score,
+        dense_score=result.dense_score if result.HasField("dense_score") else None,
+        keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
+    )
+
+
+def chunk_hit(
+    chunk: search_pb2.Chunk,
+    *,
+    score: float = 0.0,
+    dense_score: float | None = None,
+    keyword_score: float | None = None,
+) -> SearchHit:
     return SearchHit(
         id=chunk.id,
         document_id=chunk.document_id,
         chunk_index=chunk.chunk_index,
         title=chunk.title,
         text=chunk.text,
-        score=result.score,
+        score=score,
         source=chunk.source,
         entity_type=chunk.entity_type,
         url=chunk.url,
@@ -203,8 +229,8 @@ def search_hit(result: search_pb2.SearchResult) -> SearchHit:
         updated_at=_datetime(chunk.updated_at) if chunk.HasField("updated_at") else None,
         breadcrumbs=tuple(Breadcrumb(b.id, b.name, b.entity_type) for b in chunk.breadcrumbs),
         metadata={k: _metadata_value(v) for k, v in chunk.metadata.items()},
-        dense_score=result.dense_score if result.HasField("dense_score") else None,
-        keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
+        dense_score=dense_score,
+        keyword_score=keyword_score,
     )
 
 
@@ -317,6 +343,18 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
         )
     if isinstance(event, Searching):
         return agent_pb2.StreamRunResponse(searching=_searching(event))
+    if isinstance(event, Reading):
+        return agent_pb2.StreamRunResponse(
+            reading=agent_pb2.ReadingEvent(
+                iteration=event.iteration,
+                result_id=event.result_id,
+                document_id=event.document_id,
+                first_chunk=event.first_chunk,
+                chunks_shown=event.chunks_shown,
+                chunk_count=event.chunk_count,
+                duration_ms=event.duration_ms,
+            )
+        )
     if isinstance(event, Calculating):
         return agent_pb2.StreamRunResponse(
             calculating=agent_pb2.CalculatingEvent(

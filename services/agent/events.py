@@ -42,6 +42,23 @@ class Searching:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """A `read` call, as executed."""
+
+    iteration: int
+    """Searches done before the call."""
+    result_id: str
+    """The result whose document was read."""
+    document_id: str
+    first_chunk: int
+    chunks_shown: int
+    """Chunks shown to the model (within the budget)."""
+    chunk_count: int
+    """Chunks of the document the caller may see."""
+    duration_ms: int
+
+
+@dataclass(frozen=True)
 class Calculating:
     """A `calculate` call, as evaluated (or refused)."""
 
@@ -67,4 +84,4 @@ class Failed:
     retryable: bool
 
 
-AgentEvent = Started | Thinking | Searching | Calculating | Done | Failed
+AgentEvent = Started | Thinking | Searching | Reading | Calculating | Done | Failed

@@ -36,7 +36,15 @@ from services.agent.context import (
     split_for_compaction,
     summary_prompt,
 )
-from services.agent.events import AgentEvent, Calculating, Done, Searching, Started, Thinking
+from services.agent.events import (
+    AgentEvent,
+    Calculating,
+    Done,
+    Reading,
+    Searching,
+    Started,
+    Thinking,
+)
 from services.agent.messages import (
     CHARS_PER_TOKEN,
     Message,
@@ -69,17 +77,21 @@ from services.agent.run import (
     RunUsage,
     StopReason,
 )
-from services.agent.search import CollectionInfo, SearchRequest
+from services.agent.search import CollectionInfo, ReadRequest, SearchRequest
 from services.agent.tools import (
     CALCULATE,
+    MAX_READ_CHUNKS,
     OPTIONAL_TOOLS,
+    READ,
     SEARCH,
     SUBMIT_ANSWER,
     SUBMIT_ANSWER_TOOL,
     Answer,
     Calculation,
+    ReadPlan,
     SearchPlan,
     ToolArgumentsError,
+    format_read,
     format_results,
     offered_tools,
     parse_arguments,
@@ -302,6 +314,10 @@ class _Run:
                 searched = await self._search(call)
                 if searched is not None:
                     yield searched
+            elif call.name == READ:
+                read = await self._read(call)
+                if read is not None:
+                    yield read
             elif call.name == CALCULATE:
                 yield self._calculate(call)
 
@@ -320,6 +336,56 @@ class _Run:
         if not allow_tools:
             return f"Only submit_answer is available now: call it instead of {call.name}."
         return ""
+
+    async def _read(self, call: ToolCall) -> Reading | None:
+        with self._tool_span(call):
+            try:
+                plan = parse_arguments(ReadPlan, call.arguments_json)
+            except ToolArgumentsError as error:
+                self._tool_error(call, str(error))
+                return None
+            hit = self.seen.by_id.get(plan.result_id)
+            if hit is None:
+                self._tool_error(
+                    call,
+                    f"{plan.result_id!r} is not a result you have seen in this conversation. "
+                    "Read only ids shown in results (`### [result_id] title`).",
+                )
+                return None
+            around = plan.scope == "around"
+            request = ReadRequest(
+                collection=self.request.collection,
+                document_id=hit.document_id,
+                first_chunk=max(hit.chunk_index - plan.neighbours, 0) if around else 0,
+                max_chunks=2 * plan.neighbours + 1 if around else MAX_READ_CHUNKS,
+                caller_filter=self.request.caller_filter,
+            )
+            started = time.perf_counter()
+            try:
+                document = await self.loop.search.read_document(
+                    request, remaining_s=self.deadline.remaining()
+                )
+            except SEARCH_FAILURES_THAT_END_THE_RUN:
+                raise
+            except QuarryError as error:
+                self._tool_error(call, f"The read failed: {error.message}.")
+                return None
+            duration_ms = int((time.perf_counter() - started) * 1000)
+            budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
+            formatted = format_read(
+                hit.document_id, document.chunks, document.chunk_count, max_chars=budget
+            )
+        self.seen.add(formatted.shown)
+        self.exchanges.append(tool_result(call.id, formatted.text))
+        return Reading(
+            iteration=self.searches,
+            result_id=plan.result_id,
+            document_id=hit.document_id,
+            first_chunk=request.first_chunk,
+            chunks_shown=len(formatted.shown),
+            chunk_count=document.chunk_count,
+            duration_ms=duration_ms,
+        )
 
     def _calculate(self, call: ToolCall) -> Calculating:
         with self._tool_span(call):

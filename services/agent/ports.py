@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from services.agent.messages import Message, ToolCall
-from services.agent.search import CollectionInfo, SearchPage, SearchRequest
+from services.agent.search import (
+    CollectionInfo,
+    DocumentChunks,
+    ReadRequest,
+    SearchPage,
+    SearchRequest,
+)
 
 
 class ContextWindowExceeded(Exception):
@@ -111,4 +117,10 @@ class SearchClient(Protocol):
 
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
         """Raises `NotFound` for an unknown collection."""
+        ...
+
+    async def read_document(
+        self, request: ReadRequest, *, remaining_s: float | None
+    ) -> DocumentChunks:
+        """Raises `NotFound` when the document has no chunk inside the caller's filter."""
         ...

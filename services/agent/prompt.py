@@ -30,6 +30,8 @@ SUMMARY_HEADING = "## Previous search history summary"
 TOOL_LINES = {
     "search": "- `search`: search the collection with a query, optional rephrasings, filters and a "
     "retrieval strategy.",
+    "read": "- `read`: read more of a document a result came from: the passage around the "
+    "result, or the whole document.",
     "calculate": "- `calculate`: evaluate an arithmetic expression over numbers you read.",
     "submit_answer": "- `submit_answer`: submit your final answer with citations. Calling it ends "
     "the conversation.",

@@ -60,6 +60,29 @@ class SearchRequest:
 
 
 @dataclass(frozen=True)
+class ReadRequest:
+    """One read of the search tool: a document's chunks from `first_chunk` on."""
+
+    collection: str
+    document_id: str
+    first_chunk: int = 0
+    max_chunks: int = 20
+    """1..200."""
+    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    """The run's caller filter, forwarded as sent; the search tool applies it."""
+
+
+@dataclass(frozen=True)
+class DocumentChunks:
+    """What a read returned."""
+
+    chunks: list[SearchHit]
+    """In chunk order; `score` is 0 (a read is not ranked)."""
+    chunk_count: int
+    """Chunks of the document the caller may see, in all."""
+
+
+@dataclass(frozen=True)
 class SearchPage:
     hits: list[SearchHit]
     """Best first."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -78,6 +78,28 @@ class Answer(BaseModel):
     )
 
 
+MAX_NEIGHBOURS = 10
+MAX_READ_CHUNKS = 200
+
+
+class ReadPlan(BaseModel):
+    """Arguments of the `read` tool."""
+
+    result_id: str = Field(
+        min_length=1,
+        description="Id of a result you saw (the id in `### [result_id] title`); its document is "
+        "read.",
+    )
+    scope: Literal["around", "document"] = Field(
+        default="around",
+        description="around: the result's chunk with `neighbours` chunks before and after it; "
+        "document: the whole document from its first chunk, as far as the budget allows.",
+    )
+    neighbours: int = Field(
+        default=2, ge=0, le=MAX_NEIGHBOURS, description="around: chunks on each side."
+    )
+
+
 class Calculation(BaseModel):
     """Arguments of the `calculate` tool."""
 
@@ -130,7 +152,18 @@ CALCULATE_TOOL = ToolSpec(
     "percentages) over numbers found in the results. Use it instead of computing in your head.",
     parameters=tool_schema(Calculation),
 )
-OPTIONAL_TOOLS: dict[str, ToolSpec] = {SEARCH: SEARCH_TOOL, CALCULATE: CALCULATE_TOOL}
+READ_TOOL = ToolSpec(
+    name=READ,
+    description="Read more of a document a result came from: the passage around the result, or "
+    "the whole document. Use it when a result is cut off, refers to text before or after it, or "
+    "the answer needs the full context.",
+    parameters=tool_schema(ReadPlan),
+)
+OPTIONAL_TOOLS: dict[str, ToolSpec] = {
+    SEARCH: SEARCH_TOOL,
+    READ: READ_TOOL,
+    CALCULATE: CALCULATE_TOOL,
+}
 """Every tool a request may allow, by name, in the order they are offered."""
 TOOL_NAMES = (*OPTIONAL_TOOLS, SUBMIT_ANSWER)
 
@@ -205,4 +238,29 @@ def _block(hit: SearchHit) -> str:
         f"source: {hit.source} | entity_type: {hit.entity_type} | "
         f"score: {hit.score:.4f} | url: {hit.url}"
     )
+    return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"
+
+
+def format_read(
+    document_id: str, chunks: Sequence[SearchHit], chunk_count: int, *, max_chars: int
+) -> FormattedResults:
+    """A read's chunks in order until the budget is spent; a chunk is never cut."""
+    blocks: list[str] = []
+    used = 0
+    for chunk in chunks:
+        block = _read_block(chunk)
+        if used + len(block) > max_chars:
+            break
+        blocks.append(block)
+        used += len(block)
+    shown = list(chunks[: len(blocks)])
+    if shown:
+        span = f"chunks {shown[0].chunk_index}-{shown[-1].chunk_index} of {chunk_count}"
+    else:
+        span = f"no chunk fits the budget ({chunk_count} chunks)"
+    return FormattedResults(text=f"Read {document_id}: {span}.\n" + "".join(blocks), shown=shown)
+
+
+def _read_block(hit: SearchHit) -> str:
+    meta = f"source: {hit.source} | entity_type: {hit.entity_type} | url: {hit.url}"
     return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"

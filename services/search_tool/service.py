@@ -39,6 +39,7 @@ from services.search_tool.filters import (
 )
 from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
 from services.search_tool.limits import RequestLimits
+from services.search_tool.reading import DocumentRead, ReadRequest, read_document
 
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_VARIATIONS = 9
@@ -194,6 +195,12 @@ class SearchService:
         )
         page = await self._engine.search(request.collection, query)
         return SearchOutcome(page, (time.perf_counter() - started) * 1000)
+
+    async def read_document(self, request: ReadRequest) -> DocumentRead:
+        """A document's chunks by index range, inside the caller's filter (see `reading`)."""
+        validate_collection_name(request.collection)
+        fields = await self._engine.fields(request.collection)
+        return await read_document(self._engine, request, fields, self._settings.limits)
 
     async def get_collection(self, collection: str) -> CollectionStats:
         validate_collection_name(collection)

@@ -14,12 +14,14 @@ from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 from services.common.auth import AUTHENTICATED, READ, WRITE, MethodRule, visible_collections
 from services.common.errors import Unavailable
 from services.search_tool.convert import (
+    chunk_to_proto,
     collection_to_proto,
     document_from_proto,
     filter_from_proto,
     hit_to_proto,
     strategy_from_proto,
 )
+from services.search_tool.reading import ReadRequest
 from services.search_tool.service import SearchRequest, SearchService
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -32,6 +34,7 @@ ACCESS_RULES: dict[str, MethodRule] = {
     "GetCollection": READ,
     "ListCollections": AUTHENTICATED,
     "Embed": AUTHENTICATED,
+    "ReadDocument": READ,
 }
 """What each RPC requires of an API key (enforced by the shared auth interceptor on the request;
 `ListCollections` answers only the collections the key may read)."""
@@ -98,6 +101,22 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
             results=[hit_to_proto(hit) for hit in outcome.page.hits],
             total_count=outcome.page.total_count,
             took_ms=outcome.took_ms,
+        )
+
+    async def ReadDocument(
+        self, request: search_tool_pb2.ReadDocumentRequest, context: Context
+    ) -> search_tool_pb2.ReadDocumentResponse:
+        read = await self._ready().read_document(
+            ReadRequest(
+                collection=request.collection,
+                document_id=request.document_id,
+                first_chunk=request.first_chunk,
+                max_chunks=request.max_chunks,
+                caller_filter=filter_from_proto(request.caller_filter),
+            )
+        )
+        return search_tool_pb2.ReadDocumentResponse(
+            chunks=[chunk_to_proto(c) for c in read.chunks], chunk_count=read.chunk_count
         )
 
     async def GetCollection(

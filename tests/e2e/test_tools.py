@@ -10,6 +10,7 @@ import pytest
 from quarry.agent.v1 import agent_pb2
 
 from services.agent.client import AgentClient, RunOptions
+from services.agent.tools import TOOL_NAMES
 from services.llm_gateway.testing import Reply, ScriptedToolCall
 from tests.e2e.conftest import COLLECTION, Stack
 
@@ -59,11 +60,7 @@ async def test_calculate_answers_the_model_and_streams_a_calculating_event(stack
         ("1 / 0", "", "division by zero"),
     ]
     sent = stack.openai.requests[before:]
-    assert [t["function"]["name"] for t in sent[0].body["tools"]] == [
-        "search",
-        "calculate",
-        "submit_answer",
-    ]
+    assert [t["function"]["name"] for t in sent[0].body["tools"]] == list(TOOL_NAMES)
     assert _tool_messages(sent[1].body)[0]["content"] == "(1250 - 980) / 980 * 100 = 27.5510204082"
     assert "division by zero" in _tool_messages(sent[2].body)[1]["content"]
     assert events[-1].done.response.answer.text == "27.55 % more."
@@ -99,3 +96,36 @@ async def test_the_allowlist_limits_the_tools_and_refuses_others_back_to_the_mod
     )
     assert not [e for e in events if e.WhichOneof("event") == "calculating"]
     assert events[-1].WhichOneof("event") == "done"
+
+
+async def test_read_returns_the_document_of_a_seen_result_within_the_caller_filter(
+    stack: Stack,
+) -> None:
+    search = {"query": {"primary": "temporary directory removed automatically"}, "limit": 1}
+    stack.openai.script.reset(
+        [
+            Reply(tool_calls=[_call("c1", "search", search)]),
+            Reply(
+                tool_calls=[
+                    _call("c2", "read", {"result_id": "tempfile-tempdir__chunk_0"}),
+                    _call("c3", "read", {"result_id": "shutil-rmtree__chunk_0"}),
+                ]
+            ),
+            _answer("c4", "TemporaryDirectory [1].", ["tempfile-tempdir__chunk_0"]),
+        ]
+    )
+    before = len(stack.openai.requests)
+    events = await _stream(
+        stack,
+        RunOptions(collection=COLLECTION, mode="thinking", route="openai", timeout_s=60),
+    )
+
+    reads = [e.reading for e in events if e.WhichOneof("event") == "reading"]
+    assert [(r.document_id, r.first_chunk, r.chunks_shown, r.chunk_count) for r in reads] == [
+        ("tempfile-tempdir", 0, 1, 1)
+    ]
+    results = _tool_messages(stack.openai.requests[before:][2].body)
+    assert results[1]["content"].startswith("Read tempfile-tempdir: chunks 0-0 of 1.")
+    assert "### [tempfile-tempdir__chunk_0] tempfile.TemporaryDirectory" in results[1]["content"]
+    assert "'shutil-rmtree__chunk_0' is not a result you have seen" in results[2]["content"]
+    assert events[-1].done.response.answer.citations[0].result_id == "tempfile-tempdir__chunk_0"

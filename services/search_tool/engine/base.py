@@ -188,3 +188,7 @@ class SearchEngine(Protocol):
 
     async def describe(self, name: str) -> CollectionStats:
         """Counts, fields, date range and embedding of a collection."""
+
+    async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
+        """Up to `limit` chunks matching `where` (an empty filter matches all), unranked and in
+        no particular order."""

@@ -20,7 +20,7 @@ import lancedb
 import pyarrow as pa
 
 from services.common.errors import FailedPrecondition, NotFound
-from services.search_tool.documents import ChunkRecord
+from services.search_tool.documents import Chunk, ChunkRecord
 from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
@@ -41,6 +41,7 @@ from services.search_tool.engine.lancedb.rows import (
     base_schema,
     embedding_of,
     filterable_fields,
+    to_chunk,
     to_table,
 )
 from services.search_tool.engine.lancedb.search import FilterCounts, SearchLimits, search_table
@@ -267,6 +268,14 @@ class LanceDBEngine:
         stats = await describe_table(name, table)
         self._described[name] = (version, stats)
         return stats
+
+    async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
+        query = (await self._table(name)).query().select(["chunk_json"]).limit(limit)
+        compiled = compile_filter(where)
+        if compiled is not None:
+            query = query.where(compiled)
+        rows = await query.to_arrow()
+        return [to_chunk(text) for text in rows.column("chunk_json").to_pylist()]
 
     async def _delete(self, name: str, predicates: Sequence[str]) -> int:
         deleted = 0

@@ -178,6 +178,24 @@ class SearchingEvent(_message.Message):
     duration_ms: int
     def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
+class ReadingEvent(_message.Message):
+    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_ID_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_SHOWN_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    result_id: str
+    document_id: str
+    first_chunk: int
+    chunks_shown: int
+    chunk_count: int
+    duration_ms: int
+    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
 class CalculatingEvent(_message.Message):
     __slots__ = ("iteration", "expression", "result", "error")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -207,17 +225,19 @@ class ErrorEvent(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating")
+    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     THINKING_FIELD_NUMBER: _ClassVar[int]
     SEARCHING_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CALCULATING_FIELD_NUMBER: _ClassVar[int]
+    READING_FIELD_NUMBER: _ClassVar[int]
     started: StartedEvent
     thinking: ThinkingEvent
     searching: SearchingEvent
     done: DoneEvent
     error: ErrorEvent
     calculating: CalculatingEvent
-    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ...) -> None: ...
+    reading: ReadingEvent
+    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ...) -> None: ...

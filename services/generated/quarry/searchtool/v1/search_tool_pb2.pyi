@@ -216,3 +216,25 @@ class EmbedResponse(_message.Message):
     model: str
     dimensions: int
     def __init__(self, embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., model: _Optional[str] = ..., dimensions: _Optional[int] = ...) -> None: ...
+
+class ReadDocumentRequest(_message.Message):
+    __slots__ = ("collection", "document_id", "first_chunk", "max_chunks", "caller_filter")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    document_id: str
+    first_chunk: int
+    max_chunks: int
+    caller_filter: _search_pb2.Filter
+    def __init__(self, collection: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., max_chunks: _Optional[int] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ...) -> None: ...
+
+class ReadDocumentResponse(_message.Message):
+    __slots__ = ("chunks", "chunk_count")
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    chunks: _containers.RepeatedCompositeFieldContainer[_search_pb2.Chunk]
+    chunk_count: int
+    def __init__(self, chunks: _Optional[_Iterable[_Union[_search_pb2.Chunk, _Mapping]]] = ..., chunk_count: _Optional[int] = ...) -> None: ...

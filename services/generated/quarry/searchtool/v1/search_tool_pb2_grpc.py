@@ -70,6 +70,11 @@ class SearchToolServiceStub:
                 request_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.EmbedRequest.SerializeToString,
                 response_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.EmbedResponse.FromString,
                 _registered_method=True)
+        self.ReadDocument = channel.unary_unary(
+                '/quarry.searchtool.v1.SearchToolService/ReadDocument',
+                request_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentRequest.SerializeToString,
+                response_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentResponse.FromString,
+                _registered_method=True)
 
 
 class SearchToolServiceServicer:
@@ -126,6 +131,14 @@ class SearchToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadDocument(self, request, context):
+        """Reads one document's chunks by index range, under the caller's filter: a document with no
+        chunk inside `caller_filter` is NOT_FOUND, exactly as one that does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SearchToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +176,11 @@ def add_SearchToolServiceServicer_to_server(servicer, server):
                     servicer.Embed,
                     request_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.EmbedRequest.FromString,
                     response_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.EmbedResponse.SerializeToString,
+            ),
+            'ReadDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadDocument,
+                    request_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentRequest.FromString,
+                    response_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +373,33 @@ class SearchToolService:
             '/quarry.searchtool.v1.SearchToolService/Embed',
             quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.EmbedRequest.SerializeToString,
             quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.EmbedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.searchtool.v1.SearchToolService/ReadDocument',
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentRequest.SerializeToString,
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
