@@ -162,18 +162,11 @@ class _Renderer:
         elif kind == "searching":
             self._searching(event.searching)
         elif kind == "reading":
-            r = event.reading
-            last = r.first_chunk + r.chunks_shown - 1
-            self.console.print(
-                f"[cyan]read[/] [bold]{escape(r.document_id)}[/] chunks {r.first_chunk}-{last} "
-                f"of {r.chunk_count} [dim]in {r.duration_ms} ms[/]"
-            )
+            self._reading(event.reading)
+        elif kind == "counting":
+            self._counting(event.counting)
         elif kind == "calculating":
-            c = event.calculating
-            outcome = (
-                f"= {escape(c.result)}" if not c.error else f"[red]refused:[/] {escape(c.error)}"
-            )
-            self.console.print(f"[cyan]calculate[/] [bold]{escape(c.expression)}[/] {outcome}")
+            self._calculating(event.calculating)
         elif kind == "done":
             self._done(event.done.response)
         elif kind == "error":
@@ -189,6 +182,26 @@ class _Renderer:
             f"[dim]({strategy}{filtered})[/] → {s.result_count} of {s.total_count} results "
             f"in {s.duration_ms} ms"
         )
+
+    def _reading(self, r: agent_pb2.ReadingEvent) -> None:
+        last = r.first_chunk + r.chunks_shown - 1
+        self.console.print(
+            f"[cyan]read[/] [bold]{escape(r.document_id)}[/] chunks {r.first_chunk}-{last} "
+            f"of {r.chunk_count} [dim]in {r.duration_ms} ms[/]"
+        )
+
+    def _counting(self, c: agent_pb2.CountingEvent) -> None:
+        by = f" by {', '.join(c.group_by)}" if c.group_by else ""
+        bound = "" if c.exact else "at least "
+        filtered = " (filtered)" if c.filter.groups else ""
+        self.console.print(
+            f"[cyan]count[/]{filtered}{escape(by)} → {bound}{c.document_count} documents "
+            f"[dim]in {c.duration_ms} ms[/]"
+        )
+
+    def _calculating(self, c: agent_pb2.CalculatingEvent) -> None:
+        outcome = f"= {escape(c.result)}" if not c.error else f"[red]refused:[/] {escape(c.error)}"
+        self.console.print(f"[cyan]calculate[/] [bold]{escape(c.expression)}[/] {outcome}")
 
     def _done(self, response: agent_pb2.RunResponse) -> None:
         self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))

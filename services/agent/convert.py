@@ -13,6 +13,7 @@ from quarry.searchtool.v1 import search_tool_pb2
 from services.agent.events import (
     AgentEvent,
     Calculating,
+    Counting,
     Done,
     Failed,
     Reading,
@@ -24,7 +25,10 @@ from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
 from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
     Breadcrumb,
+    Breakdown,
     CollectionInfo,
+    CountRequest,
+    DocumentCount,
     Facet,
     ReadRequest,
     SearchHit,
@@ -199,6 +203,40 @@ def read_request(request: ReadRequest) -> search_tool_pb2.ReadDocumentRequest:
     )
 
 
+_INTERVALS = {
+    "year": search_tool_pb2.DATE_INTERVAL_YEAR,
+    "month": search_tool_pb2.DATE_INTERVAL_MONTH,
+    "day": search_tool_pb2.DATE_INTERVAL_DAY,
+}
+
+
+def count_request(request: CountRequest) -> search_tool_pb2.CountDocumentsRequest:
+    return search_tool_pb2.CountDocumentsRequest(
+        collection=request.collection,
+        filter=filter_message(request.filter_groups),
+        caller_filter=request.caller_filter,
+        group_by=request.group_by,
+        date_interval=_INTERVALS[request.date_interval],
+        max_buckets=request.max_buckets,
+    )
+
+
+def document_count(message: search_tool_pb2.CountDocumentsResponse) -> DocumentCount:
+    return DocumentCount(
+        document_count=message.document_count,
+        chunk_count=message.chunk_count,
+        breakdowns=tuple(
+            Breakdown(
+                field=b.field,
+                buckets=tuple(Facet(f.value, f.count) for f in b.buckets),
+                omitted=b.omitted_buckets,
+            )
+            for b in message.breakdowns
+        ),
+        exact=message.exact,
+    )
+
+
 def search_hit(result: search_pb2.SearchResult) -> SearchHit:
     return chunk_hit(
         result.chunk,
@@ -352,6 +390,17 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 first_chunk=event.first_chunk,
                 chunks_shown=event.chunks_shown,
                 chunk_count=event.chunk_count,
+                duration_ms=event.duration_ms,
+            )
+        )
+    if isinstance(event, Counting):
+        return agent_pb2.StreamRunResponse(
+            counting=agent_pb2.CountingEvent(
+                iteration=event.iteration,
+                filter=filter_message(event.filter_groups),
+                group_by=event.group_by,
+                document_count=event.document_count,
+                exact=event.exact,
                 duration_ms=event.duration_ms,
             )
         )

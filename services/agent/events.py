@@ -59,6 +59,20 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class Counting:
+    """A `count` call, as executed."""
+
+    iteration: int
+    """Searches done before the call."""
+    filter_groups: tuple[FilterGroup, ...]
+    """The model's filter (applied within the caller's)."""
+    group_by: tuple[str, ...]
+    document_count: int
+    exact: bool
+    duration_ms: int
+
+
+@dataclass(frozen=True)
 class Calculating:
     """A `calculate` call, as evaluated (or refused)."""
 
@@ -84,4 +98,4 @@ class Failed:
     retryable: bool
 
 
-AgentEvent = Started | Thinking | Searching | Reading | Calculating | Done | Failed
+AgentEvent = Started | Thinking | Searching | Reading | Counting | Calculating | Done | Failed

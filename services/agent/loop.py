@@ -39,6 +39,7 @@ from services.agent.context import (
 from services.agent.events import (
     AgentEvent,
     Calculating,
+    Counting,
     Done,
     Reading,
     Searching,
@@ -77,9 +78,10 @@ from services.agent.run import (
     RunUsage,
     StopReason,
 )
-from services.agent.search import CollectionInfo, ReadRequest, SearchRequest
+from services.agent.search import CollectionInfo, CountRequest, ReadRequest, SearchRequest
 from services.agent.tools import (
     CALCULATE,
+    COUNT,
     MAX_READ_CHUNKS,
     OPTIONAL_TOOLS,
     READ,
@@ -88,9 +90,11 @@ from services.agent.tools import (
     SUBMIT_ANSWER_TOOL,
     Answer,
     Calculation,
+    CountPlan,
     ReadPlan,
     SearchPlan,
     ToolArgumentsError,
+    format_count,
     format_read,
     format_results,
     offered_tools,
@@ -318,6 +322,10 @@ class _Run:
                 read = await self._read(call)
                 if read is not None:
                     yield read
+            elif call.name == COUNT:
+                counted = await self._count_documents(call)
+                if counted is not None:
+                    yield counted
             elif call.name == CALCULATE:
                 yield self._calculate(call)
 
@@ -384,6 +392,47 @@ class _Run:
             first_chunk=request.first_chunk,
             chunks_shown=len(formatted.shown),
             chunk_count=document.chunk_count,
+            duration_ms=duration_ms,
+        )
+
+    async def _count_documents(self, call: ToolCall) -> Counting | None:
+        with self._tool_span(call):
+            try:
+                plan = parse_arguments(CountPlan, call.arguments_json)
+            except ToolArgumentsError as error:
+                self._tool_error(call, str(error))
+                return None
+            request = CountRequest(
+                collection=self.request.collection,
+                filter_groups=tuple(plan.filter_groups),
+                caller_filter=self.request.caller_filter,
+                group_by=tuple(plan.group_by),
+                date_interval=plan.date_interval,
+                max_buckets=plan.max_buckets,
+            )
+            started = time.perf_counter()
+            try:
+                count = await self.loop.search.count_documents(
+                    request, remaining_s=self.deadline.remaining()
+                )
+            except SEARCH_FAILURES_THAT_END_THE_RUN:
+                raise
+            except InvalidArgument as error:
+                if _names_caller_filter(error):
+                    raise _as_callers_error(error) from None
+                self._tool_error(call, _search_error_text(error, what="count"))
+                return None
+            except QuarryError as error:
+                self._tool_error(call, _search_error_text(error, what="count"))
+                return None
+            duration_ms = int((time.perf_counter() - started) * 1000)
+        self.exchanges.append(tool_result(call.id, format_count(count)))
+        return Counting(
+            iteration=self.searches,
+            filter_groups=request.filter_groups,
+            group_by=request.group_by,
+            document_count=count.document_count,
+            exact=count.exact,
             duration_ms=duration_ms,
         )
 
@@ -598,11 +647,11 @@ def _search_cap(request: RunRequest, settings: LoopSettings) -> int:
     return min(request.max_iterations, mode_cap) if request.max_iterations > 0 else mode_cap
 
 
-def _search_error_text(error: QuarryError) -> str:
-    text = f"The search failed: {error.message}."
+def _search_error_text(error: QuarryError, *, what: str = "search") -> str:
+    text = f"The {what} failed: {error.message}."
     if isinstance(error, InvalidArgument) and error.violations:
         fixes = "; ".join(f"{v.field}: {v.description}" for v in error.violations)
-        text += f" Fix these and search again: {fixes}."
+        text += f" Fix these and {what} again: {fixes}."
     return text
 
 

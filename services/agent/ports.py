@@ -14,7 +14,9 @@ from typing import Any, Literal, Protocol
 from services.agent.messages import Message, ToolCall
 from services.agent.search import (
     CollectionInfo,
+    CountRequest,
     DocumentChunks,
+    DocumentCount,
     ReadRequest,
     SearchPage,
     SearchRequest,
@@ -123,4 +125,10 @@ class SearchClient(Protocol):
         self, request: ReadRequest, *, remaining_s: float | None
     ) -> DocumentChunks:
         """Raises `NotFound` when the document has no chunk inside the caller's filter."""
+        ...
+
+    async def count_documents(
+        self, request: CountRequest, *, remaining_s: float | None
+    ) -> DocumentCount:
+        """Raises `InvalidArgument` (with violations) for a filter or breakdown it rejects."""
         ...

@@ -32,6 +32,8 @@ TOOL_LINES = {
     "retrieval strategy.",
     "read": "- `read`: read more of a document a result came from: the passage around the "
     "result, or the whole document.",
+    "count": "- `count`: count the documents matching a filter, with breakdowns by source, entity "
+    "type, a metadata key or date.",
     "calculate": "- `calculate`: evaluate an arithmetic expression over numbers you read.",
     "submit_answer": "- `submit_answer`: submit your final answer with citations. Calling it ends "
     "the conversation.",

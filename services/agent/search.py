@@ -82,6 +82,40 @@ class DocumentChunks:
     """Chunks of the document the caller may see, in all."""
 
 
+DateInterval = Literal["year", "month", "day"]
+
+
+@dataclass(frozen=True)
+class CountRequest:
+    """One count of the search tool: documents matching the model's filter within the caller's."""
+
+    collection: str
+    filter_groups: tuple[FilterGroup, ...] = ()
+    """The model's filter; the search tool applies it within `caller_filter`."""
+    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    group_by: tuple[str, ...] = ()
+    date_interval: DateInterval = "month"
+    max_buckets: int = 20
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    field: str
+    buckets: tuple[Facet, ...]
+    """Documents per value: most frequent first; dates in date order."""
+    omitted: int = 0
+    """Values beyond the bucket limit."""
+
+
+@dataclass(frozen=True)
+class DocumentCount:
+    document_count: int
+    chunk_count: int
+    breakdowns: tuple[Breakdown, ...] = ()
+    exact: bool = True
+    """False when the search tool stopped examining chunks: the counts are lower bounds."""
+
+
 @dataclass(frozen=True)
 class SearchPage:
     hits: list[SearchHit]

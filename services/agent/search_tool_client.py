@@ -13,7 +13,9 @@ from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 from services.agent import convert
 from services.agent.search import (
     CollectionInfo,
+    CountRequest,
     DocumentChunks,
+    DocumentCount,
     ReadRequest,
     SearchPage,
     SearchRequest,
@@ -66,3 +68,14 @@ class SearchToolClient:
         return DocumentChunks(
             chunks=[convert.chunk_hit(c) for c in reply.chunks], chunk_count=reply.chunk_count
         )
+
+    async def count_documents(
+        self, request: CountRequest, *, remaining_s: float | None
+    ) -> DocumentCount:
+        try:
+            reply = await self._stub.CountDocuments(
+                convert.count_request(request), timeout=remaining_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+        return convert.document_count(reply)

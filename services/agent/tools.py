@@ -19,7 +19,7 @@ from services.agent.calculator import FUNCTION_NAMES, MAX_EXPRESSION_CHARS
 from services.agent.filters import FilterGroup
 from services.agent.messages import CHARS_PER_TOKEN
 from services.agent.ports import ToolSpec
-from services.agent.search import SearchHit, Strategy
+from services.agent.search import DocumentCount, SearchHit, Strategy
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -100,6 +100,26 @@ class ReadPlan(BaseModel):
     )
 
 
+class CountPlan(BaseModel):
+    """Arguments of the `count` tool."""
+
+    filter_groups: list[FilterGroup] = Field(
+        default_factory=list,
+        description="What to count, as in `search` (combined with the caller's filter). Empty: "
+        "the whole collection.",
+    )
+    group_by: list[str] = Field(
+        default_factory=list,
+        max_length=3,
+        description="Break the count down by up to 3 fields: source, entity_type, title, "
+        "metadata.<key>, or created_at / updated_at (a date histogram).",
+    )
+    date_interval: Literal["year", "month", "day"] = Field(
+        default="month", description="Bucket width of a created_at / updated_at breakdown."
+    )
+    max_buckets: int = Field(default=20, ge=1, le=100, description="Values listed per breakdown.")
+
+
 class Calculation(BaseModel):
     """Arguments of the `calculate` tool."""
 
@@ -159,9 +179,17 @@ READ_TOOL = ToolSpec(
     "the answer needs the full context.",
     parameters=tool_schema(ReadPlan),
 )
+COUNT_TOOL = ToolSpec(
+    name=COUNT,
+    description="Count the documents matching a filter, optionally broken down by source, entity "
+    "type, a metadata key or a date histogram. Use it for how-many / which-sources / over-time "
+    "questions instead of counting search results.",
+    parameters=tool_schema(CountPlan),
+)
 OPTIONAL_TOOLS: dict[str, ToolSpec] = {
     SEARCH: SEARCH_TOOL,
     READ: READ_TOOL,
+    COUNT: COUNT_TOOL,
     CALCULATE: CALCULATE_TOOL,
 }
 """Every tool a request may allow, by name, in the order they are offered."""
@@ -264,3 +292,20 @@ def format_read(
 def _read_block(hit: SearchHit) -> str:
     meta = f"source: {hit.source} | entity_type: {hit.entity_type} | url: {hit.url}"
     return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"
+
+
+def format_count(count: DocumentCount) -> str:
+    """A count as the model sees it: totals, then each breakdown's `value: documents` lines."""
+    bound = "" if count.exact else " at least"
+    lines = [
+        f"Counted{bound} {count.document_count} documents ({count.chunk_count} chunks) "
+        "matching the filter."
+    ]
+    if not count.exact:
+        lines.append("The count stopped early: these numbers are lower bounds.")
+    for breakdown in count.breakdowns:
+        lines.append(f"\n### Documents by {breakdown.field}")
+        lines += [f"{f.value}: {f.count}" for f in breakdown.buckets]
+        if breakdown.omitted:
+            lines.append(f"({breakdown.omitted} more values not listed)")
+    return "\n".join(lines) + "\n"

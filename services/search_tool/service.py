@@ -17,6 +17,7 @@ import numpy.typing as npt
 from services.common.errors import FieldViolation, InvalidArgument
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
+from services.search_tool.counting import CountRequest, DocumentCount, count_documents
 from services.search_tool.documents import Document
 from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import (
@@ -201,6 +202,12 @@ class SearchService:
         validate_collection_name(request.collection)
         fields = await self._engine.fields(request.collection)
         return await read_document(self._engine, request, fields, self._settings.limits)
+
+    async def count_documents(self, request: CountRequest) -> DocumentCount:
+        """Documents matching a filter under the caller's, with breakdowns (see `counting`)."""
+        validate_collection_name(request.collection)
+        fields = await self._engine.fields(request.collection)
+        return await count_documents(self._engine, request, fields, self._settings.limits)
 
     async def get_collection(self, collection: str) -> CollectionStats:
         validate_collection_name(collection)

@@ -16,6 +16,8 @@ from services.common.errors import Unavailable
 from services.search_tool.convert import (
     chunk_to_proto,
     collection_to_proto,
+    count_request_from_proto,
+    count_to_proto,
     document_from_proto,
     filter_from_proto,
     hit_to_proto,
@@ -35,6 +37,7 @@ ACCESS_RULES: dict[str, MethodRule] = {
     "ListCollections": AUTHENTICATED,
     "Embed": AUTHENTICATED,
     "ReadDocument": READ,
+    "CountDocuments": READ,
 }
 """What each RPC requires of an API key (enforced by the shared auth interceptor on the request;
 `ListCollections` answers only the collections the key may read)."""
@@ -118,6 +121,12 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         return search_tool_pb2.ReadDocumentResponse(
             chunks=[chunk_to_proto(c) for c in read.chunks], chunk_count=read.chunk_count
         )
+
+    async def CountDocuments(
+        self, request: search_tool_pb2.CountDocumentsRequest, context: Context
+    ) -> search_tool_pb2.CountDocumentsResponse:
+        count = await self._ready().count_documents(count_request_from_proto(request))
+        return count_to_proto(count)
 
     async def GetCollection(
         self, request: search_tool_pb2.GetCollectionRequest, context: Context

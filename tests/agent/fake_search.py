@@ -26,7 +26,9 @@ from services.agent import convert
 from services.agent.search import (
     Breadcrumb,
     CollectionInfo,
+    CountRequest,
     DocumentChunks,
+    DocumentCount,
     Facet,
     ReadRequest,
     SearchHit,
@@ -34,7 +36,13 @@ from services.agent.search import (
     SearchRequest,
 )
 from services.common.errors import NotFound
-from services.search_tool.convert import chunk_to_proto, filter_from_proto
+from services.search_tool.convert import (
+    chunk_to_proto,
+    count_request_from_proto,
+    count_to_proto,
+    filter_from_proto,
+)
+from services.search_tool.counting import count_documents
 from services.search_tool.documents import Breadcrumb as SearchToolBreadcrumb
 from services.search_tool.documents import Chunk
 from services.search_tool.filters import (
@@ -104,6 +112,7 @@ class FakeSearch:
         self.requests: list[SearchRequest] = []
         self.validated: list[SearchRequest] = []
         self.reads: list[ReadRequest] = []
+        self.counts: list[CountRequest] = []
         self.remaining_s: list[float | None] = []
         self.called = asyncio.Event()
         self.cancelled = asyncio.Event()
@@ -165,6 +174,23 @@ class FakeSearch:
         )
         hits = [convert.chunk_hit(chunk_to_proto(c)) for c in read.chunks]
         return DocumentChunks(chunks=hits, chunk_count=read.chunk_count)
+
+    async def count_documents(
+        self, request: CountRequest, *, remaining_s: float | None
+    ) -> DocumentCount:
+        self.counts.append(request)
+        return await self.count_message(convert.count_request(request))
+
+    async def count_message(self, message: search_tool_pb2.CountDocumentsRequest) -> DocumentCount:
+        """A count as the search tool receives it, decided by the search tool's own `counting`."""
+        self._check_collection(message.collection)
+        count = await count_documents(
+            _MemoryEngine(self.documents),
+            count_request_from_proto(message),
+            self.fields(),
+            DEFAULT_LIMITS,
+        )
+        return convert.document_count(count_to_proto(count))
 
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
         self._check_collection(name)

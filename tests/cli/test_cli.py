@@ -20,6 +20,8 @@ from services.agent.testing import (
     ScriptedModel,
     answer_call,
     calculate_call,
+    raw_call,
+    read_call,
     search_call,
     turn,
 )
@@ -96,21 +98,36 @@ async def test_ask_shows_thinking_searches_and_numbered_sources(
     assert "answered · 1 searches" in out
 
 
-async def test_ask_passes_its_tools_and_shows_each_calculation(
+async def test_ask_shows_each_read_count_and_calculation(
     search: FakeSearch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = ScriptedModel(
         [
-            turn("", calculate_call("1250 - 980"), calculate_call("1 / 0")),
+            turn("", search_call("temporary directory", limit=1)),
+            turn(
+                "",
+                read_call("tempfile__chunk_0", neighbours=1),
+                raw_call("count", '{"group_by": ["source"]}'),
+                calculate_call("1250 - 980"),
+                calculate_call("1 / 0"),
+            ),
             turn("", answer_call("270 more.")),
         ]
     )
     async with _serving(model, search) as server:
-        assert await ask(_args(server.address, mode="thinking", tools="calculate")) == 0
+        assert await ask(_args(server.address, mode="thinking")) == 0
     out = capsys.readouterr().out
+    assert "read tempfile chunks 0-1 of 2" in out
+    assert "count by source → 3 documents" in out
     assert "calculate 1250 - 980 = 270" in out
     assert "calculate 1 / 0 refused: division by zero" in out
-    assert [t.name for t in model.requests[0].tools] == ["calculate", "submit_answer"]
+
+
+async def test_ask_passes_its_tools(search: FakeSearch, capsys: pytest.CaptureFixture[str]) -> None:
+    model = ScriptedModel([turn("", answer_call("Nothing to compute."))])
+    async with _serving(model, search) as server:
+        assert await ask(_args(server.address, mode="thinking", tools="calculate, read")) == 0
+    assert [t.name for t in model.requests[0].tools] == ["read", "calculate", "submit_answer"]
 
 
 async def test_ask_json_prints_one_event_per_line(

@@ -129,3 +129,35 @@ async def test_read_returns_the_document_of_a_seen_result_within_the_caller_filt
     assert "### [tempfile-tempdir__chunk_0] tempfile.TemporaryDirectory" in results[1]["content"]
     assert "'shutil-rmtree__chunk_0' is not a result you have seen" in results[2]["content"]
     assert events[-1].done.response.answer.citations[0].result_id == "tempfile-tempdir__chunk_0"
+
+
+async def test_count_answers_how_many_through_the_real_search_tool(stack: Stack) -> None:
+    tempfile = [{"conditions": [{"field": "title", "operator": "contains", "value": "tempfile"}]}]
+    stack.openai.script.reset(
+        [
+            Reply(
+                tool_calls=[
+                    _call("c1", "count", {"filter_groups": tempfile, "group_by": ["source"]}),
+                    _call("c2", "count", {"group_by": ["colour"]}),
+                ]
+            ),
+            _answer("c3", "Two tempfile documents."),
+        ]
+    )
+    before = len(stack.openai.requests)
+    events = await _stream(
+        stack,
+        RunOptions(collection=COLLECTION, mode="thinking", route="openai", timeout_s=60),
+    )
+
+    counts = [e.counting for e in events if e.WhichOneof("event") == "counting"]
+    assert [(c.document_count, list(c.group_by), c.exact) for c in counts] == [
+        (2, ["source"], True)
+    ]
+    results = _tool_messages(stack.openai.requests[before:][1].body)
+    assert results[0]["content"] == (
+        "Counted 2 documents (2 chunks) matching the filter.\n"
+        "\n### Documents by source\npython-docs: 2\n"
+    )
+    assert "group_by[0]: cannot group by 'colour'" in results[1]["content"]
+    assert events[-1].done.response.usage.searches == 0

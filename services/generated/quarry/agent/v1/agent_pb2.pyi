@@ -196,6 +196,22 @@ class ReadingEvent(_message.Message):
     duration_ms: int
     def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
+class CountingEvent(_message.Message):
+    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    filter: _search_pb2.Filter
+    group_by: _containers.RepeatedScalarFieldContainer[str]
+    document_count: int
+    exact: bool
+    duration_ms: int
+    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
 class CalculatingEvent(_message.Message):
     __slots__ = ("iteration", "expression", "result", "error")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -225,7 +241,7 @@ class ErrorEvent(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading")
+    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading", "counting")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     THINKING_FIELD_NUMBER: _ClassVar[int]
     SEARCHING_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +249,7 @@ class StreamRunResponse(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CALCULATING_FIELD_NUMBER: _ClassVar[int]
     READING_FIELD_NUMBER: _ClassVar[int]
+    COUNTING_FIELD_NUMBER: _ClassVar[int]
     started: StartedEvent
     thinking: ThinkingEvent
     searching: SearchingEvent
@@ -240,4 +257,5 @@ class StreamRunResponse(_message.Message):
     error: ErrorEvent
     calculating: CalculatingEvent
     reading: ReadingEvent
-    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ...) -> None: ...
+    counting: CountingEvent
+    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ..., counting: _Optional[_Union[CountingEvent, _Mapping]] = ...) -> None: ...
