@@ -143,6 +143,15 @@ def _print_json(event: agent_pb2.StreamRunResponse) -> None:
     print(json.dumps(json_format.MessageToDict(event)), flush=True)
 
 
+def answered_by_line(answered_by: agent_pb2.AnsweredBy) -> str:
+    """`answered by <provider> (<model>)`, and the fallback with its reason when there was one."""
+    model = f" ({answered_by.model})" if answered_by.model else ""
+    line = f"answered by {answered_by.provider}{model}"
+    if answered_by.fallback:
+        line += f" · fallback after {answered_by.fallback_reason}"
+    return line
+
+
 class _Renderer:
     """Prints each event as it arrives: thinking, searches, then the answer with sources."""
 
@@ -209,6 +218,8 @@ class _Renderer:
             title = escape(citation.title or citation.result_id)
             url = f" [dim]{escape(citation.url)}[/]" if citation.url else ""
             self.console.print(f"  [bold]{escape(f'[{n}]')}[/] {title}{url}")
+        if response.HasField("answered_by"):
+            self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage
         self.console.print(
             f"[dim]{STOP_REASONS.get(response.stop_reason, 'done')} · "

@@ -22,7 +22,7 @@ from services.agent.events import (
     Thinking,
 )
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
-from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
+from services.agent.run import AnsweredBy, Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
     Breadcrumb,
     Breakdown,
@@ -362,6 +362,18 @@ def run_response(result: RunResult) -> agent_pb2.RunResponse:
         ),
         iterations=result.iterations,
         run_id=result.run_id,
+        answered_by=_answered_by(result.answered_by),
+    )
+
+
+def _answered_by(answered_by: AnsweredBy | None) -> agent_pb2.AnsweredBy | None:
+    if answered_by is None:
+        return None
+    return agent_pb2.AnsweredBy(
+        provider=answered_by.provider,
+        model=answered_by.model,
+        fallback=answered_by.fallback,
+        fallback_reason=answered_by.fallback_reason,
     )
 
 
@@ -377,7 +389,11 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
         )
     if isinstance(event, Thinking):
         return agent_pb2.StreamRunResponse(
-            thinking=agent_pb2.ThinkingEvent(iteration=event.iteration, text=event.text)
+            thinking=agent_pb2.ThinkingEvent(
+                iteration=event.iteration,
+                text=event.text,
+                answered_by=_answered_by(event.answered_by),
+            )
         )
     if isinstance(event, Searching):
         return agent_pb2.StreamRunResponse(searching=_searching(event))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.agent.filters import FilterGroup
-from services.agent.run import Mode, RunResult
+from services.agent.run import AnsweredBy, Mode, RunResult
 from services.agent.search import Strategy
 
 
@@ -24,6 +24,8 @@ class Thinking:
 
     iteration: int
     text: str
+    answered_by: AnsweredBy | None = None
+    """The provider and model that wrote the text."""
 
 
 @dataclass(frozen=True)

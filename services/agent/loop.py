@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 
 from opentelemetry import trace
 from pydantic import ValidationError
@@ -70,6 +71,7 @@ from services.agent.ports import (
 )
 from services.agent.prompt import FORCE_ANSWER, system_prompt, task_message
 from services.agent.run import (
+    AnsweredBy,
     Deadline,
     FinalAnswer,
     Mode,
@@ -201,6 +203,8 @@ class _Run:
         self.answer: FinalAnswer | None = None
         self.stop_reason = StopReason.ANSWERED
         self.citations_rejected = False
+        self.answered_by: AnsweredBy | None = None
+        self.fallbacks: list[str] = []
 
     async def events(self) -> AsyncIterator[AgentEvent]:
         yield Started(self.run_id, self.request.collection, self.request.mode, self.route)
@@ -274,7 +278,7 @@ class _Run:
                 return
             response = await self._call(self.tools, ToolChoice())
             if response.text.strip():
-                yield Thinking(self.searches + 1, response.text)
+                yield Thinking(self.searches + 1, response.text, self.answered_by)
             if not response.tool_calls:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
@@ -290,7 +294,7 @@ class _Run:
                 break
             response = await self._call(ANSWER_ONLY, ToolChoice("named", SUBMIT_ANSWER))
             if response.text.strip():
-                yield Thinking(self.searches + 1, response.text)
+                yield Thinking(self.searches + 1, response.text, self.answered_by)
             rejected_before = self.citations_rejected
             async for event in self._execute(response.tool_calls, allow_tools=False):
                 yield event
@@ -563,6 +567,9 @@ class _Run:
         request = ModelRequest(self.route, tuple(self._messages()), tuple(tools), choice)
         response = await self.loop.model.generate(request, remaining_s=self.deadline.remaining())
         self._count(response.usage)
+        self.answered_by = AnsweredBy(response.provider, response.model, response.fallback_reason)
+        if response.fallback_reason and response.fallback_reason not in self.fallbacks:
+            self.fallbacks.append(response.fallback_reason)
         return response
 
     async def _compact(self) -> None:
@@ -632,7 +639,14 @@ class _Run:
             stop_reason=self.stop_reason,
             usage=self.usage,
             iterations=self.searches,
+            answered_by=self._run_answered_by(),
         )
+
+    def _run_answered_by(self) -> AnsweredBy | None:
+        """The last turn's provider and model, with every fallback of the run."""
+        if self.answered_by is None:
+            return None
+        return replace(self.answered_by, fallback_reason="; ".join(self.fallbacks))
 
     def _log(self) -> dict[str, object]:
         return {"run_id": self.run_id, "collection": self.request.collection, "route": self.route}

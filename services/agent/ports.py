@@ -72,6 +72,8 @@ class ModelResponse:
     usage: TokenUsage = field(default_factory=TokenUsage)
     provider: str = ""
     model: str = ""
+    fallback_reason: str = ""
+    """Set when an earlier provider of the route failed or was skipped: which, and why."""
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,20 @@ class RunUsage:
 
 
 @dataclass(frozen=True)
+class AnsweredBy:
+    """The provider and model behind a model turn, and whether the gateway fell back to them."""
+
+    provider: str
+    model: str
+    fallback_reason: str = ""
+    """Empty without a fallback."""
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.fallback_reason)
+
+
+@dataclass(frozen=True)
 class RunResult:
     run_id: str
     answer: FinalAnswer
@@ -89,6 +103,9 @@ class RunResult:
     usage: RunUsage = field(default_factory=RunUsage)
     iterations: int = 0
     """Search iterations performed."""
+    answered_by: AnsweredBy | None = None
+    """The last model turn's provider and model, with the reasons of every fallback of the run;
+    None when no model call was made."""
 
 
 class Deadline:

@@ -11,7 +11,7 @@ from quarry.agent.v1 import agent_pb2
 
 from services.agent.client import AgentClient, RunOptions
 from services.agent.tools import TOOL_NAMES
-from services.llm_gateway.testing import Reply, ScriptedToolCall
+from services.llm_gateway.testing import Reply, ScriptedError, ScriptedToolCall
 from tests.e2e.conftest import COLLECTION, Stack
 
 pytestmark = pytest.mark.slow
@@ -161,3 +161,41 @@ async def test_count_answers_how_many_through_the_real_search_tool(stack: Stack)
     )
     assert "group_by[0]: cannot group by 'colour'" in results[1]["content"]
     assert events[-1].done.response.usage.searches == 0
+
+
+async def test_a_fallback_to_the_offline_provider_is_named_on_the_answer(stack: Stack) -> None:
+    down = Reply(error=ScriptedError(status=500, message="vendor down"))
+    stack.openai.script.reset([], default=down)
+    events = await _stream(
+        stack,
+        RunOptions(collection=COLLECTION, mode="thinking", route="openai-or-offline", timeout_s=60),
+    )
+    stack.openai.script.reset()
+
+    final = events[-1].done.response.answered_by
+    assert (final.provider, final.fallback) == ("extractive", True)
+    assert final.fallback_reason.startswith("openai/gpt-fake: retryable error")
+
+
+async def test_thinking_events_name_their_provider_and_the_answer_names_the_runs_fallback(
+    stack: Stack,
+) -> None:
+    stack.openai.script.reset(
+        [
+            Reply(error=ScriptedError(status=500, message="vendor down")),
+            Reply(text="The results answer it.", tool_calls=[_answer("c2", "Done.").tool_calls[0]]),
+        ]
+    )
+    events = await _stream(
+        stack,
+        RunOptions(collection=COLLECTION, mode="thinking", route="openai-or-offline", timeout_s=60),
+    )
+
+    [thinking] = [e.thinking for e in events if e.WhichOneof("event") == "thinking"]
+    assert thinking.text == "The results answer it."
+    by = thinking.answered_by
+    assert (by.provider, by.model, by.fallback) == ("openai/gpt-fake", "gpt-fake", False)
+    final = events[-1].done.response.answered_by
+    assert (final.provider, final.fallback) == ("openai/gpt-fake", True)
+    assert final.fallback_reason.startswith("openai/gpt-fake: retryable error")
+    assert events[-1].done.response.usage.searches == 1

@@ -124,21 +124,35 @@ class Usage(_message.Message):
     searches: int
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., model_calls: _Optional[int] = ..., searches: _Optional[int] = ...) -> None: ...
 
+class AnsweredBy(_message.Message):
+    __slots__ = ("provider", "model", "fallback", "fallback_reason")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_REASON_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    fallback: bool
+    fallback_reason: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., fallback: _Optional[bool] = ..., fallback_reason: _Optional[str] = ...) -> None: ...
+
 class RunResponse(_message.Message):
-    __slots__ = ("answer", "results", "stop_reason", "usage", "iterations", "run_id")
+    __slots__ = ("answer", "results", "stop_reason", "usage", "iterations", "run_id", "answered_by")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     answer: Answer
     results: _containers.RepeatedCompositeFieldContainer[_search_pb2.SearchResult]
     stop_reason: StopReason
     usage: Usage
     iterations: int
     run_id: str
-    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    answered_by: AnsweredBy
+    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ...) -> None: ...
 
 class StartedEvent(_message.Message):
     __slots__ = ("run_id", "collection", "mode", "route")
@@ -153,12 +167,14 @@ class StartedEvent(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., route: _Optional[str] = ...) -> None: ...
 
 class ThinkingEvent(_message.Message):
-    __slots__ = ("iteration", "text")
+    __slots__ = ("iteration", "text", "answered_by")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     text: str
-    def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    answered_by: AnsweredBy
+    def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ...) -> None: ...
 
 class SearchingEvent(_message.Message):
     __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms")
