@@ -10,6 +10,7 @@ agent composes an honest fallback from what was seen. The loop talks only to the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -93,6 +94,7 @@ from services.agent.tools import (
     Answer,
     Calculation,
     CountPlan,
+    FormattedResults,
     ReadPlan,
     SearchPlan,
     ToolArgumentsError,
@@ -307,10 +309,11 @@ class _Run:
         self, calls: Sequence[ToolCall], *, allow_tools: bool
     ) -> AsyncIterator[AgentEvent]:
         """Each call in order, answered by its own tool result; `allow_tools` False: only
-        `submit_answer` runs (the final phase)."""
-        for call in calls:
-            if self.answer is not None:
-                return
+        `submit_answer` runs (the final phase). In THINKING mode consecutive searches of one
+        turn run concurrently (at most `parallel_searches`), their results kept in call order."""
+        pending = list(calls)
+        while pending and self.answer is None:
+            call = pending.pop(0)
             if call.name == SUBMIT_ANSWER:
                 self._submit(call)
                 continue
@@ -319,8 +322,10 @@ class _Run:
                 with self._tool_span(call):
                     self._tool_error(call, refusal)
             elif call.name == SEARCH:
-                searched = await self._search(call)
-                if searched is not None:
+                batch = [call]
+                while self._more_in_batch(batch, pending):
+                    batch.append(pending.pop(0))
+                for searched in await self._search_batch(batch):
                     yield searched
             elif call.name == READ:
                 read = await self._read(call)
@@ -332,6 +337,40 @@ class _Run:
                     yield counted
             elif call.name == CALCULATE:
                 yield self._calculate(call)
+
+    def _more_in_batch(self, batch: list[ToolCall], pending: list[ToolCall]) -> bool:
+        return (
+            self.request.mode is Mode.THINKING
+            and bool(pending)
+            and pending[0].name == SEARCH
+            and len(batch) < self.loop.settings.parallel_searches
+            and self.searches + len(batch) < self.cap
+        )
+
+    async def _search_batch(self, batch: list[ToolCall]) -> list[Searching]:
+        """Run the searches of `batch` concurrently; record their results in call order."""
+        first = self.searches
+        self.searches += len(batch)
+        if len(batch) == 1:
+            outcomes = [await self._search(batch[0], first + 1)]
+        else:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(self._search(call, first + n))
+                    for n, call in enumerate(batch, start=1)
+                ]
+            outcomes = [task.result() for task in tasks]
+        events = []
+        for call, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, str):
+                self.exchanges.append(tool_result(call.id, outcome, is_error=True))
+                continue
+            formatted, event = outcome
+            self.seen.add(formatted.shown)
+            self.usage.searches += 1
+            self.exchanges.append(tool_result(call.id, formatted.text))
+            events.append(event)
+        return events
 
     def _refusal(self, call: ToolCall, *, allow_tools: bool) -> str:
         """Why `call` may not run now, or "" when it may."""
@@ -456,14 +495,16 @@ class _Run:
         self.exchanges.append(tool_result(call.id, f"{expression} = {value}"))
         return Calculating(self.searches, expression, value)
 
-    async def _search(self, call: ToolCall) -> Searching | None:
-        self.searches += 1
+    async def _search(
+        self, call: ToolCall, iteration: int
+    ) -> tuple[FormattedResults, Searching] | str:
+        """One search: its formatted results and event, or the error text for the model. It
+        changes no state of the run, so several run at once."""
         with self._tool_span(call):
             try:
                 plan = parse_arguments(SearchPlan, call.arguments_json)
             except ToolArgumentsError as error:
-                self._tool_error(call, str(error))
-                return None
+                return self._failed(call, str(error))
             request = SearchRequest(
                 collection=self.request.collection,
                 primary=plan.query.primary,
@@ -482,19 +523,14 @@ class _Run:
             except InvalidArgument as error:
                 if _names_caller_filter(error):
                     raise _as_callers_error(error) from None
-                self._tool_error(call, _search_error_text(error))
-                return None
+                return self._failed(call, _search_error_text(error))
             except QuarryError as error:
-                self._tool_error(call, _search_error_text(error))
-                return None
+                return self._failed(call, _search_error_text(error))
             duration_ms = int((time.perf_counter() - started) * 1000)
             budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
             formatted = format_results(page.hits, page.total_count, max_chars=budget)
-        self.seen.add(formatted.shown)
-        self.usage.searches += 1
-        self.exchanges.append(tool_result(call.id, formatted.text))
-        return Searching(
-            iteration=self.searches,
+        return formatted, Searching(
+            iteration=iteration,
             primary=request.primary,
             variations=request.variations,
             strategy=request.strategy,
@@ -536,9 +572,13 @@ class _Run:
         )
 
     def _tool_error(self, call: ToolCall, text: str) -> None:
+        self.exchanges.append(tool_result(call.id, self._failed(call, text), is_error=True))
+
+    def _failed(self, call: ToolCall, text: str) -> str:
+        """Log a tool error and mark the current span with it; returns `text`."""
         log.info("tool error", extra={**self._log(), "tool": call.name, "error": text[:200]})
         trace.get_current_span().set_attribute(semconv.ERROR_TYPE, "tool_error")
-        self.exchanges.append(tool_result(call.id, text, is_error=True))
+        return text
 
     async def _call(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
         """One model turn: prune (Layer 2), call; on overflow compact (Layer 3) and retry once."""
