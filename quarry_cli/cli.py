@@ -130,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
     ask_parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds (default %(default)s)"
     )
+    ask_parser.add_argument(
+        "--tools",
+        default="",
+        help="comma-separated tools the run may use (search,read,count,calculate); default all",
+    )
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
     ask_parser.add_argument("--tls", action="store_true", help="speak TLS to the agent")
     ask_parser.add_argument("--ca-file", help="PEM CA of the agent's certificate (implies --tls)")
@@ -226,6 +231,7 @@ async def ask(args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens,
                 route=args.route,
                 timeout_s=args.timeout,
+                tools=[t.strip() for t in args.tools.split(",") if t.strip()],
             )
             async for event in agent.stream_run(args.question, options):
                 render(event)
@@ -250,6 +256,15 @@ def _print_json(event: agent_pb2.StreamRunResponse) -> None:
     print(json.dumps(message_json(event), ensure_ascii=False), flush=True)
 
 
+def answered_by_line(answered_by: agent_pb2.AnsweredBy) -> str:
+    """`answered by <provider> (<model>)`, and the fallback with its reason when there was one."""
+    model = f" ({answered_by.model})" if answered_by.model else ""
+    line = f"answered by {answered_by.provider}{model}"
+    if answered_by.fallback:
+        line += f" · fallback after {answered_by.fallback_reason}"
+    return line
+
+
 class _Renderer:
     """Prints each event as it arrives: thinking, searches, then the answer with sources."""
 
@@ -268,6 +283,12 @@ class _Renderer:
             self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")
         elif kind == "searching":
             self._searching(event.searching)
+        elif kind == "reading":
+            self._reading(event.reading)
+        elif kind == "counting":
+            self._counting(event.counting)
+        elif kind == "calculating":
+            self._calculating(event.calculating)
         elif kind == "done":
             self._done(event.done.response)
         elif kind == "error":
@@ -284,12 +305,34 @@ class _Renderer:
             f"in {s.duration_ms} ms"
         )
 
+    def _reading(self, r: agent_pb2.ReadingEvent) -> None:
+        last = r.first_chunk + r.chunks_shown - 1
+        self.console.print(
+            f"[cyan]read[/] [bold]{escape(r.document_id)}[/] chunks {r.first_chunk}-{last} "
+            f"of {r.chunk_count} [dim]in {r.duration_ms} ms[/]"
+        )
+
+    def _counting(self, c: agent_pb2.CountingEvent) -> None:
+        by = f" by {', '.join(c.group_by)}" if c.group_by else ""
+        bound = "" if c.exact else "at least "
+        filtered = " (filtered)" if c.filter.groups else ""
+        self.console.print(
+            f"[cyan]count[/]{filtered}{escape(by)} → {bound}{c.document_count} documents "
+            f"[dim]in {c.duration_ms} ms[/]"
+        )
+
+    def _calculating(self, c: agent_pb2.CalculatingEvent) -> None:
+        outcome = f"= {escape(c.result)}" if not c.error else f"[red]refused:[/] {escape(c.error)}"
+        self.console.print(f"[cyan]calculate[/] [bold]{escape(c.expression)}[/] {outcome}")
+
     def _done(self, response: agent_pb2.RunResponse) -> None:
         self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))
         for n, citation in enumerate(response.answer.citations, start=1):
             title = escape(citation.title or citation.result_id)
             url = f" [dim]{escape(citation.url)}[/]" if citation.url else ""
             self.console.print(f"  [bold]{escape(f'[{n}]')}[/] {title}{url}")
+        if response.HasField("answered_by"):
+            self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage
         self.console.print(
             f"[dim]{STOP_REASONS.get(response.stop_reason, 'done')} · "

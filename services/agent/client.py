@@ -82,6 +82,8 @@ class RunOptions:
     """LLM gateway route; empty means the agent's configured route."""
     timeout_s: float | None = None
     """The call's deadline in seconds; None waits as long as the run takes."""
+    tools: Sequence[str] = ()
+    """Tools the run may use (`search`, `read`, `count`, `calculate`); empty means all."""
 
     def request_fields(self, query: str) -> dict[str, Any]:
         """The fields `RunRequest` and `StreamRunRequest` share, for `query`."""
@@ -96,6 +98,7 @@ class RunOptions:
                 max_iterations=self.max_iterations, max_tokens=self.max_tokens
             ),
             "route": self.route,
+            "tools": list(self.tools),
         }
 
 

@@ -21,6 +21,8 @@ class LoopSettings(BaseModel):
     """Safety cap on searches in THINKING mode."""
     fast_max_iterations: int = Field(default=1, ge=1, le=5)
     """Hard cap on searches in FAST mode."""
+    parallel_searches: int = Field(default=4, ge=1, le=16)
+    """THINKING: consecutive searches of one turn run concurrently, at most this many at once."""
     default_limit: int = Field(default=10, ge=1, le=200)
     """Results returned when the request says 0."""
     default_context_window_tokens: int = Field(default=32_000, ge=1_000)

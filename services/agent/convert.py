@@ -10,16 +10,31 @@ from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.agent.events import AgentEvent, Done, Failed, Searching, Started, Thinking
+from services.agent.events import (
+    AgentEvent,
+    Calculating,
+    Counting,
+    Done,
+    Failed,
+    Reading,
+    Searching,
+    Started,
+    Thinking,
+)
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
-from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
+from services.agent.run import AnsweredBy, Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
     Breadcrumb,
+    Breakdown,
     CollectionInfo,
+    CountRequest,
+    DocumentCount,
     Facet,
+    ReadRequest,
     SearchHit,
     SearchRequest,
 )
+from services.agent.tools import SUBMIT_ANSWER, TOOL_NAMES
 from services.common.errors import FieldViolation, InvalidArgument
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
@@ -97,6 +112,13 @@ def run_request(
         violations.append(FieldViolation("budget.max_iterations", "must not be negative"))
     if message.budget.max_tokens < 0:
         violations.append(FieldViolation("budget.max_tokens", "must not be negative"))
+    for i, name in enumerate(message.tools):
+        if name not in TOOL_NAMES:
+            violations.append(
+                FieldViolation(
+                    f"tools[{i}]", f"unknown tool {name!r}; one of {', '.join(TOOL_NAMES)}"
+                )
+            )
     for t, turn in enumerate(message.history):
         for name in ("question", "answer"):
             if not getattr(turn, name).strip():
@@ -115,6 +137,7 @@ def run_request(
         max_iterations=message.budget.max_iterations,
         max_tokens=message.budget.max_tokens,
         route=message.route,
+        allowed_tools=frozenset(message.tools) - {SUBMIT_ANSWER},
     )
 
 
@@ -170,15 +193,73 @@ def search_request(request: SearchRequest) -> search_tool_pb2.SearchRequest:
 # --- search tool replies -------------------------------------------------------------------------
 
 
+def read_request(request: ReadRequest) -> search_tool_pb2.ReadDocumentRequest:
+    return search_tool_pb2.ReadDocumentRequest(
+        collection=request.collection,
+        document_id=request.document_id,
+        first_chunk=request.first_chunk,
+        max_chunks=request.max_chunks,
+        caller_filter=request.caller_filter,
+    )
+
+
+_INTERVALS = {
+    "year": search_tool_pb2.DATE_INTERVAL_YEAR,
+    "month": search_tool_pb2.DATE_INTERVAL_MONTH,
+    "day": search_tool_pb2.DATE_INTERVAL_DAY,
+}
+
+
+def count_request(request: CountRequest) -> search_tool_pb2.CountDocumentsRequest:
+    return search_tool_pb2.CountDocumentsRequest(
+        collection=request.collection,
+        filter=filter_message(request.filter_groups),
+        caller_filter=request.caller_filter,
+        group_by=request.group_by,
+        date_interval=_INTERVALS[request.date_interval],
+        max_buckets=request.max_buckets,
+    )
+
+
+def document_count(message: search_tool_pb2.CountDocumentsResponse) -> DocumentCount:
+    return DocumentCount(
+        document_count=message.document_count,
+        chunk_count=message.chunk_count,
+        breakdowns=tuple(
+            Breakdown(
+                field=b.field,
+                buckets=tuple(Facet(f.value, f.count) for f in b.buckets),
+                omitted=b.omitted_buckets,
+            )
+            for b in message.breakdowns
+        ),
+        exact=message.exact,
+    )
+
+
 def search_hit(result: search_pb2.SearchResult) -> SearchHit:
-    chunk = result.chunk
+    return chunk_hit(
+        result.chunk,
+        score=result.score,
+        dense_score=result.dense_score if result.HasField("dense_score") else None,
+        keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
+    )
+
+
+def chunk_hit(
+    chunk: search_pb2.Chunk,
+    *,
+    score: float = 0.0,
+    dense_score: float | None = None,
+    keyword_score: float | None = None,
+) -> SearchHit:
     return SearchHit(
         id=chunk.id,
         document_id=chunk.document_id,
         chunk_index=chunk.chunk_index,
         title=chunk.title,
         text=chunk.text,
-        score=result.score,
+        score=score,
         source=chunk.source,
         entity_type=chunk.entity_type,
         url=chunk.url,
@@ -186,8 +267,8 @@ def search_hit(result: search_pb2.SearchResult) -> SearchHit:
         updated_at=_datetime(chunk.updated_at) if chunk.HasField("updated_at") else None,
         breadcrumbs=tuple(Breadcrumb(b.id, b.name, b.entity_type) for b in chunk.breadcrumbs),
         metadata={k: _metadata_value(v) for k, v in chunk.metadata.items()},
-        dense_score=result.dense_score if result.HasField("dense_score") else None,
-        keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
+        dense_score=dense_score,
+        keyword_score=keyword_score,
     )
 
 
@@ -281,6 +362,18 @@ def run_response(result: RunResult) -> agent_pb2.RunResponse:
         ),
         iterations=result.iterations,
         run_id=result.run_id,
+        answered_by=_answered_by(result.answered_by),
+    )
+
+
+def _answered_by(answered_by: AnsweredBy | None) -> agent_pb2.AnsweredBy | None:
+    if answered_by is None:
+        return None
+    return agent_pb2.AnsweredBy(
+        provider=answered_by.provider,
+        model=answered_by.model,
+        fallback=answered_by.fallback,
+        fallback_reason=answered_by.fallback_reason,
     )
 
 
@@ -296,10 +389,46 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
         )
     if isinstance(event, Thinking):
         return agent_pb2.StreamRunResponse(
-            thinking=agent_pb2.ThinkingEvent(iteration=event.iteration, text=event.text)
+            thinking=agent_pb2.ThinkingEvent(
+                iteration=event.iteration,
+                text=event.text,
+                answered_by=_answered_by(event.answered_by),
+            )
         )
     if isinstance(event, Searching):
         return agent_pb2.StreamRunResponse(searching=_searching(event))
+    if isinstance(event, Reading):
+        return agent_pb2.StreamRunResponse(
+            reading=agent_pb2.ReadingEvent(
+                iteration=event.iteration,
+                result_id=event.result_id,
+                document_id=event.document_id,
+                first_chunk=event.first_chunk,
+                chunks_shown=event.chunks_shown,
+                chunk_count=event.chunk_count,
+                duration_ms=event.duration_ms,
+            )
+        )
+    if isinstance(event, Counting):
+        return agent_pb2.StreamRunResponse(
+            counting=agent_pb2.CountingEvent(
+                iteration=event.iteration,
+                filter=filter_message(event.filter_groups),
+                group_by=event.group_by,
+                document_count=event.document_count,
+                exact=event.exact,
+                duration_ms=event.duration_ms,
+            )
+        )
+    if isinstance(event, Calculating):
+        return agent_pb2.StreamRunResponse(
+            calculating=agent_pb2.CalculatingEvent(
+                iteration=event.iteration,
+                expression=event.expression,
+                result=event.result,
+                error=event.error,
+            )
+        )
     if isinstance(event, Done):
         return agent_pb2.StreamRunResponse(
             done=agent_pb2.DoneEvent(response=run_response(event.result))

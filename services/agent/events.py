@@ -1,11 +1,12 @@
-"""What a run reports while it happens: started, thinking, searching, then done or error."""
+"""What a run reports while it happens: started, thinking, one event per tool call (searching,
+calculating, ...), then done or error."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from services.agent.filters import FilterGroup
-from services.agent.run import Mode, RunResult
+from services.agent.run import AnsweredBy, Mode, RunResult
 from services.agent.search import Strategy
 
 
@@ -23,6 +24,8 @@ class Thinking:
 
     iteration: int
     text: str
+    answered_by: AnsweredBy | None = None
+    """The provider and model that wrote the text."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,49 @@ class Searching:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """A `read` call, as executed."""
+
+    iteration: int
+    """Searches done before the call."""
+    result_id: str
+    """The result whose document was read."""
+    document_id: str
+    first_chunk: int
+    chunks_shown: int
+    """Chunks shown to the model (within the budget)."""
+    chunk_count: int
+    """Chunks of the document the caller may see."""
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class Counting:
+    """A `count` call, as executed."""
+
+    iteration: int
+    """Searches done before the call."""
+    filter_groups: tuple[FilterGroup, ...]
+    """The model's filter (applied within the caller's)."""
+    group_by: tuple[str, ...]
+    document_count: int
+    exact: bool
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class Calculating:
+    """A `calculate` call, as evaluated (or refused)."""
+
+    iteration: int
+    """Searches done before the call."""
+    expression: str
+    result: str
+    """The value shown to the model; empty when `error` is set."""
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Done:
     result: RunResult
 
@@ -54,4 +100,4 @@ class Failed:
     retryable: bool
 
 
-AgentEvent = Started | Thinking | Searching | Done | Failed
+AgentEvent = Started | Thinking | Searching | Reading | Counting | Calculating | Done | Failed

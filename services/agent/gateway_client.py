@@ -75,6 +75,7 @@ class GatewayModelClient:
             usage=_usage(reply.usage),
             provider=reply.provider,
             model=reply.model,
+            fallback_reason=fallback_reason(reply),
         )
 
     async def generate_structured(
@@ -141,3 +142,25 @@ def _usage(usage: gw.Usage) -> TokenUsage:
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,
     )
+
+
+_PASSED_OVER = {
+    gw.ATTEMPT_OUTCOME_RETRYABLE_ERROR: "retryable error",
+    gw.ATTEMPT_OUTCOME_FATAL_ERROR: "error",
+    gw.ATTEMPT_OUTCOME_CONTEXT_WINDOW_EXCEEDED: "context window exceeded",
+    gw.ATTEMPT_OUTCOME_SKIPPED_BREAKER_OPEN: "skipped, circuit breaker open",
+    gw.ATTEMPT_OUTCOME_SKIPPED_CONTEXT_WINDOW: "skipped, context window too small",
+}
+
+
+def fallback_reason(reply: gw.GenerateResponse) -> str:
+    """Which earlier providers of the route were passed over, and why; empty when the first
+    provider answered."""
+    passed = [
+        a for a in reply.attempts if a.provider != reply.provider and a.outcome in _PASSED_OVER
+    ]
+    reasons: dict[str, str] = {}
+    for attempt in passed:
+        detail = f": {attempt.error}" if attempt.error else ""
+        reasons[attempt.provider] = f"{attempt.provider}: {_PASSED_OVER[attempt.outcome]}{detail}"
+    return "; ".join(reasons.values())

@@ -10,12 +10,14 @@ agent composes an honest fallback from what was seen. The loop talks only to the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 
 from opentelemetry import trace
 from pydantic import ValidationError
@@ -27,6 +29,7 @@ from services.agent.answers import (
     final_results,
     unknown_citations,
 )
+from services.agent.calculator import CalculationError, calculate, format_number
 from services.agent.config import LoopSettings
 from services.agent.context import (
     SUMMARY_SYSTEM_PROMPT,
@@ -35,7 +38,16 @@ from services.agent.context import (
     split_for_compaction,
     summary_prompt,
 )
-from services.agent.events import AgentEvent, Done, Searching, Started, Thinking
+from services.agent.events import (
+    AgentEvent,
+    Calculating,
+    Counting,
+    Done,
+    Reading,
+    Searching,
+    Started,
+    Thinking,
+)
 from services.agent.messages import (
     CHARS_PER_TOKEN,
     Message,
@@ -60,6 +72,7 @@ from services.agent.ports import (
 )
 from services.agent.prompt import FORCE_ANSWER, system_prompt, task_message
 from services.agent.run import (
+    AnsweredBy,
     Deadline,
     FinalAnswer,
     Mode,
@@ -68,16 +81,27 @@ from services.agent.run import (
     RunUsage,
     StopReason,
 )
-from services.agent.search import CollectionInfo, SearchRequest
+from services.agent.search import CollectionInfo, CountRequest, ReadRequest, SearchRequest
 from services.agent.tools import (
+    CALCULATE,
+    COUNT,
+    MAX_READ_CHUNKS,
+    OPTIONAL_TOOLS,
+    READ,
     SEARCH,
-    SEARCH_TOOL,
     SUBMIT_ANSWER,
     SUBMIT_ANSWER_TOOL,
     Answer,
+    Calculation,
+    CountPlan,
+    FormattedResults,
+    ReadPlan,
     SearchPlan,
     ToolArgumentsError,
+    format_count,
+    format_read,
     format_results,
+    offered_tools,
     parse_arguments,
     result_budget_chars,
     tool_schema,
@@ -97,7 +121,6 @@ from services.common.errors import (
 
 log = logging.getLogger(__name__)
 
-ALL_TOOLS = (SEARCH_TOOL, SUBMIT_ANSWER_TOOL)
 ANSWER_ONLY = (SUBMIT_ANSWER_TOOL,)
 EXTRA_TURNS = 3
 """Turns beyond the search cap a model may spend on invalid or unknown calls before it is forced."""
@@ -111,7 +134,10 @@ SEARCH_FAILURES_THAT_END_THE_RUN = (
 )
 
 
-_SCHEMA_CHARS = {t.name: len(json.dumps(t.parameters)) + len(t.description) for t in ALL_TOOLS}
+_SCHEMA_CHARS = {
+    t.name: len(json.dumps(t.parameters)) + len(t.description)
+    for t in (*OPTIONAL_TOOLS.values(), SUBMIT_ANSWER_TOOL)
+}
 
 
 class _ConversationTooLong(Exception):
@@ -164,6 +190,9 @@ class _Run:
         self.run_id = run_id
         self.route = request.route or loop.default_route
         self.cap = _search_cap(request, loop.settings)
+        self.tools = offered_tools(request.allowed_tools)
+        self.tool_names = tuple(t.name for t in self.tools)
+        self.system_prompt = system_prompt(self.tool_names)
         self.seen = SeenResults()
         self.usage = RunUsage()
         self.searches = 0
@@ -176,6 +205,8 @@ class _Run:
         self.answer: FinalAnswer | None = None
         self.stop_reason = StopReason.ANSWERED
         self.citations_rejected = False
+        self.answered_by: AnsweredBy | None = None
+        self.fallbacks: list[str] = []
 
     async def events(self) -> AsyncIterator[AgentEvent]:
         yield Started(self.run_id, self.request.collection, self.request.mode, self.route)
@@ -244,16 +275,16 @@ class _Run:
             if self.turns >= self.cap + EXTRA_TURNS:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
-            if self._over_budget(ALL_TOOLS):
+            if self._over_budget(self.tools):
                 self.stop_reason = StopReason.BUDGET_EXHAUSTED
                 return
-            response = await self._call(ALL_TOOLS, ToolChoice())
+            response = await self._call(self.tools, ToolChoice())
             if response.text.strip():
-                yield Thinking(self.searches + 1, response.text)
+                yield Thinking(self.searches + 1, response.text, self.answered_by)
             if not response.tool_calls:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
-            async for event in self._execute(response.tool_calls, allow_search=True):
+            async for event in self._execute(response.tool_calls, allow_tools=True):
                 yield event
 
     async def _final_phase(self) -> AsyncIterator[AgentEvent]:
@@ -268,9 +299,9 @@ class _Run:
                 break
             response = await self._call(ANSWER_ONLY, ToolChoice("named", SUBMIT_ANSWER))
             if response.text.strip():
-                yield Thinking(self.searches + 1, response.text)
+                yield Thinking(self.searches + 1, response.text, self.answered_by)
             rejected_before = self.citations_rejected
-            async for event in self._execute(response.tool_calls, allow_search=False):
+            async for event in self._execute(response.tool_calls, allow_tools=False):
                 yield event
             if self.answer is not None or rejected_before or not self.citations_rejected:
                 break
@@ -282,37 +313,205 @@ class _Run:
             self.answer, self.stop_reason = fallback_answer(self.seen), StopReason.FALLBACK_ANSWER
 
     async def _execute(
-        self, calls: Sequence[ToolCall], *, allow_search: bool
+        self, calls: Sequence[ToolCall], *, allow_tools: bool
     ) -> AsyncIterator[AgentEvent]:
-        for call in calls:
-            if self.answer is not None:
-                return
-            if call.name == SEARCH and allow_search and self.searches < self.cap:
-                event = await self._search(call)
-                if event is not None:
-                    yield event
-            elif call.name == SUBMIT_ANSWER:
+        """Each call in order, answered by its own tool result; `allow_tools` False: only
+        `submit_answer` runs (the final phase). In THINKING mode consecutive searches of one
+        turn run concurrently (at most `parallel_searches`), their results kept in call order."""
+        pending = list(calls)
+        while pending and self.answer is None:
+            call = pending.pop(0)
+            if call.name == SUBMIT_ANSWER:
                 self._submit(call)
-            else:
+                continue
+            refusal = self._refusal(call, allow_tools=allow_tools)
+            if refusal:
                 with self._tool_span(call):
-                    self._tool_error(call, self._refusal(call))
+                    self._tool_error(call, refusal)
+            elif call.name == SEARCH:
+                batch = [call]
+                while self._more_in_batch(batch, pending):
+                    batch.append(pending.pop(0))
+                for searched in await self._search_batch(batch):
+                    yield searched
+            elif call.name == READ:
+                read = await self._read(call)
+                if read is not None:
+                    yield read
+            elif call.name == COUNT:
+                counted = await self._count_documents(call)
+                if counted is not None:
+                    yield counted
+            elif call.name == CALCULATE:
+                yield self._calculate(call)
 
-    def _refusal(self, call: ToolCall) -> str:
-        if call.name == SEARCH:
+    def _more_in_batch(self, batch: list[ToolCall], pending: list[ToolCall]) -> bool:
+        return (
+            self.request.mode is Mode.THINKING
+            and bool(pending)
+            and pending[0].name == SEARCH
+            and len(batch) < self.loop.settings.parallel_searches
+            and self.searches + len(batch) < self.cap
+        )
+
+    async def _search_batch(self, batch: list[ToolCall]) -> list[Searching]:
+        """Run the searches of `batch` concurrently; record their results in call order."""
+        first = self.searches
+        self.searches += len(batch)
+        if len(batch) == 1:
+            outcomes = [await self._search(batch[0], first + 1)]
+        else:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(self._search(call, first + n))
+                    for n, call in enumerate(batch, start=1)
+                ]
+            outcomes = [task.result() for task in tasks]
+        events = []
+        for call, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, str):
+                self.exchanges.append(tool_result(call.id, outcome, is_error=True))
+                continue
+            formatted, event = outcome
+            self.seen.add(formatted.shown)
+            self.usage.searches += 1
+            self.exchanges.append(tool_result(call.id, formatted.text))
+            events.append(event)
+        return events
+
+    def _refusal(self, call: ToolCall, *, allow_tools: bool) -> str:
+        """Why `call` may not run now, or "" when it may."""
+        offered = ", ".join(self.tool_names)
+        if call.name not in _SCHEMA_CHARS:
+            return f"Unknown tool {call.name!r}. The tools are {offered}."
+        if call.name not in self.tool_names:
+            return f"The tool {call.name!r} is not available in this run. The tools are {offered}."
+        if call.name == SEARCH and (not allow_tools or self.searches >= self.cap):
             return (
                 f"No more searches are allowed in this run (limit {self.cap}). "
                 "Call submit_answer now with the best answer you can compose."
             )
-        return f"Unknown tool {call.name!r}. The tools are search and submit_answer."
+        if not allow_tools:
+            return f"Only submit_answer is available now: call it instead of {call.name}."
+        return ""
 
-    async def _search(self, call: ToolCall) -> Searching | None:
-        self.searches += 1
+    async def _read(self, call: ToolCall) -> Reading | None:
+        with self._tool_span(call):
+            try:
+                plan = parse_arguments(ReadPlan, call.arguments_json)
+            except ToolArgumentsError as error:
+                self._tool_error(call, str(error))
+                return None
+            hit = self.seen.by_id.get(plan.result_id)
+            if hit is None:
+                self._tool_error(
+                    call,
+                    f"{plan.result_id!r} is not a result you have seen in this conversation. "
+                    "Read only ids shown in results (`### [result_id] title`).",
+                )
+                return None
+            around = plan.scope == "around"
+            request = ReadRequest(
+                collection=self.request.collection,
+                document_id=hit.document_id,
+                first_chunk=max(hit.chunk_index - plan.neighbours, 0) if around else 0,
+                max_chunks=2 * plan.neighbours + 1 if around else MAX_READ_CHUNKS,
+                caller_filter=self.request.caller_filter,
+            )
+            started = time.perf_counter()
+            try:
+                document = await self.loop.search.read_document(
+                    request, remaining_s=self.deadline.remaining()
+                )
+            except SEARCH_FAILURES_THAT_END_THE_RUN:
+                raise
+            except QuarryError as error:
+                self._tool_error(call, f"The read failed: {error.message}.")
+                return None
+            duration_ms = int((time.perf_counter() - started) * 1000)
+            budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
+            formatted = format_read(
+                hit.document_id, document.chunks, document.chunk_count, max_chars=budget
+            )
+        self.seen.add(formatted.shown)
+        self.exchanges.append(tool_result(call.id, formatted.text))
+        return Reading(
+            iteration=self.searches,
+            result_id=plan.result_id,
+            document_id=hit.document_id,
+            first_chunk=request.first_chunk,
+            chunks_shown=len(formatted.shown),
+            chunk_count=document.chunk_count,
+            duration_ms=duration_ms,
+        )
+
+    async def _count_documents(self, call: ToolCall) -> Counting | None:
+        with self._tool_span(call):
+            try:
+                plan = parse_arguments(CountPlan, call.arguments_json)
+            except ToolArgumentsError as error:
+                self._tool_error(call, str(error))
+                return None
+            request = CountRequest(
+                collection=self.request.collection,
+                filter_groups=tuple(plan.filter_groups),
+                caller_filter=self.request.caller_filter,
+                group_by=tuple(plan.group_by),
+                date_interval=plan.date_interval,
+                max_buckets=plan.max_buckets,
+            )
+            started = time.perf_counter()
+            try:
+                count = await self.loop.search.count_documents(
+                    request, remaining_s=self.deadline.remaining()
+                )
+            except SEARCH_FAILURES_THAT_END_THE_RUN:
+                raise
+            except InvalidArgument as error:
+                if _names_caller_filter(error):
+                    raise _as_callers_error(error) from None
+                self._tool_error(call, _search_error_text(error, what="count"))
+                return None
+            except QuarryError as error:
+                self._tool_error(call, _search_error_text(error, what="count"))
+                return None
+            duration_ms = int((time.perf_counter() - started) * 1000)
+        self.exchanges.append(tool_result(call.id, format_count(count)))
+        return Counting(
+            iteration=self.searches,
+            filter_groups=request.filter_groups,
+            group_by=request.group_by,
+            document_count=count.document_count,
+            exact=count.exact,
+            duration_ms=duration_ms,
+        )
+
+    def _calculate(self, call: ToolCall) -> Calculating:
+        with self._tool_span(call):
+            try:
+                expression = parse_arguments(Calculation, call.arguments_json).expression
+            except ToolArgumentsError as error:
+                self._tool_error(call, str(error))
+                return Calculating(self.searches, call.arguments_json[:200], "", str(error))
+            try:
+                value = format_number(calculate(expression))
+            except CalculationError as error:
+                text = f"The expression {expression!r} was refused: {error}. Fix it and call again."
+                self._tool_error(call, text)
+                return Calculating(self.searches, expression, "", str(error))
+        self.exchanges.append(tool_result(call.id, f"{expression} = {value}"))
+        return Calculating(self.searches, expression, value)
+
+    async def _search(
+        self, call: ToolCall, iteration: int
+    ) -> tuple[FormattedResults, Searching] | str:
+        """One search: its formatted results and event, or the error text for the model. It
+        changes no state of the run, so several run at once."""
         with self._tool_span(call):
             try:
                 plan = parse_arguments(SearchPlan, call.arguments_json)
             except ToolArgumentsError as error:
-                self._tool_error(call, str(error))
-                return None
+                return self._failed(call, str(error))
             request = SearchRequest(
                 collection=self.request.collection,
                 primary=plan.query.primary,
@@ -331,19 +530,14 @@ class _Run:
             except InvalidArgument as error:
                 if _names_caller_filter(error):
                     raise _as_callers_error(error) from None
-                self._tool_error(call, _search_error_text(error))
-                return None
+                return self._failed(call, _search_error_text(error))
             except QuarryError as error:
-                self._tool_error(call, _search_error_text(error))
-                return None
+                return self._failed(call, _search_error_text(error))
             duration_ms = int((time.perf_counter() - started) * 1000)
             budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
             formatted = format_results(page.hits, page.total_count, max_chars=budget)
-        self.seen.add(formatted.shown)
-        self.usage.searches += 1
-        self.exchanges.append(tool_result(call.id, formatted.text))
-        return Searching(
-            iteration=self.searches,
+        return formatted, Searching(
+            iteration=iteration,
             primary=request.primary,
             variations=request.variations,
             strategy=request.strategy,
@@ -385,9 +579,13 @@ class _Run:
         )
 
     def _tool_error(self, call: ToolCall, text: str) -> None:
+        self.exchanges.append(tool_result(call.id, self._failed(call, text), is_error=True))
+
+    def _failed(self, call: ToolCall, text: str) -> str:
+        """Log a tool error and mark the current span with it; returns `text`."""
         log.info("tool error", extra={**self._log(), "tool": call.name, "error": text[:200]})
         trace.get_current_span().set_attribute(semconv.ERROR_TYPE, "tool_error")
-        self.exchanges.append(tool_result(call.id, text, is_error=True))
+        return text
 
     async def _call(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
         """One model turn: prune (Layer 2), call; on overflow compact (Layer 3) and retry once."""
@@ -416,6 +614,9 @@ class _Run:
         request = ModelRequest(self.route, tuple(self._messages()), tuple(tools), choice)
         response = await self.loop.model.generate(request, remaining_s=self.deadline.remaining())
         self._count(response.usage)
+        self.answered_by = AnsweredBy(response.provider, response.model, response.fallback_reason)
+        if response.fallback_reason and response.fallback_reason not in self.fallbacks:
+            self.fallbacks.append(response.fallback_reason)
         return response
 
     async def _compact(self) -> None:
@@ -453,16 +654,16 @@ class _Run:
             self.collection,
             summary=self.summary,
         )
-        return [system(system_prompt()), *self.history, user(task), *self.exchanges]
+        return [system(self.system_prompt), *self.history, user(task), *self.exchanges]
 
     def _fixed_chars(self, tools: Sequence[ToolSpec]) -> int:
         schemas = sum(_SCHEMA_CHARS[t.name] for t in tools)
-        return schemas + len(system_prompt()) + total_chars(self.history) + 2000
+        return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
 
     def _over_budget(self, tools: Sequence[ToolSpec]) -> bool:
         if not self.request.max_tokens:
             return False
-        chars = total_chars(self._messages()) + self._fixed_chars(tools) - len(system_prompt())
+        chars = total_chars(self._messages()) + self._fixed_chars(tools) - len(self.system_prompt)
         return self.usage_total + estimate_tokens(chars) > self.request.max_tokens
 
     @property
@@ -485,7 +686,14 @@ class _Run:
             stop_reason=self.stop_reason,
             usage=self.usage,
             iterations=self.searches,
+            answered_by=self._run_answered_by(),
         )
+
+    def _run_answered_by(self) -> AnsweredBy | None:
+        """The last turn's provider and model, with every fallback of the run."""
+        if self.answered_by is None:
+            return None
+        return replace(self.answered_by, fallback_reason="; ".join(self.fallbacks))
 
     def _log(self) -> dict[str, object]:
         return {"run_id": self.run_id, "collection": self.request.collection, "route": self.route}
@@ -500,11 +708,11 @@ def _search_cap(request: RunRequest, settings: LoopSettings) -> int:
     return min(request.max_iterations, mode_cap) if request.max_iterations > 0 else mode_cap
 
 
-def _search_error_text(error: QuarryError) -> str:
-    text = f"The search failed: {error.message}."
+def _search_error_text(error: QuarryError, *, what: str = "search") -> str:
+    text = f"The {what} failed: {error.message}."
     if isinstance(error, InvalidArgument) and error.violations:
         fixes = "; ".join(f"{v.field}: {v.description}" for v in error.violations)
-        text += f" Fix these and search again: {fixes}."
+        text += f" Fix these and {what} again: {fixes}."
     return text
 
 

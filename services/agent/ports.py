@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from services.agent.messages import Message, ToolCall
-from services.agent.search import CollectionInfo, SearchPage, SearchRequest
+from services.agent.search import (
+    CollectionInfo,
+    CountRequest,
+    DocumentChunks,
+    DocumentCount,
+    ReadRequest,
+    SearchPage,
+    SearchRequest,
+)
 
 
 class ContextWindowExceeded(Exception):
@@ -64,6 +72,8 @@ class ModelResponse:
     usage: TokenUsage = field(default_factory=TokenUsage)
     provider: str = ""
     model: str = ""
+    fallback_reason: str = ""
+    """Set when an earlier provider of the route failed or was skipped: which, and why."""
 
 
 @dataclass(frozen=True)
@@ -111,4 +121,16 @@ class SearchClient(Protocol):
 
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
         """Raises `NotFound` for an unknown collection."""
+        ...
+
+    async def read_document(
+        self, request: ReadRequest, *, remaining_s: float | None
+    ) -> DocumentChunks:
+        """Raises `NotFound` when the document has no chunk inside the caller's filter."""
+        ...
+
+    async def count_documents(
+        self, request: CountRequest, *, remaining_s: float | None
+    ) -> DocumentCount:
+        """Raises `InvalidArgument` (with violations) for a filter or breakdown it rejects."""
         ...

@@ -1,5 +1,6 @@
-"""The static system prompt (a package resource, identical for every run so providers can cache
-it) and the dynamic first user message, in the format of `docs/agent-tool-contract.md`."""
+"""The system prompt (package resources, identical for every run with the same tool allowlist so
+providers can cache it) and the dynamic first user message, in the format of
+`docs/agent-tool-contract.md`."""
 
 from __future__ import annotations
 
@@ -26,9 +27,37 @@ FORCE_ANSWER = (
 SUMMARY_HEADING = "## Previous search history summary"
 
 
+TOOL_LINES = {
+    "search": "- `search`: search the collection with a query, optional rephrasings, filters and a "
+    "retrieval strategy.",
+    "read": "- `read`: read more of a document a result came from: the passage around the "
+    "result, or the whole document.",
+    "count": "- `count`: count the documents matching a filter, with breakdowns by source, entity "
+    "type, a metadata key or date.",
+    "calculate": "- `calculate`: evaluate an arithmetic expression over numbers you read.",
+    "submit_answer": "- `submit_answer`: submit your final answer with citations. Calling it ends "
+    "the conversation.",
+}
+"""One line per tool in the prompt's tool list; a tool's guidance is `prompts/tool_<name>.md`."""
+
+
 @cache
-def system_prompt() -> str:
-    return resources.files("services.agent.prompts").joinpath("agent_task.md").read_text("utf-8")
+def system_prompt(tools: tuple[str, ...] = tuple(TOOL_LINES)) -> str:
+    """The system prompt for a run offering `tools` (names, in offer order): the tool list and
+    each tool's guidance follow the run's allowlist."""
+    template = _resource("agent_task.md")
+    guidance = "".join(_resource(f"tool_{name}.md") for name in tools if _has_resource(name))
+    return template.replace("{{tool_list}}", "\n".join(TOOL_LINES[n] for n in tools)).replace(
+        "{{tool_guidance}}", guidance
+    )
+
+
+def _resource(name: str) -> str:
+    return resources.files("services.agent.prompts").joinpath(name).read_text("utf-8")
+
+
+def _has_resource(tool: str) -> bool:
+    return resources.files("services.agent.prompts").joinpath(f"tool_{tool}.md").is_file()
 
 
 def task_message(

@@ -52,6 +52,8 @@ class RunRequest:
     """Total input + output tokens across model calls; 0 means unlimited."""
     route: str = ""
     """LLM gateway route; empty means the agent's configured route."""
+    allowed_tools: frozenset[str] = frozenset()
+    """Tools the run may use besides `submit_answer`; empty means all."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,20 @@ class RunUsage:
 
 
 @dataclass(frozen=True)
+class AnsweredBy:
+    """The provider and model behind a model turn, and whether the gateway fell back to them."""
+
+    provider: str
+    model: str
+    fallback_reason: str = ""
+    """Empty without a fallback."""
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.fallback_reason)
+
+
+@dataclass(frozen=True)
 class RunResult:
     run_id: str
     answer: FinalAnswer
@@ -87,6 +103,9 @@ class RunResult:
     usage: RunUsage = field(default_factory=RunUsage)
     iterations: int = 0
     """Search iterations performed."""
+    answered_by: AnsweredBy | None = None
+    """The last model turn's provider and model, with the reasons of every fallback of the run;
+    None when no model call was made."""
 
 
 class Deadline:

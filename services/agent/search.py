@@ -60,6 +60,63 @@ class SearchRequest:
 
 
 @dataclass(frozen=True)
+class ReadRequest:
+    """One read of the search tool: a document's chunks from `first_chunk` on."""
+
+    collection: str
+    document_id: str
+    first_chunk: int = 0
+    max_chunks: int = 20
+    """1..200."""
+    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    """The run's caller filter, forwarded as sent; the search tool applies it."""
+
+
+@dataclass(frozen=True)
+class DocumentChunks:
+    """What a read returned."""
+
+    chunks: list[SearchHit]
+    """In chunk order; `score` is 0 (a read is not ranked)."""
+    chunk_count: int
+    """Chunks of the document the caller may see, in all."""
+
+
+DateInterval = Literal["year", "month", "day"]
+
+
+@dataclass(frozen=True)
+class CountRequest:
+    """One count of the search tool: documents matching the model's filter within the caller's."""
+
+    collection: str
+    filter_groups: tuple[FilterGroup, ...] = ()
+    """The model's filter; the search tool applies it within `caller_filter`."""
+    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    group_by: tuple[str, ...] = ()
+    date_interval: DateInterval = "month"
+    max_buckets: int = 20
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    field: str
+    buckets: tuple[Facet, ...]
+    """Documents per value: most frequent first; dates in date order."""
+    omitted: int = 0
+    """Values beyond the bucket limit."""
+
+
+@dataclass(frozen=True)
+class DocumentCount:
+    document_count: int
+    chunk_count: int
+    breakdowns: tuple[Breakdown, ...] = ()
+    exact: bool = True
+    """False when the search tool stopped examining chunks: the counts are lower bounds."""
+
+
+@dataclass(frozen=True)
 class SearchPage:
     hits: list[SearchHit]
     """Best first."""

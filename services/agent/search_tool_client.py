@@ -11,7 +11,15 @@ import grpc
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent import convert
-from services.agent.search import CollectionInfo, SearchPage, SearchRequest
+from services.agent.search import (
+    CollectionInfo,
+    CountRequest,
+    DocumentChunks,
+    DocumentCount,
+    ReadRequest,
+    SearchPage,
+    SearchRequest,
+)
 from services.common.status import domain_error
 
 
@@ -47,3 +55,27 @@ class SearchToolClient:
         except grpc.aio.AioRpcError as error:
             raise domain_error(error, "search tool") from error
         return convert.collection_info(reply.collection)
+
+    async def read_document(
+        self, request: ReadRequest, *, remaining_s: float | None
+    ) -> DocumentChunks:
+        try:
+            reply = await self._stub.ReadDocument(
+                convert.read_request(request), timeout=remaining_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+        return DocumentChunks(
+            chunks=[convert.chunk_hit(c) for c in reply.chunks], chunk_count=reply.chunk_count
+        )
+
+    async def count_documents(
+        self, request: CountRequest, *, remaining_s: float | None
+    ) -> DocumentCount:
+        try:
+            reply = await self._stub.CountDocuments(
+                convert.count_request(request), timeout=remaining_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise domain_error(error, "search tool") from error
+        return convert.document_count(reply)

@@ -56,6 +56,20 @@ def answer_call(text: str, citations: Sequence[str] = (), *, call_id: str = "") 
     return ToolCall(call_id or f"call_{next(_ids)}", "submit_answer", json.dumps(arguments))
 
 
+def read_call(
+    result_id: str, *, scope: str = "around", neighbours: int = 2, call_id: str = ""
+) -> ToolCall:
+    """A `read` tool call."""
+    arguments = json.dumps({"result_id": result_id, "scope": scope, "neighbours": neighbours})
+    return ToolCall(call_id or f"call_{next(_ids)}", "read", arguments)
+
+
+def calculate_call(expression: str, *, call_id: str = "") -> ToolCall:
+    """A `calculate` tool call."""
+    arguments = json.dumps({"expression": expression})
+    return ToolCall(call_id or f"call_{next(_ids)}", "calculate", arguments)
+
+
 def raw_call(name: str, arguments_json: str, *, call_id: str = "") -> ToolCall:
     """A tool call with arbitrary (possibly invalid) arguments."""
     return ToolCall(call_id or f"call_{next(_ids)}", name, arguments_json)

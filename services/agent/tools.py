@@ -1,5 +1,6 @@
-"""The two tools the model gets: `search` and `submit_answer`.
+"""The tools the model gets: `search`, `read`, `count`, `calculate` and `submit_answer`.
 
+A request may name the tools a run may use (`allowed_tools`); `submit_answer` is always offered.
 Their JSON schemas are generated from the same pydantic models that validate the arguments, so
 what the model is told and what is accepted cannot drift apart. Search results are formatted for
 the model within the Layer-1 budget: lowest-ranked results are dropped whole, a result is never cut.
@@ -10,18 +11,22 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from services.agent.calculator import FUNCTION_NAMES, MAX_EXPRESSION_CHARS
 from services.agent.filters import FilterGroup
 from services.agent.messages import CHARS_PER_TOKEN
 from services.agent.ports import ToolSpec
-from services.agent.search import SearchHit, Strategy
+from services.agent.search import DocumentCount, SearchHit, Strategy
 
 M = TypeVar("M", bound=BaseModel)
 
 SEARCH = "search"
+READ = "read"
+COUNT = "count"
+CALCULATE = "calculate"
 SUBMIT_ANSWER = "submit_answer"
 
 
@@ -73,6 +78,59 @@ class Answer(BaseModel):
     )
 
 
+MAX_NEIGHBOURS = 10
+MAX_READ_CHUNKS = 200
+
+
+class ReadPlan(BaseModel):
+    """Arguments of the `read` tool."""
+
+    result_id: str = Field(
+        min_length=1,
+        description="Id of a result you saw (the id in `### [result_id] title`); its document is "
+        "read.",
+    )
+    scope: Literal["around", "document"] = Field(
+        default="around",
+        description="around: the result's chunk with `neighbours` chunks before and after it; "
+        "document: the whole document from its first chunk, as far as the budget allows.",
+    )
+    neighbours: int = Field(
+        default=2, ge=0, le=MAX_NEIGHBOURS, description="around: chunks on each side."
+    )
+
+
+class CountPlan(BaseModel):
+    """Arguments of the `count` tool."""
+
+    filter_groups: list[FilterGroup] = Field(
+        default_factory=list,
+        description="What to count, as in `search` (combined with the caller's filter). Empty: "
+        "the whole collection.",
+    )
+    group_by: list[str] = Field(
+        default_factory=list,
+        max_length=3,
+        description="Break the count down by up to 3 fields: source, entity_type, title, "
+        "metadata.<key>, or created_at / updated_at (a date histogram).",
+    )
+    date_interval: Literal["year", "month", "day"] = Field(
+        default="month", description="Bucket width of a created_at / updated_at breakdown."
+    )
+    max_buckets: int = Field(default=20, ge=1, le=100, description="Values listed per breakdown.")
+
+
+class Calculation(BaseModel):
+    """Arguments of the `calculate` tool."""
+
+    expression: str = Field(
+        min_length=1,
+        max_length=MAX_EXPRESSION_CHARS,
+        description="Arithmetic over numbers you read, e.g. (1250 - 980) / 980 * 100. "
+        "Operators + - * / // % ** and parentheses; functions " + ", ".join(FUNCTION_NAMES) + ".",
+    )
+
+
 def tool_schema(model: type[BaseModel]) -> dict[str, Any]:
     """`model`'s JSON schema, `$ref`s inlined and titles removed, ready for any provider."""
     schema = model.model_json_schema()
@@ -108,6 +166,40 @@ SUBMIT_ANSWER_TOOL = ToolSpec(
     "information to answer the user's query, or when further searching would not improve it.",
     parameters=tool_schema(Answer),
 )
+CALCULATE_TOOL = ToolSpec(
+    name=CALCULATE,
+    description="Evaluate an arithmetic expression exactly (sums, differences, ratios, "
+    "percentages) over numbers found in the results. Use it instead of computing in your head.",
+    parameters=tool_schema(Calculation),
+)
+READ_TOOL = ToolSpec(
+    name=READ,
+    description="Read more of a document a result came from: the passage around the result, or "
+    "the whole document. Use it when a result is cut off, refers to text before or after it, or "
+    "the answer needs the full context.",
+    parameters=tool_schema(ReadPlan),
+)
+COUNT_TOOL = ToolSpec(
+    name=COUNT,
+    description="Count the documents matching a filter, optionally broken down by source, entity "
+    "type, a metadata key or a date histogram. Use it for how-many / which-sources / over-time "
+    "questions instead of counting search results.",
+    parameters=tool_schema(CountPlan),
+)
+OPTIONAL_TOOLS: dict[str, ToolSpec] = {
+    SEARCH: SEARCH_TOOL,
+    READ: READ_TOOL,
+    COUNT: COUNT_TOOL,
+    CALCULATE: CALCULATE_TOOL,
+}
+"""Every tool a request may allow, by name, in the order they are offered."""
+TOOL_NAMES = (*OPTIONAL_TOOLS, SUBMIT_ANSWER)
+
+
+def offered_tools(allowed: frozenset[str]) -> tuple[ToolSpec, ...]:
+    """The tools of a run: those allowed (all when `allowed` is empty), then `submit_answer`."""
+    chosen = [spec for name, spec in OPTIONAL_TOOLS.items() if not allowed or name in allowed]
+    return (*chosen, SUBMIT_ANSWER_TOOL)
 
 
 class ToolArgumentsError(ValueError):
@@ -175,3 +267,45 @@ def _block(hit: SearchHit) -> str:
         f"score: {hit.score:.4f} | url: {hit.url}"
     )
     return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"
+
+
+def format_read(
+    document_id: str, chunks: Sequence[SearchHit], chunk_count: int, *, max_chars: int
+) -> FormattedResults:
+    """A read's chunks in order until the budget is spent; a chunk is never cut."""
+    blocks: list[str] = []
+    used = 0
+    for chunk in chunks:
+        block = _read_block(chunk)
+        if used + len(block) > max_chars:
+            break
+        blocks.append(block)
+        used += len(block)
+    shown = list(chunks[: len(blocks)])
+    if shown:
+        span = f"chunks {shown[0].chunk_index}-{shown[-1].chunk_index} of {chunk_count}"
+    else:
+        span = f"no chunk fits the budget ({chunk_count} chunks)"
+    return FormattedResults(text=f"Read {document_id}: {span}.\n" + "".join(blocks), shown=shown)
+
+
+def _read_block(hit: SearchHit) -> str:
+    meta = f"source: {hit.source} | entity_type: {hit.entity_type} | url: {hit.url}"
+    return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"
+
+
+def format_count(count: DocumentCount) -> str:
+    """A count as the model sees it: totals, then each breakdown's `value: documents` lines."""
+    bound = "" if count.exact else " at least"
+    lines = [
+        f"Counted{bound} {count.document_count} documents ({count.chunk_count} chunks) "
+        "matching the filter."
+    ]
+    if not count.exact:
+        lines.append("The count stopped early: these numbers are lower bounds.")
+    for breakdown in count.breakdowns:
+        lines.append(f"\n### Documents by {breakdown.field}")
+        lines += [f"{f.value}: {f.count}" for f in breakdown.buckets]
+        if breakdown.omitted:
+            lines.append(f"({breakdown.omitted} more values not listed)")
+    return "\n".join(lines) + "\n"

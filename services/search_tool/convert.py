@@ -10,6 +10,7 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
 from services.common.errors import InvalidArgument
+from services.search_tool.counting import CountRequest, DateInterval, DocumentCount
 from services.search_tool.documents import (
     Breadcrumb,
     Chunk,
@@ -235,3 +236,42 @@ def _set_time(stamp: timestamp_pb2.Timestamp, moment: datetime) -> None:
     seconds, micros = divmod(epoch_microseconds(moment), 1_000_000)
     stamp.seconds = seconds
     stamp.nanos = micros * 1000
+
+
+_INTERVALS = {
+    search_tool_pb2.DATE_INTERVAL_UNSPECIFIED: DateInterval.MONTH,
+    search_tool_pb2.DATE_INTERVAL_YEAR: DateInterval.YEAR,
+    search_tool_pb2.DATE_INTERVAL_MONTH: DateInterval.MONTH,
+    search_tool_pb2.DATE_INTERVAL_DAY: DateInterval.DAY,
+}
+
+
+def count_request_from_proto(message: search_tool_pb2.CountDocumentsRequest) -> CountRequest:
+    if message.date_interval not in _INTERVALS:
+        raise InvalidArgument.for_field(
+            "date_interval", f"unknown interval {message.date_interval}"
+        )
+    return CountRequest(
+        collection=message.collection,
+        filter=filter_from_proto(message.filter),
+        caller_filter=filter_from_proto(message.caller_filter),
+        group_by=tuple(message.group_by),
+        date_interval=_INTERVALS[message.date_interval],
+        max_buckets=message.max_buckets,
+    )
+
+
+def count_to_proto(count: DocumentCount) -> search_tool_pb2.CountDocumentsResponse:
+    return search_tool_pb2.CountDocumentsResponse(
+        document_count=count.document_count,
+        chunk_count=count.chunk_count,
+        breakdowns=[
+            search_tool_pb2.CountBreakdown(
+                field=b.field,
+                buckets=[search_tool_pb2.FacetCount(value=v, count=n) for v, n in b.buckets],
+                omitted_buckets=b.omitted,
+            )
+            for b in count.breakdowns
+        ],
+        exact=count.exact,
+    )

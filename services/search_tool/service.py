@@ -17,6 +17,7 @@ import numpy.typing as npt
 from services.common.errors import FieldViolation, InvalidArgument
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
+from services.search_tool.counting import CountRequest, DocumentCount, count_documents
 from services.search_tool.documents import Document, document_id_problem
 from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import (
@@ -40,6 +41,7 @@ from services.search_tool.filters import (
 )
 from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
 from services.search_tool.limits import RequestLimits
+from services.search_tool.reading import DocumentRead, ReadRequest, read_document
 
 COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_VARIATIONS = 9
@@ -255,6 +257,18 @@ class SearchService:
         )
         page = await self._engine.search(request.collection, query)
         return SearchOutcome(page, (time.perf_counter() - started) * 1000)
+
+    async def read_document(self, request: ReadRequest) -> DocumentRead:
+        """A document's chunks by index range, inside the caller's filter (see `reading`)."""
+        validate_collection_name(request.collection)
+        fields = await self._engine.fields(request.collection)
+        return await read_document(self._engine, request, fields, self._settings.limits)
+
+    async def count_documents(self, request: CountRequest) -> DocumentCount:
+        """Documents matching a filter under the caller's, with breakdowns (see `counting`)."""
+        validate_collection_name(request.collection)
+        fields = await self._engine.fields(request.collection)
+        return await count_documents(self._engine, request, fields, self._settings.limits)
 
     async def get_collection(self, collection: str) -> CollectionStats:
         validate_collection_name(collection)

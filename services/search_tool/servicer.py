@@ -14,13 +14,17 @@ from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 from services.common.auth import AUTHENTICATED, READ, WRITE, MethodRule, visible_collections
 from services.common.errors import Unavailable
 from services.search_tool.convert import (
+    chunk_to_proto,
     collection_to_proto,
+    count_request_from_proto,
+    count_to_proto,
     document_from_proto,
     document_summary_to_proto,
     filter_from_proto,
     hit_to_proto,
     strategy_from_proto,
 )
+from services.search_tool.reading import ReadRequest
 from services.search_tool.service import SearchRequest, SearchService
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -34,6 +38,8 @@ ACCESS_RULES: dict[str, MethodRule] = {
     "ListDocuments": READ,
     "ListCollections": AUTHENTICATED,
     "Embed": AUTHENTICATED,
+    "ReadDocument": READ,
+    "CountDocuments": READ,
 }
 """What each RPC requires of an API key (enforced by the shared auth interceptor on the request;
 `ListCollections` answers only the collections the key may read)."""
@@ -103,6 +109,28 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
             total_count=outcome.page.total_count,
             took_ms=outcome.took_ms,
         )
+
+    async def ReadDocument(
+        self, request: search_tool_pb2.ReadDocumentRequest, context: Context
+    ) -> search_tool_pb2.ReadDocumentResponse:
+        read = await self._ready().read_document(
+            ReadRequest(
+                collection=request.collection,
+                document_id=request.document_id,
+                first_chunk=request.first_chunk,
+                max_chunks=request.max_chunks,
+                caller_filter=filter_from_proto(request.caller_filter),
+            )
+        )
+        return search_tool_pb2.ReadDocumentResponse(
+            chunks=[chunk_to_proto(c) for c in read.chunks], chunk_count=read.chunk_count
+        )
+
+    async def CountDocuments(
+        self, request: search_tool_pb2.CountDocumentsRequest, context: Context
+    ) -> search_tool_pb2.CountDocumentsResponse:
+        count = await self._ready().count_documents(count_request_from_proto(request))
+        return count_to_proto(count)
 
     async def GetCollection(
         self, request: search_tool_pb2.GetCollectionRequest, context: Context

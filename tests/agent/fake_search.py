@@ -26,13 +26,25 @@ from services.agent import convert
 from services.agent.search import (
     Breadcrumb,
     CollectionInfo,
+    CountRequest,
+    DocumentChunks,
+    DocumentCount,
     Facet,
+    ReadRequest,
     SearchHit,
     SearchPage,
     SearchRequest,
 )
 from services.common.errors import NotFound
-from services.search_tool.convert import filter_from_proto
+from services.search_tool.convert import (
+    chunk_to_proto,
+    count_request_from_proto,
+    count_to_proto,
+    filter_from_proto,
+)
+from services.search_tool.counting import count_documents
+from services.search_tool.documents import Breadcrumb as SearchToolBreadcrumb
+from services.search_tool.documents import Chunk
 from services.search_tool.filters import (
     CHUNK_FIELDS,
     METADATA_PREFIX,
@@ -43,6 +55,9 @@ from services.search_tool.filters import (
     Scalar,
     effective_filter,
 )
+from services.search_tool.limits import DEFAULT_LIMITS
+from services.search_tool.reading import ReadRequest as SearchToolReadRequest
+from services.search_tool.reading import read_document
 
 _WORD = re.compile(r"[a-z0-9]+")
 _TYPES: dict[type, FieldType] = {
@@ -96,6 +111,8 @@ class FakeSearch:
         self.gate = gate
         self.requests: list[SearchRequest] = []
         self.validated: list[SearchRequest] = []
+        self.reads: list[ReadRequest] = []
+        self.counts: list[CountRequest] = []
         self.remaining_s: list[float | None] = []
         self.called = asyncio.Event()
         self.cancelled = asyncio.Event()
@@ -133,6 +150,47 @@ class FakeSearch:
             filter_from_proto(message.filter),
             self.fields(),
         )
+
+    async def read_document(
+        self, request: ReadRequest, *, remaining_s: float | None
+    ) -> DocumentChunks:
+        self.reads.append(request)
+        return await self.read_message(convert.read_request(request))
+
+    async def read_message(self, message: search_tool_pb2.ReadDocumentRequest) -> DocumentChunks:
+        """A read as the search tool receives it, decided by the search tool's own `reading`."""
+        self._check_collection(message.collection)
+        read = await read_document(
+            _MemoryEngine(self.documents),
+            SearchToolReadRequest(
+                collection=message.collection,
+                document_id=message.document_id,
+                first_chunk=message.first_chunk,
+                max_chunks=message.max_chunks,
+                caller_filter=filter_from_proto(message.caller_filter),
+            ),
+            self.fields(),
+            DEFAULT_LIMITS,
+        )
+        hits = [convert.chunk_hit(chunk_to_proto(c)) for c in read.chunks]
+        return DocumentChunks(chunks=hits, chunk_count=read.chunk_count)
+
+    async def count_documents(
+        self, request: CountRequest, *, remaining_s: float | None
+    ) -> DocumentCount:
+        self.counts.append(request)
+        return await self.count_message(convert.count_request(request))
+
+    async def count_message(self, message: search_tool_pb2.CountDocumentsRequest) -> DocumentCount:
+        """A count as the search tool receives it, decided by the search tool's own `counting`."""
+        self._check_collection(message.collection)
+        count = await count_documents(
+            _MemoryEngine(self.documents),
+            count_request_from_proto(message),
+            self.fields(),
+            DEFAULT_LIMITS,
+        )
+        return convert.document_count(count_to_proto(count))
 
     async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
         self._check_collection(name)
@@ -186,6 +244,35 @@ class FakeSearch:
         if key not in self._word_cache:
             self._word_cache[key] = set(_WORD.findall(f"{doc.title} {doc.text}".lower()))
         return self._word_cache[key]
+
+
+class _MemoryEngine:
+    """The one engine call a read needs (`scan`), over the fake's chunks."""
+
+    def __init__(self, documents: list[FakeDocument]) -> None:
+        self.documents = documents
+
+    async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
+        return [_chunk(d) for d in self.documents if matches(d, where)][:limit]
+
+
+def _chunk(doc: FakeDocument) -> Chunk:
+    return Chunk(
+        id=doc.id,
+        document_id=doc.document_id,
+        chunk_index=doc.chunk_index,
+        text=doc.text,
+        title=doc.title,
+        source=doc.source,
+        entity_type=doc.entity_type,
+        created_at=doc.created_at,
+        updated_at=doc.updated_at,
+        url=doc.url,
+        breadcrumbs=tuple(
+            SearchToolBreadcrumb(b.id, b.name, b.entity_type) for b in doc.breadcrumbs
+        ),
+        metadata=dict(doc.metadata),
+    )
 
 
 def matches(doc: FakeDocument, expression: FilterExpression) -> bool:

@@ -21,6 +21,7 @@ from services.agent import convert
 from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings
 from services.agent.server import build_agent_server
+from services.agent.tools import TOOL_NAMES
 from services.common.errors import InvalidArgument, QuarryError
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
@@ -222,7 +223,7 @@ async def test_requests_carry_schemas_tool_choice_and_pairs_over_the_wire(stack:
     async with await stack(gateway, search) as agent:
         await agent.run("temporary directory", RunOptions(collection="python-docs"))
     first, second = gateway.requests
-    assert [t.name for t in first.tools] == ["search", "submit_answer"]
+    assert [t.name for t in first.tools] == list(TOOL_NAMES)
     assert json.loads(first.tools[0].parameters_json)["properties"]["limit"]["type"] == "integer"
     assert first.messages[0].role == gw.ROLE_SYSTEM
     assert second.tool_choice.mode == gw.TOOL_CHOICE_MODE_NAMED

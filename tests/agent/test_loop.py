@@ -19,6 +19,7 @@ from services.agent.testing import (
     search_call,
     turn,
 )
+from services.agent.tools import TOOL_NAMES
 from services.common.errors import InvalidArgument, NotFound, Unavailable
 from tests.agent.conftest import caller_filter, result_of, run_events
 from tests.agent.fake_search import FakeSearch
@@ -124,7 +125,7 @@ async def test_thinking_mode_lets_the_model_search_until_it_answers(search: Fake
     result = result_of(events)
     assert result.stop_reason is StopReason.ANSWERED
     assert [r.id for r in result.results[:2]] == [TEMP, MKDTEMP]
-    assert all([t.name for t in r.tools] == ["search", "submit_answer"] for r in model.requests)
+    assert all([t.name for t in r.tools] == list(TOOL_NAMES) for r in model.requests)
 
 
 async def test_iteration_cap_forces_one_last_call_offering_only_submit_answer(
@@ -387,7 +388,7 @@ async def test_unknown_tool_names_get_an_error_result(search: FakeSearch) -> Non
     )
     await run_events(AgentLoop(model, search), mode=Mode.THINKING)
     assert _tool_results(model, 1) == [
-        ("x", "Unknown tool 'browse'. The tools are search and submit_answer.", True)
+        ("x", "Unknown tool 'browse'. The tools are " + ", ".join(TOOL_NAMES) + ".", True)
     ]
 
 
@@ -490,11 +491,12 @@ async def test_overflow_after_compaction_ends_with_an_honest_fallback(search: Fa
 async def test_token_budget_stops_searching_and_forces_an_answer(search: FakeSearch) -> None:
     model = ScriptedModel(
         [
-            turn("", search_call("tempfile"), input_tokens=3000, output_tokens=100),
+            turn("", search_call("tempfile"), input_tokens=5000, output_tokens=100),
             turn("", answer_call("Budget answer [1]", [TEMP])),
         ]
     )
-    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=4000)
+    # The first turn's prompt (system prompt, five tool schemas) is estimated at ~4,100 tokens.
+    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=6000)
     result = result_of(events)
     assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2
@@ -505,13 +507,13 @@ async def test_token_budget_stops_searching_and_forces_an_answer(search: FakeSea
 async def test_a_spent_budget_says_the_budget_stopped_the_run_without_another_call(
     search: FakeSearch,
 ) -> None:
-    model = ScriptedModel([turn("", search_call("tempfile"), input_tokens=5000)])
+    model = ScriptedModel([turn("", search_call("tempfile"), input_tokens=7000)])
     result = result_of(
-        await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=4000)
+        await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=6000)
     )
     assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 1
-    assert result.answer.text.startswith("The run stopped at its token budget (4000 tokens)")
+    assert result.answer.text.startswith("The run stopped at its token budget (6000 tokens)")
 
 
 async def test_a_budget_spent_before_any_search_never_claims_the_collection_lacks_the_answer(

@@ -21,7 +21,7 @@ from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.ports import SearchClient
-from services.agent.search import Breadcrumb, SearchRequest
+from services.agent.search import Breadcrumb, CountRequest, ReadRequest, SearchRequest
 from services.agent.search_tool_client import SearchToolClient
 from services.common.errors import InvalidArgument, NotFound
 from services.common.settings import ServerSettings
@@ -225,3 +225,137 @@ async def test_the_fake_search_tool_accepts_refuses_and_matches_like_the_real_on
     assert disagreements == []
     assert outcomes.count("INVALID_ARGUMENT") >= 13
     assert outcomes.count("OK") >= 2 * len(CASES)
+
+
+def _reads(document_ids: list[str]) -> list[tuple[str, ReadRequest]]:
+    """Every document read under each shared caller filter, then reads the search tool refuses."""
+    equals = search_pb2.FILTER_OPERATOR_EQUALS
+    cases = []
+    for case in CASES:
+        number = cast(
+            search_pb2.FilterOperator,
+            search_pb2.FilterOperator.Value(f"FILTER_OPERATOR_{case.operator.name}"),
+        )
+        caller = _caller([(case.field, number, case.value)])
+        cases += [
+            (f"{case.name}: {doc}", ReadRequest(COLLECTION, doc, caller_filter=caller))
+            for doc in document_ids
+        ]
+    return [
+        *cases,
+        ("missing document", ReadRequest(COLLECTION, "no-such-document")),
+        ("unknown collection", ReadRequest("nope", document_ids[0])),
+        (
+            "bad caller filter",
+            ReadRequest(
+                COLLECTION, document_ids[0], caller_filter=_caller([("colour", equals, "x")])
+            ),
+        ),
+        ("bad range", ReadRequest(COLLECTION, "", first_chunk=-1, max_chunks=500)),
+    ]
+
+
+async def _read_outcome(search: SearchClient, request: ReadRequest) -> Outcome:
+    try:
+        read = await search.read_document(request, remaining_s=30)
+    except InvalidArgument as error:
+        return ("INVALID_ARGUMENT", sorted(v.field for v in error.violations))
+    except NotFound as error:
+        return ("NOT_FOUND", error.message.removeprefix("search tool: "))
+    return ("OK", ([hit.id for hit in read.chunks], read.chunk_count))
+
+
+async def test_the_fake_search_tool_reads_documents_like_the_real_one(
+    real_search: SearchToolClient,
+) -> None:
+    fake = FakeSearch([_fake(d) for d in FIXTURE], collection=COLLECTION)
+    disagreements, outcomes = [], []
+    for name, request in _reads([d.id for d in FIXTURE]):
+        real, faked = await _read_outcome(real_search, request), await _read_outcome(fake, request)
+        outcomes.append(real[0])
+        if real != faked:
+            disagreements.append(f"{name}: real {real}, fake {faked}")
+    assert disagreements == []
+    assert outcomes.count("NOT_FOUND") > len(CASES)
+    assert outcomes.count("OK") > len(CASES)
+    assert outcomes.count("INVALID_ARGUMENT") == 2
+
+
+def _counts() -> list[tuple[str, CountRequest]]:
+    """Counts under each shared filter (caller's and model's), breakdowns, and refused counts."""
+    equals = search_pb2.FILTER_OPERATOR_EQUALS
+    by = ("source", "metadata.year", "created_at")
+    cases = []
+    for case in CASES:
+        number = cast(
+            search_pb2.FilterOperator,
+            search_pb2.FilterOperator.Value(f"FILTER_OPERATOR_{case.operator.name}"),
+        )
+        cases.append(
+            (
+                f"caller {case.name}",
+                CountRequest(
+                    COLLECTION,
+                    caller_filter=_caller([(case.field, number, case.value)]),
+                    group_by=by,
+                ),
+            )
+        )
+        cases.append(
+            (
+                f"model {case.name}",
+                CountRequest(
+                    COLLECTION,
+                    filter_groups=_model([(case.field, case.operator.value, case.value)]),
+                    group_by=("entity_type",),
+                    date_interval="year",
+                ),
+            )
+        )
+    return [
+        *cases,
+        (
+            "days, one bucket",
+            CountRequest(COLLECTION, group_by=("created_at",), date_interval="day", max_buckets=1),
+        ),
+        (
+            "bad caller filter",
+            CountRequest(COLLECTION, caller_filter=_caller([("colour", equals, "x")])),
+        ),
+        (
+            "bad model filter",
+            CountRequest(COLLECTION, filter_groups=_model([("title", "less_than", "b")])),
+        ),
+        ("bad breakdown", CountRequest(COLLECTION, group_by=("text", "metadata.nope", "text"))),
+        ("unknown collection", CountRequest("nope")),
+    ]
+
+
+async def _count_outcome(search: SearchClient, request: CountRequest) -> Outcome:
+    try:
+        count = await search.count_documents(request, remaining_s=30)
+    except InvalidArgument as error:
+        return ("INVALID_ARGUMENT", sorted(v.field for v in error.violations))
+    except NotFound:
+        return ("NOT_FOUND", None)
+    return ("OK", count)
+
+
+async def test_the_fake_search_tool_counts_like_the_real_one(
+    real_search: SearchToolClient,
+) -> None:
+    fake = FakeSearch([_fake(d) for d in FIXTURE], collection=COLLECTION)
+    disagreements, outcomes = [], []
+    for name, request in _counts():
+        real, faked = (
+            await _count_outcome(real_search, request),
+            await _count_outcome(fake, request),
+        )
+        outcomes.append(real)
+        if real != faked:
+            disagreements.append(f"{name}: real {real}, fake {faked}")
+    assert disagreements == []
+    assert [o[0] for o in outcomes].count("INVALID_ARGUMENT") == 3
+    counted = [o[1] for o in outcomes if o[0] == "OK"]
+    assert len({c.document_count for c in counted}) > 2
+    assert all(b.buckets for c in counted if c.document_count for b in c.breakdowns)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpc
 import pytest
@@ -15,7 +16,15 @@ from services.agent.config import AgentSettings
 from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME
 from services.agent.servicer import AgentServicer
-from services.agent.testing import ScriptedModel, answer_call, search_call, turn
+from services.agent.testing import (
+    ScriptedModel,
+    answer_call,
+    calculate_call,
+    raw_call,
+    read_call,
+    search_call,
+    turn,
+)
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
 from tests.agent.conftest import DOCUMENTS
@@ -35,6 +44,12 @@ async def agent(search: FakeSearch) -> AsyncIterator[QuarryServer]:
             turn("", answer_call("Use TemporaryDirectory [1].", ["tempfile__chunk_0"])),
         ]
     )
+    async with _serving(model, search) as server:
+        yield server
+
+
+@asynccontextmanager
+async def _serving(model: ScriptedModel, search: FakeSearch) -> AsyncIterator[QuarryServer]:
     settings = AgentSettings(server=ServerSettings(port=0, grace_s=0))
     servicer = AgentServicer(AgentLoop(model, search), settings)
 
@@ -64,6 +79,7 @@ def _args(address: str, **overrides: object) -> argparse.Namespace:
         "ca_file": None,
         "cert_file": None,
         "key_file": None,
+        "tools": "",
     }
     values.update(overrides)
     return argparse.Namespace(**values)
@@ -80,6 +96,38 @@ async def test_ask_shows_thinking_searches_and_numbered_sources(
     assert "[1] tempfile — Generate temporary files and directories" in out
     assert "https://docs.python.org/3/library/tempfile.html" in out
     assert "answered · 1 searches" in out
+
+
+async def test_ask_shows_each_read_count_and_calculation(
+    search: FakeSearch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = ScriptedModel(
+        [
+            turn("", search_call("temporary directory", limit=1)),
+            turn(
+                "",
+                read_call("tempfile__chunk_0", neighbours=1),
+                raw_call("count", '{"group_by": ["source"]}'),
+                calculate_call("1250 - 980"),
+                calculate_call("1 / 0"),
+            ),
+            turn("", answer_call("270 more.")),
+        ]
+    )
+    async with _serving(model, search) as server:
+        assert await ask(_args(server.address, mode="thinking")) == 0
+    out = capsys.readouterr().out
+    assert "read tempfile chunks 0-1 of 2" in out
+    assert "count by source → 3 documents" in out
+    assert "calculate 1250 - 980 = 270" in out
+    assert "calculate 1 / 0 refused: division by zero" in out
+
+
+async def test_ask_passes_its_tools(search: FakeSearch, capsys: pytest.CaptureFixture[str]) -> None:
+    model = ScriptedModel([turn("", answer_call("Nothing to compute."))])
+    async with _serving(model, search) as server:
+        assert await ask(_args(server.address, mode="thinking", tools="calculate, read")) == 0
+    assert [t.name for t in model.requests[0].tools] == ["read", "calculate", "submit_answer"]
 
 
 async def test_ask_json_prints_one_event_per_line(

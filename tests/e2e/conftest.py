@@ -97,6 +97,7 @@ def _gateway_config(path: Path, openai_url: str, anthropic_url: str) -> None:
             "routes": {
                 "agent": ["extractive"],
                 "openai": ["openai/gpt-fake"],
+                "openai-or-offline": ["openai/gpt-fake", "extractive"],
                 "anthropic": ["anthropic/claude-fake"],
             },
             "default_route": "agent",

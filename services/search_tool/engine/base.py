@@ -209,3 +209,7 @@ class SearchEngine(Protocol):
         self, name: str, *, where: FilterExpression | None
     ) -> list[DocumentSummary]:
         """Every document with a chunk matching `where` (all when None), in any order."""
+
+    async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
+        """Up to `limit` chunks matching `where` (an empty filter matches all), unranked and in
+        no particular order."""

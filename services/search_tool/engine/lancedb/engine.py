@@ -44,6 +44,7 @@ from services.search_tool.engine.lancedb.rows import (
     document_summaries,
     embedding_of,
     filterable_fields,
+    to_chunk,
     to_table,
 )
 from services.search_tool.engine.lancedb.search import (
@@ -321,6 +322,14 @@ class LanceDBEngine:
         ]
         rows = await table.query().select(columns).to_arrow()
         return document_summaries(rows.to_pylist(), set(matching))
+
+    async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
+        query = (await self._table(name)).query().select(["chunk_json"]).limit(limit)
+        compiled = compile_filter(where)
+        if compiled is not None:
+            query = query.where(compiled)
+        rows = await query.to_arrow()
+        return [to_chunk(text) for text in rows.column("chunk_json").to_pylist()]
 
     async def _delete(self, name: str, predicates: Sequence[str]) -> int:
         deleted = 0

@@ -19,6 +19,7 @@ from typing import Any
 
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.search_tool.documents import (
+    Chunk,
     ChunkRecord,
     from_epoch_microseconds,
     metadata_type,
@@ -39,7 +40,7 @@ from services.search_tool.engine.vespa.documents import (
     chunk_fields,
     chunk_from_json,
 )
-from services.search_tool.engine.vespa.package import CHUNK, COLLECTION, MAX_HITS
+from services.search_tool.engine.vespa.package import CHUNK, COLLECTION, MAX_HITS, MAX_OFFSET
 from services.search_tool.engine.vespa.queries import (
     chunks_body,
     count_body,
@@ -47,6 +48,7 @@ from services.search_tool.engine.vespa.queries import (
     describe_body,
     ids_body,
     keyword_body,
+    scan_body,
 )
 from services.search_tool.engine.vespa.transport import Endpoint, QueryRejected, VespaTransport
 from services.search_tool.engine.vespa.yql import string, vespa_field
@@ -264,6 +266,22 @@ class VespaEngine:
             embedding_model=spec.embedding_model,
             embedding_dimensions=spec.dimensions,
         )
+
+    async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
+        """Pages of at most `MAX_HITS` until `limit`, the last match, or Vespa's `maxOffset`."""
+        await self._spec(name)
+        found: list[Chunk] = []
+        while len(found) < limit and len(found) <= MAX_OFFSET:
+            hits = min(MAX_HITS, limit - len(found))
+            try:
+                root = await self._transport.query(scan_body(name, where, hits, len(found)))
+            except QueryRejected as rejected:
+                raise _rejected(rejected, where) from None
+            page = [h["fields"] for h in root.get("children", []) if "fields" in h]
+            found.extend(chunk_from_json(f["chunk_json"]) for f in page)
+            if len(page) < hits:
+                break
+        return found
 
     async def _ranked(
         self, body: dict[str, Any], query: EngineQuery, *, cosine: bool = False

@@ -113,3 +113,15 @@ def describe_body(collection: str, *, dated: bool = False) -> dict[str, Any]:
         "hits": 0,
         "ranking": "unranked",
     }
+
+
+def scan_body(
+    collection: str, expression: FilterExpression, hits: int, offset: int = 0
+) -> dict[str, Any]:
+    """Whole chunks matching `expression`, unranked (reads and counts, not searches)."""
+    return {
+        "yql": _SELECT + where(collection, expression),
+        "hits": hits,
+        "offset": offset,
+        "ranking": "unranked",
+    }

@@ -47,7 +47,7 @@ class Budget(_message.Message):
     def __init__(self, max_iterations: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route")
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class RunRequest(_message.Message):
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     filter: _search_pb2.Filter
@@ -64,10 +65,11 @@ class RunRequest(_message.Message):
     history: _containers.RepeatedCompositeFieldContainer[ConversationTurn]
     budget: Budget
     route: str
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ...) -> None: ...
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamRunRequest(_message.Message):
-    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route")
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +78,7 @@ class StreamRunRequest(_message.Message):
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     filter: _search_pb2.Filter
@@ -84,7 +87,8 @@ class StreamRunRequest(_message.Message):
     history: _containers.RepeatedCompositeFieldContainer[ConversationTurn]
     budget: Budget
     route: str
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ...) -> None: ...
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Citation(_message.Message):
     __slots__ = ("result_id", "title", "url")
@@ -120,21 +124,35 @@ class Usage(_message.Message):
     searches: int
     def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., model_calls: _Optional[int] = ..., searches: _Optional[int] = ...) -> None: ...
 
+class AnsweredBy(_message.Message):
+    __slots__ = ("provider", "model", "fallback", "fallback_reason")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_REASON_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    fallback: bool
+    fallback_reason: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., fallback: _Optional[bool] = ..., fallback_reason: _Optional[str] = ...) -> None: ...
+
 class RunResponse(_message.Message):
-    __slots__ = ("answer", "results", "stop_reason", "usage", "iterations", "run_id")
+    __slots__ = ("answer", "results", "stop_reason", "usage", "iterations", "run_id", "answered_by")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     answer: Answer
     results: _containers.RepeatedCompositeFieldContainer[_search_pb2.SearchResult]
     stop_reason: StopReason
     usage: Usage
     iterations: int
     run_id: str
-    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    answered_by: AnsweredBy
+    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ...) -> None: ...
 
 class StartedEvent(_message.Message):
     __slots__ = ("run_id", "collection", "mode", "route")
@@ -149,12 +167,14 @@ class StartedEvent(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., route: _Optional[str] = ...) -> None: ...
 
 class ThinkingEvent(_message.Message):
-    __slots__ = ("iteration", "text")
+    __slots__ = ("iteration", "text", "answered_by")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     text: str
-    def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+    answered_by: AnsweredBy
+    def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ...) -> None: ...
 
 class SearchingEvent(_message.Message):
     __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms")
@@ -174,6 +194,52 @@ class SearchingEvent(_message.Message):
     duration_ms: int
     def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
+class ReadingEvent(_message.Message):
+    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_ID_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_SHOWN_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    result_id: str
+    document_id: str
+    first_chunk: int
+    chunks_shown: int
+    chunk_count: int
+    duration_ms: int
+    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
+class CountingEvent(_message.Message):
+    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    filter: _search_pb2.Filter
+    group_by: _containers.RepeatedScalarFieldContainer[str]
+    document_count: int
+    exact: bool
+    duration_ms: int
+    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
+class CalculatingEvent(_message.Message):
+    __slots__ = ("iteration", "expression", "result", "error")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    expression: str
+    result: str
+    error: str
+    def __init__(self, iteration: _Optional[int] = ..., expression: _Optional[str] = ..., result: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
 class DoneEvent(_message.Message):
     __slots__ = ("response",)
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
@@ -191,15 +257,21 @@ class ErrorEvent(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("started", "thinking", "searching", "done", "error")
+    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading", "counting")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     THINKING_FIELD_NUMBER: _ClassVar[int]
     SEARCHING_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CALCULATING_FIELD_NUMBER: _ClassVar[int]
+    READING_FIELD_NUMBER: _ClassVar[int]
+    COUNTING_FIELD_NUMBER: _ClassVar[int]
     started: StartedEvent
     thinking: ThinkingEvent
     searching: SearchingEvent
     done: DoneEvent
     error: ErrorEvent
-    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ...) -> None: ...
+    calculating: CalculatingEvent
+    reading: ReadingEvent
+    counting: CountingEvent
+    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ..., counting: _Optional[_Union[CountingEvent, _Mapping]] = ...) -> None: ...

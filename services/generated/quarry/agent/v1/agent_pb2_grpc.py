@@ -61,7 +61,8 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamRun(self, request, context):
-        """Streams every step: started, thinking, searching, then done or error.
+        """Streams every step: started, thinking, searching (and the other tools' events), then done
+        or error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -19,12 +19,23 @@ class FieldType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FIELD_TYPE_DOUBLE: _ClassVar[FieldType]
     FIELD_TYPE_BOOL: _ClassVar[FieldType]
     FIELD_TYPE_TIMESTAMP: _ClassVar[FieldType]
+
+class DateInterval(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DATE_INTERVAL_UNSPECIFIED: _ClassVar[DateInterval]
+    DATE_INTERVAL_YEAR: _ClassVar[DateInterval]
+    DATE_INTERVAL_MONTH: _ClassVar[DateInterval]
+    DATE_INTERVAL_DAY: _ClassVar[DateInterval]
 FIELD_TYPE_UNSPECIFIED: FieldType
 FIELD_TYPE_STRING: FieldType
 FIELD_TYPE_INTEGER: FieldType
 FIELD_TYPE_DOUBLE: FieldType
 FIELD_TYPE_BOOL: FieldType
 FIELD_TYPE_TIMESTAMP: FieldType
+DATE_INTERVAL_UNSPECIFIED: DateInterval
+DATE_INTERVAL_YEAR: DateInterval
+DATE_INTERVAL_MONTH: DateInterval
+DATE_INTERVAL_DAY: DateInterval
 
 class Document(_message.Message):
     __slots__ = ("id", "title", "text", "source", "entity_type", "created_at", "updated_at", "url", "breadcrumbs", "metadata")
@@ -261,3 +272,63 @@ class ListDocumentsResponse(_message.Message):
     documents: _containers.RepeatedCompositeFieldContainer[DocumentInfo]
     next_page_token: str
     def __init__(self, documents: _Optional[_Iterable[_Union[DocumentInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ReadDocumentRequest(_message.Message):
+    __slots__ = ("collection", "document_id", "first_chunk", "max_chunks", "caller_filter")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_CHUNK_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    document_id: str
+    first_chunk: int
+    max_chunks: int
+    caller_filter: _search_pb2.Filter
+    def __init__(self, collection: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., max_chunks: _Optional[int] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ...) -> None: ...
+
+class ReadDocumentResponse(_message.Message):
+    __slots__ = ("chunks", "chunk_count")
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    chunks: _containers.RepeatedCompositeFieldContainer[_search_pb2.Chunk]
+    chunk_count: int
+    def __init__(self, chunks: _Optional[_Iterable[_Union[_search_pb2.Chunk, _Mapping]]] = ..., chunk_count: _Optional[int] = ...) -> None: ...
+
+class CountDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "filter", "caller_filter", "group_by", "date_interval", "max_buckets")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    DATE_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    filter: _search_pb2.Filter
+    caller_filter: _search_pb2.Filter
+    group_by: _containers.RepeatedScalarFieldContainer[str]
+    date_interval: DateInterval
+    max_buckets: int
+    def __init__(self, collection: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., date_interval: _Optional[_Union[DateInterval, str]] = ..., max_buckets: _Optional[int] = ...) -> None: ...
+
+class CountBreakdown(_message.Message):
+    __slots__ = ("field", "buckets", "omitted_buckets")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    buckets: _containers.RepeatedCompositeFieldContainer[FacetCount]
+    omitted_buckets: int
+    def __init__(self, field: _Optional[str] = ..., buckets: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., omitted_buckets: _Optional[int] = ...) -> None: ...
+
+class CountDocumentsResponse(_message.Message):
+    __slots__ = ("document_count", "chunk_count", "breakdowns", "exact")
+    DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    BREAKDOWNS_FIELD_NUMBER: _ClassVar[int]
+    EXACT_FIELD_NUMBER: _ClassVar[int]
+    document_count: int
+    chunk_count: int
+    breakdowns: _containers.RepeatedCompositeFieldContainer[CountBreakdown]
+    exact: bool
+    def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., breakdowns: _Optional[_Iterable[_Union[CountBreakdown, _Mapping]]] = ..., exact: _Optional[bool] = ...) -> None: ...

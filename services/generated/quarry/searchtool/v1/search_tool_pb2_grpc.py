@@ -75,6 +75,16 @@ class SearchToolServiceStub:
                 request_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ListDocumentsRequest.SerializeToString,
                 response_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ListDocumentsResponse.FromString,
                 _registered_method=True)
+        self.ReadDocument = channel.unary_unary(
+                '/quarry.searchtool.v1.SearchToolService/ReadDocument',
+                request_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentRequest.SerializeToString,
+                response_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentResponse.FromString,
+                _registered_method=True)
+        self.CountDocuments = channel.unary_unary(
+                '/quarry.searchtool.v1.SearchToolService/CountDocuments',
+                request_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsRequest.SerializeToString,
+                response_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsResponse.FromString,
+                _registered_method=True)
 
 
 class SearchToolServiceServicer:
@@ -139,6 +149,22 @@ class SearchToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadDocument(self, request, context):
+        """Reads one document's chunks by index range, under the caller's filter: a document with no
+        chunk inside `caller_filter` is NOT_FOUND, exactly as one that does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CountDocuments(self, request, context):
+        """Counts the documents (and chunks) matching a filter under the caller's filter, optionally
+        broken down by source, entity type, a metadata key or a date histogram. No vector search.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SearchToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -181,6 +207,16 @@ def add_SearchToolServiceServicer_to_server(servicer, server):
                     servicer.ListDocuments,
                     request_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ListDocumentsRequest.FromString,
                     response_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'ReadDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadDocument,
+                    request_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentRequest.FromString,
+                    response_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentResponse.SerializeToString,
+            ),
+            'CountDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountDocuments,
+                    request_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsRequest.FromString,
+                    response_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -400,6 +436,60 @@ class SearchToolService:
             '/quarry.searchtool.v1.SearchToolService/ListDocuments',
             quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ListDocumentsRequest.SerializeToString,
             quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.searchtool.v1.SearchToolService/ReadDocument',
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentRequest.SerializeToString,
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.ReadDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.searchtool.v1.SearchToolService/CountDocuments',
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsRequest.SerializeToString,
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
