@@ -41,5 +41,5 @@ async def test_a_missing_collection_is_not_found_naming_the_service(
 async def test_a_refused_document_names_the_offending_field(server: SearchToolServer) -> None:
     async with SearchToolClient(server.address) as client:
         with pytest.raises(InvalidArgument) as caught:
-            await client.upsert_documents("notes", [search_tool_pb2.Document(id="a b", text="x")])
+            await client.upsert_documents("notes", [search_tool_pb2.Document(id="a\tb", text="x")])
     assert [v.field for v in caught.value.violations] == ["documents[0].id"]
