@@ -45,10 +45,11 @@ class FusionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     method: Literal["rrf", "linear", "minmax", "zscore"] = "linear"
-    """`rrf`: reciprocal-rank fusion; `linear`: alpha * cosine + (1 - alpha) * BM25 / max BM25."""
+    """`linear`: alpha * cosine + (1 - alpha) * BM25 / max BM25; `minmax`, `zscore`: the same blend
+    of min-max scaled or standardised sides; `rrf`: reciprocal-rank fusion (`fusion.py`)."""
     rrf_k: int = Field(default=60, ge=1)
     """RRF constant."""
-    alpha: float = Field(default=0.7, ge=0.0, le=1.0)
+    alpha: float = Field(default=0.75, ge=0.0, le=1.0)
     """Weight of the dense side in linear fusion."""
     candidates: int = Field(default=100, ge=10, le=1000)
     """Candidates each side contributes to a HYBRID fusion (at least offset + limit)."""

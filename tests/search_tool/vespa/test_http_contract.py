@@ -22,7 +22,7 @@ import pytest
 
 from services.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from services.search_tool.documents import Chunk, ChunkRecord
-from services.search_tool.engine.base import EngineQuery, Strategy
+from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.engine.vespa.documents import chunk_json
 from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
@@ -303,3 +303,36 @@ async def test_list_documents_finds_matching_documents_then_reads_all_their_chun
     yqls = [body["yql"] for body in _searches(server)]
     assert any("chunk_index > 0" in y for y in yqls)
     assert any('document_id in ("alpha", "beta")' in y and "chunk_json" in y for y in yqls)
+
+
+async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(started: Any) -> None:
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        restricted = '__chunk_0"' in body["yql"]
+        if body.get("ranking") == "semantic":  # dense: alpha; restricted to beta: its closeness
+            return _root(
+                [_hit("beta__chunk_0", 0.4)] if restricted else [_hit("alpha__chunk_0", 0.5)], 1
+            )
+        if body.get("ranking") == "keyword":  # keyword: beta; restricted to alpha: its BM25
+            return _root(
+                [_hit("alpha__chunk_0", 1.5)] if restricted else [_hit("beta__chunk_0", 6.0)], 1
+            )
+        return _root([], 2)
+
+    server, engine = await started(respond)
+    query = EngineQuery(
+        Strategy.HYBRID,
+        "words",
+        np.stack([vector_for("a")]),
+        limit=2,
+        fusion=Fusion(FusionMethod.LINEAR, alpha=0.5),
+    )
+    page = await engine.search("fixture", query)
+    hits = {h.chunk.id: h for h in page.hits}
+    assert hits["beta__chunk_0"].dense_score == pytest.approx(np.cos(1 / 0.4 - 1))
+    assert hits["alpha__chunk_0"].keyword_score == pytest.approx(1.5)
+    restricted = [b for b in _searches(server) if '__chunk_0"' in b["yql"]]
+    assert sorted(b["ranking"] for b in restricted) == ["keyword", "semantic"]
+    assert all('"alpha__chunk_0"' in b["yql"] or '"beta__chunk_0"' in b["yql"] for b in restricted)
+    expected_alpha = 0.5 * np.cos(1.0) + 0.5 * 1.5 / 6.0
+    assert hits["alpha__chunk_0"].score == pytest.approx(expected_alpha)

@@ -61,7 +61,7 @@ from services.search_tool.filters import (
     FilterGroup,
     Operator,
 )
-from services.search_tool.fusion import Candidate, fuse
+from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,12 @@ class VespaEngine:
             keyword_list, found, coverage = keyword_side
             chunks.update(found)
             coverages.append(coverage)
-        fused = fuse([d for d in dense_lists if d] or dense_lists[:1], keyword_list, query.fusion)
+        dense_lists = [d for d in dense_lists if d] or dense_lists[:1]
+        completion = None
+        if keyword_list is not None and dense_lists:
+            completion, found = await self._completion(name, query, dense_lists, keyword_list)
+            chunks.update(found)
+        fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
             Hit(chunk_from_json(chunks[f.id]), f.score, f.dense_score, f.keyword_score)
             for f in fused[query.offset : depth]
@@ -304,6 +309,50 @@ class VespaEngine:
             ranked.append(Candidate(fields["chunk_id"], score))
             found[fields["chunk_id"]] = fields["chunk_json"]
         return ranked, found, _coverage(root)
+
+    async def _completion(
+        self,
+        name: str,
+        query: EngineQuery,
+        dense_lists: list[list[Candidate]],
+        keyword_list: list[Candidate],
+    ) -> tuple[Completion, dict[str, str]]:
+        """Each side's score of the candidates only the other side found: the same ranked
+        requests, restricted to those chunk ids (a nearestNeighbor over a few ids is exact)."""
+        keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
+        dense_task = asyncio.gather(
+            *(
+                self._ranked(
+                    dense_body(name, _in("id", keyword_only), v, i, len(keyword_only)),
+                    query,
+                    cosine=True,
+                )
+                for i, v in enumerate(query.vectors)
+            )
+            if keyword_only
+            else ()
+        )
+        keyword_task = (
+            self._ranked(
+                keyword_body(name, _in("id", dense_only), query.keyword_text, len(dense_only)),
+                query,
+            )
+            if dense_only
+            else _nothing()
+        )
+        dense_sides, keyword_side = await asyncio.gather(dense_task, keyword_task)
+        cosines: dict[str, float] = {}
+        found: dict[str, str] = {}
+        for ranked, chunks, _ in dense_sides:
+            found.update(chunks)
+            for c in ranked:
+                cosines[c.id] = max(c.score, cosines.get(c.id, -1.0))
+        bm25: dict[str, float] = {}
+        if keyword_side is not None:
+            ranked, chunks, _ = keyword_side
+            found.update(chunks)
+            bm25 = {c.id: c.score for c in ranked}
+        return Completion(dense=cosines, keyword=bm25), found
 
     async def _count(
         self, name: str, query: EngineQuery, keyword_text: str | None
