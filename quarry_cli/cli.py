@@ -143,6 +143,16 @@ def _print_json(event: agent_pb2.StreamRunResponse) -> None:
     print(json.dumps(json_format.MessageToDict(event)), flush=True)
 
 
+def self_evaluation_line(answer: agent_pb2.Answer) -> str:
+    """`confidence 0.40 · unanswered: …`, from the model's own evaluation of its answer."""
+    parts = []
+    if answer.HasField("confidence"):
+        parts.append(f"confidence {answer.confidence:.2f}")
+    if answer.unanswered_parts:
+        parts.append("unanswered: " + "; ".join(answer.unanswered_parts))
+    return " · ".join(parts)
+
+
 def answered_by_line(answered_by: agent_pb2.AnsweredBy) -> str:
     """`answered by <provider> (<model>)`, and the fallback with its reason when there was one."""
     model = f" ({answered_by.model})" if answered_by.model else ""
@@ -218,6 +228,8 @@ class _Renderer:
             title = escape(citation.title or citation.result_id)
             url = f" [dim]{escape(citation.url)}[/]" if citation.url else ""
             self.console.print(f"  [bold]{escape(f'[{n}]')}[/] {title}{url}")
+        if response.answer.HasField("confidence") or response.answer.unanswered_parts:
+            self.console.print(f"[dim]{escape(self_evaluation_line(response.answer))}[/]")
         if response.HasField("answered_by"):
             self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage

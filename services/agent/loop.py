@@ -207,6 +207,9 @@ class _Run:
         self.citations_rejected = False
         self.answered_by: AnsweredBy | None = None
         self.fallbacks: list[str] = []
+        self.refinements = 0
+        self.draft: FinalAnswer | None = None
+        """An answer sent back for refinement; it stands if no better one comes."""
 
     async def events(self) -> AsyncIterator[AgentEvent]:
         yield Started(self.run_id, self.request.collection, self.request.mode, self.route)
@@ -226,10 +229,13 @@ class _Run:
                         yield event
             except _ConversationTooLong:
                 log.warning("conversation too long even after compaction", extra=self._log())
-                self.answer, self.stop_reason = (
-                    fallback_answer(self.seen),
-                    StopReason.FALLBACK_ANSWER,
-                )
+                if self.draft is not None:
+                    self.answer, self.stop_reason = self.draft, StopReason.ANSWERED
+                else:
+                    self.answer, self.stop_reason = (
+                        fallback_answer(self.seen),
+                        StopReason.FALLBACK_ANSWER,
+                    )
             result = self._result()
             _record_usage(trace.get_current_span(), self.usage)
         log.info("run finished", extra={**self._log(), "stop_reason": result.stop_reason.value})
@@ -302,6 +308,8 @@ class _Run:
                 yield event
             if self.answer is not None or rejected_before or not self.citations_rejected:
                 break
+        if self.answer is None and self.draft is not None:
+            self.answer, self.stop_reason = self.draft, StopReason.ANSWERED
         if self.answer is None:
             self.answer, self.stop_reason = fallback_answer(self.seen), StopReason.FALLBACK_ANSWER
 
@@ -315,7 +323,7 @@ class _Run:
         while pending and self.answer is None:
             call = pending.pop(0)
             if call.name == SUBMIT_ANSWER:
-                self._submit(call)
+                self._submit(call, may_refine=allow_tools)
                 continue
             refusal = self._refusal(call, allow_tools=allow_tools)
             if refusal:
@@ -540,7 +548,7 @@ class _Run:
             duration_ms=duration_ms,
         )
 
-    def _submit(self, call: ToolCall) -> None:
+    def _submit(self, call: ToolCall, *, may_refine: bool) -> None:
         with self._tool_span(call):
             try:
                 answer = parse_arguments(Answer, call.arguments_json)
@@ -558,7 +566,25 @@ class _Run:
                     "call submit_answer again.",
                 )
                 return
-            self.answer = accept_answer(answer, self.seen)
+            accepted = accept_answer(answer, self.seen)
+            if may_refine and self._refine(accepted):
+                self.draft = accepted
+                self.exchanges.append(tool_result(call.id, _refinement_request(accepted)))
+                return
+            self.answer = accepted
+
+    def _refine(self, answer: FinalAnswer) -> bool:
+        """Whether a low-confidence THINKING answer gets one more round (budget left, rounds
+        left): self-evaluation, bounded so it never loops."""
+        settings = self.loop.settings
+        low = answer.confidence is not None and answer.confidence < settings.refine_below
+        room = self.searches < self.cap and not self._over_budget(self.tools)
+        if not (self.request.mode is Mode.THINKING and low and room):
+            return False
+        if self.refinements >= settings.refinement_rounds:
+            return False
+        self.refinements += 1
+        return True
 
     def _tool_span(self, call: ToolCall) -> AbstractContextManager[trace.Span]:
         return self.loop.tracer.start_as_current_span(
@@ -699,6 +725,15 @@ def _search_cap(request: RunRequest, settings: LoopSettings) -> int:
         else settings.thinking_max_iterations
     )
     return min(request.max_iterations, mode_cap) if request.max_iterations > 0 else mode_cap
+
+
+def _refinement_request(answer: FinalAnswer) -> str:
+    missing = "; ".join(answer.unanswered) or "not stated"
+    return (
+        f"Answer received with confidence {answer.confidence:.2f}; unanswered parts: {missing}. "
+        "You have one refinement round: search (or read) for what is missing, then call "
+        "submit_answer again. If nothing better turns up, submit the same answer; it stands."
+    )
 
 
 def _search_error_text(error: QuarryError, *, what: str = "search") -> str:

@@ -76,6 +76,17 @@ class Answer(BaseModel):
         default_factory=list,
         description="The results the answer relies on, in the order of their [n] markers.",
     )
+    confidence: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="How sure you are that the results fully answer the question, from 0 to 1.",
+    )
+    unanswered: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description="Parts of the question the results do not answer (empty when none).",
+    )
 
 
 MAX_NEIGHBOURS = 10

@@ -491,11 +491,11 @@ async def test_overflow_after_compaction_ends_with_an_honest_fallback(search: Fa
 async def test_token_budget_stops_searching_and_forces_an_answer(search: FakeSearch) -> None:
     model = ScriptedModel(
         [
-            turn("", search_call("tempfile"), input_tokens=3000, output_tokens=100),
+            turn("", search_call("tempfile"), input_tokens=5000, output_tokens=100),
             turn("", answer_call("Budget answer [1]", [TEMP])),
         ]
     )
-    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=4000)
+    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=6000)
     result = result_of(events)
     assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2
