@@ -81,7 +81,13 @@ from services.agent.run import (
     RunUsage,
     StopReason,
 )
-from services.agent.search import CollectionInfo, CountRequest, ReadRequest, SearchRequest
+from services.agent.search import (
+    CollectionInfo,
+    CountRequest,
+    ReadRequest,
+    SearchHit,
+    SearchRequest,
+)
 from services.agent.tools import (
     CALCULATE,
     COUNT,
@@ -101,6 +107,7 @@ from services.agent.tools import (
     format_count,
     format_read,
     format_results,
+    full_texts,
     offered_tools,
     parse_arguments,
     result_budget_chars,
@@ -208,6 +215,9 @@ class _Run:
         self.answered_by: AnsweredBy | None = None
         self.fallbacks: list[str] = []
         self.refinements = 0
+        self.previews: dict[str, SearchHit] = {}
+        """Results shown as previews and not yet given in full (goal-aware context)."""
+        self.full_text_given = False
         self.draft: FinalAnswer | None = None
         """An answer sent back for refinement; it stands if no better one comes."""
 
@@ -294,7 +304,11 @@ class _Run:
                 yield event
 
     async def _final_phase(self) -> AsyncIterator[AgentEvent]:
-        """One last call offering only submit_answer (twice if its citations were sent back)."""
+        """One last call offering only submit_answer (twice if its citations were sent back).
+        It composes the answer, so the best results shown as previews are given in full first."""
+        if self.previews:
+            best = sorted(self.previews.values(), key=lambda h: h.score, reverse=True)
+            self.exchanges.append(user(self._give_full_text(best)))
         if self.stop_reason is not StopReason.ANSWERED:
             self.exchanges.append(user(FORCE_ANSWER))
         for _ in range(2):
@@ -374,6 +388,7 @@ class _Run:
                 self.exchanges.append(tool_result(call.id, outcome, is_error=True))
                 continue
             formatted, event = outcome
+            self.previews.update({h.id: h for h in formatted.previewed})
             self.seen.add(formatted.shown)
             self.usage.searches += 1
             self.exchanges.append(tool_result(call.id, formatted.text))
@@ -536,7 +551,12 @@ class _Run:
                 return self._failed(call, _search_error_text(error))
             duration_ms = int((time.perf_counter() - started) * 1000)
             budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
-            formatted = format_results(page.hits, page.total_count, max_chars=budget)
+            formatted = format_results(
+                page.hits,
+                page.total_count,
+                max_chars=budget,
+                preview_chars=self.loop.settings.preview_chars,
+            )
         return formatted, Searching(
             iteration=iteration,
             primary=request.primary,
@@ -567,11 +587,28 @@ class _Run:
                 )
                 return
             accepted = accept_answer(answer, self.seen)
+            cited_previews = [
+                self.previews[c.result_id]
+                for c in accepted.citations
+                if c.result_id in self.previews
+            ]
+            if may_refine and cited_previews and not self.full_text_given:
+                self.full_text_given = True
+                self.exchanges.append(tool_result(call.id, self._give_full_text(cited_previews)))
+                return
             if may_refine and self._refine(accepted):
                 self.draft = accepted
                 self.exchanges.append(tool_result(call.id, _refinement_request(accepted)))
                 return
             self.answer = accepted
+
+    def _give_full_text(self, hits: list[SearchHit]) -> str:
+        """The full text of `hits` within the Layer-1 budget; they are previews no more."""
+        budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
+        text, given = full_texts(hits, max_chars=budget)
+        for hit in given:
+            self.previews.pop(hit.id, None)
+        return text
 
     def _refine(self, answer: FinalAnswer) -> bool:
         """Whether a low-confidence THINKING answer gets one more round (budget left, rounds
