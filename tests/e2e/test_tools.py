@@ -199,3 +199,40 @@ async def test_thinking_events_name_their_provider_and_the_answer_names_the_runs
     assert (final.provider, final.fallback) == ("openai/gpt-fake", True)
     assert final.fallback_reason.startswith("openai/gpt-fake: retryable error")
     assert events[-1].done.response.usage.searches == 1
+
+
+async def test_a_model_writing_tool_calls_as_json_text_searches_and_hears_of_its_broken_call(
+    stack: Stack,
+) -> None:
+    search = {"tool": "search", "arguments": {"query": {"primary": "temporary directory"}}}
+    answer = {
+        "tool": "submit_answer",
+        "arguments": {
+            "text": "Use TemporaryDirectory [1].",
+            "citations": [{"result_id": "tempfile-tempdir__chunk_0"}],
+        },
+    }
+    stack.openai.script.reset(
+        [
+            Reply(text="I will search.\n```json\n" + json.dumps(search) + "\n```"),
+            Reply(text='{"tool": "search", "arguments": {"query": {"primary": '),
+            Reply(text=json.dumps(answer)),
+        ]
+    )
+    before = len(stack.openai.requests)
+    events = await _stream(
+        stack,
+        RunOptions(collection=COLLECTION, mode="thinking", route="openai-text", timeout_s=60),
+    )
+
+    sent = stack.openai.requests[before:]
+    assert all("tools" not in r.body for r in sent)
+    assert [e.searching.query.primary for e in events if e.WhichOneof("event") == "searching"] == [
+        "temporary directory"
+    ]
+    broken = sent[2].body["messages"][-1]["content"]
+    assert broken.startswith("Tool result (error) for call")
+    assert "The arguments are not valid JSON" in broken
+    response = events[-1].done.response
+    assert response.answer.citations[0].result_id == "tempfile-tempdir__chunk_0"
+    assert response.answered_by.provider == "openai/gpt-text"
