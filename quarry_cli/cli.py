@@ -143,6 +143,16 @@ def _print_json(event: agent_pb2.StreamRunResponse) -> None:
     print(json.dumps(json_format.MessageToDict(event)), flush=True)
 
 
+def source_lines(citations: Sequence[agent_pb2.Citation]) -> list[tuple[str, str, str]]:
+    """(markers, title, url) per source: citations of one page (chunks of one document) share a
+    line, `[1][3]`, instead of listing the same source twice."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for n, citation in enumerate(citations, start=1):
+        key = (citation.title or citation.result_id, citation.url)
+        grouped.setdefault(key, []).append(n)
+    return [("".join(f"[{n}]" for n in ns), title, url) for (title, url), ns in grouped.items()]
+
+
 def self_evaluation_line(answer: agent_pb2.Answer) -> str:
     """`confidence 0.40 · unanswered: …`, from the model's own evaluation of its answer."""
     parts = []
@@ -224,10 +234,9 @@ class _Renderer:
 
     def _done(self, response: agent_pb2.RunResponse) -> None:
         self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))
-        for n, citation in enumerate(response.answer.citations, start=1):
-            title = escape(citation.title or citation.result_id)
-            url = f" [dim]{escape(citation.url)}[/]" if citation.url else ""
-            self.console.print(f"  [bold]{escape(f'[{n}]')}[/] {title}{url}")
+        for markers, title, url in source_lines(response.answer.citations):
+            link = f" [dim]{escape(url)}[/]" if url else ""
+            self.console.print(f"  [bold]{escape(markers)}[/] {escape(title)}{link}")
         if response.answer.HasField("confidence") or response.answer.unanswered_parts:
             self.console.print(f"[dim]{escape(self_evaluation_line(response.answer))}[/]")
         if response.HasField("answered_by"):
