@@ -256,6 +256,26 @@ def _print_json(event: agent_pb2.StreamRunResponse) -> None:
     print(json.dumps(message_json(event), ensure_ascii=False), flush=True)
 
 
+def source_lines(citations: Sequence[agent_pb2.Citation]) -> list[tuple[str, str, str]]:
+    """(markers, title, url) per source: citations of one page (chunks of one document) share a
+    line, `[1][3]`, instead of listing the same source twice."""
+    grouped: dict[tuple[str, str], list[int]] = {}
+    for n, citation in enumerate(citations, start=1):
+        key = (citation.title or citation.result_id, citation.url)
+        grouped.setdefault(key, []).append(n)
+    return [("".join(f"[{n}]" for n in ns), title, url) for (title, url), ns in grouped.items()]
+
+
+def self_evaluation_line(answer: agent_pb2.Answer) -> str:
+    """`confidence 0.40 · unanswered: …`, from the model's own evaluation of its answer."""
+    parts = []
+    if answer.HasField("confidence"):
+        parts.append(f"confidence {answer.confidence:.2f}")
+    if answer.unanswered_parts:
+        parts.append("unanswered: " + "; ".join(answer.unanswered_parts))
+    return " · ".join(parts)
+
+
 def answered_by_line(answered_by: agent_pb2.AnsweredBy) -> str:
     """`answered by <provider> (<model>)`, and the fallback with its reason when there was one."""
     model = f" ({answered_by.model})" if answered_by.model else ""
@@ -327,10 +347,11 @@ class _Renderer:
 
     def _done(self, response: agent_pb2.RunResponse) -> None:
         self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))
-        for n, citation in enumerate(response.answer.citations, start=1):
-            title = escape(citation.title or citation.result_id)
-            url = f" [dim]{escape(citation.url)}[/]" if citation.url else ""
-            self.console.print(f"  [bold]{escape(f'[{n}]')}[/] {title}{url}")
+        for markers, title, url in source_lines(response.answer.citations):
+            link = f" [dim]{escape(url)}[/]" if url else ""
+            self.console.print(f"  [bold]{escape(markers)}[/] {escape(title)}{link}")
+        if response.answer.HasField("confidence") or response.answer.unanswered_parts:
+            self.console.print(f"[dim]{escape(self_evaluation_line(response.answer))}[/]")
         if response.HasField("answered_by"):
             self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage

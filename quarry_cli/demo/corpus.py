@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import platform
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -41,6 +42,45 @@ MODULES: tuple[str, ...] = (
     "types", "typing", "urllib.parse", "urllib.request", "uuid", "warnings", "weakref", "zlib",
     "zoneinfo",
 )  # fmt: skip
+
+_PAGES: dict[str, tuple[str, ...]] = {
+    "reference/simple_stmts": (
+        "assert", "assignment", "augassign", "break", "continue", "del", "global", "import",
+        "nonlocal", "pass", "raise", "return", "yield",
+    ),
+    "reference/compound_stmts": (
+        "async", "class", "compound", "else", "for", "function", "if", "try", "while", "with",
+    ),
+    "reference/expressions": (
+        "atom-identifiers", "atom-literals", "attribute-references", "await", "binary", "bitwise",
+        "booleans", "calls", "comparisons", "conversions", "dict", "exprlists", "in", "lambda",
+        "lists", "operator-summary", "power", "shifting", "slicings", "subscriptions", "unary",
+    ),
+    "reference/datamodel": (
+        "attribute-access", "callable-types", "context-managers", "customization",
+        "numeric-types", "objects", "sequence-types", "specialnames", "types",
+    ),
+    "reference/executionmodel": ("dynamic-features", "exceptions", "execmodel", "naming"),
+    "reference/lexical_analysis": (
+        "floating", "id-classes", "identifiers", "imaginary", "integers", "numbers", "strings",
+    ),
+    "library/stdtypes": (
+        "bltin-code-objects", "bltin-ellipsis-object", "bltin-null-object", "bltin-type-objects",
+        "specialattrs", "string-methods", "truth", "typesfunctions", "typesmapping",
+        "typesmethods", "typesmodules", "typesseq", "typesseq-mutable",
+    ),
+    "library/string": ("formatstrings",),
+    "library/pdb": ("debugger",),
+}  # fmt: skip
+TOPIC_PAGES = {label: page for page, labels in _PAGES.items() for label in labels}
+"""The documentation page of each pydoc topic label (labels are the pages' Sphinx anchors)."""
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_ROLE = re.compile(r":(?:[a-z]+:)*[a-z]+:`(?P<target>[^`]+)`")
+_OBJECT_REPR = re.compile(r"<(?P<type>[\w.]+) object at 0x[0-9a-fA-F]+>")
+_CALLABLE_REPR = re.compile(
+    r"<(?:built-in )?(?:function|method|bound method|class) (?P<name>[\w.]+|<lambda>)"
+    r"(?: of [^>]*)? at 0x[0-9a-fA-F]+>"
+)
 
 MetadataValue = str | int | float | bool
 
@@ -220,7 +260,8 @@ def _document(
 ) -> Document:
     module = origin.module
     qualified = ".".join((module, *owners, name)) if entity_type != "module" else module
-    heading = f"{qualified}{signature}"
+    heading = clean_markup(f"{qualified}{signature}")
+    doc = clean_markup(doc)
     return Document(
         id=f"py:{qualified}",
         title=qualified,
@@ -272,7 +313,7 @@ def _topic_documents() -> Iterator[Document]:
     built = interpreter_built_at()
     updated = datetime.fromtimestamp(Path(topics.__file__).stat().st_mtime, UTC)
     for label in sorted(topics.topics):
-        text = _head(topics.topics[label].strip(), MAX_TOPIC_CHARS)
+        text = _head(clean_markup(topics.topics[label].strip()), MAX_TOPIC_CHARS)
         title = _topic_title(label, text)
         yield Document(
             id=f"topic:{label}",
@@ -282,7 +323,7 @@ def _topic_documents() -> Iterator[Document]:
             entity_type="topic",
             created_at=built,
             updated_at=updated,
-            url=f"{DOCS_ROOT}/search.html?q={label}",
+            url=topic_url(label),
             breadcrumbs=(
                 Breadcrumb(id="topic:reference", name="Language reference", entity_type="section"),
             ),
@@ -296,6 +337,47 @@ def _topic_documents() -> Iterator[Document]:
                 "line_count": text.count("\n") + 1,
             },
         )
+
+
+def topic_url(label: str) -> str:
+    """The reference section a pydoc topic comes from (the reference index when unknown)."""
+    page = TOPIC_PAGES.get(label)
+    return f"{DOCS_ROOT}/{page}.html#{label}" if page else f"{DOCS_ROOT}/reference/index.html"
+
+
+def clean_markup(text: str) -> str:
+    """Text as a reader sees it: reST roles reduced to their text, grammar productions dropped,
+    object reprs without their (run-dependent) addresses."""
+    text = _ROLE.sub(_role_text, text)
+    text = _CALLABLE_REPR.sub(lambda m: m.group("name"), text)
+    text = _OBJECT_REPR.sub(lambda m: f"<{m.group('type')}>", text)
+    return _without_grammar(_ADDRESS.sub("", text))
+
+
+def _role_text(match: re.Match[str]) -> str:
+    """`:func:`~os.path.join`` → join; `:ref:`text <label>`` → text; else the target."""
+    target = match.group("target").strip()
+    if target.endswith(">") and " <" in target:
+        return target[: target.rindex(" <")].strip()
+    if target.startswith("~"):
+        return target[1:].rsplit(".", 1)[-1]
+    return target.lstrip("!")
+
+
+def _without_grammar(text: str) -> str:
+    """Drop BNF productions (`name ::= ...` and their `| ...` continuation lines)."""
+    kept: list[str] = []
+    in_rule = False
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if "::=" in line:
+            in_rule = True
+            continue
+        if in_rule and stripped.startswith("|"):
+            continue
+        in_rule = False
+        kept.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
 
 
 def _head(text: str, limit: int) -> str:

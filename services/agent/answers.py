@@ -56,7 +56,12 @@ def accept_answer(answer: Answer, seen: SeenResults) -> FinalAnswer:
             kept.append(result_id)
         new_number[position] = kept.index(result_id) + 1
     text = _renumber(answer.text, new_number) if new_number else answer.text
-    return FinalAnswer(text=text, citations=tuple(_citation(seen.by_id[i]) for i in kept))
+    return FinalAnswer(
+        text=text,
+        citations=tuple(_citation(seen.by_id[i]) for i in kept),
+        confidence=answer.confidence,
+        unanswered=tuple(answer.unanswered),
+    )
 
 
 def _renumber(text: str, new_number: Mapping[int, int | None]) -> str:

@@ -23,6 +23,14 @@ class LoopSettings(BaseModel):
     """Hard cap on searches in FAST mode."""
     parallel_searches: int = Field(default=4, ge=1, le=16)
     """THINKING: consecutive searches of one turn run concurrently, at most this many at once."""
+    preview_chars: int = Field(default=500, ge=0)
+    """Goal-aware context: while searching, result texts longer than this are shown as previews;
+    the results the model is about to cite are given in full before it answers. 0: always full."""
+    refinement_rounds: int = Field(default=1, ge=0, le=3)
+    """THINKING: how often an answer below `refine_below` confidence is sent back for one more
+    round of searching while the cap and budget allow (0 turns self-evaluation off)."""
+    refine_below: float = Field(default=0.5, ge=0, le=1)
+    """THINKING: answers with a lower self-reported confidence get a refinement round."""
     default_limit: int = Field(default=10, ge=1, le=200)
     """Results returned when the request says 0."""
     default_context_window_tokens: int = Field(default=32_000, ge=1_000)

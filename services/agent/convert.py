@@ -346,6 +346,8 @@ def run_response(result: RunResult) -> agent_pb2.RunResponse:
             agent_pb2.Citation(result_id=c.result_id, title=c.title, url=c.url)
             for c in result.answer.citations
         ],
+        confidence=result.answer.confidence,
+        unanswered_parts=result.answer.unanswered,
     )
     usage = result.usage
     return agent_pb2.RunResponse(

@@ -81,7 +81,13 @@ from services.agent.run import (
     RunUsage,
     StopReason,
 )
-from services.agent.search import CollectionInfo, CountRequest, ReadRequest, SearchRequest
+from services.agent.search import (
+    CollectionInfo,
+    CountRequest,
+    ReadRequest,
+    SearchHit,
+    SearchRequest,
+)
 from services.agent.tools import (
     CALCULATE,
     COUNT,
@@ -101,6 +107,7 @@ from services.agent.tools import (
     format_count,
     format_read,
     format_results,
+    full_texts,
     offered_tools,
     parse_arguments,
     result_budget_chars,
@@ -207,6 +214,12 @@ class _Run:
         self.citations_rejected = False
         self.answered_by: AnsweredBy | None = None
         self.fallbacks: list[str] = []
+        self.refinements = 0
+        self.previews: dict[str, SearchHit] = {}
+        """Results shown as previews and not yet given in full (goal-aware context)."""
+        self.full_text_given = False
+        self.draft: FinalAnswer | None = None
+        """An answer sent back for refinement; it stands if no better one comes."""
 
     async def events(self) -> AsyncIterator[AgentEvent]:
         yield Started(self.run_id, self.request.collection, self.request.mode, self.route)
@@ -226,10 +239,13 @@ class _Run:
                         yield event
             except _ConversationTooLong:
                 log.warning("conversation too long even after compaction", extra=self._log())
-                self.answer, self.stop_reason = (
-                    fallback_answer(self.seen),
-                    StopReason.FALLBACK_ANSWER,
-                )
+                if self.draft is not None:
+                    self.answer, self.stop_reason = self.draft, StopReason.ANSWERED
+                else:
+                    self.answer, self.stop_reason = (
+                        fallback_answer(self.seen),
+                        StopReason.FALLBACK_ANSWER,
+                    )
             result = self._result()
             _record_usage(trace.get_current_span(), self.usage)
         log.info("run finished", extra={**self._log(), "stop_reason": result.stop_reason.value})
@@ -288,7 +304,11 @@ class _Run:
                 yield event
 
     async def _final_phase(self) -> AsyncIterator[AgentEvent]:
-        """One last call offering only submit_answer (twice if its citations were sent back)."""
+        """One last call offering only submit_answer (twice if its citations were sent back).
+        It composes the answer, so the best results shown as previews are given in full first."""
+        if self.previews:
+            best = sorted(self.previews.values(), key=lambda h: h.score, reverse=True)
+            self.exchanges.append(user(self._give_full_text(best)))
         if self.stop_reason is not StopReason.ANSWERED:
             self.exchanges.append(user(FORCE_ANSWER))
         # Asked to answer from nothing, a model can only say the collection lacks the answer.
@@ -305,6 +325,8 @@ class _Run:
                 yield event
             if self.answer is not None or rejected_before or not self.citations_rejected:
                 break
+        if self.answer is None and self.draft is not None:
+            self.answer, self.stop_reason = self.draft, StopReason.ANSWERED
         if self.answer is None and budget_spent:
             limit = f"token budget ({self.request.max_tokens} tokens)"
             self.answer = fallback_answer(self.seen, stopped_by=limit)
@@ -322,7 +344,7 @@ class _Run:
         while pending and self.answer is None:
             call = pending.pop(0)
             if call.name == SUBMIT_ANSWER:
-                self._submit(call)
+                self._submit(call, may_refine=allow_tools)
                 continue
             refusal = self._refusal(call, allow_tools=allow_tools)
             if refusal:
@@ -373,6 +395,7 @@ class _Run:
                 self.exchanges.append(tool_result(call.id, outcome, is_error=True))
                 continue
             formatted, event = outcome
+            self.previews.update({h.id: h for h in formatted.previewed})
             self.seen.add(formatted.shown)
             self.usage.searches += 1
             self.exchanges.append(tool_result(call.id, formatted.text))
@@ -535,7 +558,12 @@ class _Run:
                 return self._failed(call, _search_error_text(error))
             duration_ms = int((time.perf_counter() - started) * 1000)
             budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
-            formatted = format_results(page.hits, page.total_count, max_chars=budget)
+            formatted = format_results(
+                page.hits,
+                page.total_count,
+                max_chars=budget,
+                preview_chars=self.loop.settings.preview_chars,
+            )
         return formatted, Searching(
             iteration=iteration,
             primary=request.primary,
@@ -547,7 +575,7 @@ class _Run:
             duration_ms=duration_ms,
         )
 
-    def _submit(self, call: ToolCall) -> None:
+    def _submit(self, call: ToolCall, *, may_refine: bool) -> None:
         with self._tool_span(call):
             try:
                 answer = parse_arguments(Answer, call.arguments_json)
@@ -565,7 +593,42 @@ class _Run:
                     "call submit_answer again.",
                 )
                 return
-            self.answer = accept_answer(answer, self.seen)
+            accepted = accept_answer(answer, self.seen)
+            cited_previews = [
+                self.previews[c.result_id]
+                for c in accepted.citations
+                if c.result_id in self.previews
+            ]
+            if may_refine and cited_previews and not self.full_text_given:
+                self.full_text_given = True
+                self.exchanges.append(tool_result(call.id, self._give_full_text(cited_previews)))
+                return
+            if may_refine and self._refine(accepted):
+                self.draft = accepted
+                self.exchanges.append(tool_result(call.id, _refinement_request(accepted)))
+                return
+            self.answer = accepted
+
+    def _give_full_text(self, hits: list[SearchHit]) -> str:
+        """The full text of `hits` within the Layer-1 budget; they are previews no more."""
+        budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
+        text, given = full_texts(hits, max_chars=budget)
+        for hit in given:
+            self.previews.pop(hit.id, None)
+        return text
+
+    def _refine(self, answer: FinalAnswer) -> bool:
+        """Whether a low-confidence THINKING answer gets one more round (budget left, rounds
+        left): self-evaluation, bounded so it never loops."""
+        settings = self.loop.settings
+        low = answer.confidence is not None and answer.confidence < settings.refine_below
+        room = self.searches < self.cap and not self._over_budget(self.tools)
+        if not (self.request.mode is Mode.THINKING and low and room):
+            return False
+        if self.refinements >= settings.refinement_rounds:
+            return False
+        self.refinements += 1
+        return True
 
     def _tool_span(self, call: ToolCall) -> AbstractContextManager[trace.Span]:
         return self.loop.tracer.start_as_current_span(
@@ -706,6 +769,15 @@ def _search_cap(request: RunRequest, settings: LoopSettings) -> int:
         else settings.thinking_max_iterations
     )
     return min(request.max_iterations, mode_cap) if request.max_iterations > 0 else mode_cap
+
+
+def _refinement_request(answer: FinalAnswer) -> str:
+    missing = "; ".join(answer.unanswered) or "not stated"
+    return (
+        f"Answer received with confidence {answer.confidence:.2f}; unanswered parts: {missing}. "
+        "You have one refinement round: search (or read) for what is missing, then call "
+        "submit_answer again. If nothing better turns up, submit the same answer; it stands."
+    )
 
 
 def _search_error_text(error: QuarryError, *, what: str = "search") -> str:

@@ -67,6 +67,10 @@ class Citation:
 class FinalAnswer:
     text: str
     citations: tuple[Citation, ...] = ()
+    confidence: float | None = None
+    """The model's own estimate (0-1) that the results fully answer the question."""
+    unanswered: tuple[str, ...] = ()
+    """Parts of the question the model says the results do not answer."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
@@ -75,6 +75,17 @@ class Answer(BaseModel):
     citations: list[CitationRef] = Field(
         default_factory=list,
         description="The results the answer relies on, in the order of their [n] markers.",
+    )
+    confidence: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="How sure you are that the results fully answer the question, from 0 to 1.",
+    )
+    unanswered: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description="Parts of the question the results do not answer (empty when none).",
     )
 
 
@@ -234,18 +245,23 @@ class FormattedResults:
     text: str
     shown: list[SearchHit]
     """The hits that fit the budget, best first; only these count as seen."""
+    previewed: list[SearchHit] = field(default_factory=list)
+    """The shown hits whose text was cut to a preview."""
 
 
 def result_budget_chars(context_window_tokens: int, share: float) -> int:
     return int(context_window_tokens * share * CHARS_PER_TOKEN)
 
 
-def format_results(hits: Sequence[SearchHit], total: int, *, max_chars: int) -> FormattedResults:
-    """Results best first until the budget is spent; lower-ranked ones are dropped whole."""
+def format_results(
+    hits: Sequence[SearchHit], total: int, *, max_chars: int, preview_chars: int = 0
+) -> FormattedResults:
+    """Results best first until the budget is spent; lower-ranked ones are dropped whole. With
+    `preview_chars`, longer texts are cut to a preview at a word boundary (goal-aware context)."""
     blocks: list[str] = []
     used = len(_header(total, len(hits)))
     for hit in hits:
-        block = _block(hit)
+        block = result_block(hit, preview_chars)
         if used + len(block) > max_chars:
             break
         blocks.append(block)
@@ -254,19 +270,43 @@ def format_results(hits: Sequence[SearchHit], total: int, *, max_chars: int) -> 
     text = _header(total, len(shown)) + "".join(blocks)
     if not hits:
         text += "\nNo results. Try other words, another retrieval strategy or fewer filters.\n"
-    return FormattedResults(text=text, shown=shown)
+    previewed = [h for h in shown if preview_chars and len(h.text) > preview_chars]
+    return FormattedResults(text=text, shown=shown, previewed=previewed)
 
 
 def _header(total: int, shown: int) -> str:
     return f"Found {total} results; showing {shown}.\n"
 
 
-def _block(hit: SearchHit) -> str:
+def result_block(hit: SearchHit, preview_chars: int = 0) -> str:
+    """One result as the model sees it; with `preview_chars`, a longer text is cut to a preview."""
     meta = (
         f"source: {hit.source} | entity_type: {hit.entity_type} | "
         f"score: {hit.score:.4f} | url: {hit.url}"
     )
-    return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"
+    return f"\n### [{hit.id}] {hit.title}\n{meta}\n{preview(hit.text, preview_chars)}\n"
+
+
+def preview(text: str, chars: int) -> str:
+    """`text` itself, or its first `chars` characters (cut at a word) and what was left out."""
+    if chars <= 0 or len(text) <= chars:
+        return text
+    cut = text[:chars].rsplit(" ", 1)[0] or text[:chars]
+    return f"{cut} … [preview: {len(text) - len(cut)} more characters]"
+
+
+def full_texts(hits: Sequence[SearchHit], *, max_chars: int) -> tuple[str, list[SearchHit]]:
+    """The full text of `hits` in order until the budget is spent, and the hits included."""
+    header = "Full text of the results you are about to cite (they were shown as previews):\n"
+    blocks: list[str] = []
+    used = len(header)
+    for hit in hits:
+        block = result_block(hit)
+        if used + len(block) > max_chars:
+            break
+        blocks.append(block)
+        used += len(block)
+    return header + "".join(blocks), list(hits[: len(blocks)])
 
 
 def format_read(

@@ -92,6 +92,9 @@ class ProviderSettings(BaseModel):
     price: PriceSettings | None = None
     prompt_caching: bool = True
     """Anthropic: cache the static system prompt."""
+    tool_calls: Literal["native", "json_in_text"] = "native"
+    """OpenAI-compatible: `json_in_text` for models without native tool calls — the tools are
+    described in a system message and calls are read from JSON in the reply's text."""
     script: str = ""
     """Scripted: path of the script file to replay (`scripted_reply.ScriptedReplies`)."""
     record_to: str = ""
@@ -109,6 +112,8 @@ class ProviderSettings(BaseModel):
                 raise ValueError("a scripted provider needs `script` (path of its script file)")
         if not self.model:
             raise ValueError(f"a {self.kind} provider needs `model`")
+        if self.tool_calls == "json_in_text" and self.kind != "openai":
+            raise ValueError("`tool_calls: json_in_text` applies to openai providers only")
         if not self.name:
             prefix = self.endpoint or self.kind
             self.name = EXTRACTIVE if self.kind == EXTRACTIVE else f"{prefix}/{self.model}"

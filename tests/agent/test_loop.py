@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from services.agent.config import LoopSettings
 from services.agent.events import Done, Searching, Started, Thinking
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role, unpaired_calls
@@ -25,6 +26,8 @@ from tests.agent.conftest import caller_filter, result_of, run_events
 from tests.agent.fake_search import FakeSearch
 
 TEMP = "tempfile__chunk_0"
+FULL_TEXT = LoopSettings(preview_chars=0)
+"""Results always in full: for the tests of the Layer-1 budget and Layer-2 pruning."""
 MKDTEMP = "tempfile__chunk_1"
 
 
@@ -326,7 +329,8 @@ async def test_citations_of_results_dropped_by_the_budget_do_not_count_as_seen()
         ],
         context_window_tokens=8_000,
     )
-    result = result_of(await run_events(AgentLoop(model, search), mode=Mode.THINKING))
+    full = AgentLoop(model, search, settings=FULL_TEXT)
+    result = result_of(await run_events(full, mode=Mode.THINKING))
     shown = _tool_results(model, 1)[0][1]
     assert shown.startswith("Found 5 results; showing 3.")
     assert result.answer.citations == ()
@@ -580,7 +584,8 @@ async def test_context_window_comes_from_the_route_unless_overridden(search: Fak
         [turn("", search_call("temporary")), turn("", answer_call("x"))],
         context_window_tokens=100_000,
     )
-    await run_events(AgentLoop(model, wide, context_window_tokens=4_000), mode=Mode.FAST)
+    loop = AgentLoop(model, wide, context_window_tokens=4_000, settings=FULL_TEXT)
+    await run_events(loop, mode=Mode.FAST)
     assert "showing 0." not in _tool_results(model, 1)[0][1]
     assert _tool_results(model, 1)[0][1].startswith("Found 10 results; showing 2.")
 
@@ -596,7 +601,7 @@ async def test_old_results_are_pruned_before_calls_while_assistant_text_stays() 
     search = FakeSearch(docs, collection="python-docs")
     script = [turn(f"reasoning {i}", search_call(f"topic{i}", limit=1)) for i in range(8)]
     model = ScriptedModel([*script, turn("", answer_call("done"))], context_window_tokens=3_000)
-    loop = AgentLoop(model, search)
+    loop = AgentLoop(model, search, settings=FULL_TEXT)
     await run_events(loop, mode=Mode.THINKING, max_iterations=8)
 
     last = model.requests[-1].messages

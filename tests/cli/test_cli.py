@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 
 import grpc
 import pytest
-from quarry.agent.v1 import agent_pb2_grpc
+from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
-from quarry_cli.cli import ask
+from quarry_cli.cli import ask, source_lines
 from services.agent.config import AgentSettings
 from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME
@@ -150,3 +150,12 @@ async def test_ask_explains_an_unreachable_agent(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "UNAVAILABLE" in out
     assert "make run" in out
+
+
+def test_citations_of_one_source_share_a_line() -> None:
+    citations = [
+        agent_pb2.Citation(result_id="a__chunk_0", title="tempfile", url="u1"),
+        agent_pb2.Citation(result_id="b__chunk_0", title="shutil", url="u2"),
+        agent_pb2.Citation(result_id="a__chunk_1", title="tempfile", url="u1"),
+    ]
+    assert source_lines(citations) == [("[1][3]", "tempfile", "u1"), ("[2]", "shutil", "u2")]

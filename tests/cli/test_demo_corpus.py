@@ -18,6 +18,8 @@ from quarry_cli.demo.corpus import (
     SOURCE_TOPICS,
     Document,
     build_corpus,
+    clean_markup,
+    topic_url,
 )
 from services.common.settings import ServerSettings
 from services.search_tool.chunking import Chunker
@@ -248,3 +250,39 @@ def test_reference_topics_are_cut_at_a_paragraph_break_within_the_limit(
     assert all(len(d.text) <= MAX_TOPIC_CHARS for d in topics)
     assert any(len(d.text) > MAX_TOPIC_CHARS // 2 for d in topics)
     assert all(not d.text.endswith(("\n", " ")) for d in topics)
+
+
+def test_topic_documents_link_to_their_reference_section(corpus: list[Document]) -> None:
+    topics = [d for d in corpus if d.source == SOURCE_TOPICS]
+    assert topics
+    assert all("search.html" not in d.url for d in topics)
+    by_id = _by_id(corpus)
+    assert by_id["topic:assignment"].url.endswith("/reference/simple_stmts.html#assignment")
+    assert by_id["topic:typesseq"].url.endswith("/library/stdtypes.html#typesseq")
+    assert topic_url("no-such-label").endswith("/reference/index.html")
+
+
+def test_the_corpus_carries_no_markup_leftovers(corpus: list[Document]) -> None:
+    texts = [d.text for d in corpus]
+    assert not [t for t in texts if re.search(r":[a-z]+:`", t)]
+    assert not [t for t in texts if "::=" in t]
+    assert not [t for t in texts if " at 0x" in t]
+    assert "copy_function=copy2" in _by_id(corpus)["py:shutil.copytree"].text
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("Use :func:`~os.path.join` here.", "Use join here."),
+        ("See :ref:`buffer protocol <bufferobjects>`.", "See buffer protocol."),
+        (
+            ":exc:`ValueError` and :py:data:`socket.SO_REUSEPORT`",
+            "ValueError and socket.SO_REUSEPORT",
+        ),
+        ("f(copy=<function copy2 at 0x7f8e12345678>)", "f(copy=copy2)"),
+        ("pop(default=<object object at 0x7ff4dcda4160>)", "pop(default=<object>)"),
+        ("A:\n\n   x ::= a\n        | b\n\nThen text.", "A:\n\nThen text."),
+    ],
+)
+def test_markup_is_cleaned_at_build_time(raw: str, clean: str) -> None:
+    assert clean_markup(raw) == clean

@@ -88,6 +88,13 @@ def _gateway_config(path: Path, openai_url: str, anthropic_url: str) -> None:
                     "retry": single_try,
                 },
                 {
+                    "kind": "openai",
+                    "model": "gpt-text",
+                    "base_url": openai_url,
+                    "retry": single_try,
+                    "tool_calls": "json_in_text",
+                },
+                {
                     "kind": "anthropic",
                     "model": "claude-fake",
                     "base_url": anthropic_url,
@@ -98,6 +105,7 @@ def _gateway_config(path: Path, openai_url: str, anthropic_url: str) -> None:
                 "agent": ["extractive"],
                 "openai": ["openai/gpt-fake"],
                 "openai-or-offline": ["openai/gpt-fake", "extractive"],
+                "openai-text": ["openai/gpt-text"],
                 "anthropic": ["anthropic/claude-fake"],
             },
             "default_route": "agent",

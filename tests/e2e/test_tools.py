@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import grpc
 import pytest
 from quarry.agent.v1 import agent_pb2
+from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 
 from services.agent.client import AgentClient, RunOptions
 from services.agent.tools import TOOL_NAMES
@@ -199,3 +201,88 @@ async def test_thinking_events_name_their_provider_and_the_answer_names_the_runs
     assert (final.provider, final.fallback) == ("openai/gpt-fake", True)
     assert final.fallback_reason.startswith("openai/gpt-fake: retryable error")
     assert events[-1].done.response.usage.searches == 1
+
+
+async def test_a_model_writing_tool_calls_as_json_text_searches_and_hears_of_its_broken_call(
+    stack: Stack,
+) -> None:
+    search = {"tool": "search", "arguments": {"query": {"primary": "temporary directory"}}}
+    answer = {
+        "tool": "submit_answer",
+        "arguments": {
+            "text": "Use TemporaryDirectory [1].",
+            "citations": [{"result_id": "tempfile-tempdir__chunk_0"}],
+        },
+    }
+    stack.openai.script.reset(
+        [
+            Reply(text="I will search.\n```json\n" + json.dumps(search) + "\n```"),
+            Reply(text='{"tool": "search", "arguments": {"query": {"primary": '),
+            Reply(text=json.dumps(answer)),
+        ]
+    )
+    before = len(stack.openai.requests)
+    events = await _stream(
+        stack,
+        RunOptions(collection=COLLECTION, mode="thinking", route="openai-text", timeout_s=60),
+    )
+
+    sent = stack.openai.requests[before:]
+    assert all("tools" not in r.body for r in sent)
+    assert [e.searching.query.primary for e in events if e.WhichOneof("event") == "searching"] == [
+        "temporary directory"
+    ]
+    broken = sent[2].body["messages"][-1]["content"]
+    assert broken.startswith("Tool result (error) for call")
+    assert "The arguments are not valid JSON" in broken
+    response = events[-1].done.response
+    assert response.answer.citations[0].result_id == "tempfile-tempdir__chunk_0"
+    assert response.answered_by.provider == "openai/gpt-text"
+
+
+async def test_offline_thinking_searches_twice_and_reads_while_fast_searches_once(
+    stack: Stack,
+) -> None:
+    question = "How do I create a temporary directory that is removed automatically?"
+    async with AgentClient(stack.agent) as agent:
+        runs = {
+            mode: [
+                e
+                async for e in agent.stream_run(
+                    question, RunOptions(collection=COLLECTION, mode=mode, timeout_s=60)
+                )
+            ]
+            for mode in ("fast", "thinking")
+        }
+
+    def kinds(mode: str) -> list[str]:
+        return [
+            str(e.WhichOneof("event"))
+            for e in runs[mode]
+            if e.WhichOneof("event") in ("searching", "reading")
+        ]
+
+    assert kinds("fast") == ["searching"]
+    assert kinds("thinking") == ["searching", "searching", "reading"]
+    thinking = [e.thinking for e in runs["thinking"] if e.WhichOneof("event") == "thinking"]
+    assert thinking[0].text.startswith("The first search found")
+    assert {t.answered_by.provider for t in thinking} == {"extractive"}
+    for mode in ("fast", "thinking"):
+        answer = runs[mode][-1].done.response.answer
+        assert answer.citations
+        assert "TemporaryDirectory" in answer.text
+
+
+async def test_the_offline_route_asked_hello_says_what_it_is(stack: Stack) -> None:
+    async with grpc.aio.insecure_channel(stack.gateway) as channel:
+        stub = llm_gateway_pb2_grpc.LlmGatewayServiceStub(channel)
+        reply = await stub.Generate(
+            llm_gateway_pb2.GenerateRequest(
+                route="agent",
+                messages=[llm_gateway_pb2.Message(role=llm_gateway_pb2.ROLE_USER, text="hello")],
+            ),
+            timeout=30,
+        )
+    assert reply.provider == "extractive"
+    assert reply.message.text.startswith("This is Quarry's offline extractive model")
+    assert "could not find" not in reply.message.text

@@ -21,7 +21,11 @@ from services.llm_gateway.model import (
     ToolChoice,
     ToolChoiceMode,
 )
-from services.llm_gateway.providers.extractive import NOT_FOUND_TEXT, ExtractiveProvider
+from services.llm_gateway.providers.extractive import (
+    NOT_FOUND_TEXT,
+    OFFLINE_INTRO,
+    ExtractiveProvider,
+)
 from tests.llm_gateway.gateway_fixtures import (
     SEARCH_PARAMETERS,
     SUBMIT_PARAMETERS,
@@ -33,6 +37,7 @@ TOOLS = (
     Tool("search", "Search the collection", SEARCH_PARAMETERS),
     Tool("submit_answer", "Submit the answer", SUBMIT_PARAMETERS),
 )
+WITH_READ = (*TOOLS[:1], Tool("read", "Read a document", {"type": "object"}), TOOLS[1])
 PASSAGES = [
     (
         "doc-1__chunk_0",
@@ -130,10 +135,73 @@ async def test_fast_mode_answers_after_one_search_even_when_it_found_little() ->
     assert answer["text"] == NOT_FOUND_TEXT
 
 
-async def test_thinking_mode_answers_after_a_first_search_that_found_enough() -> None:
+async def test_thinking_mode_searches_again_with_key_terms_and_the_best_titles() -> None:
     rich = search_result(PASSAGES, total=12)
-    answer = await _answer(_conversation("What pigment absorbs light?", rich, thinking=True))
+    messages = _conversation("What pigment absorbs light?", rich, thinking=True)
+    response = await ExtractiveProvider().generate(ChatRequest(tuple(messages), TOOLS))
+    (call,) = response.tool_calls
+    arguments = json.loads(call.arguments_json)
+    assert call.name == "search"
+    assert arguments["retrieval_strategy"] == "hybrid"
+    assert arguments["query"] == {
+        "primary": "pigment absorbs light",
+        "variations": ["Photosynthesis", "Chlorophyll", "Trains"],
+    }
+    assert response.text == (
+        "The first search found 12 results (Photosynthesis; Chlorophyll; Trains); "
+        "searching again with the key terms and those titles."
+    )
+
+
+async def test_thinking_mode_reads_the_best_result_then_answers_from_what_it_read() -> None:
+    rich = search_result(PASSAGES, total=12)
+    messages = _conversation("What pigment absorbs light?", rich, rich, thinking=True)
+    response = await ExtractiveProvider().generate(ChatRequest(tuple(messages), WITH_READ))
+    (call,) = response.tool_calls
+    assert (call.name, json.loads(call.arguments_json)) == (
+        "read",
+        {"result_id": "doc-2__chunk_3", "scope": "around", "neighbours": 1},
+    )
+    assert response.text == "Reading the passage around the best result, Chlorophyll."
+    read = (
+        "Read doc-2: chunks 2-3 of 4.\n\n### [doc-2__chunk_2] Chlorophyll\nsource: s | "
+        "entity_type: e | url: u\nChlorophyll a is the main pigment that absorbs light.\n"
+    )
+    messages += [
+        Message(Role.ASSISTANT, tool_calls=(call,)),
+        Message(Role.TOOL, text=read, tool_call_id=call.id),
+    ]
+    answer = await _answer(messages, tools=WITH_READ)
+    assert answer["citations"] == [{"result_id": "doc-2__chunk_2"}, {"result_id": "doc-2__chunk_3"}]
+
+
+async def test_fast_mode_answers_after_its_one_search_and_never_reads() -> None:
+    rich = search_result(PASSAGES, total=12)
+    answer = await _answer(_conversation("What pigment absorbs light?", rich), tools=WITH_READ)
     assert "Chlorophyll is the pigment" in str(answer["text"])
+
+
+async def test_previews_give_way_to_the_full_text_the_agent_sends() -> None:
+    preview = (
+        "Found 1 results; showing 1.\n\n### [doc-9__chunk_0] Leaves\nsource: s | entity_type: "
+        "e | score: 1.0 | url: u\nLeaves are green. … [preview: 60 more characters]\n"
+    )
+    full = (
+        "Full text of the results you are about to cite (they were shown as previews):\n\n"
+        "### [doc-9__chunk_0] Leaves\nsource: s | entity_type: e | score: 1.0 | url: u\n"
+        "Leaves are green. Chlorophyll in leaves absorbs red and blue light strongly.\n"
+    )
+    messages = [*_conversation("What does chlorophyll absorb?", preview), Message(Role.USER, full)]
+    answer = await _answer(messages)
+    assert "absorbs red and blue light" in str(answer["text"])
+    assert "preview" not in str(answer["text"])
+
+
+async def test_asked_directly_it_says_what_it_is_instead_of_pretending_to_search() -> None:
+    response = await ExtractiveProvider().generate(ChatRequest((Message(Role.USER, "hello"),)))
+    assert response.text == OFFLINE_INTRO
+    assert "offline extractive model" in response.text
+    assert NOT_FOUND_TEXT not in response.text
 
 
 async def test_with_only_submit_answer_offered_it_answers_directly() -> None:

@@ -1,12 +1,16 @@
 """The extractive provider: an offline, deterministic and honest policy instead of an LLM.
 
 It follows docs/agent-tool-contract.md. With `search` offered and nothing searched yet it searches
-for the user's question; in THINKING mode, when that first search found fewer than
-`THIN_RESULTS` results, it searches again with the question's salient terms (keyword strategy).
-Then it calls `submit_answer` with the passage sentences most relevant to the question, citing
-exactly the results they came from — or says it could not find the answer, citing nothing.
-Without tools it replies with the same extractive text; asked for structured output it fills the
-schema deterministically (strings with that text, numbers 0, arrays empty).
+for the user's question. In THINKING mode it then searches again, built from the first results:
+the question's salient terms as the query (keyword strategy when the first search found fewer
+than `THIN_RESULTS` results, else hybrid) and the titles of the best results as variations; and,
+with `read` offered, it reads the passage around the best result. Each of these calls comes with
+one plain sentence saying what it does. Then it calls `submit_answer` with the passage sentences
+most relevant to the question, citing exactly the results they came from — or says it could not
+find the answer, citing nothing. Outside an agent run (no tools, no tool results) it says what it
+is instead of pretending to have searched. Without tools inside a conversation it replies with the
+same extractive text; asked for structured output it fills the schema deterministically (strings
+with that text, numbers 0, arrays empty).
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ from services.llm_gateway.model import (
     Usage,
 )
 from services.llm_gateway.providers.extractive_text import (
+    FULL_TEXT_HEADING,
     Passage,
+    SearchOutcome,
     Sentence,
+    parse_search_result,
     rank_sentences,
     read_question,
     read_searches,
@@ -42,7 +49,10 @@ from services.llm_gateway.providers.offline_stream import stream_response
 from services.llm_gateway.tokens import count_text_tokens, estimate_request_tokens
 
 SEARCH = "search"
+READ = "read"
 SUBMIT_ANSWER = "submit_answer"
+TITLE_VARIATIONS = 3
+"""Titles of the best first results used as variations of the THINKING second search."""
 THIN_RESULTS = 3
 """A THINKING-mode search that found fewer results than this triggers a keyword search."""
 MAX_SENTENCES = 4
@@ -50,6 +60,13 @@ MIN_SENTENCES = 2
 RELATIVE_CUTOFF = 0.35
 """Beyond the first `MIN_SENTENCES`, keep sentences scoring at least this share of the best."""
 NOT_FOUND_TEXT = "I could not find this in the collection."
+OFFLINE_INTRO = (
+    "This is Quarry's offline extractive model, not a conversational language model: no API key "
+    "for an LLM is configured, so I cannot chat. Ask a question about a collection through the "
+    'agent (for example `quarry ask "How do I create a temporary directory?"`) and I will '
+    "search it and answer with the passages I find, citing them. Set OPENAI_API_KEY or "
+    "ANTHROPIC_API_KEY for a model that can converse."
+)
 MODEL = "extractive-v1"
 CONTEXT_WINDOW_TOKENS = 1_000_000
 
@@ -101,9 +118,11 @@ class ExtractiveProvider:
             offered = set()
         elif request.tool_choice.mode is ToolChoiceMode.NAMED:
             offered &= {request.tool_choice.name}
-        call = _next_call(request, offered)
-        if call is not None:
-            return self._reply(request, "", call)
+        step = _next_call(request, offered)
+        if step is not None:
+            return self._reply(request, step[0], step[1])
+        if not request.tools and not any(m.role is Role.TOOL for m in request.messages):
+            return self._reply(request, OFFLINE_INTRO)
         return self._reply(request, compose_answer(request)[0])
 
     def _reply(self, request: ChatRequest, text: str, call: ToolCall | None = None) -> ChatResponse:
@@ -120,21 +139,55 @@ class ExtractiveProvider:
         )
 
 
-def _next_call(request: ChatRequest, offered: set[str]) -> ToolCall | None:
+def _next_call(request: ChatRequest, offered: set[str]) -> tuple[str, ToolCall] | None:
+    """The next call and the sentence that says what it does, or None to answer in text."""
     question = read_question(request.messages)
     searches = read_searches(request.messages)
     call_id = f"extractive_{_calls_so_far(request.messages) + 1}"
     if SEARCH in offered and not searches:
-        return ToolCall(call_id, SEARCH, _search_arguments(question.text, "hybrid"))
-    first_was_thin = len(searches) == 1 and searches[0].total < THIN_RESULTS
-    if SEARCH in offered and question.thinking and first_was_thin:
-        keywords = " ".join(salient_terms(question.text)) or question.text
-        return ToolCall(call_id, SEARCH, _search_arguments(keywords, "keyword"))
+        arguments = _search_arguments(question.text, "hybrid")
+        return "", ToolCall(call_id, SEARCH, arguments)
+    if SEARCH in offered and question.thinking and len(searches) == 1:
+        return _second_search(call_id, question.text, searches[0])
+    if READ in offered and question.thinking and not read_searches(request.messages, READ):
+        best = _best_passage(request)
+        if best is not None:
+            around = {"result_id": best.result_id, "scope": "around", "neighbours": 1}
+            text = f"Reading the passage around the best result, {best.title or best.result_id}."
+            return text, ToolCall(call_id, READ, json.dumps(around))
     if SUBMIT_ANSWER in offered:
-        text, citations = compose_answer(request)
-        arguments = {"text": text, "citations": [{"result_id": c} for c in citations]}
-        return ToolCall(call_id, SUBMIT_ANSWER, json.dumps(arguments, ensure_ascii=False))
+        answer, citations = compose_answer(request)
+        submitted = {"text": answer, "citations": [{"result_id": c} for c in citations]}
+        return "", ToolCall(call_id, SUBMIT_ANSWER, json.dumps(submitted, ensure_ascii=False))
     return None
+
+
+def _second_search(call_id: str, question: str, first: SearchOutcome) -> tuple[str, ToolCall]:
+    """THINKING: the question's key terms, with the best first results' titles as variations."""
+    keywords = " ".join(salient_terms(question)) or question
+    titles = list(dict.fromkeys(p.title for p in first.passages if p.title))[:TITLE_VARIATIONS]
+    thin = first.total < THIN_RESULTS
+    strategy = "keyword" if thin else "hybrid"
+    arguments = json.loads(_search_arguments(keywords, strategy))
+    arguments["query"]["variations"] = [] if thin else titles
+    if thin:
+        text = f"The first search found {first.total} results; searching the key terms: {keywords}."
+    else:
+        seen = "; ".join(titles) or "untitled results"
+        text = (
+            f"The first search found {first.total} results ({seen}); "
+            "searching again with the key terms and those titles."
+        )
+    return text, ToolCall(call_id, SEARCH, json.dumps(arguments, ensure_ascii=False))
+
+
+def _best_passage(request: ChatRequest) -> Passage | None:
+    question = read_question(request.messages).text
+    ranked = rank_sentences(question, _passages(request.messages))
+    if not ranked:
+        return None
+    by_id = {p.result_id: p for p in _passages(request.messages)}
+    return by_id.get(ranked[0].result_id)
 
 
 def compose_answer(request: ChatRequest) -> tuple[str, list[str]]:
@@ -167,10 +220,21 @@ def _choose(ranked: list[Sentence]) -> list[Sentence]:
 
 
 def _passages(messages: tuple[Message, ...]) -> list[Passage]:
-    """Passages of successful searches; else, for plain chat, prior assistant and tool text."""
-    passages = [p for outcome in read_searches(messages) for p in outcome.passages]
-    if passages:
-        return passages
+    """Passages of successful searches and reads, each in its fullest text seen (the agent's
+    full-text message replaces a preview); else, for plain chat, prior assistant and tool text."""
+    outcomes = [*read_searches(messages), *read_searches(messages, READ)]
+    outcomes += [
+        parse_search_result(m.text)
+        for m in messages
+        if m.role in (Role.USER, Role.TOOL) and m.text.startswith(FULL_TEXT_HEADING)
+    ]
+    fullest: dict[str, Passage] = {}
+    for passage in (p for outcome in outcomes for p in outcome.passages):
+        known = fullest.get(passage.result_id)
+        if known is None or len(passage.text) > len(known.text):
+            fullest[passage.result_id] = passage
+    if fullest:
+        return list(fullest.values())
     return [
         Passage(result_id="", text=m.text)
         for m in messages

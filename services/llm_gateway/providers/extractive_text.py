@@ -15,7 +15,12 @@ from services.llm_gateway.model import Message, Role
 
 _SECTION = re.compile(r"^## (?P<name>[^\n]+)\n(?P<body>.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
 _FOUND = re.compile(r"Found (?P<total>\d+) results?; showing (?P<shown>\d+)\.")
-_RESULT = re.compile(r"^### \[(?P<id>[^\]\n]+)\][^\n]*\n(?P<body>.*?)(?=^### \[|\Z)", re.M | re.S)
+_RESULT = re.compile(
+    r"^### \[(?P<id>[^\]\n]+)\] ?(?P<title>[^\n]*)\n(?P<body>.*?)(?=^### \[|\Z)", re.M | re.S
+)
+_PREVIEW = re.compile(r" … \[preview: \d+ more characters\]\s*$")
+FULL_TEXT_HEADING = "Full text of the results"
+"""How the agent's message with the full text of previewed results begins."""
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
 _K1 = 1.2
@@ -50,6 +55,7 @@ class Passage:
 
     result_id: str
     text: str
+    title: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,11 @@ def parse_search_result(text: str, *, is_error: bool = False) -> SearchOutcome:
         return SearchOutcome(total=0, passages=(), is_error=True)
     found = _FOUND.search(text)
     passages = tuple(
-        Passage(result_id=m.group("id").strip(), text=_passage_text(m.group("body")))
+        Passage(
+            result_id=m.group("id").strip(),
+            text=_PREVIEW.sub("", _passage_text(m.group("body"))),
+            title=m.group("title").strip(),
+        )
         for m in _RESULT.finditer(text)
     )
     total = int(found.group("total")) if found else len(passages)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from services.llm_gateway.config import GatewaySettings, ProviderSettings, resolve_api_key
 from services.llm_gateway.providers.anthropic import AnthropicProvider
@@ -74,7 +75,10 @@ def _openai(entry: ProviderSettings) -> Provider:
         ),
         default_max_output_tokens=entry.default_max_output_tokens,
         timeout_s=entry.timeout_s,
-        quirks=OpenAIQuirks() if custom_server else preset.quirks,
+        quirks=replace(
+            OpenAIQuirks() if custom_server else preset.quirks,
+            tool_calls_in_text=entry.tool_calls == "json_in_text",
+        ),
     )
 
 

@@ -44,6 +44,12 @@ from services.llm_gateway.model import (
     Usage,
 )
 from services.llm_gateway.translate.schemas import collapse_unions, strict_schema
+from services.llm_gateway.translate.text_tool_calls import (
+    call_text,
+    instruction,
+    read_calls,
+    result_text,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,9 @@ class OpenAIQuirks:
     supports_json_schema_response: bool = True
     """`response_format: json_schema`; otherwise `json_object` with the schema in the prompt."""
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_completion_tokens"
+    tool_calls_in_text: bool = False
+    """The model has no native tool calls: tools go in a system message, calls and results
+    travel as text, and calls are read from the reply's JSON (`text_tool_calls`)."""
 
 
 @dataclass
@@ -70,6 +79,8 @@ class OpenAIRequest:
     ids: ToolCallIds
     wrapped_schema: bool = False
     """The response schema was not an object and sits under `value`: unwrap the reply text."""
+    text_tools: tuple[str, ...] = ()
+    """Tool calls in text: the tools whose calls are read from the reply's JSON."""
 
 
 _FINISH_REASONS = {
@@ -95,7 +106,10 @@ def to_openai_request(
         params["temperature"] = request.temperature
     if request.seed is not None and quirks.supports_seed:
         params["seed"] = request.seed
-    if request.tools:
+    in_text = quirks.tool_calls_in_text and bool(request.tools)
+    if in_text:
+        params["messages"] = _with_tool_instruction(params["messages"], request)
+    elif request.tools:
         params["tools"] = [_tool(tool, quirks) for tool in request.tools]
         params["tool_choice"] = _tool_choice(request)
         if request.parallel_tool_calls is not None and quirks.supports_parallel_tool_calls:
@@ -104,7 +118,18 @@ def to_openai_request(
     if request.response_schema is not None:
         schema, wrapped = object_schema(request.response_schema)
         params["response_format"] = _response_format(request, schema, quirks)
-    return OpenAIRequest(params, ids, wrapped)
+    text_tools = tuple(t.name for t in request.tools) if in_text else ()
+    return OpenAIRequest(params, ids, wrapped, text_tools)
+
+
+def _with_tool_instruction(
+    messages: list[dict[str, Any]], request: ChatRequest
+) -> list[dict[str, Any]]:
+    """The tools as a system message, after the leading system messages."""
+    lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    choice = request.tool_choice
+    told = {"role": "system", "content": instruction(request.tools, choice.mode, choice.name)}
+    return [*messages[:lead], told, *messages[lead:]]
 
 
 def _messages(request: ChatRequest, ids: ToolCallIds, quirks: OpenAIQuirks) -> list[dict[str, Any]]:
@@ -113,8 +138,34 @@ def _messages(request: ChatRequest, ids: ToolCallIds, quirks: OpenAIQuirks) -> l
     if request.response_schema is not None and not quirks.supports_json_schema_response:
         instruction = JSON_INSTRUCTION + json.dumps(object_schema(request.response_schema)[0])
         messages.append({"role": "system", "content": instruction})
+    in_text = quirks.tool_calls_in_text and bool(request.tools)
     for turn in group_turns(request.messages, start, ids):
-        messages += _assistant(turn) if turn.role is Role.ASSISTANT else _user(turn)
+        if in_text:
+            messages += _assistant_text(turn) if turn.role is Role.ASSISTANT else _user_text(turn)
+        else:
+            messages += _assistant(turn) if turn.role is Role.ASSISTANT else _user(turn)
+    return messages
+
+
+def _assistant_text(turn: Turn) -> list[dict[str, Any]]:
+    """An assistant turn with its calls written as the model writes them in text mode."""
+    parts = [text for _, text in turn.texts]
+    parts += [call_text(call.name, call.arguments_json) for call, _ in turn.calls]
+    return [{"role": "assistant", "content": "\n\n".join(parts)}]
+
+
+def _user_text(turn: Turn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "user",
+            "content": result_text(r.sent_id, r.message.text, is_error=r.message.is_error),
+        }
+        for r in turn.results
+    ]
+    messages += [
+        {"role": "system" if role is Role.SYSTEM else "user", "content": text}
+        for role, text in turn.texts
+    ]
     return messages
 
 
@@ -309,6 +360,12 @@ def _response(draft: _Draft, wire: OpenAIRequest) -> ChatResponse:
     calls = [
         ToolCall(ids.original(c.id), c.name, normalise_arguments(c.arguments)) for c in draft.calls
     ]
+    if wire.text_tools and not calls:
+        text, written = read_calls(text, wire.text_tools)
+        calls = [
+            ToolCall(f"text_call_{n}", c.name, c.arguments_json)
+            for n, c in enumerate(written, start=1)
+        ]
     stop = _FINISH_REASONS.get(draft.finish_reason or "stop", StopReason.END_TURN)
     if calls and stop is StopReason.END_TURN:
         stop = StopReason.TOOL_USE

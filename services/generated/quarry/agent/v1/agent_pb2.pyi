@@ -101,12 +101,16 @@ class Citation(_message.Message):
     def __init__(self, result_id: _Optional[str] = ..., title: _Optional[str] = ..., url: _Optional[str] = ...) -> None: ...
 
 class Answer(_message.Message):
-    __slots__ = ("text", "citations")
+    __slots__ = ("text", "citations", "confidence", "unanswered_parts")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    UNANSWERED_PARTS_FIELD_NUMBER: _ClassVar[int]
     text: str
     citations: _containers.RepeatedCompositeFieldContainer[Citation]
-    def __init__(self, text: _Optional[str] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ...) -> None: ...
+    confidence: float
+    unanswered_parts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, text: _Optional[str] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ..., confidence: _Optional[float] = ..., unanswered_parts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_calls", "searches")

@@ -1,0 +1,122 @@
+"""Tool calls written as JSON in a model's text, for endpoints whose models have no native tool
+calls (`tool_calls: json_in_text`, common with small local models).
+
+The model is told the tools and the format in a system message (`instruction`); its past calls and
+their results travel as text (`call_text`, `result_text`). Reading is tolerant: a fenced or bare
+JSON object or list anywhere in the text, `tool`/`name`/`function.name` for the name,
+`arguments`/`parameters`/`args` as an object or a JSON string. A call that names a known tool but
+is not valid JSON is kept with its raw text as arguments, so the caller's validation sends it back
+to the model as a tool error instead of silently treating it as an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from services.llm_gateway.model import Tool, ToolChoiceMode
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+_NAMED = re.compile(r'"(?:tool|name)"\s*:\s*"([A-Za-z0-9_.-]+)"')
+
+
+@dataclass(frozen=True)
+class TextToolCall:
+    """A tool call read from text."""
+
+    name: str
+    arguments_json: str
+    """The arguments as sent; invalid JSON when the model wrote a broken call."""
+
+
+def instruction(tools: Sequence[Tool], mode: ToolChoiceMode, named: str) -> str:
+    """The system message that replaces native tools: the tools, their schemas, the format."""
+    listed = "\n".join(
+        f"- {t.name}: {t.description}\n  arguments schema: {json.dumps(t.parameters)}"
+        for t in tools
+    )
+    if mode is ToolChoiceMode.NAMED:
+        when = f"You must call the tool {named} now."
+    elif mode is ToolChoiceMode.REQUIRED:
+        when = "You must call one of the tools now."
+    else:
+        when = "Call a tool when you need one; otherwise answer in plain text."
+    return (
+        "You can call these tools:\n"
+        f"{listed}\n\n"
+        "To call a tool, reply with only a JSON object (several calls: a JSON list of them):\n"
+        '{"tool": "<tool name>", "arguments": {<arguments matching its schema>}}\n'
+        f"{when} Tool results come back in messages starting `Tool result`."
+    )
+
+
+def call_text(name: str, arguments_json: str) -> str:
+    """A past call as the model would have written it."""
+    try:
+        arguments: Any = json.loads(arguments_json or "{}")
+    except json.JSONDecodeError:
+        arguments = {}
+    return json.dumps({"tool": name, "arguments": arguments}, ensure_ascii=False)
+
+
+def result_text(call_id: str, text: str, *, is_error: bool) -> str:
+    kind = "Tool result (error)" if is_error else "Tool result"
+    return f"{kind} for call {call_id}:\n{text}"
+
+
+def read_calls(text: str, tool_names: Sequence[str]) -> tuple[str, list[TextToolCall]]:
+    """The prose around the calls and the calls of known tools written in `text`."""
+    for candidate, span in _candidates(text):
+        try:
+            data = json.loads(candidate)
+        except json.JSONDecodeError:
+            named = _NAMED.search(candidate)
+            if named and named.group(1) in tool_names:
+                return _around(text, span), [TextToolCall(named.group(1), candidate)]
+            continue
+        calls = [c for c in map(_call, data if isinstance(data, list) else [data]) if c]
+        known = [c for c in calls if c.name in tool_names]
+        if known:
+            return _around(text, span), known
+    return text, []
+
+
+def _candidates(text: str) -> list[tuple[str, tuple[int, int]]]:
+    found = [(m.group(1).strip(), m.span()) for m in _FENCE.finditer(text)]
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if starts:
+        start = min(starts)
+        end = max(text.rfind("}"), text.rfind("]")) + 1
+        if end <= start:
+            end = len(text)  # cut off mid-call: still a candidate, read as malformed
+        found.append((text[start:end], (start, end)))
+    return found
+
+
+def _call(item: Any) -> TextToolCall | None:
+    if not isinstance(item, dict):
+        return None
+    nested = item.get("function")
+    function: dict[str, Any] = nested if isinstance(nested, dict) else {}
+    name = item.get("tool") or item.get("name") or function.get("name")
+    if not isinstance(name, str):
+        return None
+    arguments: Any = next(
+        (
+            source[key]
+            for source in (item, function)
+            for key in ("arguments", "parameters", "args")
+            if key in source
+        ),
+        {},
+    )
+    if isinstance(arguments, str):
+        return TextToolCall(name, arguments)
+    return TextToolCall(name, json.dumps(arguments, ensure_ascii=False))
+
+
+def _around(text: str, span: tuple[int, int]) -> str:
+    return (text[: span[0]] + text[span[1] :]).strip()
