@@ -25,7 +25,13 @@ from services.search_tool.documents import Chunk, ChunkRecord
 from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.engine.vespa.documents import chunk_json
-from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
+from services.search_tool.filters import (
+    FilterExpression,
+    Operator,
+    RawCondition,
+    RawFilter,
+    validate_filter,
+)
 from tests.search_tool.engine_fixtures import DIMENSIONS, vector_for
 from tests.search_tool.vespa.conftest import fixture_fields
 from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
@@ -336,3 +342,46 @@ async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(started: 
     assert all('"alpha__chunk_0"' in b["yql"] or '"beta__chunk_0"' in b["yql"] for b in restricted)
     expected_alpha = 0.5 * np.cos(1.0) + 0.5 * 1.5 / 6.0
     assert hits["alpha__chunk_0"].score == pytest.approx(expected_alpha)
+
+
+async def test_scan_asks_for_unranked_whole_chunks_up_to_its_limit(started: Any) -> None:
+    """What `read` and `count` stand on: one unranked request for up to `limit` whole chunks,
+    stopping at a short page. (Pages of MAX_HITS are too large for the recording server's frames,
+    so paging across requests is left to the live suite.)"""
+    matches = [_chunk_hit(f"d{i:02d}", 0, "wiki", {}) for i in range(25)]
+
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        return _root(matches[body["offset"] : body["offset"] + body["hits"]], len(matches))
+
+    server, engine = await started(respond)
+    chunks = await engine.scan("fixture", FilterExpression(), limit=40)
+    assert [c.document_id for c in chunks] == [f"d{i:02d}" for i in range(25)]
+    scans = [b for b in _searches(server) if "chunk_json" in b["yql"]]
+    assert [(b["offset"], b["hits"], b["ranking"]) for b in scans] == [(0, 40, "unranked")]
+
+
+async def test_scan_with_a_rejected_filter_is_invalid_argument_naming_the_filter(
+    started: Any,
+) -> None:
+    rejected = {
+        "root": {
+            "id": "toplevel",
+            "relevance": 1.0,
+            "fields": {"totalCount": 0},
+            "errors": [
+                {
+                    "code": 4,
+                    "summary": "Invalid query parameter",
+                    "message": "Could not resolve field 'meta_long'",
+                }
+            ],
+        }
+    }
+    _, engine = await started(lambda r: Reply(400, rejected))
+    expression = validate_filter(
+        RawFilter(((RawCondition("metadata.year", Operator.EQUALS, 2024),),)), fixture_fields()
+    )
+    with pytest.raises(InvalidArgument) as raised:
+        await engine.scan("fixture", expression, limit=10)
+    assert raised.value.violations[0].field == "filter"

@@ -42,7 +42,6 @@ from services.search_tool.engine.vespa.documents import (
 )
 from services.search_tool.engine.vespa.package import CHUNK, COLLECTION, MAX_HITS, MAX_OFFSET
 from services.search_tool.engine.vespa.queries import (
-    chunks_body,
     count_body,
     dense_body,
     describe_body,
@@ -377,7 +376,7 @@ class VespaEngine:
         counts: dict[str, int] = defaultdict(int)
         first: dict[str, Any] = {}
         for batch in _batches(sorted(matching)):
-            for fields in await self._all_ids(name, _in("document_id", batch), body=chunks_body):
+            for fields in await self._all_ids(name, _in("document_id", batch), body=scan_body):
                 chunk = chunk_from_json(fields["chunk_json"])
                 counts[chunk.document_id] += 1
                 if chunk.chunk_index == 0 or chunk.document_id not in first:

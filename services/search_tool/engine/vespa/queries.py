@@ -82,19 +82,6 @@ def ids_body(
     }
 
 
-def chunks_body(
-    collection: str, expression: FilterExpression, hits: int, offset: int = 0
-) -> dict[str, Any]:
-    """Every field of the chunks matching `expression` (their `chunk_json`), unranked."""
-    return {
-        "yql": f"select chunk_id, document_id, chunk_json from {CHUNK} where "
-        + where(collection, expression),
-        "hits": hits,
-        "offset": offset,
-        "ranking": "unranked",
-    }
-
-
 def describe_body(collection: str, *, dated: bool = False) -> dict[str, Any]:
     """Documents (their first chunks: every document has exactly one chunk 0) per source and per
     entity type; with `dated`, only those with a `created_at` and its range (a range never
