@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
 
 from services.agent.events import AgentEvent, Done
 from services.agent.loop import AgentLoop
 from services.agent.run import RunResult
 from tests.agent.fake_search import FakeDocument, FakeSearch
+from tests.search_tool.grpc_helpers import value as struct_value
 
 DOCUMENTS = [
     FakeDocument(
@@ -73,12 +73,7 @@ def caller_filter(*groups: list[tuple[str, str, Any]]) -> search_pb2.Filter:
         group = message.groups.add()
         for field, operator, value in conditions:
             number = search_pb2.FilterOperator.Value(f"FILTER_OPERATOR_{operator.upper()}")
-            wire_value = struct_pb2.Value()
-            if isinstance(value, str):
-                wire_value.string_value = value
-            else:
-                wire_value.number_value = value
-            group.conditions.add(field=field, operator=number, value=wire_value)
+            group.conditions.add(field=field, operator=number, value=struct_value(value))
     return message
 
 

@@ -15,7 +15,6 @@ from typing import Any, cast
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
@@ -31,7 +30,7 @@ from services.search_tool.embedding import EmbeddingSettings, build_embedder
 from services.search_tool.server import build_search_tool_server
 from tests.agent.fake_search import FakeDocument, FakeSearch
 from tests.search_tool.filter_cases import CASES, FIXTURE
-from tests.search_tool.grpc_helpers import document
+from tests.search_tool.grpc_helpers import document, value
 
 COLLECTION = "conformance"
 QUERY = " ".join(d.title for d in FIXTURE)
@@ -75,25 +74,12 @@ def _fake(doc: Document) -> FakeDocument:
     )
 
 
-def _value(raw: Any) -> struct_pb2.Value:
-    value = struct_pb2.Value()
-    if isinstance(raw, list):
-        value.list_value.values.extend(_value(item) for item in raw)
-    elif isinstance(raw, bool):
-        value.bool_value = raw
-    elif isinstance(raw, int | float):
-        value.number_value = raw
-    elif raw is not None:
-        value.string_value = raw
-    return value
-
-
 def _caller(*groups: list[tuple[str, search_pb2.FilterOperator, Any]]) -> search_pb2.Filter:
     return search_pb2.Filter(
         groups=[
             search_pb2.FilterGroup(
                 conditions=[
-                    search_pb2.FilterCondition(field=f, operator=op, value=_value(v))
+                    search_pb2.FilterCondition(field=f, operator=op, value=value(v))
                     for f, op, v in group
                 ]
             )

@@ -232,30 +232,38 @@ async def test_a_query_vespa_holds_past_its_budget_is_deadline_exceeded(started:
         await engine.search("fixture", _semantic(timeout_s=0.01))
 
 
-async def test_a_rejected_filter_is_invalid_argument_naming_the_filter_field(
-    started: Any,
-) -> None:
-    # the shape of a 400 from the query API: errors[] with code 4 (INVALID_QUERY_PARAMETER)
-    rejected = {
-        "root": {
-            "id": "toplevel",
-            "relevance": 1.0,
-            "fields": {"totalCount": 0},
-            "errors": [
-                {
-                    "code": 4,
-                    "summary": "Invalid query parameter",
-                    "message": "Could not resolve field 'meta_long'",
-                }
-            ],
-        }
+REJECTED_FIELD = {
+    "root": {
+        "id": "toplevel",
+        "relevance": 1.0,
+        "fields": {"totalCount": 0},
+        "errors": [
+            {
+                "code": 4,
+                "summary": "Invalid query parameter",
+                "message": "Could not resolve field 'meta_long'",
+            }
+        ],
     }
-    _, engine = await started(lambda r: Reply(400, rejected))
+}
+"""The shape of a 400 from the query API: errors[] with code 4 (INVALID_QUERY_PARAMETER)."""
+
+
+@pytest.mark.parametrize("operation", ["search", "scan"])
+async def test_a_rejected_filter_is_invalid_argument_naming_the_filter_field(
+    started: Any, operation: str
+) -> None:
+    _, engine = await started(lambda r: Reply(400, REJECTED_FIELD))
     expression = validate_filter(
         RawFilter(((RawCondition("metadata.year", Operator.EQUALS, 2024),),)), fixture_fields()
     )
+    call = (
+        engine.search("fixture", _semantic(filter=expression))
+        if operation == "search"
+        else engine.scan("fixture", expression, limit=10)
+    )
     with pytest.raises(InvalidArgument) as raised:
-        await engine.search("fixture", _semantic(filter=expression))
+        await call
     assert raised.value.violations[0].field == "filter"
     assert "metadata.year" in raised.value.message
 
@@ -359,29 +367,3 @@ async def test_scan_asks_for_unranked_whole_chunks_up_to_its_limit(started: Any)
     assert [c.document_id for c in chunks] == [f"d{i:02d}" for i in range(25)]
     scans = [b for b in _searches(server) if "chunk_json" in b["yql"]]
     assert [(b["offset"], b["hits"], b["ranking"]) for b in scans] == [(0, 40, "unranked")]
-
-
-async def test_scan_with_a_rejected_filter_is_invalid_argument_naming_the_filter(
-    started: Any,
-) -> None:
-    rejected = {
-        "root": {
-            "id": "toplevel",
-            "relevance": 1.0,
-            "fields": {"totalCount": 0},
-            "errors": [
-                {
-                    "code": 4,
-                    "summary": "Invalid query parameter",
-                    "message": "Could not resolve field 'meta_long'",
-                }
-            ],
-        }
-    }
-    _, engine = await started(lambda r: Reply(400, rejected))
-    expression = validate_filter(
-        RawFilter(((RawCondition("metadata.year", Operator.EQUALS, 2024),),)), fixture_fields()
-    )
-    with pytest.raises(InvalidArgument) as raised:
-        await engine.scan("fixture", expression, limit=10)
-    assert raised.value.violations[0].field == "filter"
