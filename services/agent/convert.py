@@ -124,9 +124,7 @@ def run_request(
             if not getattr(turn, name).strip():
                 violations.append(FieldViolation(f"history[{t}].{name}", "must not be empty"))
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
-        )
+        raise InvalidArgument.for_violations(violations)
     return RunRequest(
         collection=collection,
         query=query,

@@ -66,6 +66,14 @@ class InvalidArgument(QuarryError):
         self.violations = list(violations or [])
 
     @classmethod
+    def for_violations(
+        cls, violations: list[FieldViolation], *, shown: int | None = None
+    ) -> InvalidArgument:
+        """Every bad field at once; the message names the first `shown` (all when None)."""
+        message = "; ".join(f"{v.field}: {v.description}" for v in violations[:shown])
+        return cls(message, violations=violations)
+
+    @classmethod
     def for_field(cls, field_path: str, description: str) -> InvalidArgument:
         """The common case: one field is wrong."""
         return cls(

@@ -136,9 +136,7 @@ def _validate(request: CountRequest, fields: Mapping[str, FieldType]) -> int:
             )
         )
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
-        )
+        raise InvalidArgument.for_violations(violations)
     return most
 
 

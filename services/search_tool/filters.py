@@ -205,9 +205,7 @@ def validate_filter(
                 violations.append(error.violation)
         groups.append(FilterGroup(tuple(conditions)))
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
-        )
+        raise InvalidArgument.for_violations(violations)
     return FilterExpression(tuple(groups))
 
 
@@ -244,9 +242,7 @@ def validate_filters(
         except InvalidArgument as error:
             violations.extend(error.violations)
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
-        )
+        raise InvalidArgument.for_violations(violations)
     return sides[0], sides[1]
 
 

@@ -265,10 +265,7 @@ def validate_documents(
             )
         )
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations[:10]),
-            violations=violations,
-        )
+        raise InvalidArgument.for_violations(violations, shown=10)
 
 
 def _id_violations(

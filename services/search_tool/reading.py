@@ -103,7 +103,5 @@ def _validate(request: ReadRequest) -> int:
             )
         )
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
-        )
+        raise InvalidArgument.for_violations(violations)
     return most

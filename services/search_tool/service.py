@@ -327,10 +327,7 @@ def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -
         if (problem := document_id_problem(document_id, limits.document_id_bytes)) is not None
     ]
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations[:10]),
-            violations=violations,
-        )
+        raise InvalidArgument.for_violations(violations, shown=10)
 
 
 def _validate_search(request: SearchRequest, limits: RequestLimits) -> int:
@@ -361,9 +358,7 @@ def _validate_search(request: SearchRequest, limits: RequestLimits) -> int:
             )
         )
     if violations:
-        raise InvalidArgument(
-            "; ".join(f"{v.field}: {v.description}" for v in violations), violations=violations
-        )
+        raise InvalidArgument.for_violations(violations)
     return limit
 
 
