@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import replace
 
 from opentelemetry import trace
@@ -29,7 +27,6 @@ from services.agent.answers import (
     final_results,
     unknown_citations,
 )
-from services.agent.calculator import CalculationError, calculate, format_number
 from services.agent.config import LoopSettings
 from services.agent.context import (
     SUMMARY_SYSTEM_PROMPT,
@@ -40,14 +37,12 @@ from services.agent.context import (
 )
 from services.agent.events import (
     AgentEvent,
-    Calculating,
-    Counting,
     Done,
-    Reading,
     Searching,
     Started,
     Thinking,
 )
+from services.agent.executor import ToolExecutor, ToolOutcome, as_callers_error
 from services.agent.messages import (
     CHARS_PER_TOKEN,
     Message,
@@ -83,47 +78,28 @@ from services.agent.run import (
 )
 from services.agent.search import (
     CollectionInfo,
-    CountRequest,
-    ReadRequest,
     SearchHit,
     SearchRequest,
 )
 from services.agent.tools import (
     CALCULATE,
     COUNT,
-    MAX_READ_CHUNKS,
     OPTIONAL_TOOLS,
     READ,
     SEARCH,
     SUBMIT_ANSWER,
     SUBMIT_ANSWER_TOOL,
     Answer,
-    Calculation,
-    CountPlan,
-    FormattedResults,
-    ReadPlan,
-    SearchPlan,
     ToolArgumentsError,
-    format_count,
-    format_read,
-    format_results,
     full_texts,
     offered_tools,
     parse_arguments,
-    result_budget_chars,
     tool_schema,
 )
 from services.common import semconv
 from services.common.errors import (
-    Cancelled,
-    DeadlineExceeded,
-    FieldViolation,
     InvalidArgument,
-    PermissionDenied,
     QuarryError,
-    ResourceExhausted,
-    Unauthenticated,
-    Unavailable,
 )
 
 log = logging.getLogger(__name__)
@@ -131,14 +107,6 @@ log = logging.getLogger(__name__)
 ANSWER_ONLY = (SUBMIT_ANSWER_TOOL,)
 EXTRA_TURNS = 3
 """Turns beyond the search cap a model may spend on invalid or unknown calls before it is forced."""
-SEARCH_FAILURES_THAT_END_THE_RUN = (
-    Unavailable,
-    DeadlineExceeded,
-    ResourceExhausted,
-    Cancelled,
-    Unauthenticated,
-    PermissionDenied,
-)
 
 
 _SCHEMA_CHARS = {
@@ -208,6 +176,14 @@ class _Run:
         self.exchanges: list[Message] = []
         self.collection = CollectionInfo(name=request.collection)
         self.window = loop.settings.default_context_window_tokens
+        self.executor = ToolExecutor(
+            search=loop.search,
+            settings=loop.settings,
+            tracer=loop.tracer,
+            request=request,
+            deadline=deadline,
+            log_fields=self._log(),
+        )
         self.summary = ""
         self.answer: FinalAnswer | None = None
         self.stop_reason = StopReason.ANSWERED
@@ -257,7 +233,7 @@ class _Run:
         )
         if self.request.caller_filter.groups:
             await self._check_caller_filter()
-        self.window = await self._context_window()
+        self.window = self.executor.window = await self._context_window()
         for turn in self.request.history:
             self.history += [user(turn.question), assistant(turn.answer)]
 
@@ -271,7 +247,7 @@ class _Run:
         try:
             await self.loop.search.validate(probe, remaining_s=self.deadline.remaining())
         except InvalidArgument as error:
-            raise _as_callers_error(error) from None
+            raise as_callers_error(error) from None
 
     async def _context_window(self) -> int:
         if self.loop.context_window_tokens:
@@ -348,24 +324,34 @@ class _Run:
                 continue
             refusal = self._refusal(call, allow_tools=allow_tools)
             if refusal:
-                with self._tool_span(call):
-                    self._tool_error(call, refusal)
+                outcomes = [self.executor.refused(call, refusal)]
             elif call.name == SEARCH:
                 batch = [call]
                 while self._more_in_batch(batch, pending):
                     batch.append(pending.pop(0))
-                for searched in await self._search_batch(batch):
-                    yield searched
+                outcomes = await self._search_batch(batch)
             elif call.name == READ:
-                read = await self._read(call)
-                if read is not None:
-                    yield read
+                outcomes = [await self.executor.read(call, self.seen.by_id, self.searches)]
             elif call.name == COUNT:
-                counted = await self._count_documents(call)
-                if counted is not None:
-                    yield counted
+                outcomes = [await self.executor.count(call, self.searches)]
             elif call.name == CALCULATE:
-                yield self._calculate(call)
+                outcomes = [self.executor.calculate(call, self.searches)]
+            else:  # a tool offered here that this loop cannot run: a bug, told to the model
+                outcomes = [self.executor.refused(call, f"The tool {call.name!r} cannot run.")]
+            for outcome in outcomes:
+                event = self._apply(outcome)
+                if event is not None:
+                    yield event
+
+    def _apply(self, outcome: ToolOutcome) -> AgentEvent | None:
+        """Record what a tool call produced: its result in the conversation, the results it
+        showed (citable from now on); returns the event the caller is told of."""
+        self.exchanges.append(tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error))
+        self.seen.add(outcome.shown)
+        self.previews.update({h.id: h for h in outcome.previewed})
+        if isinstance(outcome.event, Searching):
+            self.usage.searches += 1
+        return outcome.event
 
     def _more_in_batch(self, batch: list[ToolCall], pending: list[ToolCall]) -> bool:
         return (
@@ -376,31 +362,18 @@ class _Run:
             and self.searches + len(batch) < self.cap
         )
 
-    async def _search_batch(self, batch: list[ToolCall]) -> list[Searching]:
-        """Run the searches of `batch` concurrently; record their results in call order."""
+    async def _search_batch(self, batch: list[ToolCall]) -> list[ToolOutcome]:
+        """Run the searches of `batch` concurrently; their outcomes in call order."""
         first = self.searches
         self.searches += len(batch)
         if len(batch) == 1:
-            outcomes = [await self._search(batch[0], first + 1)]
-        else:
-            async with asyncio.TaskGroup() as group:
-                tasks = [
-                    group.create_task(self._search(call, first + n))
-                    for n, call in enumerate(batch, start=1)
-                ]
-            outcomes = [task.result() for task in tasks]
-        events = []
-        for call, outcome in zip(batch, outcomes, strict=True):
-            if isinstance(outcome, str):
-                self.exchanges.append(tool_result(call.id, outcome, is_error=True))
-                continue
-            formatted, event = outcome
-            self.previews.update({h.id: h for h in formatted.previewed})
-            self.seen.add(formatted.shown)
-            self.usage.searches += 1
-            self.exchanges.append(tool_result(call.id, formatted.text))
-            events.append(event)
-        return events
+            return [await self.executor.search(batch[0], first + 1)]
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(self.executor.search(call, first + n))
+                for n, call in enumerate(batch, start=1)
+            ]
+        return [task.result() for task in tasks]
 
     def _refusal(self, call: ToolCall, *, allow_tools: bool) -> str:
         """Why `call` may not run now, or "" when it may."""
@@ -418,165 +391,8 @@ class _Run:
             return f"Only submit_answer is available now: call it instead of {call.name}."
         return ""
 
-    async def _read(self, call: ToolCall) -> Reading | None:
-        with self._tool_span(call):
-            try:
-                plan = parse_arguments(ReadPlan, call.arguments_json)
-            except ToolArgumentsError as error:
-                self._tool_error(call, str(error))
-                return None
-            hit = self.seen.by_id.get(plan.result_id)
-            if hit is None:
-                self._tool_error(
-                    call,
-                    f"{plan.result_id!r} is not a result you have seen in this conversation. "
-                    "Read only ids shown in results (`### [result_id] title`).",
-                )
-                return None
-            around = plan.scope == "around"
-            request = ReadRequest(
-                collection=self.request.collection,
-                document_id=hit.document_id,
-                first_chunk=max(hit.chunk_index - plan.neighbours, 0) if around else 0,
-                max_chunks=2 * plan.neighbours + 1 if around else MAX_READ_CHUNKS,
-                caller_filter=self.request.caller_filter,
-            )
-            started = time.perf_counter()
-            try:
-                document = await self.loop.search.read_document(
-                    request, remaining_s=self.deadline.remaining()
-                )
-            except SEARCH_FAILURES_THAT_END_THE_RUN:
-                raise
-            except QuarryError as error:
-                self._tool_error(call, f"The read failed: {error.message}.")
-                return None
-            duration_ms = int((time.perf_counter() - started) * 1000)
-            budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
-            formatted = format_read(
-                hit.document_id, document.chunks, document.chunk_count, max_chars=budget
-            )
-        self.seen.add(formatted.shown)
-        self.exchanges.append(tool_result(call.id, formatted.text))
-        return Reading(
-            iteration=self.searches,
-            result_id=plan.result_id,
-            document_id=hit.document_id,
-            first_chunk=request.first_chunk,
-            chunks_shown=len(formatted.shown),
-            chunk_count=document.chunk_count,
-            duration_ms=duration_ms,
-        )
-
-    async def _count_documents(self, call: ToolCall) -> Counting | None:
-        with self._tool_span(call):
-            try:
-                plan = parse_arguments(CountPlan, call.arguments_json)
-            except ToolArgumentsError as error:
-                self._tool_error(call, str(error))
-                return None
-            request = CountRequest(
-                collection=self.request.collection,
-                filter_groups=tuple(plan.filter_groups),
-                caller_filter=self.request.caller_filter,
-                group_by=tuple(plan.group_by),
-                date_interval=plan.date_interval,
-                max_buckets=plan.max_buckets,
-            )
-            started = time.perf_counter()
-            try:
-                count = await self.loop.search.count_documents(
-                    request, remaining_s=self.deadline.remaining()
-                )
-            except SEARCH_FAILURES_THAT_END_THE_RUN:
-                raise
-            except InvalidArgument as error:
-                if _names_caller_filter(error):
-                    raise _as_callers_error(error) from None
-                self._tool_error(call, _search_error_text(error, what="count"))
-                return None
-            except QuarryError as error:
-                self._tool_error(call, _search_error_text(error, what="count"))
-                return None
-            duration_ms = int((time.perf_counter() - started) * 1000)
-        self.exchanges.append(tool_result(call.id, format_count(count)))
-        return Counting(
-            iteration=self.searches,
-            filter_groups=request.filter_groups,
-            group_by=request.group_by,
-            document_count=count.document_count,
-            exact=count.exact,
-            duration_ms=duration_ms,
-        )
-
-    def _calculate(self, call: ToolCall) -> Calculating:
-        with self._tool_span(call):
-            try:
-                expression = parse_arguments(Calculation, call.arguments_json).expression
-            except ToolArgumentsError as error:
-                self._tool_error(call, str(error))
-                return Calculating(self.searches, call.arguments_json[:200], "", str(error))
-            try:
-                value = format_number(calculate(expression))
-            except CalculationError as error:
-                text = f"The expression {expression!r} was refused: {error}. Fix it and call again."
-                self._tool_error(call, text)
-                return Calculating(self.searches, expression, "", str(error))
-        self.exchanges.append(tool_result(call.id, f"{expression} = {value}"))
-        return Calculating(self.searches, expression, value)
-
-    async def _search(
-        self, call: ToolCall, iteration: int
-    ) -> tuple[FormattedResults, Searching] | str:
-        """One search: its formatted results and event, or the error text for the model. It
-        changes no state of the run, so several run at once."""
-        with self._tool_span(call):
-            try:
-                plan = parse_arguments(SearchPlan, call.arguments_json)
-            except ToolArgumentsError as error:
-                return self._failed(call, str(error))
-            request = SearchRequest(
-                collection=self.request.collection,
-                primary=plan.query.primary,
-                variations=tuple(plan.query.variations),
-                strategy=plan.retrieval_strategy,
-                filter_groups=tuple(plan.filter_groups),
-                caller_filter=self.request.caller_filter,
-                limit=plan.limit,
-                offset=plan.offset,
-            )
-            started = time.perf_counter()
-            try:
-                page = await self.loop.search.search(request, remaining_s=self.deadline.remaining())
-            except SEARCH_FAILURES_THAT_END_THE_RUN:
-                raise
-            except InvalidArgument as error:
-                if _names_caller_filter(error):
-                    raise _as_callers_error(error) from None
-                return self._failed(call, _search_error_text(error))
-            except QuarryError as error:
-                return self._failed(call, _search_error_text(error))
-            duration_ms = int((time.perf_counter() - started) * 1000)
-            budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
-            formatted = format_results(
-                page.hits,
-                page.total_count,
-                max_chars=budget,
-                preview_chars=self.loop.settings.preview_chars,
-            )
-        return formatted, Searching(
-            iteration=iteration,
-            primary=request.primary,
-            variations=request.variations,
-            strategy=request.strategy,
-            filter_groups=request.filter_groups,
-            result_count=len(page.hits),
-            total_count=page.total_count,
-            duration_ms=duration_ms,
-        )
-
     def _submit(self, call: ToolCall, *, may_refine: bool) -> None:
-        with self._tool_span(call):
+        with self.executor.span(call):
             try:
                 answer = parse_arguments(Answer, call.arguments_json)
             except ToolArgumentsError as error:
@@ -611,8 +427,7 @@ class _Run:
 
     def _give_full_text(self, hits: list[SearchHit]) -> str:
         """The full text of `hits` within the Layer-1 budget; they are previews no more."""
-        budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
-        text, given = full_texts(hits, max_chars=budget)
+        text, given = full_texts(hits, max_chars=self.executor.budget_chars)
         for hit in given:
             self.previews.pop(hit.id, None)
         return text
@@ -630,25 +445,8 @@ class _Run:
         self.refinements += 1
         return True
 
-    def _tool_span(self, call: ToolCall) -> AbstractContextManager[trace.Span]:
-        return self.loop.tracer.start_as_current_span(
-            f"{semconv.EXECUTE_TOOL} {call.name}",
-            attributes={
-                semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL,
-                semconv.GEN_AI_TOOL_NAME: call.name,
-                semconv.GEN_AI_TOOL_CALL_ID: call.id,
-                semconv.GEN_AI_TOOL_TYPE: "function",
-            },
-        )
-
     def _tool_error(self, call: ToolCall, text: str) -> None:
-        self.exchanges.append(tool_result(call.id, self._failed(call, text), is_error=True))
-
-    def _failed(self, call: ToolCall, text: str) -> str:
-        """Log a tool error and mark the current span with it; returns `text`."""
-        log.info("tool error", extra={**self._log(), "tool": call.name, "error": text[:200]})
-        trace.get_current_span().set_attribute(semconv.ERROR_TYPE, "tool_error")
-        return text
+        self._apply(self.executor.failed(call, text))
 
     async def _call(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
         """One model turn: prune (Layer 2), call; on overflow compact (Layer 3) and retry once."""
@@ -777,39 +575,6 @@ def _refinement_request(answer: FinalAnswer) -> str:
         f"Answer received with confidence {answer.confidence:.2f}; unanswered parts: {missing}. "
         "You have one refinement round: search (or read) for what is missing, then call "
         "submit_answer again. If nothing better turns up, submit the same answer; it stands."
-    )
-
-
-def _search_error_text(error: QuarryError, *, what: str = "search") -> str:
-    text = f"The {what} failed: {error.message}."
-    if isinstance(error, InvalidArgument) and error.violations:
-        fixes = "; ".join(f"{v.field}: {v.description}" for v in error.violations)
-        text += f" Fix these and {what} again: {fixes}."
-    return text
-
-
-_CALLER_FILTER = "caller_filter"
-_REQUEST_FILTER = "filter"
-"""The run request's field that carries the caller's filter."""
-
-
-def _names_caller_filter(error: InvalidArgument) -> bool:
-    return any(v.field.startswith(_CALLER_FILTER) for v in error.violations)
-
-
-def _as_callers_error(error: InvalidArgument) -> InvalidArgument:
-    """The search tool's verdict on the caller's filter, in the caller's terms: its request field
-    is `filter`. Violations of the model's own filter are not the caller's concern."""
-    violations = [
-        FieldViolation(_REQUEST_FILTER + v.field.removeprefix(_CALLER_FILTER), v.description)
-        for v in error.violations
-        if v.field.startswith(_CALLER_FILTER)
-    ]
-    return InvalidArgument(
-        "; ".join(f"{v.field}: {v.description}" for v in violations) or error.message,
-        violations=violations,
-        reason=error.reason,
-        metadata=error.metadata,
     )
 
 
