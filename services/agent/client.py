@@ -9,6 +9,10 @@
 `stream_run` yields the service's `StreamRunResponse` events as they arrive; a run that fails after
 it started ends with an `error` event (and no exception). A request the service refuses outright
 raises `AgentError`, as does `run` for any failure.
+
+A stream with `tools=["ask_user"]` may send a `question` event: acknowledge it at once
+(`acknowledge_question`) when someone will answer, then `answer_question`, on the same client (the
+question lives on the agent replica that runs the stream).
 """
 
 from __future__ import annotations
@@ -83,7 +87,12 @@ class RunOptions:
     timeout_s: float | None = None
     """The call's deadline in seconds; None waits as long as the run takes."""
     tools: Sequence[str] = ()
-    """Tools the run may use (`search`, `read`, `count`, `calculate`); empty means all."""
+    """Tools the run may use (`search`, `read`, `count`, `calculate`); empty means all. Add
+    `ask_user` to let the model ask questions (streams only)."""
+    question_acknowledge_s: float = 0.0
+    """Streams: a shorter acknowledge window for questions; 0 keeps the agent's."""
+    question_answer_s: float = 0.0
+    """Streams: a shorter answer window for questions; 0 keeps the agent's."""
 
     def request_fields(self, query: str) -> dict[str, Any]:
         """The fields `RunRequest` and `StreamRunRequest` share, for `query`."""
@@ -132,6 +141,8 @@ class AgentClient:
         """Every event of one run as it happens: started, thinking, searching, done or error."""
         options = options or RunOptions()
         request = agent_pb2.StreamRunRequest(**options.request_fields(query))
+        request.question_windows.acknowledge_timeout_s = options.question_acknowledge_s
+        request.question_windows.answer_timeout_s = options.question_answer_s
         call = self._stub.StreamRun(request, timeout=options.timeout_s)
         ended_with_error = False
         try:
@@ -153,6 +164,28 @@ class AgentClient:
                 request, timeout=options.timeout_s
             )
             return response
+        except grpc.aio.AioRpcError as error:
+            raise _agent_error(error) from error
+
+    async def acknowledge_question(
+        self, run_id: str, question_id: str, *, timeout_s: float | None = 10.0
+    ) -> float | None:
+        """Tell the run its question is shown to someone; returns the seconds it now waits for
+        the answer (None: until the run's deadline)."""
+        request = agent_pb2.AcknowledgeQuestionRequest(run_id=run_id, question_id=question_id)
+        try:
+            reply = await self._stub.AcknowledgeQuestion(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as error:
+            raise _agent_error(error) from error
+        return reply.answer_within_ms / 1000 if reply.answer_within_ms else None
+
+    async def answer_question(
+        self, run_id: str, question_id: str, text: str, *, timeout_s: float | None = 10.0
+    ) -> None:
+        """Answer the run's question (this acknowledges it too)."""
+        request = agent_pb2.AnswerQuestionRequest(run_id=run_id, question_id=question_id, text=text)
+        try:
+            await self._stub.AnswerQuestion(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as error:
             raise _agent_error(error) from error
 

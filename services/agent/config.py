@@ -49,6 +49,21 @@ class LoopSettings(BaseModel):
     """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
 
 
+class QuestionSettings(BaseModel):
+    """Questions to the caller (the opt-in `ask_user` tool) and their two-phase timeout."""
+
+    acknowledge_timeout_s: float = Field(default=10.0, gt=0, le=3_600)
+    """How long a run waits for the caller to acknowledge a question (or answer it) before it
+    goes on at once with "no answer"; a request may ask for less."""
+    answer_timeout_s: float = Field(default=300.0, ge=0)
+    """How long a run waits for the answer once the question is acknowledged; 0: until the run's
+    deadline. A request may ask for less. The run's deadline always bounds both waits."""
+    max_answer_chars: int = Field(default=4_000, ge=1, le=100_000)
+    """Longest answer accepted (INVALID_ARGUMENT naming `text` and this limit)."""
+    max_per_run: int = Field(default=3, ge=1, le=20)
+    """Questions one run may ask; further `ask_user` calls are refused back to the model."""
+
+
 class AgentSettings(QuarrySettings):
     """Everything the agent process needs to run."""
 
@@ -76,6 +91,7 @@ class AgentSettings(QuarrySettings):
     context_window_tokens: int | None = Field(default=None, ge=1_000)
     """Overrides the window the gateway reports for the route's model."""
     loop: LoopSettings = Field(default_factory=LoopSettings)
+    questions: QuestionSettings = Field(default_factory=QuestionSettings)
     gateway_api_key_env: str = ""
     """Environment variable holding the API key the agent presents to the LLM gateway (a key
     with `gateway: true`); empty sends none. Towards the search tool the agent forwards each

@@ -16,12 +16,15 @@ from services.agent.events import (
     Counting,
     Done,
     Failed,
+    Question,
+    QuestionClosed,
     Reading,
     Searching,
     Started,
     Thinking,
 )
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
+from services.agent.questions import QuestionOutcome, QuestionWindows
 from services.agent.run import AnsweredBy, Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
     Breadcrumb,
@@ -34,7 +37,7 @@ from services.agent.search import (
     SearchHit,
     SearchRequest,
 )
-from services.agent.tools import SUBMIT_ANSWER, TOOL_NAMES
+from services.agent.tools import ASK_USER, REQUESTABLE_TOOL_NAMES, SUBMIT_ANSWER
 from services.common.errors import FieldViolation, InvalidArgument
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
@@ -61,6 +64,11 @@ _STOP_REASONS = {
     StopReason.FORCED_ANSWER: agent_pb2.STOP_REASON_FORCED_ANSWER,
     StopReason.BUDGET_EXHAUSTED: agent_pb2.STOP_REASON_BUDGET_EXHAUSTED,
     StopReason.FALLBACK_ANSWER: agent_pb2.STOP_REASON_FALLBACK_ANSWER,
+}
+_QUESTION_OUTCOMES = {
+    QuestionOutcome.ANSWERED: agent_pb2.QUESTION_OUTCOME_ANSWERED,
+    QuestionOutcome.NOT_ACKNOWLEDGED: agent_pb2.QUESTION_OUTCOME_NOT_ACKNOWLEDGED,
+    QuestionOutcome.NOT_ANSWERED: agent_pb2.QUESTION_OUTCOME_NOT_ANSWERED,
 }
 _FIELD_TYPES = {
     search_tool_pb2.FIELD_TYPE_STRING: "string",
@@ -113,10 +121,16 @@ def run_request(
     if message.budget.max_tokens < 0:
         violations.append(FieldViolation("budget.max_tokens", "must not be negative"))
     for i, name in enumerate(message.tools):
-        if name not in TOOL_NAMES:
+        if name not in REQUESTABLE_TOOL_NAMES:
+            names = ", ".join(REQUESTABLE_TOOL_NAMES)
+            violations.append(
+                FieldViolation(f"tools[{i}]", f"unknown tool {name!r}; one of {names}")
+            )
+        elif name == ASK_USER and isinstance(message, agent_pb2.RunRequest):
             violations.append(
                 FieldViolation(
-                    f"tools[{i}]", f"unknown tool {name!r}; one of {', '.join(TOOL_NAMES)}"
+                    f"tools[{i}]",
+                    "ask_user needs StreamRun: a unary Run cannot ask the caller anything",
                 )
             )
     for t, turn in enumerate(message.history):
@@ -137,6 +151,30 @@ def run_request(
         route=message.route,
         allowed_tools=frozenset(message.tools) - {SUBMIT_ANSWER},
     )
+
+
+def question_windows(
+    message: agent_pb2.QuestionWindows, defaults: QuestionWindows
+) -> QuestionWindows:
+    """A stream's own question windows: each 0 keeps the configured one, none may exceed it."""
+    violations: list[FieldViolation] = []
+    windows = {}
+    for name, configured in (
+        ("acknowledge_timeout_s", defaults.acknowledge_s),
+        ("answer_timeout_s", defaults.answer_s),
+    ):
+        asked = getattr(message, name)
+        path = f"question_windows.{name}"
+        if asked < 0:
+            violations.append(FieldViolation(path, "must not be negative"))
+        elif configured is not None and asked > configured:
+            violations.append(
+                FieldViolation(path, f"is {asked:g} s; the agent allows at most {configured:g} s")
+            )
+        windows[name] = asked or configured
+    if violations:
+        raise InvalidArgument.for_violations(violations)
+    return QuestionWindows(windows["acknowledge_timeout_s"] or 0.0, windows["answer_timeout_s"])
 
 
 def _copy(message: search_pb2.Filter) -> search_pb2.Filter:
@@ -427,6 +465,26 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 expression=event.expression,
                 result=event.result,
                 error=event.error,
+            )
+        )
+    if isinstance(event, Question):
+        return agent_pb2.StreamRunResponse(
+            question=agent_pb2.QuestionEvent(
+                run_id=event.run_id,
+                question_id=event.question_id,
+                text=event.text,
+                iteration=event.iteration,
+                acknowledge_within_ms=event.acknowledge_within_ms,
+                answer_within_ms=event.answer_within_ms,
+            )
+        )
+    if isinstance(event, QuestionClosed):
+        return agent_pb2.StreamRunResponse(
+            question_closed=agent_pb2.QuestionClosedEvent(
+                question_id=event.question_id,
+                outcome=_QUESTION_OUTCOMES[event.outcome],
+                answer=event.answer,
+                waited_ms=event.waited_ms,
             )
         )
     if isinstance(event, Done):

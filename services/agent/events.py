@@ -1,11 +1,12 @@
 """What a run reports while it happens: started, thinking, one event per tool call (searching,
-calculating, ...), then done or error."""
+calculating, ...; a question and how it closed), then done or error."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from services.agent.filters import FilterGroup
+from services.agent.questions import QuestionOutcome
 from services.agent.run import AnsweredBy, Mode, RunResult
 from services.agent.search import Strategy
 
@@ -87,6 +88,30 @@ class Calculating:
 
 
 @dataclass(frozen=True)
+class Question:
+    """The model asks the caller (`ask_user`); the run waits in two phases for the answer."""
+
+    iteration: int
+    """Searches done before the question."""
+    run_id: str
+    question_id: str
+    text: str
+    acknowledge_within_ms: int
+    answer_within_ms: int
+    """After an acknowledgement; 0: until the run's deadline."""
+
+
+@dataclass(frozen=True)
+class QuestionClosed:
+    """A question ended and the run goes on; the model got the answer or "no answer"."""
+
+    question_id: str
+    outcome: QuestionOutcome
+    answer: str
+    waited_ms: int
+
+
+@dataclass(frozen=True)
 class Done:
     result: RunResult
 
@@ -100,4 +125,15 @@ class Failed:
     retryable: bool
 
 
-AgentEvent = Started | Thinking | Searching | Reading | Counting | Calculating | Done | Failed
+AgentEvent = (
+    Started
+    | Thinking
+    | Searching
+    | Reading
+    | Counting
+    | Calculating
+    | Question
+    | QuestionClosed
+    | Done
+    | Failed
+)

@@ -1,5 +1,5 @@
-"""Tool execution: one model tool call (search, read, count, calculate) run against the search
-tool or locally, and what it produced.
+"""Tool execution: one model tool call (search, read, count, calculate, ask_user) run against the
+search tool, the caller or locally, and what it produced.
 
 An executor changes no state of the run: each call returns a `ToolOutcome` (the tool result for
 the model, the event for the caller, the results it showed) that the loop applies. So several
@@ -21,9 +21,23 @@ from opentelemetry import trace
 
 from services.agent.calculator import CalculationError, calculate, format_number
 from services.agent.config import LoopSettings
-from services.agent.events import AgentEvent, Calculating, Counting, Reading, Searching
+from services.agent.events import (
+    AgentEvent,
+    Calculating,
+    Counting,
+    Question,
+    QuestionClosed,
+    Reading,
+    Searching,
+)
 from services.agent.messages import ToolCall
 from services.agent.ports import SearchClient
+from services.agent.questions import (
+    ClosedQuestion,
+    PendingQuestion,
+    QuestionChannel,
+    QuestionOutcome,
+)
 from services.agent.run import Deadline, RunRequest
 from services.agent.search import CountRequest, ReadRequest, SearchHit, SearchRequest
 from services.agent.tools import (
@@ -33,6 +47,7 @@ from services.agent.tools import (
     ReadPlan,
     SearchPlan,
     ToolArgumentsError,
+    UserQuestion,
     format_count,
     format_read,
     format_results,
@@ -274,6 +289,48 @@ class ToolExecutor:
             call, f"{expression} = {value}", event=Calculating(iteration, expression, value)
         )
 
+    def post_question(
+        self, call: ToolCall, channel: QuestionChannel | None, iteration: int
+    ) -> tuple[PendingQuestion, Question] | ToolOutcome:
+        """An `ask_user` call: the question posted to the caller and the event that shows it,
+        or the tool error when it cannot be asked. Call in the call's span; then `answer_of`."""
+        try:
+            text = parse_arguments(UserQuestion, call.arguments_json).question
+        except ToolArgumentsError as error:
+            return self.failed(call, str(error))
+        if channel is None:
+            return self.failed(call, "The caller cannot be asked in this run: go on without it.")
+        if channel.asked >= channel.max_questions:
+            return self.failed(
+                call,
+                f"You have asked {channel.asked} questions, the most a run may ask. "
+                "Go on with the most likely reading of the question.",
+            )
+        acknowledge_s, answer_s = channel.acknowledge_window_s(), channel.answer_window_s()
+        question = channel.post(text)
+        event = Question(
+            iteration=iteration,
+            run_id=channel.run_id,
+            question_id=question.id,
+            text=text,
+            acknowledge_within_ms=_ms(acknowledge_s),
+            answer_within_ms=_ms(answer_s),
+        )
+        log.info("question asked", extra={**self.log_fields, "question_id": question.id})
+        return question, event
+
+    async def answer_of(
+        self, call: ToolCall, channel: QuestionChannel, question: PendingQuestion
+    ) -> ToolOutcome:
+        """Wait (two phases, within the run's deadline) for the answer to a posted question."""
+        closed = await channel.wait(question)
+        log.info(
+            "question closed",
+            extra={**self.log_fields, "question_id": question.id, "outcome": closed.outcome.value},
+        )
+        event = QuestionClosed(closed.question_id, closed.outcome, closed.answer, closed.waited_ms)
+        return ToolOutcome(call, _answer_text(closed), event=event)
+
     def _search_tool_error(self, call: ToolCall, error: QuarryError, what: str) -> ToolOutcome:
         """A failed search or count: raised when the run cannot go on, else a tool error."""
         if isinstance(error, SEARCH_FAILURES_THAT_END_THE_RUN):
@@ -285,6 +342,29 @@ class ToolExecutor:
 
 def _since(started: float) -> int:
     return int((time.perf_counter() - started) * 1000)
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds; 0 for no limit."""
+    return 0 if seconds == float("inf") else int(seconds * 1000)
+
+
+NO_ANSWER = "No answer: the caller did not respond"
+
+
+def _answer_text(closed: ClosedQuestion) -> str:
+    """The tool result of a question: the answer, or why there is none."""
+    if closed.outcome is QuestionOutcome.ANSWERED:
+        return f"The caller answered: {closed.answer}"
+    why = (
+        "the question was not acknowledged in time"
+        if closed.outcome is QuestionOutcome.NOT_ACKNOWLEDGED
+        else "the question was seen but not answered in time"
+    )
+    return (
+        f"{NO_ANSWER} ({why}). Go on with the most likely reading of the question and say in "
+        "your answer which reading you assumed."
+    )
 
 
 def search_error_text(error: QuarryError, *, what: str = "search") -> str:

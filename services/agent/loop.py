@@ -66,6 +66,7 @@ from services.agent.ports import (
     ToolSpec,
 )
 from services.agent.prompt import FORCE_ANSWER, system_prompt, task_message
+from services.agent.questions import QuestionChannel
 from services.agent.run import (
     AnsweredBy,
     Deadline,
@@ -82,8 +83,10 @@ from services.agent.search import (
     SearchRequest,
 )
 from services.agent.tools import (
+    ASK_USER,
     CALCULATE,
     COUNT,
+    OPT_IN_TOOLS,
     OPTIONAL_TOOLS,
     READ,
     SEARCH,
@@ -111,7 +114,7 @@ EXTRA_TURNS = 3
 
 _SCHEMA_CHARS = {
     t.name: len(json.dumps(t.parameters)) + len(t.description)
-    for t in (*OPTIONAL_TOOLS.values(), SUBMIT_ANSWER_TOOL)
+    for t in (*OPTIONAL_TOOLS.values(), *OPT_IN_TOOLS.values(), SUBMIT_ANSWER_TOOL)
 }
 
 
@@ -142,10 +145,18 @@ class AgentLoop:
         self.agent_name = agent_name
 
     def stream(
-        self, request: RunRequest, *, deadline: Deadline | None = None, run_id: str = ""
+        self,
+        request: RunRequest,
+        *,
+        deadline: Deadline | None = None,
+        run_id: str = "",
+        questions: QuestionChannel | None = None,
     ) -> AsyncIterator[AgentEvent]:
-        """Started, then thinking and searching events, then Done; raises `QuarryError`s."""
+        """Started, then thinking and searching events, then Done; raises `QuarryError`s.
+        `questions` lets the model ask the caller (`ask_user`); without it a question is refused
+        back to the model."""
         run = _Run(self, request, deadline or Deadline(None), run_id or uuid.uuid4().hex)
+        run.questions = questions
         return run.events()
 
     async def run(self, request: RunRequest, *, deadline: Deadline | None = None) -> RunResult:
@@ -196,6 +207,8 @@ class _Run:
         self.full_text_given = False
         self.draft: FinalAnswer | None = None
         """An answer sent back for refinement; it stands if no better one comes."""
+        self.questions: QuestionChannel | None = None
+        """Where `ask_user` questions go; None when the caller cannot be asked."""
 
     async def events(self) -> AsyncIterator[AgentEvent]:
         yield Started(self.run_id, self.request.collection, self.request.mode, self.route)
@@ -323,6 +336,10 @@ class _Run:
                 self._submit(call, may_refine=allow_tools)
                 continue
             refusal = self._refusal(call, allow_tools=allow_tools)
+            if not refusal and call.name == ASK_USER:
+                async for step in self._ask(call):
+                    yield step
+                continue
             if refusal:
                 outcomes = [self.executor.refused(call, refusal)]
             elif call.name == SEARCH:
@@ -342,6 +359,21 @@ class _Run:
                 event = self._apply(outcome)
                 if event is not None:
                     yield event
+
+    async def _ask(self, call: ToolCall) -> AsyncIterator[AgentEvent]:
+        """An `ask_user` call: the question is streamed, then the run waits for its answer."""
+        with self.executor.span(call):
+            posted = self.executor.post_question(call, self.questions, self.searches)
+            if isinstance(posted, ToolOutcome):
+                outcome = posted
+            else:
+                question, event = posted
+                yield event
+                assert self.questions is not None
+                outcome = await self.executor.answer_of(call, self.questions, question)
+        event_after = self._apply(outcome)
+        if event_after is not None:
+            yield event_after
 
     def _apply(self, outcome: ToolOutcome) -> AgentEvent | None:
         """Record what a tool call produced: its result in the conversation, the results it

@@ -35,6 +35,8 @@ TOOL_LINES = {
     "count": "- `count`: count the documents matching a filter, with breakdowns by source, entity "
     "type, a metadata key or date.",
     "calculate": "- `calculate`: evaluate an arithmetic expression over numbers you read.",
+    "ask_user": "- `ask_user`: ask the person who asked a clarifying question; they may not "
+    "answer.",
     "submit_answer": "- `submit_answer`: submit your final answer with citations. Calling it ends "
     "the conversation.",
 }
@@ -42,7 +44,7 @@ TOOL_LINES = {
 
 
 @cache
-def system_prompt(tools: tuple[str, ...] = tuple(TOOL_LINES)) -> str:
+def system_prompt(tools: tuple[str, ...] = tuple(n for n in TOOL_LINES if n != "ask_user")) -> str:
     """The system prompt for a run offering `tools` (names, in offer order): the tool list and
     each tool's guidance follow the run's allowlist."""
     template = _resource("agent_task.md")

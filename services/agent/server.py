@@ -10,7 +10,7 @@ from services.agent.gateway_client import GatewayModelClient
 from services.agent.loop import AgentLoop
 from services.agent.search_tool_client import SearchToolClient
 from services.agent.servicer import AgentServicer
-from services.common.auth import Access, ForwardCallerKey, MethodRule, StaticKey
+from services.common.auth import AUTHENTICATED, Access, ForwardCallerKey, MethodRule, StaticKey
 from services.common.channels import open_channel
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.telemetry import Telemetry
@@ -65,10 +65,16 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
 
 def access_rules(settings: AgentSettings) -> dict[str, MethodRule]:
     """A run reads its collection (the request's, else the configured default): the caller's
-    key must grant it here, and the search tool checks the same key again."""
+    key must grant it here, and the search tool checks the same key again. Answering or
+    acknowledging a question needs a key; the servicer then checks it is the run's own."""
 
     def collection(request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest) -> str:
         return request.collection or settings.default_collection
 
     rule = MethodRule(Access.READ, collection)
-    return {"Run": rule, "StreamRun": rule}
+    return {
+        "Run": rule,
+        "StreamRun": rule,
+        "AnswerQuestion": AUTHENTICATED,
+        "AcknowledgeQuestion": AUTHENTICATED,
+    }

@@ -70,6 +70,12 @@ def calculate_call(expression: str, *, call_id: str = "") -> ToolCall:
     return ToolCall(call_id or f"call_{next(_ids)}", "calculate", arguments)
 
 
+def ask_call(question: str, *, call_id: str = "") -> ToolCall:
+    """An `ask_user` tool call."""
+    arguments = json.dumps({"question": question})
+    return ToolCall(call_id or f"call_{next(_ids)}", "ask_user", arguments)
+
+
 def raw_call(name: str, arguments_json: str, *, call_id: str = "") -> ToolCall:
     """A tool call with arbitrary (possibly invalid) arguments."""
     return ToolCall(call_id or f"call_{next(_ids)}", name, arguments_json)

@@ -1,6 +1,8 @@
-"""The tools the model gets: `search`, `read`, `count`, `calculate` and `submit_answer`.
+"""The tools the model gets: `search`, `read`, `count`, `calculate` and `submit_answer`, and the
+opt-in `ask_user`.
 
-A request may name the tools a run may use (`allowed_tools`); `submit_answer` is always offered.
+A request may name the tools a run may use (`allowed_tools`); `submit_answer` is always offered,
+`ask_user` only when named.
 Their JSON schemas are generated from the same pydantic models that validate the arguments, so
 what the model is told and what is accepted cannot drift apart. Search results are formatted for
 the model within the Layer-1 budget: lowest-ranked results are dropped whole, a result is never cut.
@@ -28,6 +30,8 @@ READ = "read"
 COUNT = "count"
 CALCULATE = "calculate"
 SUBMIT_ANSWER = "submit_answer"
+ASK_USER = "ask_user"
+MAX_QUESTION_CHARS = 500
 
 
 class SearchQuery(BaseModel):
@@ -142,6 +146,17 @@ class Calculation(BaseModel):
     )
 
 
+class UserQuestion(BaseModel):
+    """Arguments of the `ask_user` tool."""
+
+    question: str = Field(
+        min_length=1,
+        max_length=MAX_QUESTION_CHARS,
+        description="One short, specific question for the person who asked, e.g. which version "
+        "or which meaning of a term they mean.",
+    )
+
+
 def tool_schema(model: type[BaseModel]) -> dict[str, Any]:
     """`model`'s JSON schema, `$ref`s inlined and titles removed, ready for any provider."""
     schema = model.model_json_schema()
@@ -197,20 +212,35 @@ COUNT_TOOL = ToolSpec(
     "questions instead of counting search results.",
     parameters=tool_schema(CountPlan),
 )
+ASK_USER_TOOL = ToolSpec(
+    name=ASK_USER,
+    description="Ask the person who asked a clarifying question and wait for the answer. Use it "
+    "only when the question is ambiguous in a way the collection cannot settle; the person may "
+    "not answer.",
+    parameters=tool_schema(UserQuestion),
+)
 OPTIONAL_TOOLS: dict[str, ToolSpec] = {
     SEARCH: SEARCH_TOOL,
     READ: READ_TOOL,
     COUNT: COUNT_TOOL,
     CALCULATE: CALCULATE_TOOL,
 }
-"""Every tool a request may allow, by name, in the order they are offered."""
+"""Every tool a run offers unless its request names others, in the order they are offered."""
+OPT_IN_TOOLS: dict[str, ToolSpec] = {ASK_USER: ASK_USER_TOOL}
+"""Tools offered only when a request names them (after the others)."""
 TOOL_NAMES = (*OPTIONAL_TOOLS, SUBMIT_ANSWER)
+"""The tools of a run whose request names none."""
+REQUESTABLE_TOOL_NAMES = (*OPTIONAL_TOOLS, *OPT_IN_TOOLS, SUBMIT_ANSWER)
+"""Every name a request's tool list may hold."""
 
 
 def offered_tools(allowed: frozenset[str]) -> tuple[ToolSpec, ...]:
-    """The tools of a run: those allowed (all when `allowed` is empty), then `submit_answer`."""
-    chosen = [spec for name, spec in OPTIONAL_TOOLS.items() if not allowed or name in allowed]
-    return (*chosen, SUBMIT_ANSWER_TOOL)
+    """The tools of a run: the standard tools allowed (all when `allowed` names none of them),
+    the opt-in tools named, then `submit_answer`."""
+    standard = allowed & OPTIONAL_TOOLS.keys()
+    chosen = [spec for name, spec in OPTIONAL_TOOLS.items() if not standard or name in allowed]
+    opted_in = [spec for name, spec in OPT_IN_TOOLS.items() if name in allowed]
+    return (*chosen, *opted_in, SUBMIT_ANSWER_TOOL)
 
 
 class ToolArgumentsError(ValueError):

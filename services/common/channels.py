@@ -29,7 +29,10 @@ def open_channel(
     (`services.common.keepalive`) and runs `interceptors` (e.g. `services.common.auth.StaticKey`,
     which sends an API key) on every call. `round_robin` spreads calls over every address a
     `dns:///` target resolves to (a Kubernetes headless Service)."""
-    chain: list[Any] = [*(telemetry.client_interceptors() if telemetry else ()), *interceptors]
+    chain: list[Any] = [
+        *(telemetry.client_interceptors() if telemetry else ()),
+        *filed_per_kind(interceptors),
+    ]
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
@@ -41,3 +44,29 @@ def open_channel(
             target, tls.credentials(), options=[*options, *tls.options()], interceptors=chain
         )
     return grpc.aio.insecure_channel(target, options=options, interceptors=chain)
+
+
+class _UnaryStreamPart(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    """The unary-stream side of an interceptor that implements several kinds."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def intercept_unary_stream(
+        self, continuation: Any, client_call_details: Any, request: Any
+    ) -> Any:
+        return await self._inner.intercept_unary_stream(continuation, client_call_details, request)
+
+
+def filed_per_kind(interceptors: Sequence[Any]) -> list[Any]:
+    """grpc.aio files each client interceptor under the FIRST kind it implements only, so one
+    that is both unary-unary and unary-stream (e.g. `StaticKey`) would never see a stream: it is
+    given to the channel a second time, as its unary-stream part."""
+    filed: list[Any] = []
+    for interceptor in interceptors:
+        filed.append(interceptor)
+        if isinstance(interceptor, grpc.aio.UnaryUnaryClientInterceptor) and isinstance(
+            interceptor, grpc.aio.UnaryStreamClientInterceptor
+        ):
+            filed.append(_UnaryStreamPart(interceptor))
+    return filed

@@ -21,6 +21,13 @@ class StopReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOP_REASON_FORCED_ANSWER: _ClassVar[StopReason]
     STOP_REASON_BUDGET_EXHAUSTED: _ClassVar[StopReason]
     STOP_REASON_FALLBACK_ANSWER: _ClassVar[StopReason]
+
+class QuestionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    QUESTION_OUTCOME_UNSPECIFIED: _ClassVar[QuestionOutcome]
+    QUESTION_OUTCOME_ANSWERED: _ClassVar[QuestionOutcome]
+    QUESTION_OUTCOME_NOT_ACKNOWLEDGED: _ClassVar[QuestionOutcome]
+    QUESTION_OUTCOME_NOT_ANSWERED: _ClassVar[QuestionOutcome]
 MODE_UNSPECIFIED: Mode
 MODE_FAST: Mode
 MODE_THINKING: Mode
@@ -29,6 +36,10 @@ STOP_REASON_ANSWERED: StopReason
 STOP_REASON_FORCED_ANSWER: StopReason
 STOP_REASON_BUDGET_EXHAUSTED: StopReason
 STOP_REASON_FALLBACK_ANSWER: StopReason
+QUESTION_OUTCOME_UNSPECIFIED: QuestionOutcome
+QUESTION_OUTCOME_ANSWERED: QuestionOutcome
+QUESTION_OUTCOME_NOT_ACKNOWLEDGED: QuestionOutcome
+QUESTION_OUTCOME_NOT_ANSWERED: QuestionOutcome
 
 class ConversationTurn(_message.Message):
     __slots__ = ("question", "answer")
@@ -69,7 +80,7 @@ class RunRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamRunRequest(_message.Message):
-    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools")
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools", "question_windows")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +90,7 @@ class StreamRunRequest(_message.Message):
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     filter: _search_pb2.Filter
@@ -88,7 +100,16 @@ class StreamRunRequest(_message.Message):
     budget: Budget
     route: str
     tools: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
+    question_windows: QuestionWindows
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., question_windows: _Optional[_Union[QuestionWindows, _Mapping]] = ...) -> None: ...
+
+class QuestionWindows(_message.Message):
+    __slots__ = ("acknowledge_timeout_s", "answer_timeout_s")
+    ACKNOWLEDGE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    acknowledge_timeout_s: float
+    answer_timeout_s: float
+    def __init__(self, acknowledge_timeout_s: _Optional[float] = ..., answer_timeout_s: _Optional[float] = ...) -> None: ...
 
 class Citation(_message.Message):
     __slots__ = ("result_id", "title", "url")
@@ -260,8 +281,64 @@ class ErrorEvent(_message.Message):
     retryable: bool
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
+class QuestionEvent(_message.Message):
+    __slots__ = ("run_id", "question_id", "text", "iteration", "acknowledge_within_ms", "answer_within_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ACKNOWLEDGE_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    question_id: str
+    text: str
+    iteration: int
+    acknowledge_within_ms: int
+    answer_within_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., question_id: _Optional[str] = ..., text: _Optional[str] = ..., iteration: _Optional[int] = ..., acknowledge_within_ms: _Optional[int] = ..., answer_within_ms: _Optional[int] = ...) -> None: ...
+
+class QuestionClosedEvent(_message.Message):
+    __slots__ = ("question_id", "outcome", "answer", "waited_ms")
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    question_id: str
+    outcome: QuestionOutcome
+    answer: str
+    waited_ms: int
+    def __init__(self, question_id: _Optional[str] = ..., outcome: _Optional[_Union[QuestionOutcome, str]] = ..., answer: _Optional[str] = ..., waited_ms: _Optional[int] = ...) -> None: ...
+
+class AnswerQuestionRequest(_message.Message):
+    __slots__ = ("run_id", "question_id", "text")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    question_id: str
+    text: str
+    def __init__(self, run_id: _Optional[str] = ..., question_id: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class AnswerQuestionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AcknowledgeQuestionRequest(_message.Message):
+    __slots__ = ("run_id", "question_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    question_id: str
+    def __init__(self, run_id: _Optional[str] = ..., question_id: _Optional[str] = ...) -> None: ...
+
+class AcknowledgeQuestionResponse(_message.Message):
+    __slots__ = ("answer_within_ms",)
+    ANSWER_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
+    answer_within_ms: int
+    def __init__(self, answer_within_ms: _Optional[int] = ...) -> None: ...
+
 class StreamRunResponse(_message.Message):
-    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading", "counting")
+    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading", "counting", "question", "question_closed")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     THINKING_FIELD_NUMBER: _ClassVar[int]
     SEARCHING_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +347,8 @@ class StreamRunResponse(_message.Message):
     CALCULATING_FIELD_NUMBER: _ClassVar[int]
     READING_FIELD_NUMBER: _ClassVar[int]
     COUNTING_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_CLOSED_FIELD_NUMBER: _ClassVar[int]
     started: StartedEvent
     thinking: ThinkingEvent
     searching: SearchingEvent
@@ -278,4 +357,6 @@ class StreamRunResponse(_message.Message):
     calculating: CalculatingEvent
     reading: ReadingEvent
     counting: CountingEvent
-    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ..., counting: _Optional[_Union[CountingEvent, _Mapping]] = ...) -> None: ...
+    question: QuestionEvent
+    question_closed: QuestionClosedEvent
+    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ..., counting: _Optional[_Union[CountingEvent, _Mapping]] = ..., question: _Optional[_Union[QuestionEvent, _Mapping]] = ..., question_closed: _Optional[_Union[QuestionClosedEvent, _Mapping]] = ...) -> None: ...

@@ -46,6 +46,16 @@ class AgentServiceStub:
                 request_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.StreamRunRequest.SerializeToString,
                 response_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.StreamRunResponse.FromString,
                 _registered_method=True)
+        self.AnswerQuestion = channel.unary_unary(
+                '/quarry.agent.v1.AgentService/AnswerQuestion',
+                request_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AnswerQuestionRequest.SerializeToString,
+                response_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AnswerQuestionResponse.FromString,
+                _registered_method=True)
+        self.AcknowledgeQuestion = channel.unary_unary(
+                '/quarry.agent.v1.AgentService/AcknowledgeQuestion',
+                request_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionRequest.SerializeToString,
+                response_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -68,6 +78,25 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AnswerQuestion(self, request, context):
+        """Answers the question a streamed run asked (`question` event); the answer also acknowledges
+        it. NOT_FOUND: no live run or question by that id on this agent replica; FAILED_PRECONDITION:
+        the question is already answered or expired; PERMISSION_DENIED: another API key started the
+        run; INVALID_ARGUMENT: an empty or over-long `text`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcknowledgeQuestion(self, request, context):
+        """Tells a streamed run that its question is shown to someone who may answer: the run then waits
+        for the answer for the longer answer window instead of going on after the acknowledge window.
+        Idempotent while the question is open; the same errors as AnswerQuestion.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -80,6 +109,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.StreamRun,
                     request_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.StreamRunRequest.FromString,
                     response_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.StreamRunResponse.SerializeToString,
+            ),
+            'AnswerQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnswerQuestion,
+                    request_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AnswerQuestionRequest.FromString,
+                    response_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AnswerQuestionResponse.SerializeToString,
+            ),
+            'AcknowledgeQuestion': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcknowledgeQuestion,
+                    request_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionRequest.FromString,
+                    response_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -138,6 +177,60 @@ class AgentService:
             '/quarry.agent.v1.AgentService/StreamRun',
             quarry_dot_agent_dot_v1_dot_agent__pb2.StreamRunRequest.SerializeToString,
             quarry_dot_agent_dot_v1_dot_agent__pb2.StreamRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnswerQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.agent.v1.AgentService/AnswerQuestion',
+            quarry_dot_agent_dot_v1_dot_agent__pb2.AnswerQuestionRequest.SerializeToString,
+            quarry_dot_agent_dot_v1_dot_agent__pb2.AnswerQuestionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcknowledgeQuestion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.agent.v1.AgentService/AcknowledgeQuestion',
+            quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionRequest.SerializeToString,
+            quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,416 @@
+"""Questions to the caller (`ask_user`) through gRPC (port 0), with the scripted model and the
+in-memory search tool: the two-phase timeout, and every way an answer can be refused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
+
+from services.agent.client import AgentClient, AgentError, RunOptions
+from services.agent.config import AgentSettings, QuestionSettings
+from services.agent.loop import AgentLoop
+from services.agent.messages import Role
+from services.agent.server import SERVICE_NAME, access_rules
+from services.agent.servicer import AgentServicer
+from services.agent.testing import (
+    ScriptedModel,
+    answer_call,
+    ask_call,
+    search_call,
+    turn,
+)
+from services.agent.tools import ASK_USER, TOOL_NAMES
+from services.common.auth import ApiKey, AuthSettings, key_digest
+from services.common.server import QuarryServer, ServiceRegistration, build_server
+from services.common.settings import ServerSettings
+from services.common.status import details_of_rpc_error
+from tests.agent.fake_search import FakeSearch
+
+OWNER_KEY, OTHER_KEY = "qk-owner-1a2b3c", "qk-other-4d5e6f"
+KEYS = [
+    ApiKey(name="owner", sha256=key_digest(OWNER_KEY), read=["python-docs"]),
+    ApiKey(name="other", sha256=key_digest(OTHER_KEY), read=["python-docs"]),
+]
+ASKING = RunOptions(collection="python-docs", mode="thinking", tools=[ASK_USER], timeout_s=60)
+
+
+@dataclass
+class Agent:
+    client: AgentClient
+    servicer: AgentServicer
+    server: QuarryServer
+
+    def other(self, api_key: str) -> AgentClient:
+        return AgentClient(self.server.address, api_key=api_key)
+
+
+Start = Callable[..., Awaitable[Agent]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Start]:
+    started: list[Agent] = []
+
+    async def start(
+        model: ScriptedModel,
+        search: FakeSearch,
+        *,
+        questions: QuestionSettings | None = None,
+        api_key: str = "",
+    ) -> Agent:
+        auth = AuthSettings(enabled=bool(api_key), keys=KEYS)
+        settings = AgentSettings(
+            server=ServerSettings(port=0, grace_s=0, auth=auth),
+            questions=questions or QuestionSettings(),
+        )
+        servicer = AgentServicer(AgentLoop(model, search), settings)
+
+        def register(server: grpc.aio.Server) -> None:
+            agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
+
+        registration = ServiceRegistration(SERVICE_NAME, register, access_rules(settings))
+        server = build_server([registration], settings.server)
+        await server.start()
+        agent = Agent(AgentClient(server.address, api_key=api_key), servicer, server)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        await agent.client.close()
+        await agent.server.stop(0)
+
+
+def _asking_model(*after: object) -> ScriptedModel:
+    """Asks which version is meant, then follows `after` (default: search, then answer)."""
+    rest = after or (
+        turn("", search_call("temporary directory")),
+        turn("", answer_call("TemporaryDirectory [1]", ["tempfile__chunk_0"])),
+    )
+    return ScriptedModel([turn("Ambiguous.", ask_call("Which Python version?")), *rest])  # type: ignore[list-item]
+
+
+def _tool_results(model: ScriptedModel, call: int) -> list[str]:
+    return [m.text for m in model.requests[call].messages if m.role is Role.TOOL]
+
+
+async def _collect(
+    stream: AsyncIterator[agent_pb2.StreamRunResponse], into: list[agent_pb2.StreamRunResponse]
+) -> None:
+    async for event in stream:
+        into.append(event)
+
+
+def _kinds(events: list[agent_pb2.StreamRunResponse]) -> list[str]:
+    return [str(e.WhichOneof("event")) for e in events]
+
+
+async def _until_no_live_runs(servicer: AgentServicer) -> None:
+    async with asyncio.timeout(30):
+        await servicer.questions.until_idle()
+
+
+async def test_an_answered_question_reaches_the_model_and_the_stream_shows_both_ends(
+    serve: Start, search: FakeSearch
+) -> None:
+    model = _asking_model()
+    agent = await serve(model, search)
+    events = []
+    async for event in agent.client.stream_run("temporary directory", ASKING):
+        events.append(event)
+        if event.WhichOneof("event") == "question":
+            q = event.question
+            await agent.client.answer_question(q.run_id, q.question_id, "Python 3.12")
+
+    assert _kinds(events) == [
+        "started",
+        "thinking",
+        "question",
+        "question_closed",
+        "searching",
+        "done",
+    ]
+    question, closed = events[2].question, events[3].question_closed
+    assert (question.text, question.run_id) == ("Which Python version?", events[0].started.run_id)
+    assert question.acknowledge_within_ms == 10_000
+    assert 0 < question.answer_within_ms <= 60_000  # 300 s configured; the run's deadline is 60
+    assert (closed.question_id, closed.outcome, closed.answer) == (
+        question.question_id,
+        agent_pb2.QUESTION_OUTCOME_ANSWERED,
+        "Python 3.12",
+    )
+    assert _tool_results(model, 1) == ["The caller answered: Python 3.12"]
+    offered = [t.name for t in model.requests[0].tools]
+    assert offered == [*TOOL_NAMES[:-1], ASK_USER, "submit_answer"]
+    assert events[-1].done.response.answer.text == "TemporaryDirectory [1]"
+
+
+async def test_an_unacknowledged_question_expires_and_the_run_goes_on_without_an_answer(
+    serve: Start, search: FakeSearch
+) -> None:
+    search.gate = asyncio.Event()
+    model = _asking_model()
+    agent = await serve(model, search)
+    options = RunOptions(**{**ASKING.__dict__, "question_acknowledge_s": 0.05})
+    events = []
+    async for event in agent.client.stream_run("temporary directory", options):
+        events.append(event)
+        if event.WhichOneof("event") == "question_closed":
+            await search.called.wait()  # the run went on: it searches, held at the gate
+            question = events[-2].question
+            with pytest.raises(AgentError) as late:
+                await agent.client.answer_question(question.run_id, question.question_id, "3.12")
+            search.gate.set()
+
+    closed = next(e.question_closed for e in events if e.WhichOneof("event") == "question_closed")
+    assert closed.outcome == agent_pb2.QUESTION_OUTCOME_NOT_ACKNOWLEDGED
+    assert closed.answer == ""
+    assert (late.value.code, "not acknowledged in time" in late.value.message) == (
+        "FAILED_PRECONDITION",
+        True,
+    )
+    [tool_result] = _tool_results(model, 1)
+    assert tool_result.startswith("No answer: the caller did not respond")
+    assert events[-1].WhichOneof("event") == "done"
+
+
+async def test_an_acknowledged_question_outlives_the_acknowledge_window(
+    serve: Start, search: FakeSearch
+) -> None:
+    model = _asking_model()
+    questions = QuestionSettings(acknowledge_timeout_s=1.0, answer_timeout_s=60)
+    agent = await serve(model, search, questions=questions)
+    events = []
+    answer_window = None
+    async for event in agent.client.stream_run("temporary directory", ASKING):
+        events.append(event)
+        if event.WhichOneof("event") == "question":
+            q = event.question
+            answer_window = await agent.client.acknowledge_question(q.run_id, q.question_id)
+            await asyncio.sleep(1.5)  # past the acknowledge window: the run must still wait
+            await agent.client.answer_question(q.run_id, q.question_id, "3.12")
+
+    assert answer_window is not None
+    assert 0 < answer_window <= 60
+    closed = next(e.question_closed for e in events if e.WhichOneof("event") == "question_closed")
+    assert (closed.outcome, closed.answer) == (agent_pb2.QUESTION_OUTCOME_ANSWERED, "3.12")
+    assert _tool_results(model, 1) == ["The caller answered: 3.12"]
+
+
+async def test_an_acknowledged_but_unanswered_question_expires_after_the_answer_window(
+    serve: Start, search: FakeSearch
+) -> None:
+    model = _asking_model()
+    agent = await serve(model, search)
+    options = RunOptions(**{**ASKING.__dict__, "question_answer_s": 0.05})
+    events = []
+    async for event in agent.client.stream_run("temporary directory", options):
+        events.append(event)
+        if event.WhichOneof("event") == "question":
+            await agent.client.acknowledge_question(
+                event.question.run_id, event.question.question_id
+            )
+
+    closed = next(e.question_closed for e in events if e.WhichOneof("event") == "question_closed")
+    assert closed.outcome == agent_pb2.QUESTION_OUTCOME_NOT_ANSWERED
+    [tool_result] = _tool_results(model, 1)
+    assert tool_result.startswith("No answer: the caller did not respond (the question was seen")
+    assert events[-1].WhichOneof("event") == "done"
+
+
+async def test_a_cancelled_stream_stops_waiting_and_forgets_the_run(
+    serve: Start, search: FakeSearch
+) -> None:
+    model = _asking_model()
+    agent = await serve(model, search)
+    stub = agent_pb2_grpc.AgentServiceStub(agent.client._channel)
+    request = agent_pb2.StreamRunRequest(collection="python-docs", query="q", tools=[ASK_USER])
+    call = stub.StreamRun(request)
+    async for event in call:
+        if event.WhichOneof("event") == "question":
+            question = event.question
+            break
+    call.cancel()
+    await _until_no_live_runs(agent.servicer)
+
+    with pytest.raises(AgentError) as late:
+        await agent.client.answer_question(question.run_id, question.question_id, "3.12")
+    assert late.value.code == "NOT_FOUND"
+    assert len(model.requests) == 1  # no model call after the cancel
+    assert search.requests == []
+
+
+async def test_answers_the_run_cannot_take_are_refused_with_a_clear_status(
+    serve: Start, search: FakeSearch
+) -> None:
+    search.gate = asyncio.Event()  # keeps the run live after the answer
+    model = _asking_model()
+    agent = await serve(model, search, questions=QuestionSettings(max_answer_chars=20))
+    client = agent.client
+    refusals: dict[str, AgentError] = {}
+
+    async def refused(name: str, attempt: Awaitable[object]) -> None:
+        with pytest.raises(AgentError) as caught:
+            await attempt
+        refusals[name] = caught.value
+
+    async for event in client.stream_run("temporary directory", ASKING):
+        if event.WhichOneof("event") != "question":
+            continue
+        run_id, qid = event.question.run_id, event.question.question_id
+        await refused("unknown run", client.answer_question("nope", qid, "3.12"))
+        await refused("unknown question", client.answer_question(run_id, "nope", "3.12"))
+        await refused("unknown run ack", client.acknowledge_question("nope", qid))
+        await refused("too long", client.answer_question(run_id, qid, "x" * 21))
+        await refused("empty", client.answer_question(run_id, qid, "  "))
+        await refused("no ids", client.answer_question("", "", "3.12"))
+        await client.answer_question(run_id, qid, "3.12")
+        await refused("again", client.answer_question(run_id, qid, "3.13"))
+        await refused("ack after answer", client.acknowledge_question(run_id, qid))
+        search.gate.set()
+
+    codes = {name: error.code for name, error in refusals.items()}
+    assert codes == {
+        "unknown run": "NOT_FOUND",
+        "unknown question": "NOT_FOUND",
+        "unknown run ack": "NOT_FOUND",
+        "too long": "INVALID_ARGUMENT",
+        "empty": "INVALID_ARGUMENT",
+        "no ids": "INVALID_ARGUMENT",
+        "again": "FAILED_PRECONDITION",
+        "ack after answer": "FAILED_PRECONDITION",
+    }
+    too_long = refusals["too long"]
+    assert [(v.field, v.description) for v in too_long.violations] == [
+        ("text", "is 21 characters; max_answer_chars is 20")
+    ]
+    assert [v.field for v in refusals["no ids"].violations] == ["run_id", "question_id"]
+    assert "already answered" in refusals["again"].message
+    assert "another replica" in refusals["unknown run"].message
+    assert _tool_results(model, 1) == ["The caller answered: 3.12"]
+
+
+async def test_with_auth_only_the_runs_own_key_may_answer(serve: Start, search: FakeSearch) -> None:
+    model = _asking_model()
+    agent = await serve(model, search, api_key=OWNER_KEY)
+    other, anonymous = agent.other(OTHER_KEY), agent.other("")
+    refusals: list[AgentError] = []
+    try:
+        async for event in agent.client.stream_run("temporary directory", ASKING):
+            if event.WhichOneof("event") != "question":
+                continue
+            run_id, qid = event.question.run_id, event.question.question_id
+            for attempt in (
+                other.answer_question(run_id, qid, "hijacked"),
+                other.acknowledge_question(run_id, qid),
+                anonymous.answer_question(run_id, qid, "anonymous"),
+            ):
+                with pytest.raises(AgentError) as caught:
+                    await attempt
+                refusals.append(caught.value)
+            await agent.client.answer_question(run_id, qid, "3.12")
+    finally:
+        await other.close()
+        await anonymous.close()
+
+    assert [e.code for e in refusals] == [
+        "PERMISSION_DENIED",
+        "PERMISSION_DENIED",
+        "UNAUTHENTICATED",
+    ]
+    assert "another API key" in refusals[0].message
+    assert _tool_results(model, 1) == ["The caller answered: 3.12"]
+
+
+async def test_the_run_deadline_bounds_the_wait_for_an_answer(
+    serve: Start, search: FakeSearch
+) -> None:
+    model = _asking_model()
+    agent = await serve(model, search, questions=QuestionSettings(acknowledge_timeout_s=600))
+    options = RunOptions(**{**ASKING.__dict__, "timeout_s": 1.0})
+    events: list[agent_pb2.StreamRunResponse] = []
+    with pytest.raises(AgentError) as ended:
+        await _collect(agent.client.stream_run("temporary directory", options), events)
+
+    assert ended.value.code == "DEADLINE_EXCEEDED"
+    question = next(e.question for e in events if e.WhichOneof("event") == "question")
+    assert 0 < question.acknowledge_within_ms <= 1_050
+    assert 0 < question.answer_within_ms <= 1_050
+    assert len(model.requests) == 1  # the deadline ended the run, not another model call
+    await _until_no_live_runs(agent.servicer)
+
+
+async def test_ask_user_is_never_offered_unless_named_and_refused_when_not(
+    serve: Start, search: FakeSearch
+) -> None:
+    model = _asking_model()
+    agent = await serve(model, search)
+    events = [
+        e
+        async for e in agent.client.stream_run(
+            "temporary directory", RunOptions(collection="python-docs", mode="thinking")
+        )
+    ]
+
+    assert [t.name for t in model.requests[0].tools] == list(TOOL_NAMES)
+    assert "question" not in _kinds(events)
+    [refusal] = _tool_results(model, 1)
+    assert refusal.startswith("The tool 'ask_user' is not available in this run.")
+    assert agent.servicer.questions.live_runs == 0
+
+
+async def test_a_unary_run_refuses_ask_user_naming_the_tool(
+    serve: Start, search: FakeSearch
+) -> None:
+    agent = await serve(ScriptedModel(), search)
+    stub = agent_pb2_grpc.AgentServiceStub(agent.client._channel)
+    request = agent_pb2.RunRequest(collection="python-docs", query="q", tools=["search", ASK_USER])
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Run(request)
+
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    [violation] = details_of_rpc_error(caught.value).violations
+    assert violation.field == "tools[1]"
+    assert "StreamRun" in violation.description
+
+
+async def test_question_windows_longer_than_the_agents_are_invalid_argument(
+    serve: Start, search: FakeSearch
+) -> None:
+    agent = await serve(ScriptedModel(), search)
+    options = RunOptions(**{**ASKING.__dict__, "question_acknowledge_s": 11.0})
+    with pytest.raises(AgentError) as caught:
+        [e async for e in agent.client.stream_run("q", options)]
+
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert [(v.field, v.description) for v in caught.value.violations] == [
+        ("question_windows.acknowledge_timeout_s", "is 11 s; the agent allows at most 10 s")
+    ]
+
+
+async def test_questions_beyond_the_per_run_limit_are_refused_back_to_the_model(
+    serve: Start, search: FakeSearch
+) -> None:
+    model = ScriptedModel(
+        [
+            turn("", ask_call("First?")),
+            turn("", ask_call("Second?")),
+            turn("", answer_call("Done.")),
+        ]
+    )
+    agent = await serve(model, search, questions=QuestionSettings(max_per_run=1))
+    questions = 0
+    async for event in agent.client.stream_run("q", ASKING):
+        if event.WhichOneof("event") == "question":
+            questions += 1
+            await agent.client.answer_question(
+                event.question.run_id, event.question.question_id, "yes"
+            )
+
+    assert questions == 1
+    assert _tool_results(model, 2)[-1].startswith("You have asked 1 questions, the most")
