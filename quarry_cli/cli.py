@@ -38,6 +38,7 @@ from quarry_cli.collections import (
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
 from quarry_cli.probe import wrong_service_hint
+from quarry_cli.questions import OUTCOMES, TerminalQuestions
 from quarry_cli.status import EPILOG as STATUS_EPILOG
 from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
@@ -61,6 +62,9 @@ ASK_EPILOG = f"""examples (on the demo collection that `quarry run` builds):
   quarry ask "How do I read a CSV file?" --json | head -3
 
 --filter: {FILTER_HELP}
+The model may ask you a clarifying question: type the answer and press Enter (Ctrl-D skips).
+Without a terminal on stdin nobody answers and the run goes on after a short wait;
+--no-questions keeps the model from asking.
 --json prints protobuf's JSON mapping with proto field names (run_id), as grpcurl does."""
 RUN_EPILOG = """examples:
   quarry run
@@ -134,6 +138,11 @@ def _parser() -> argparse.ArgumentParser:
         "--tools",
         default="",
         help="comma-separated tools the run may use (search,read,count,calculate); default all",
+    )
+    ask_parser.add_argument(
+        "--no-questions",
+        action="store_true",
+        help="do not let the model ask you a clarifying question (asked in the terminal)",
     )
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
     ask_parser.add_argument("--tls", action="store_true", help="speak TLS to the agent")
@@ -231,11 +240,16 @@ async def ask(args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens,
                 route=args.route,
                 timeout_s=args.timeout,
-                tools=[t.strip() for t in args.tools.split(",") if t.strip()],
+                tools=_tools(args),
             )
-            async for event in agent.stream_run(args.question, options):
-                render(event)
-                ended_well = event.WhichOneof("event") == "done"
+            questions = TerminalQuestions(agent, Console(highlight=False, stderr=args.json))
+            try:
+                async for event in agent.stream_run(args.question, options):
+                    render(event)
+                    await questions.on_event(event)
+                    ended_well = event.WhichOneof("event") == "done"
+            finally:
+                await questions.close()
             return 0 if ended_well else 1
     except AgentError as error:
         if args.json:
@@ -250,6 +264,12 @@ async def ask(args: argparse.Namespace) -> int:
                 hint = await wrong_service_hint(args.address, "quarry.agent.v1.AgentService")
                 console.print(escape(hint))
         return 1
+
+
+def _tools(args: argparse.Namespace) -> list[str]:
+    """The run's tools: those of --tools (empty: all), and `ask_user` unless --no-questions."""
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    return tools if args.no_questions else [*tools, "ask_user"]
 
 
 def _print_json(event: agent_pb2.StreamRunResponse) -> None:
@@ -309,6 +329,13 @@ class _Renderer:
             self._counting(event.counting)
         elif kind == "calculating":
             self._calculating(event.calculating)
+        elif kind == "question":
+            self.console.print(f"[yellow bold]question[/] {escape(event.question.text)}")
+        elif kind == "question_closed":
+            c = event.question_closed
+            answer = f" [italic]{escape(c.answer)}[/]" if c.answer else ""
+            outcome = OUTCOMES.get(c.outcome, "closed")
+            self.console.print(f"[yellow]question {outcome}[/]{answer}")
         elif kind == "done":
             self._done(event.done.response)
         elif kind == "error":

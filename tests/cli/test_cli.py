@@ -80,6 +80,7 @@ def _args(address: str, **overrides: object) -> argparse.Namespace:
         "cert_file": None,
         "key_file": None,
         "tools": "",
+        "no_questions": False,
     }
     values.update(overrides)
     return argparse.Namespace(**values)
@@ -127,7 +128,12 @@ async def test_ask_passes_its_tools(search: FakeSearch, capsys: pytest.CaptureFi
     model = ScriptedModel([turn("", answer_call("Nothing to compute."))])
     async with _serving(model, search) as server:
         assert await ask(_args(server.address, mode="thinking", tools="calculate, read")) == 0
-    assert [t.name for t in model.requests[0].tools] == ["read", "calculate", "submit_answer"]
+    assert [t.name for t in model.requests[0].tools] == [
+        "read",
+        "calculate",
+        "ask_user",
+        "submit_answer",
+    ]
 
 
 async def test_ask_json_prints_one_event_per_line(

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,8 +161,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @contextmanager
-def running_stack(root: Path) -> Iterator[Stack]:
-    """The three services as processes (logs and data under `root`), the e2e collection loaded."""
+def running_stack(root: Path, extra_env: Mapping[str, str] | None = None) -> Iterator[Stack]:
+    """The three services as processes (logs and data under `root`), the e2e collection loaded;
+    `extra_env` (e.g. `QUARRY_AGENT_*` settings) reaches every process."""
     openai, anthropic = FakeOpenAIServer(), FakeAnthropicServer()
     openai.start()
     anthropic.start()
@@ -175,6 +176,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
         "OPENAI_API_KEY": "sk-e2e-fake",
         "ANTHROPIC_API_KEY": "sk-ant-e2e-fake",
         "QUARRY_AGENT_ROUTE": "agent",
+        **(extra_env or {}),
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     commands = {
