@@ -154,27 +154,30 @@ def run_request(
 
 
 def question_windows(
-    message: agent_pb2.QuestionWindows, defaults: QuestionWindows
+    message: agent_pb2.QuestionWindows, configured: QuestionWindows
 ) -> QuestionWindows:
     """A stream's own question windows: each 0 keeps the configured one, none may exceed it."""
-    violations: list[FieldViolation] = []
-    windows = {}
-    for name, configured in (
-        ("acknowledge_timeout_s", defaults.acknowledge_s),
-        ("answer_timeout_s", defaults.answer_s),
-    ):
-        asked = getattr(message, name)
-        path = f"question_windows.{name}"
-        if asked < 0:
-            violations.append(FieldViolation(path, "must not be negative"))
-        elif configured is not None and asked > configured:
-            violations.append(
-                FieldViolation(path, f"is {asked:g} s; the agent allows at most {configured:g} s")
-            )
-        windows[name] = asked or configured
+    violations = [
+        *_window_violations(
+            "acknowledge_timeout_s", message.acknowledge_timeout_s, configured.acknowledge_s
+        ),
+        *_window_violations("answer_timeout_s", message.answer_timeout_s, configured.answer_s),
+    ]
     if violations:
         raise InvalidArgument.for_violations(violations)
-    return QuestionWindows(windows["acknowledge_timeout_s"] or 0.0, windows["answer_timeout_s"])
+    return QuestionWindows(
+        acknowledge_s=message.acknowledge_timeout_s or configured.acknowledge_s,
+        answer_s=message.answer_timeout_s or configured.answer_s,
+    )
+
+
+def _window_violations(name: str, asked: float, configured: float | None) -> list[FieldViolation]:
+    path = f"question_windows.{name}"
+    if asked < 0:
+        return [FieldViolation(path, "must not be negative")]
+    if configured is not None and asked > configured:
+        return [FieldViolation(path, f"is {asked:g} s; the agent allows at most {configured:g} s")]
+    return []
 
 
 def _copy(message: search_pb2.Filter) -> search_pb2.Filter:

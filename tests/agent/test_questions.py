@@ -15,6 +15,8 @@ from services.agent.client import AgentClient, AgentError, RunOptions
 from services.agent.config import AgentSettings, QuestionSettings
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role
+from services.agent.ports import ModelResponse
+from services.agent.run import RunRequest
 from services.agent.server import SERVICE_NAME, access_rules
 from services.agent.servicer import AgentServicer
 from services.agent.testing import (
@@ -86,13 +88,13 @@ async def serve() -> AsyncIterator[Start]:
         await agent.server.stop(0)
 
 
-def _asking_model(*after: object) -> ScriptedModel:
+def _asking_model(*after: ModelResponse) -> ScriptedModel:
     """Asks which version is meant, then follows `after` (default: search, then answer)."""
     rest = after or (
         turn("", search_call("temporary directory")),
         turn("", answer_call("TemporaryDirectory [1]", ["tempfile__chunk_0"])),
     )
-    return ScriptedModel([turn("Ambiguous.", ask_call("Which Python version?")), *rest])  # type: ignore[list-item]
+    return ScriptedModel([turn("Ambiguous.", ask_call("Which Python version?")), *rest])
 
 
 def _tool_results(model: ScriptedModel, call: int) -> list[str]:
@@ -414,3 +416,14 @@ async def test_questions_beyond_the_per_run_limit_are_refused_back_to_the_model(
 
     assert questions == 1
     assert _tool_results(model, 2)[-1].startswith("You have asked 1 questions, the most")
+
+
+async def test_a_run_without_a_question_channel_tells_the_model_it_cannot_ask(
+    search: FakeSearch,
+) -> None:
+    model = ScriptedModel([turn("", ask_call("Which version?")), turn("", answer_call("Any."))])
+    request = RunRequest(collection="python-docs", query="q", allowed_tools=frozenset({ASK_USER}))
+    result = await AgentLoop(model, search).run(request)
+
+    assert result.answer.text == "Any."
+    assert _tool_results(model, 1) == ["The caller cannot be asked in this run: go on without it."]
