@@ -57,7 +57,8 @@ class QuestionSettings(BaseModel):
     goes on at once with "no answer"; a request may ask for less."""
     answer_timeout_s: float = Field(default=300.0, ge=0)
     """How long a run waits for the answer once the question is acknowledged; 0: until the run's
-    deadline. A request may ask for less. The run's deadline always bounds both waits."""
+    deadline (without one, until the caller cancels the stream). A request may ask for less. The
+    run's deadline always bounds both waits."""
     max_answer_chars: int = Field(default=4_000, ge=1, le=100_000)
     """Longest answer accepted (INVALID_ARGUMENT naming `text` and this limit)."""
     max_per_run: int = Field(default=3, ge=1, le=20)
