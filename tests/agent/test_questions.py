@@ -271,6 +271,8 @@ async def test_answers_the_run_cannot_take_are_refused_with_a_clear_status(
         await refused("too long", client.answer_question(run_id, qid, "x" * 21))
         await refused("empty", client.answer_question(run_id, qid, "  "))
         await refused("no ids", client.answer_question("", "", "3.12"))
+        for _ in range(2):  # acknowledging an open question is idempotent
+            assert await client.acknowledge_question(run_id, qid) is not None
         await client.answer_question(run_id, qid, "3.12")
         await refused("again", client.answer_question(run_id, qid, "3.13"))
         await refused("ack after answer", client.acknowledge_question(run_id, qid))
