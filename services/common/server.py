@@ -84,9 +84,7 @@ class QuarryServer:
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
-        if self.health_server is not None:
-            await self.health_server.start()
-        await self.server.start()
+        await self.listen()
         await self.mark_live()
         await self.set_serving(True)
         log.info(
@@ -97,6 +95,12 @@ class QuarryServer:
                 "health_port": self.health_port,
             },
         )
+
+    async def listen(self) -> None:
+        """Start accepting calls: the health port (when configured), then the main port."""
+        if self.health_server is not None:
+            await self.health_server.start()
+        await self.server.start()
 
     async def mark_live(self) -> None:
         """Liveness SERVING: the process is up; stays so until it exits."""
