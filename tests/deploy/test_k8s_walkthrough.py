@@ -18,19 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from quarry_cli.cli import main as quarry
 from services.agent.config import AgentSettings
 from services.agent.server import build_agent_server
-from services.common.server import QuarryServer
+from services.common.server import LIVENESS_SERVICE, QuarryServer
 from services.common.settings import load_settings
 from services.llm_gateway.config import GatewaySettings
 from services.llm_gateway.server import build_gateway_server
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import EmbeddingSettings, build_embedder
 from services.search_tool.server import build_search_tool_server
+from tests.common.certs import issue, make_ca
 from tests.deploy.test_manifests import rendered
 from tests.grpcurl.test_grpcurl import GRPCURL
 
@@ -39,6 +42,7 @@ README = ROOT / "k8s" / "README.md"
 FORWARDED = {"search_tool": "127.0.0.1:50051", "agent": "127.0.0.1:50053"}
 LOCAL = {"host": "127.0.0.1", "port": 0, "health_port": 0}
 GRPCURL_TIMEOUT_S = 120.0
+TLS_MOUNT = "/etc/quarry-tls"
 
 pytestmark = pytest.mark.slow
 
@@ -79,24 +83,48 @@ def _keygen_from_step_2(directory: Path, capsys: pytest.CaptureFixture[str]) -> 
 class Cluster:
     directory: Path
     addresses: dict[str, str]
+    health: dict[str, str]
 
 
-@pytest.fixture
-async def cluster(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def _pod_env(overlay: str, tls_dir: Path | None) -> dict[str, str]:
+    """The literal env of the rendered Quarry containers (TLS paths moved to `tls_dir`)."""
+    env = {}
+    for doc in rendered(overlay):
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            for variable in container.get("env", []):
+                if variable["name"].startswith("QUARRY_") and "value" in variable:
+                    value = variable["value"]
+                    if tls_dir is not None:
+                        value = value.replace(TLS_MOUNT, str(tls_dir))
+                    env[variable["name"]] = value
+    return env
+
+
+async def _start(
+    overlay: str,
+    directory: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    host: str = "127.0.0.1",
+    tls_dir: Path | None = None,
 ) -> AsyncIterator[Cluster]:
-    monkeypatch.chdir(tmp_path)
-    _keygen_from_step_2(tmp_path, capsys)
-    (config_map,) = [d for d in rendered("embedded") if d["kind"] == "ConfigMap"]
+    monkeypatch.chdir(directory)
+    _keygen_from_step_2(directory, capsys)
+    (config_map,) = [d for d in rendered(overlay) if d["kind"] == "ConfigMap"]
     text = config_map["data"]["quarry.yaml"]
     mounted = yaml.safe_load(text)["agent"]["server"]["auth"]["keys_file"]
-    config = tmp_path / "quarry.yaml"
-    config.write_text(text.replace(mounted, str(tmp_path / "keys.yaml")))
+    config = directory / "quarry.yaml"
+    config.write_text(text.replace(mounted, str(directory / "keys.yaml")))
+    for name, value in _pod_env(overlay, tls_dir).items():
+        monkeypatch.setenv(name, value)
     # the Secret quarry-api-keys (agent-gateway-key from agent.key) as the Deployment passes it
-    monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", (tmp_path / "agent.key").read_text())
+    monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", (directory / "agent.key").read_text())
     embedder = build_embedder(EmbeddingSettings())
     search = build_search_tool_server(
-        load_settings(SearchToolSettings, config, server=LOCAL, data_dir=tmp_path / "data"),
+        load_settings(SearchToolSettings, config, server=LOCAL, data_dir=directory / "data"),
         embedder_factory=lambda: embedder,
     )
     gateway = build_gateway_server(load_settings(GatewaySettings, config, server=LOCAL))
@@ -108,15 +136,46 @@ async def cluster(
             AgentSettings,
             config,
             server=LOCAL,
-            search_tool_address=search.address,
-            llm_gateway_address=gateway.address,
+            search_tool_address=f"{host}:{search.port}",
+            llm_gateway_address=f"{host}:{gateway.port}",
         )
     )
     await agent.start()
     servers.append(agent)
-    yield Cluster(tmp_path, {"search_tool": search.address, "agent": agent.address})
+    yield Cluster(
+        directory,
+        {"search_tool": f"{host}:{search.port}", "agent": f"{host}:{agent.port}"},
+        {"agent": f"127.0.0.1:{agent.health_port}"},
+    )
     for server in reversed(servers):
         await server.stop(0)
+
+
+@pytest.fixture
+async def cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Cluster]:
+    async for started in _start("embedded", tmp_path, capsys, monkeypatch):
+        yield started
+
+
+@pytest.fixture
+async def tls_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Cluster]:
+    """embedded-tls: the Secret quarry-tls holds one certificate (server and client) for
+    `localhost`, signed by ca.crt, made here."""
+    tls_dir = tmp_path / "quarry-tls"
+    tls_dir.mkdir()
+    ca = make_ca(tls_dir, "ca")
+    pem = issue(ca, tls_dir, "tls", server_and_client=True)
+    assert (ca.cert_file, pem.cert_file, pem.key_file) == tuple(
+        tls_dir / n for n in ("ca.crt", "tls.crt", "tls.key")
+    )
+    async for started in _start(
+        "embedded-tls", tmp_path, capsys, monkeypatch, host="localhost", tls_dir=tls_dir
+    ):
+        yield started
 
 
 async def _run(words: list[str]) -> tuple[int, str, str]:
@@ -160,7 +219,35 @@ def _grpcurl_lines(cluster: Cluster) -> list[list[str]]:
 async def test_the_readmes_grpcurl_steps_ingest_and_stream_a_run_with_api_keys(
     cluster: Cluster,
 ) -> None:
-    upsert, stream_run = _grpcurl_lines(cluster)
+    await _ingest_and_stream(*_grpcurl_lines(cluster))
+
+
+async def test_with_the_tls_component_the_steps_run_over_mtls_and_probes_stay_plaintext(
+    tls_cluster: Cluster,
+) -> None:
+    """What k8s/README.md's TLS section says: grpcurl takes `-cacert ca.crt` instead of
+    `-plaintext` (and the client certificate for the search tool, which requires mTLS)."""
+    tls = str(tls_cluster.directory / "quarry-tls")
+    upsert, stream_run = _grpcurl_lines(tls_cluster)
+    client = ["-cacert", f"{tls}/ca.crt", "-cert", f"{tls}/tls.crt", "-key", f"{tls}/tls.key"]
+    upsert = [upsert[0], *client, *upsert[2:]]
+    stream_run = [stream_run[0], "-cacert", f"{tls}/ca.crt", *stream_run[2:]]
+    await _ingest_and_stream(upsert, stream_run)
+    # the agent's main port refuses plaintext; its health port answers in plaintext, and only health
+    plaintext = [GRPCURL, "-plaintext", tls_cluster.addresses["agent"], "list"]
+    code, _, _ = await _run(plaintext)
+    assert code != 0
+    async with grpc.aio.insecure_channel(tls_cluster.health["agent"]) as channel:
+        probe = health_pb2_grpc.HealthStub(channel)
+        for name in ("quarry.agent.v1.AgentService", LIVENESS_SERVICE):
+            reply = await probe.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    code, _, err = await _run([GRPCURL, "-plaintext", tls_cluster.health["agent"], "list"])
+    assert code != 0
+    assert "does not support the reflection API" in err
+
+
+async def _ingest_and_stream(upsert: list[str], stream_run: list[str]) -> None:
     assert upsert[-1] == "quarry.searchtool.v1.SearchToolService/UpsertDocuments"
     assert stream_run[-1] == "quarry.agent.v1.AgentService/StreamRun"
     code, out, err = await _run(upsert)

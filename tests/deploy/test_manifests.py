@@ -31,7 +31,7 @@ KUBECTL = Path(sys.executable).parent / "kubectl"
 K8S_VERSION = "1.33.0"
 """Oldest Kubernetes the manifests support (native `preStop.sleep` is on by default from 1.30,
 gRPC probes GA since 1.27)."""
-OVERLAYS = ["embedded", "vespa"]
+OVERLAYS = ["embedded", "embedded-tls", "vespa"]
 QUARRY: dict[str, tuple[str, str, str, type[QuarrySettings]]] = {
     "agent": ("services.agent", "quarry.agent.v1.AgentService", "agent", AgentSettings),
     "llm-gateway": (
@@ -50,6 +50,7 @@ QUARRY: dict[str, tuple[str, str, str, type[QuarrySettings]]] = {
 MARGIN_S = 5
 HEALTH_PORT = 50060
 KEY_DIGESTS_SECRET = "quarry-api-key-digests"
+TLS_SECRET = "quarry-tls"
 PINNED_IMAGE = re.compile(r"[\w.-]+(/[\w.-]+)*(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})")
 """An exact version tag (major.minor.patch, e.g. `:0.1.0`, `:8.687.75`) or a digest: never
 `latest`, never a floating `:8` or `:3.11-slim`."""
@@ -153,14 +154,23 @@ def test_the_image_rule_refuses_floating_and_malformed_references(image: str) ->
     assert not PINNED_IMAGE.fullmatch(image)
 
 
+def _images(directory: Path) -> list[dict[str, str]]:
+    """The `images:` of an overlay and of the overlays it builds on."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    images = list(kustomization.get("images", []))
+    for resource in kustomization.get("resources", []):
+        if (directory / resource / "kustomization.yaml").is_file() and "overlays" in str(
+            (directory / resource).resolve()
+        ):
+            images += _images((directory / resource).resolve())
+    return images
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_overlay_names_every_image_it_renders_so_one_edit_pins_a_digest(
     overlay: str,
 ) -> None:
-    kustomization = yaml.safe_load(
-        (ROOT / "k8s" / "overlays" / overlay / "kustomization.yaml").read_text()
-    )
-    entries = {e.get("newName", e["name"]): e for e in kustomization["images"]}
+    entries = {e.get("newName", e["name"]): e for e in _images(ROOT / "k8s" / "overlays" / overlay)}
     for workload in _workloads(rendered(overlay)):
         for container in workload["spec"]["template"]["spec"]["containers"]:
             name, _, tag = container["image"].partition(":")
@@ -197,14 +207,22 @@ def test_no_secret_is_written_into_the_manifests(overlay: str, tmp_path: Path) -
         assert not config[section]["server"]["auth"].get("keys"), "digests go in the Secret"
     for workload in _workloads(docs):
         pod = workload["spec"]["template"]["spec"]
+        secret_mounts = {
+            m["mountPath"]
+            for c in pod["containers"]
+            for m in c.get("volumeMounts", [])
+            if any(v["name"] == m["name"] and "secret" in v for v in pod.get("volumes", []))
+        }
         for container in pod["containers"]:
             for env in container.get("env", []):
-                if re.search(r"KEY|TOKEN|SECRET|PASSWORD", env["name"]):
+                if env["name"].endswith("_FILE"):  # a path: it must be inside a mounted Secret
+                    assert str(PurePosixPath(env["value"]).parent) in secret_mounts, env
+                elif re.search(r"KEY|TOKEN|SECRET|PASSWORD", env["name"]):
                     assert "value" not in env, env["name"]
                     assert env["valueFrom"]["secretKeyRef"]["name"] == "quarry-api-keys"
         for volume in pod.get("volumes", []):
             if "secret" in volume:
-                assert volume["secret"]["secretName"] == KEY_DIGESTS_SECRET
+                assert volume["secret"]["secretName"] in (KEY_DIGESTS_SECRET, TLS_SECRET)
                 assert "items" not in volume["secret"]
 
 
@@ -291,7 +309,7 @@ def test_selectors_services_hpas_and_pdbs_all_hit_a_workload(overlay: str) -> No
         target = hpa["spec"]["scaleTargetRef"]
         assert (target["kind"], target["name"]) in labels
     kinds = {name: kind for kind, name in labels}
-    assert kinds["search-tool"] == ("StatefulSet" if overlay == "embedded" else "Deployment")
+    assert kinds["search-tool"] == ("Deployment" if overlay == "vespa" else "StatefulSet")
     scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
     assert {"agent", "llm-gateway"} <= scaled
     assert ("search-tool" in scaled) == (overlay == "vespa")
@@ -412,3 +430,41 @@ def test_the_vespa_deploy_job_deploys_quarrys_package_to_the_config_server_pod()
         "from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "vespa-deploy-app"}}}],
         "ports": [{"protocol": "TCP", "port": url.port}],
     } in policies["vespa"]["ingress"]
+
+
+def _env(container: Doc) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_tls_is_on_exactly_where_the_tls_component_is_and_services_say_so(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """embedded-tls: every server speaks TLS, the search tool and the gateway require client
+    certificates (mTLS), the agent's channels verify and present one; plaintext overlays declare
+    `h2c` on their Services, TLS ones do not."""
+    docs = rendered(overlay)
+    tls_on = overlay == "embedded-tls"
+    path = _config(docs, tmp_path)[0]
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("")
+    path.write_text(path.read_text().replace("/etc/quarry-keys/keys.yaml", str(keys)))
+    monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
+    for workload in _quarry_workloads(docs):
+        _, _, _, settings_cls = QUARRY[workload["metadata"]["name"]]
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        with monkeypatch.context() as env:
+            for name, value in _env(container).items():
+                env.setenv(name, value)
+            settings = load_settings(settings_cls, path)
+        assert settings.server.tls.enabled is tls_on
+        mutual = settings.server.tls.client_ca_file is not None
+        assert mutual is (tls_on and workload["metadata"]["name"] != "agent")
+        if isinstance(settings, AgentSettings):
+            for channel in (settings.search_tool_tls, settings.llm_gateway_tls):
+                assert channel.enabled is tls_on
+                assert (channel.cert_file is not None) is tls_on
+    for service in _of(docs, "Service"):
+        if service["metadata"]["name"].removesuffix("-headless") in QUARRY:
+            declared = {p.get("appProtocol") for p in service["spec"]["ports"]}
+            assert declared == ({None} if tls_on else {"kubernetes.io/h2c"})
