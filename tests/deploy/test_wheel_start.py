@@ -88,6 +88,23 @@ def test_the_wheel_carries_the_services_and_their_data_not_the_tree(installed: P
     assert out[2] != "[]", "the agent's prompt files must be in the wheel"
 
 
+def test_the_wheel_carries_the_vespa_package_the_deploy_job_sends(installed: Path) -> None:
+    probe = (
+        "from quarry_cli.vespa_deploy import installed_package, zip_package;"
+        "import io, zipfile; package = installed_package(); print(package);"
+        "print(sorted(zipfile.ZipFile(io.BytesIO(zip_package(package))).namelist()))"
+    )
+    out = subprocess.run(
+        [str(installed), "-c", probe], check=True, capture_output=True, text=True, cwd="/"
+    ).stdout.splitlines()
+    assert out[0].startswith(str(installed.parents[1]))
+    checked_in = ROOT / "services" / "search_tool" / "vespa" / "app"
+    expected = sorted(
+        p.relative_to(checked_in).as_posix() for p in checked_in.rglob("*") if p.is_file()
+    )
+    assert out[1] == str(expected)
+
+
 def _wait_serving(address: str, names: tuple[str, ...], process: subprocess.Popen[bytes]) -> None:
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=STARTUP_TIMEOUT_S)
