@@ -12,13 +12,19 @@ PYTEST_ARGS ?=
 
 IMAGE ?= quarry:0.1.0
 CONTAINER_TOOL ?= $(shell command -v podman || command -v docker || command -v buildah)
+# The base image: the Containerfile's exact tag unless PYTHON_IMAGE is given, e.g. pinned by the
+# digest `make base-image-digest` prints (PYTHON_IMAGE=docker.io/library/python:3.11.14-...@sha256:...).
+CONTAINERFILE_BASE := $(shell sed -n 's/^ARG PYTHON_IMAGE=//p' Containerfile)
+PYTHON_IMAGE ?=
 
-.PHONY: help setup protos check-protos lint test run eval bench clean vespa-package image k8s
+.PHONY: help setup protos check-protos lint test run eval bench clean vespa-package image \
+	base-image-digest k8s
 
 help:
 	@echo "make run    - start search tool, LLM gateway and agent locally (offline demo)"
 	@echo "make test   - lint, generated-code check and the whole test suite (what CI runs)"
-	@echo "make image  - build the container image (podman, docker or buildah)"
+	@echo "make image  - build the container image (podman, docker or buildah); PYTHON_IMAGE=...@sha256:... pins the base"
+	@echo "make base-image-digest - pull the base image and print it pinned by digest (podman or docker)"
 	@echo "make k8s    - render every k8s/ overlay into k8s/rendered/ (kubectl kustomize)"
 	@echo "make setup | protos | lint | eval | bench | clean | vespa-package"
 
@@ -72,7 +78,14 @@ vespa-package: setup
 
 image:
 	@test -n "$(CONTAINER_TOOL)" || { echo "make image needs podman, docker or buildah"; exit 1; }
-	$(CONTAINER_TOOL) build -f Containerfile -t $(IMAGE) .
+	$(CONTAINER_TOOL) build -f Containerfile --build-arg PYTHON_IMAGE=$(or $(PYTHON_IMAGE),$(CONTAINERFILE_BASE)) -t $(IMAGE) .
+
+# Prints the Containerfile's base image pinned by the digest your registry serves for its tag:
+# review it, then build with `make image PYTHON_IMAGE=<what it printed>`.
+base-image-digest:
+	@test -n "$(CONTAINER_TOOL)" || { echo "make base-image-digest needs podman or docker"; exit 1; }
+	$(CONTAINER_TOOL) pull $(CONTAINERFILE_BASE)
+	@echo "$(CONTAINERFILE_BASE)@$$($(CONTAINER_TOOL) image inspect --format '{{index .RepoDigests 0}}' $(CONTAINERFILE_BASE) | sed 's/.*@//')"
 
 k8s: setup
 	mkdir -p k8s/rendered

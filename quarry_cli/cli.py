@@ -94,7 +94,7 @@ def _main(argv: Sequence[str] | None) -> None:
     if args.command == "keygen":
         from quarry_cli.keys import keygen
 
-        sys.exit(keygen())
+        sys.exit(keygen(args))
     parser.print_help()
     sys.exit(2)
 
@@ -171,7 +171,14 @@ def _parser() -> argparse.ArgumentParser:
     add_search_arguments(
         _command(commands, "search", "search a collection directly (no agent)", SEARCH_EPILOG)
     )
-    _command(commands, "keygen", "make an API key and the digest to configure for it", "")
+    from quarry_cli.keys import EPILOG as KEYGEN_EPILOG
+    from quarry_cli.keys import add_arguments as add_keygen_arguments
+
+    add_keygen_arguments(
+        _command(
+            commands, "keygen", "make an API key and the digest to configure for it", KEYGEN_EPILOG
+        )
+    )
     add_status_arguments(
         _command(
             commands,

@@ -28,10 +28,12 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import grpc
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from services.common.errors import PermissionDenied, Unauthenticated
 
@@ -87,15 +89,46 @@ class AuthSettings(BaseModel):
     """Require a configured key on every RPC except health and reflection."""
     keys: list[ApiKey] = Field(default_factory=list)
     """The accepted keys, by digest."""
+    keys_file: Path | None = None
+    """A YAML list of more keys (the same fields as `keys`; `quarry keygen --name` prints one
+    entry), read once at start: in Kubernetes, a Secret mounted as a file. A missing or
+    unreadable file stops the start."""
 
-    @field_validator("keys")
-    @classmethod
-    def _unique(cls, keys: list[ApiKey]) -> list[ApiKey]:
+    @model_validator(mode="after")
+    def _load_keys_file(self) -> AuthSettings:
+        if self.keys_file is not None:
+            self.keys = [*self.keys, *read_keys_file(self.keys_file)]
         for attribute in ("name", "sha256"):
-            values = [getattr(k, attribute) for k in keys]
+            values = [getattr(k, attribute) for k in self.keys]
             if len(values) != len(set(values)):
                 raise ValueError(f"two keys share a {attribute}")
-        return keys
+        return self
+
+
+def read_keys_file(path: Path) -> list[ApiKey]:
+    """The keys listed in `path` (a YAML list of `ApiKey` fields; empty: none)."""
+    try:
+        entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise ValueError(f"auth.keys_file {path}: cannot read it ({reason})") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"auth.keys_file {path}: not valid YAML ({error})") from None
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise ValueError(f"auth.keys_file {path}: must be a YAML list of keys")
+    keys = []
+    for number, entry in enumerate(entries, start=1):
+        try:
+            keys.append(ApiKey.model_validate(entry))
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: {e['msg']}"
+                for e in error.errors()
+            )
+            raise ValueError(f"auth.keys_file {path}: key {number}: {problems}") from None
+    return keys
 
 
 class Access(Enum):

@@ -12,6 +12,11 @@ Health names, and the probe each one is for:
 
 A liveness probe must not fail while a pod drains properly (the kubelet would kill it mid-drain),
 so it checks `quarry.liveness`, never `""`.
+
+`server.health_port` adds a second, plaintext listener that serves only `grpc.health.v1.Health`
+(no Quarry service, no reflection), backed by the same health states: the kubelet's native gRPC
+probes cannot speak TLS, so with `server.tls` on they probe this port. It stops after the main
+port has drained, so probes keep their answers through the whole drain.
 """
 
 from __future__ import annotations
@@ -66,6 +71,10 @@ class QuarryServer:
     settings: ServerSettings
     port: int = 0
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    health_server: grpc.aio.Server | None = None
+    """The plaintext health-only listener (`server.health_port`), when configured."""
+    health_port: int | None = None
+    """The port it is bound to (the chosen one when `health_port` is 0)."""
 
     @property
     def address(self) -> str:
@@ -75,10 +84,23 @@ class QuarryServer:
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
-        await self.server.start()
+        await self.listen()
         await self.mark_live()
         await self.set_serving(True)
-        log.info("serving", extra={"address": self.address, "services": self.service_names})
+        log.info(
+            "serving",
+            extra={
+                "address": self.address,
+                "services": self.service_names,
+                "health_port": self.health_port,
+            },
+        )
+
+    async def listen(self) -> None:
+        """Start accepting calls: the health port (when configured), then the main port."""
+        if self.health_server is not None:
+            await self.health_server.start()
+        await self.server.start()
 
     async def mark_live(self) -> None:
         """Liveness SERVING: the process is up; stays so until it exits."""
@@ -100,6 +122,8 @@ class QuarryServer:
         grace = self.settings.grace_s if grace_s is None else grace_s
         await self.begin_drain()
         await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
         for callback in self.on_stop:
             await callback()
         log.info("stopped", extra={"address": self.address})
@@ -157,9 +181,30 @@ def build_server(
         port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind {settings.host}:{settings.port}")
+    health_server, health_port = _health_listener(health, settings)
     return QuarryServer(
-        server=server, health=health, service_names=names, settings=settings, port=port
+        server=server,
+        health=health,
+        service_names=names,
+        settings=settings,
+        port=port,
+        health_server=health_server,
+        health_port=health_port,
     )
+
+
+def _health_listener(
+    health: HealthServicer, settings: ServerSettings
+) -> tuple[grpc.aio.Server | None, int | None]:
+    """The plaintext listener serving only `health` on `settings.health_port` (None: none)."""
+    if settings.health_port is None:
+        return None, None
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port(f"{settings.host}:{settings.health_port}")
+    if port == 0:
+        raise OSError(f"cannot bind the health port {settings.host}:{settings.health_port}")
+    return server, port
 
 
 def _rules(services: Sequence[ServiceRegistration], *, check: bool) -> dict[str, MethodRule]:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -54,6 +54,15 @@ class ServerSettings(BaseModel):
     """API keys (by digest) and what each may do; off by default."""
     tls: ServerTls = Field(default_factory=ServerTls)
     """Certificate and key (TLS), and a client CA (mTLS); plaintext when unset."""
+    health_port: int | None = Field(default=None, ge=0, le=65535)
+    """A second, plaintext port serving only the gRPC health service (no other service, no
+    reflection), for probes that cannot speak TLS (the kubelet's); 0 picks a free one. None: off."""
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServerSettings:
+        if self.health_port and self.health_port == self.port:
+            raise ValueError("server.health_port must differ from server.port")
+        return self
 
 
 class QuarrySettings(BaseSettings):

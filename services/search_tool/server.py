@@ -44,7 +44,7 @@ class SearchToolServer(QuarryServer):
 
     async def start(self) -> None:
         await self.set_serving(False)
-        await self.server.start()
+        await self.listen()
         await self.mark_live()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         log.info("loading engine and embedder", extra={"address": self.address})
@@ -53,7 +53,14 @@ class SearchToolServer(QuarryServer):
         )
         self.servicer.attach(self.service)
         await self.set_serving(True)
-        log.info("serving", extra={"address": self.address, "services": self.service_names})
+        log.info(
+            "serving",
+            extra={
+                "address": self.address,
+                "services": self.service_names,
+                "health_port": self.health_port,
+            },
+        )
 
     async def stop(self, grace_s: float | None = None) -> None:
         await super().stop(grace_s)
@@ -83,6 +90,8 @@ def build_search_tool_server(
         service_names=built.service_names,
         settings=built.settings,
         port=built.port,
+        health_server=built.health_server,
+        health_port=built.health_port,
         servicer=servicer,
         search_settings=settings,
         embedder_factory=embedder_factory,

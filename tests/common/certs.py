@@ -74,9 +74,16 @@ def make_ca(directory: Path, name: str) -> Authority:
 
 
 def issue(
-    ca: Authority, directory: Path, name: str, *, client: bool = False, expired: bool = False
+    ca: Authority,
+    directory: Path,
+    name: str,
+    *,
+    client: bool = False,
+    expired: bool = False,
+    server_and_client: bool = False,
 ) -> Pem:
-    """A leaf for `localhost` / 127.0.0.1 (server) or a client certificate, signed by `ca`."""
+    """A leaf for `localhost` / 127.0.0.1 (server) or a client certificate, signed by `ca`;
+    `server_and_client`: one certificate for both (as k8s/components/tls uses `quarry-tls`)."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     start, end = (
@@ -84,7 +91,11 @@ def issue(
         if expired
         else (now - dt.timedelta(days=1), now + dt.timedelta(days=10))
     )
-    usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+    usages = (
+        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        if server_and_client
+        else [ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]
+    )
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
@@ -99,7 +110,7 @@ def issue(
             ),
             critical=False,
         )
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .sign(ca.key, hashes.SHA256())
     )
     return _write(directory / name, cert, key)

@@ -1,10 +1,15 @@
-"""Static rules of the Containerfile and .dockerignore (no base image can be pulled here, so the
-image itself is not built in CI; `test_wheel_start` starts what the image installs)."""
+"""Static rules of the Containerfile, .dockerignore and `make image` (no base image can be pulled
+here, so the image itself is not built in CI; `test_wheel_start` starts what the image installs).
+
+The base image is an exact version tag (never `latest` or a floating `3.11-slim`); a digest can
+only be pinned where a registry is reachable, so `make base-image-digest` prints it there and
+`make image PYTHON_IMAGE=...@sha256:...` builds on it."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,3 +87,30 @@ def test_dockerignore_admits_only_what_the_build_copies() -> None:
     assert admitted == {"pyproject.toml", "README.md", "services", "quarry_cli"}
     assert "tests" not in admitted
     assert ".venv" not in admitted
+
+
+def _make_dry_run(*arguments: str) -> list[str]:
+    """The commands `make -n` would run (nothing is built or pulled)."""
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", *arguments, "CONTAINER_TOOL=podman"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [line for line in out.splitlines() if line.startswith(("podman", "echo"))]
+
+
+def test_make_image_builds_on_the_containerfiles_exact_base_or_on_a_pinned_digest() -> None:
+    (build,) = _make_dry_run("image")
+    assert f"--build-arg PYTHON_IMAGE={_base_image()} " in build
+    pinned = f"{_base_image()}@sha256:{'0' * 64}"
+    (build,) = _make_dry_run("image", f"PYTHON_IMAGE={pinned}")
+    assert f"--build-arg PYTHON_IMAGE={pinned} " in build
+
+
+def test_make_base_image_digest_pulls_the_containerfiles_base_and_prints_it_by_digest() -> None:
+    pull, show = _make_dry_run("base-image-digest")
+    assert pull == f"podman pull {_base_image()}"
+    assert show.startswith(f'echo "{_base_image()}@$(podman image inspect')
+    assert "RepoDigests" in show

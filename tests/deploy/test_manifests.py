@@ -6,18 +6,22 @@ kubectl and kubernetes-validate are dev dependencies: a missing tool fails, it d
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from quarry_cli.vespa_deploy import EXIT_REJECTED
 from services.agent.config import AgentSettings
+from services.common.server import LIVENESS_SERVICE
 from services.common.settings import QuarrySettings, load_settings
 from services.llm_gateway.config import GatewaySettings
 from services.search_tool.config import SearchToolSettings
@@ -27,7 +31,7 @@ KUBECTL = Path(sys.executable).parent / "kubectl"
 K8S_VERSION = "1.33.0"
 """Oldest Kubernetes the manifests support (native `preStop.sleep` is on by default from 1.30,
 gRPC probes GA since 1.27)."""
-OVERLAYS = ["embedded", "vespa"]
+OVERLAYS = ["embedded", "embedded-tls", "vespa"]
 QUARRY: dict[str, tuple[str, str, str, type[QuarrySettings]]] = {
     "agent": ("services.agent", "quarry.agent.v1.AgentService", "agent", AgentSettings),
     "llm-gateway": (
@@ -44,6 +48,12 @@ QUARRY: dict[str, tuple[str, str, str, type[QuarrySettings]]] = {
     ),
 }
 MARGIN_S = 5
+HEALTH_PORT = 50060
+KEY_DIGESTS_SECRET = "quarry-api-key-digests"
+TLS_SECRET = "quarry-tls"
+PINNED_IMAGE = re.compile(r"[\w.-]+(/[\w.-]+)*(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})")
+"""An exact version tag (major.minor.patch, e.g. `:0.1.0`, `:8.687.75`) or a digest: never
+`latest`, never a floating `:8` or `:3.11-slim`."""
 HEADLESS = r"dns:///([\w-]+)\.quarry\.svc\.cluster\.local:(\d+)"
 Doc = dict[str, Any]
 
@@ -97,31 +107,75 @@ def test_the_validator_rejects_a_misspelt_field() -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_quarry_container_has_grpc_probes_on_liveness_and_readiness_names(
-    overlay: str,
+def test_every_quarry_container_probes_liveness_and_readiness_names_on_its_health_port(
+    overlay: str, tmp_path: Path
 ) -> None:
-    workloads = _quarry_workloads(rendered(overlay))
+    """Probes go to the plaintext health-only port (`server.health_port`): the kubelet's gRPC
+    probes cannot speak TLS, and the main port refuses new calls while it drains."""
+    docs = rendered(overlay)
+    _, config = _config(docs, tmp_path)
+    workloads = _quarry_workloads(docs)
     assert {w["metadata"]["name"] for w in workloads} == set(QUARRY)
     for workload in workloads:
-        _, service, _, _ = QUARRY[workload["metadata"]["name"]]
+        _, service, section, _ = QUARRY[workload["metadata"]["name"]]
         (container,) = workload["spec"]["template"]["spec"]["containers"]
-        port = container["ports"][0]["containerPort"]
-        assert container["ports"][0]["name"] == "grpc"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["grpc"] == config[section]["server"]["port"]
+        assert ports["health"] == config[section]["server"]["health_port"] != ports["grpc"]
         for probe in ("startupProbe", "readinessProbe"):
-            assert container[probe]["grpc"] == {"port": port, "service": service}
-        assert container["livenessProbe"]["grpc"] == {"port": port, "service": "quarry.liveness"}
+            assert container[probe]["grpc"] == {"port": ports["health"], "service": service}
+        liveness = {"port": ports["health"], "service": LIVENESS_SERVICE}
+        assert container["livenessProbe"]["grpc"] == liveness
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_container_has_requests_a_memory_limit_and_a_pinned_image(overlay: str) -> None:
+def test_every_container_has_requests_a_memory_limit_and_an_exactly_pinned_image(
+    overlay: str,
+) -> None:
     for workload in _workloads(rendered(overlay)):
         for container in workload["spec"]["template"]["spec"]["containers"]:
             resources = container["resources"]
             assert {"cpu", "memory"} <= set(resources["requests"])
             assert "memory" in resources["limits"]
-            image = container["image"]
-            assert re.search(r":[\w.-]+$|@sha256:[0-9a-f]{64}$", image), image
-            assert not image.endswith(":latest")
+            assert PINNED_IMAGE.fullmatch(container["image"]), container["image"]
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "quarry",
+        "quarry:latest",
+        "docker.io/vespaengine/vespa:8",
+        "docker.io/vespaengine/vespa:8.687",
+        "registry.example.com/quarry@sha256:abc",
+    ],
+)
+def test_the_image_rule_refuses_floating_and_malformed_references(image: str) -> None:
+    assert not PINNED_IMAGE.fullmatch(image)
+
+
+def _images(directory: Path) -> list[dict[str, str]]:
+    """The `images:` of an overlay and of the overlays it builds on."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    images = list(kustomization.get("images", []))
+    for resource in kustomization.get("resources", []):
+        if (directory / resource / "kustomization.yaml").is_file() and "overlays" in str(
+            (directory / resource).resolve()
+        ):
+            images += _images((directory / resource).resolve())
+    return images
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_overlay_names_every_image_it_renders_so_one_edit_pins_a_digest(
+    overlay: str,
+) -> None:
+    entries = {e.get("newName", e["name"]): e for e in _images(ROOT / "k8s" / "overlays" / overlay)}
+    for workload in _workloads(rendered(overlay)):
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            name, _, tag = container["image"].partition(":")
+            assert name in entries, f"{name}: add it to {overlay}'s images: to pin its digest"
+            assert entries[name].get("newTag") == tag or "digest" in entries[name]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -143,15 +197,54 @@ def test_quarry_pods_run_restricted(overlay: str) -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_no_secret_is_written_into_the_manifests(overlay: str) -> None:
+def test_no_secret_is_written_into_the_manifests(overlay: str, tmp_path: Path) -> None:
     docs = rendered(overlay)
     assert not _of(docs, "Secret")
+    text = yaml.safe_dump_all(docs)
+    assert not re.search(r"\bqk_[\w-]{8,}", text), "an API key is written into the manifests"
+    _, config = _config(docs, tmp_path)
+    for section in ("agent", "llm_gateway", "search_tool"):
+        assert not config[section]["server"]["auth"].get("keys"), "digests go in the Secret"
     for workload in _workloads(docs):
-        for container in workload["spec"]["template"]["spec"]["containers"]:
+        pod = workload["spec"]["template"]["spec"]
+        secret_mounts = {
+            m["mountPath"]
+            for c in pod["containers"]
+            for m in c.get("volumeMounts", [])
+            if any(v["name"] == m["name"] and "secret" in v for v in pod.get("volumes", []))
+        }
+        for container in pod["containers"]:
             for env in container.get("env", []):
-                if re.search(r"KEY|TOKEN|SECRET|PASSWORD", env["name"]):
+                if env["name"].endswith("_FILE"):  # a path: it must be inside a mounted Secret
+                    assert str(PurePosixPath(env["value"]).parent) in secret_mounts, env
+                elif re.search(r"KEY|TOKEN|SECRET|PASSWORD", env["name"]):
                     assert "value" not in env, env["name"]
                     assert env["valueFrom"]["secretKeyRef"]["name"] == "quarry-api-keys"
+        for volume in pod.get("volumes", []):
+            if "secret" in volume:
+                assert volume["secret"]["secretName"] in (KEY_DIGESTS_SECRET, TLS_SECRET)
+                assert "items" not in volume["secret"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_quarry_service_reads_its_key_digests_from_the_mounted_secret(
+    overlay: str, tmp_path: Path
+) -> None:
+    docs = rendered(overlay)
+    _, config = _config(docs, tmp_path)
+    for workload in _quarry_workloads(docs):
+        _, _, section, _ = QUARRY[workload["metadata"]["name"]]
+        auth = config[section]["server"]["auth"]
+        assert auth["enabled"] is True
+        keys_file = PurePosixPath(auth["keys_file"])
+        pod = workload["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (container,) = pod["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(keys_file.parent)]
+        assert mount["readOnly"] is True
+        secret = volumes[mount["name"]]["secret"]
+        assert secret["secretName"] == KEY_DIGESTS_SECRET
+        assert secret.get("optional", False) is False, "no keys file: the pod must not start"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -165,11 +258,22 @@ def test_grace_periods_cover_prestop_plus_the_servers_drain(overlay: str, tmp_pa
         assert pod["terminationGracePeriodSeconds"] >= pre_stop + grace_s + MARGIN_S
 
 
-def test_the_embedded_config_map_loads_through_the_real_settings_with_auth_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _with_a_keys_file(path: Path, config: dict[str, Any], tmp_path: Path) -> Path:
+    """The rendered config, its keys file moved to `tmp_path` and holding one key digest (the
+    shape `quarry keygen --name` prints), as the mounted Secret would."""
+    keys_file = tmp_path / "keys.yaml"
+    keys_file.write_text("- {name: billing, sha256: " + "ab" * 32 + ", read: [docs]}\n")
+    mounted = config["agent"]["server"]["auth"]["keys_file"]
+    path.write_text(path.read_text().replace(mounted, str(keys_file)))
+    return path
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_config_map_loads_through_the_real_settings_with_auth_and_the_health_port_on(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
-    path, _ = _config(rendered("embedded"), tmp_path)
+    path = _with_a_keys_file(*_config(rendered(overlay), tmp_path), tmp_path)
     loaded: list[QuarrySettings] = [
         load_settings(AgentSettings, path),
         load_settings(GatewaySettings, path),
@@ -177,20 +281,13 @@ def test_the_embedded_config_map_loads_through_the_real_settings_with_auth_on(
     ]
     for settings in loaded:
         assert settings.server.auth.enabled
+        assert [k.name for k in settings.server.auth.keys] == ["billing"]
         assert settings.server.host == "0.0.0.0"
-
-
-def test_the_vespa_config_map_loads_for_agent_and_gateway_and_names_the_vespa_engine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
-    # the search tool's `engine.kind: vespa` settings arrive with the Vespa engine (another
-    # branch): until then only the agent's and the gateway's sections are loaded for real
-    path, config = _config(rendered("vespa"), tmp_path)
-    assert load_settings(AgentSettings, path).server.auth.enabled
-    assert load_settings(GatewaySettings, path).server.auth.enabled
-    assert config["search_tool"]["engine"]["kind"] == "vespa"
-    assert config["search_tool"]["engine"]["vespa"]["url"].startswith("http://vespa.")
+        assert settings.server.health_port == HEALTH_PORT
+    search_tool = load_settings(SearchToolSettings, path)
+    assert search_tool.engine.kind == ("vespa" if overlay == "vespa" else "embedded")
+    if overlay == "vespa":
+        assert search_tool.engine.vespa.url == "http://vespa.quarry.svc.cluster.local:8080"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -212,7 +309,7 @@ def test_selectors_services_hpas_and_pdbs_all_hit_a_workload(overlay: str) -> No
         target = hpa["spec"]["scaleTargetRef"]
         assert (target["kind"], target["name"]) in labels
     kinds = {name: kind for kind, name in labels}
-    assert kinds["search-tool"] == ("StatefulSet" if overlay == "embedded" else "Deployment")
+    assert kinds["search-tool"] == ("Deployment" if overlay == "vespa" else "StatefulSet")
     scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
     assert {"agent", "llm-gateway"} <= scaled
     assert ("search-tool" in scaled) == (overlay == "vespa")
@@ -261,3 +358,113 @@ def test_each_quarry_container_starts_its_own_service_module_with_the_mounted_co
         module, _, _, _ = QUARRY[workload["metadata"]["name"]]
         (container,) = workload["spec"]["template"]["spec"]["containers"]
         assert container["args"] == [module, "--config", "/etc/quarry/quarry.yaml"]
+
+
+def _quarry_image_pods(docs: tuple[Doc, ...]) -> list[tuple[str, Doc]]:
+    return [
+        (w["metadata"]["name"], w["spec"]["template"]["spec"])
+        for w in _workloads(docs)
+        if all("/quarry:" in c["image"] for c in w["spec"]["template"]["spec"]["containers"])
+    ]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_of_the_quarry_image_runs_restricted_with_its_own_tokenless_account(
+    overlay: str,
+) -> None:
+    docs = rendered(overlay)
+    accounts = {a["metadata"]["name"]: a for a in _of(docs, "ServiceAccount")}
+    pods = _quarry_image_pods(docs)
+    assert len(pods) == len(QUARRY) + (overlay == "vespa")
+    for name, pod in pods:
+        assert pod["serviceAccountName"] == name
+        assert accounts[name]["automountServiceAccountToken"] is False
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] >= 1000
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_vespa_deploy_job_deploys_quarrys_package_to_the_config_server_pod() -> None:
+    docs = rendered("vespa")
+    (job,) = _of(docs, "Job")
+    spec = job["spec"]
+    assert 1 <= spec["backoffLimit"] <= 10
+    assert spec["activeDeadlineSeconds"] > 0
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[0] == "quarry_cli.vespa_deploy", "the image's `python -m` entry runs it"
+    assert importlib.util.find_spec(args[0]) is not None
+    # a rejected package (exit 3) fails the Job at once instead of retrying
+    (rule,) = spec["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailJob"
+    assert rule["onExitCodes"] == {"containerName": "deploy", "operator": "In", "values": [3]}
+    assert EXIT_REJECTED == 3
+    # the config server is reached through the pod's own DNS name, before the pod is Ready
+    url = urlsplit(args[args.index("--config-server") + 1])
+    pod_name, service_name, namespace = (url.hostname or "").split(".")[:3]
+    services = {s["metadata"]["name"]: s for s in _of(docs, "Service")}
+    headless = services[service_name]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert namespace == job["metadata"]["namespace"]
+    (vespa,) = [s for s in _of(docs, "StatefulSet") if s["metadata"]["name"] == "vespa"]
+    assert pod_name == "vespa-0"
+    assert vespa["spec"]["serviceName"] == service_name
+    assert url.port in [p["port"] for p in headless["spec"]["ports"]]
+    (vespa_container,) = vespa["spec"]["template"]["spec"]["containers"]
+    assert url.port in [p["containerPort"] for p in vespa_container["ports"]]
+    policies = {p["metadata"]["name"]: p["spec"] for p in _of(docs, "NetworkPolicy")}
+    assert {
+        "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "vespa"}}}],
+        "ports": [{"protocol": "TCP", "port": url.port}],
+    } in policies["vespa-deploy-app"]["egress"]
+    assert {
+        "from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "vespa-deploy-app"}}}],
+        "ports": [{"protocol": "TCP", "port": url.port}],
+    } in policies["vespa"]["ingress"]
+
+
+def _env(container: Doc) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_tls_is_on_exactly_where_the_tls_component_is_and_services_say_so(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """embedded-tls: every server speaks TLS, the search tool and the gateway require client
+    certificates (mTLS), the agent's channels verify and present one; plaintext overlays declare
+    `h2c` on their Services, TLS ones do not."""
+    docs = rendered(overlay)
+    tls_on = overlay == "embedded-tls"
+    path = _config(docs, tmp_path)[0]
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("")
+    path.write_text(path.read_text().replace("/etc/quarry-keys/keys.yaml", str(keys)))
+    monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
+    for workload in _quarry_workloads(docs):
+        _, _, _, settings_cls = QUARRY[workload["metadata"]["name"]]
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        with monkeypatch.context() as env:
+            for name, value in _env(container).items():
+                env.setenv(name, value)
+            settings = load_settings(settings_cls, path)
+        assert settings.server.tls.enabled is tls_on
+        mutual = settings.server.tls.client_ca_file is not None
+        assert mutual is (tls_on and workload["metadata"]["name"] != "agent")
+        if isinstance(settings, AgentSettings):
+            for channel in (settings.search_tool_tls, settings.llm_gateway_tls):
+                assert channel.enabled is tls_on
+                assert (channel.cert_file is not None) is tls_on
+    for service in _of(docs, "Service"):
+        if service["metadata"]["name"].removesuffix("-headless") in QUARRY:
+            declared = {p.get("appProtocol") for p in service["spec"]["ports"]}
+            assert declared == ({None} if tls_on else {"kubernetes.io/h2c"})

@@ -4,7 +4,8 @@ The wheel is built from a copy of what the Containerfile copies and installed (w
 dependencies: nothing may be downloaded here) into a fresh virtualenv; the third-party
 dependencies come from this virtualenv's site-packages through a path file. Each service is then
 started exactly as the image starts it (`python -m services.<name> --host ...`), from a directory
-outside the repository, and must become SERVING on its readiness name and on `quarry.liveness`.
+outside the repository, and must become SERVING on its readiness name and on `quarry.liveness`,
+on its main port and on its plaintext health port (`server.health_port`, what the probes use).
 """
 
 from __future__ import annotations
@@ -87,6 +88,23 @@ def test_the_wheel_carries_the_services_and_their_data_not_the_tree(installed: P
     assert out[2] != "[]", "the agent's prompt files must be in the wheel"
 
 
+def test_the_wheel_carries_the_vespa_package_the_deploy_job_sends(installed: Path) -> None:
+    probe = (
+        "from quarry_cli.vespa_deploy import installed_package, zip_package;"
+        "import io, zipfile; package = installed_package(); print(package);"
+        "print(sorted(zipfile.ZipFile(io.BytesIO(zip_package(package))).namelist()))"
+    )
+    out = subprocess.run(
+        [str(installed), "-c", probe], check=True, capture_output=True, text=True, cwd="/"
+    ).stdout.splitlines()
+    assert out[0].startswith(str(installed.parents[1]))
+    checked_in = ROOT / "services" / "search_tool" / "vespa" / "app"
+    expected = sorted(
+        p.relative_to(checked_in).as_posix() for p in checked_in.rglob("*") if p.is_file()
+    )
+    assert out[1] == str(expected)
+
+
 def _wait_serving(address: str, names: tuple[str, ...], process: subprocess.Popen[bytes]) -> None:
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=STARTUP_TIMEOUT_S)
@@ -116,10 +134,13 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 def test_each_image_entry_command_starts_a_service_from_the_wheel(
     module: str, installed: Path, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    port = free_port()
+    port, health_port = free_port(), free_port()
     log = tmp_path / "service.log"
     env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(tmp_path)}
     env["QUARRY_SEARCH_TOOL_DATA_DIR"] = str(tmp_path / "data")
+    # the probes' plaintext health port, set the way the k8s config sets it (a settings field)
+    prefix = "QUARRY_" + module.removeprefix("services.").upper()
+    env[f"{prefix}_SERVER__HEALTH_PORT"] = str(health_port)
     command = [str(installed), "-m", module, "--host", "127.0.0.1", "--port", str(port)]
     with log.open("wb") as out:
         processes.append(
@@ -127,5 +148,8 @@ def test_each_image_entry_command_starts_a_service_from_the_wheel(
         )
     try:
         _wait_serving(f"127.0.0.1:{port}", (SERVICES[module], LIVENESS_SERVICE), processes[-1])
+        _wait_serving(
+            f"127.0.0.1:{health_port}", (SERVICES[module], LIVENESS_SERVICE), processes[-1]
+        )
     except Exception as error:
         raise AssertionError(f"{module} did not start:\n{log.read_text()[-3000:]}") from error
