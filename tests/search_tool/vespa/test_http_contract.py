@@ -22,7 +22,13 @@ import pytest
 
 from services.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from services.search_tool.documents import Chunk, ChunkRecord
-from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
+from services.search_tool.engine.base import (
+    Degradation,
+    EngineQuery,
+    Fusion,
+    FusionMethod,
+    Strategy,
+)
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.engine.vespa.documents import chunk_json
 from services.search_tool.filters import (
@@ -54,8 +60,28 @@ DEGRADED = {
     "nodes": 2,
     "results": 1,
     "resultsFull": 0,
-    "degraded": {"match-phase": False, "timeout": True, "adaptive-timeout": False},
+    "degraded": {
+        "match-phase": False,
+        "timeout": True,
+        "adaptive-timeout": False,
+        "non-ideal-state": False,
+    },
 }
+"""A soft-timeout answer. Authored from `en/reference/querying/default-result-format.html`: the
+`coverage` element (`coverage` an integer percent and a lower bound, `documents`, `full`, `nodes`,
+`results`, `resultsFull`) and its optional `degraded` map (`match-phase`, `timeout`,
+`adaptive-timeout`, `anntimeout`, `non-ideal-state`); `en/querying/query-api.html` ("Timeout":
+with `ranking.softtimeout.enable`, a node out of time returns what it has with
+`degraded.timeout`). Not recorded from a Vespa."""
+NODES_DOWN = {
+    "coverage": 50,
+    "documents": 500,
+    "full": False,
+    "nodes": 1,
+    "results": 1,
+    "resultsFull": 0,
+}
+"""Half the content nodes did not answer and no degradation flag is set (same reference)."""
 
 
 def _root(children: list[dict[str, Any]], total: int, coverage: dict[str, Any] = FULL) -> Reply:
@@ -158,13 +184,45 @@ async def test_semantic_search_sends_one_labelled_nearest_neighbor_per_vector_an
     assert [h.chunk.id for h in page.hits] == ["alpha__chunk_0", "beta__chunk_0"]
     assert page.hits[0].dense_score == pytest.approx(np.cos(1.0), abs=1e-9)  # closeness 0.5
     assert page.total_count == 2
-    assert page.coverage == 1.0
+    assert not page.coverage.degraded
+    assert page.coverage.documents_searched == 5
 
 
-async def test_degraded_coverage_reaches_the_page(started: Any) -> None:
+async def test_degraded_coverage_reaches_the_page_with_its_reason(started: Any) -> None:
     _, engine = await started(lambda r: _root([_hit("alpha__chunk_0", 0.5)], 1, DEGRADED))
     page = await engine.search("fixture", _semantic())
-    assert page.coverage == pytest.approx(0.99)
+    assert page.coverage.degraded
+    assert page.coverage.percent == pytest.approx(99.0)
+    assert page.coverage.documents_searched == 990
+    assert page.coverage.reasons == {Degradation.TIMEOUT}
+
+
+async def test_one_degraded_side_of_a_hybrid_search_degrades_the_whole_page(
+    started: Any,
+) -> None:
+    """The keyword request answered from half the nodes; dense and count were full: the page
+    reports the least coverage and why."""
+
+    def respond(request: Recorded) -> Reply:
+        if request.json().get("ranking") == "keyword":
+            return _root([_hit("alpha__chunk_0", 2.0)], 1, NODES_DOWN)
+        return _root([_hit("alpha__chunk_0", 0.5)], 1)
+
+    _, engine = await started(respond)
+    query = EngineQuery(Strategy.HYBRID, "words", np.stack([vector_for("a")]), limit=2)
+    page = await engine.search("fixture", query)
+    assert page.coverage.percent == pytest.approx(50.0)
+    assert page.coverage.reasons == {Degradation.PARTIAL}
+
+
+async def test_full_coverage_reports_no_degradation(started: Any) -> None:
+    _, engine = await started(lambda r: _root([_hit("alpha__chunk_0", 0.5)], 1))
+    page = await engine.search("fixture", _semantic())
+    assert (page.coverage.degraded, page.coverage.percent, page.coverage.reasons) == (
+        False,
+        100.0,
+        frozenset(),
+    )
 
 
 async def test_keyword_text_is_a_parameter_never_part_of_the_yql(started: Any) -> None:

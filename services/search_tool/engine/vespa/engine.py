@@ -26,8 +26,11 @@ from services.search_tool.documents import (
     widen,
 )
 from services.search_tool.engine.base import (
+    FULL_COVERAGE,
     CollectionSpec,
     CollectionStats,
+    Coverage,
+    Degradation,
     DocumentSummary,
     EngineQuery,
     Hit,
@@ -49,6 +52,7 @@ from services.search_tool.engine.vespa.queries import (
     keyword_body,
     scan_body,
 )
+from services.search_tool.engine.vespa.selection import collection_selection, compile_selection
 from services.search_tool.engine.vespa.transport import Endpoint, QueryRejected, VespaTransport
 from services.search_tool.engine.vespa.yql import string, vespa_field
 from services.search_tool.filters import (
@@ -117,10 +121,12 @@ class VespaEngine:
             )
 
     async def drop_collection(self, name: str) -> None:
+        """Vespa removes the chunks itself (a selection delete), then the registry entry."""
         async with self._write_locks[name]:
             await self._spec(name)
-            await self._delete_all_matching(name, FilterExpression())
+            removed = await self._transport.delete_where(CHUNK, collection_selection(name))
             await self._transport.delete(COLLECTION, name)
+            log.info("collection dropped", extra={"collection": name, "chunks": removed})
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
         _, types = await self._spec(name)
@@ -218,22 +224,25 @@ class VespaEngine:
             dense_task, keyword_task, count_task
         )
         chunks: dict[str, str] = {}
-        coverages = [count_coverage]
+        coverage = count_coverage
         dense_lists: list[list[Candidate]] = []
-        for ranked, found, coverage in dense_sides:
+        for ranked, found, side_coverage in dense_sides:
             dense_lists.append(ranked)
             chunks.update(found)
-            coverages.append(coverage)
+            coverage = coverage.merged(side_coverage)
         keyword_list = None
         if keyword_side is not None:
-            keyword_list, found, coverage = keyword_side
+            keyword_list, found, side_coverage = keyword_side
             chunks.update(found)
-            coverages.append(coverage)
+            coverage = coverage.merged(side_coverage)
         dense_lists = [d for d in dense_lists if d] or dense_lists[:1]
         completion = None
         if keyword_list is not None and dense_lists:
-            completion, found = await self._completion(name, query, dense_lists, keyword_list)
+            completion, found, side_coverage = await self._completion(
+                name, query, dense_lists, keyword_list
+            )
             chunks.update(found)
+            coverage = coverage.merged(side_coverage)
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
             Hit(chunk_from_json(chunks[f.id]), f.score, f.dense_score, f.keyword_score)
@@ -241,9 +250,6 @@ class VespaEngine:
         ]
         if count_text is not None:
             total = min(total, self._keyword_count_cap)
-        coverage = min(coverages)
-        if coverage < 1.0:
-            log.warning("vespa answered with partial coverage", extra={"coverage": coverage})
         return SearchPage(hits=page, total_count=max(total, len(fused)), coverage=coverage)
 
     async def describe(self, name: str) -> CollectionStats:
@@ -289,13 +295,13 @@ class VespaEngine:
 
     async def _ranked(
         self, body: dict[str, Any], query: EngineQuery, *, cosine: bool = False
-    ) -> tuple[list[Candidate], dict[str, str], float]:
+    ) -> tuple[list[Candidate], dict[str, str], Coverage]:
         """(candidates best first, chunk id → chunk_json, coverage) of one ranked request."""
         try:
             root = await self._transport.query(body, query.timeout_s)
         except QueryRejected as rejected:
             if not cosine and "null" in rejected.message.lower():
-                return [], {}, 1.0  # text without a searchable word: nothing matches
+                return [], {}, FULL_COVERAGE  # text without a searchable word: nothing matches
             raise _rejected(rejected, query.filter) from None
         ranked, found = [], {}
         for hit in root.get("children", []):
@@ -315,7 +321,7 @@ class VespaEngine:
         query: EngineQuery,
         dense_lists: list[list[Candidate]],
         keyword_list: list[Candidate],
-    ) -> tuple[Completion, dict[str, str]]:
+    ) -> tuple[Completion, dict[str, str], Coverage]:
         """Each side's score of the candidates only the other side found: the same ranked
         requests, restricted to those chunk ids (a nearestNeighbor over a few ids is exact)."""
         keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
@@ -342,27 +348,30 @@ class VespaEngine:
         dense_sides, keyword_side = await asyncio.gather(dense_task, keyword_task)
         cosines: dict[str, float] = {}
         found: dict[str, str] = {}
-        for ranked, chunks, _ in dense_sides:
+        coverage = FULL_COVERAGE
+        for ranked, chunks, side_coverage in dense_sides:
             found.update(chunks)
+            coverage = coverage.merged(side_coverage)
             for c in ranked:
                 cosines[c.id] = max(c.score, cosines.get(c.id, -1.0))
         bm25: dict[str, float] = {}
         if keyword_side is not None:
-            ranked, chunks, _ = keyword_side
+            ranked, chunks, side_coverage = keyword_side
             found.update(chunks)
+            coverage = coverage.merged(side_coverage)
             bm25 = {c.id: c.score for c in ranked}
-        return Completion(dense=cosines, keyword=bm25), found
+        return Completion(dense=cosines, keyword=bm25), found, coverage
 
     async def _count(
         self, name: str, query: EngineQuery, keyword_text: str | None
-    ) -> tuple[int, float]:
+    ) -> tuple[int, Coverage]:
         try:
             root = await self._transport.query(
                 count_body(name, query.filter, keyword_text), query.timeout_s
             )
         except QueryRejected as rejected:
             if keyword_text is not None and "null" in rejected.message.lower():
-                return 0, 1.0
+                return 0, FULL_COVERAGE
             raise _rejected(rejected, query.filter) from None
         return _total(root), _coverage(root)
 
@@ -403,7 +412,16 @@ class VespaEngine:
                 return found
 
     async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:
-        """Delete what matches, page by page, until nothing does (acked deletes are visible)."""
+        """Delete what matches: by a document selection Vespa runs itself when the filter has
+        one with the same meaning (`selection`), else the ids the YQL filter selects, page by
+        page, until nothing matches (acked deletes are visible)."""
+        selection = compile_selection(name, expression)
+        if selection is not None:
+            return await self._transport.delete_where(CHUNK, selection)
+        log.info(
+            "delete by filter through YQL ids (no equivalent document selection)",
+            extra={"collection": name},
+        )
         deleted = 0
         while True:
             root = await self._transport.query(ids_body(name, expression, MAX_HITS))
@@ -504,11 +522,29 @@ def _rejected(rejected: QueryRejected, expression: FilterExpression) -> Exceptio
     )
 
 
-def _coverage(root: Mapping[str, Any]) -> float:
+def _coverage(root: Mapping[str, Any]) -> Coverage:
+    """`root.coverage` of a query response (`en/reference/querying/default-result-format.html`):
+    `coverage` (integer percent, a lower bound below 100), `documents` (active documents
+    searched), `full`, and the `degraded` flags. Not full with no flag set: nodes missing."""
     coverage = root.get("coverage")
-    if not coverage or coverage.get("full", True):
-        return 1.0
-    return float(coverage.get("coverage", 100)) / 100.0
+    if not isinstance(coverage, Mapping):
+        return FULL_COVERAGE
+    full = bool(coverage.get("full", True))
+    degraded = coverage.get("degraded")
+    reasons = {
+        Degradation(flag)
+        for flag in _DEGRADATION_FLAGS
+        if isinstance(degraded, Mapping) and degraded.get(flag) is True
+    }
+    if not full and not reasons:
+        reasons.add(Degradation.PARTIAL)
+    percent = 100.0 if full else min(float(coverage.get("coverage", 0)), 100.0)
+    if not full and percent >= 100.0:  # rounded up by Vespa: still not everything
+        percent = 99.99
+    return Coverage(percent, int(coverage.get("documents", 0)), frozenset(reasons))
+
+
+_DEGRADATION_FLAGS = tuple(d.value for d in Degradation if d is not Degradation.PARTIAL)
 
 
 def _total(root: Mapping[str, Any]) -> int:

@@ -24,7 +24,7 @@ from vespa.application import Vespa, VespaAsync
 from vespa.retries import NO_RETRY
 
 from services.common.errors import DeadlineExceeded, FailedPrecondition, Unavailable
-from services.search_tool.engine.vespa.package import NAMESPACE
+from services.search_tool.engine.vespa.package import CONTENT_CLUSTER, NAMESPACE
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,9 @@ class Endpoint:
     """Client certificate (mTLS, Vespa Cloud data plane)."""
     key_path: Path | None = None
     """Its private key."""
+    ca_path: Path | None = None
+    """CA bundle (PEM) that signed Vespa's server certificate, when it is not a public CA (a
+    self-managed Vespa with TLS); None trusts the system's CAs."""
     feed_concurrency: int = 16
     """Document writes in flight at once."""
     feed_retries: int = 3
@@ -73,7 +76,10 @@ class VespaTransport:
         self._writes = asyncio.Semaphore(endpoint.feed_concurrency)
 
     async def open(self) -> None:
-        client = VespaAsync(self._app, timeout=self.endpoint.query_timeout_s + 60)
+        tls: dict[str, Any] = {}
+        if self.endpoint.ca_path is not None:  # handed to pyvespa's httpr.AsyncClient as is
+            tls["ca_cert_file"] = str(self.endpoint.ca_path)
+        client = VespaAsync(self._app, timeout=self.endpoint.query_timeout_s + 60, **tls)
         await client.__aenter__()  # type: ignore[no-untyped-call]
         self._client = client
 
@@ -115,6 +121,45 @@ class VespaTransport:
     async def delete(self, schema: str, document_id: str) -> None:
         """Remove one document (200 also when it did not exist)."""
         await self._write("delete", schema, document_id, None)
+
+    async def delete_where(self, schema: str, selection: str) -> int:
+        """Remove every `schema` document `selection` selects (a document selection, see
+        `selection.py`): `DELETE /document/v1/<ns>/<schema>/docid?selection=…&cluster=…`, then
+        again with each `continuation` Vespa returns until it returns none. Returns the
+        documents Vespa reports removed (`documentCount` of every round).
+
+        `en/reference/api/document-v1.html` ("Delete where": mandatory `cluster` and `selection`,
+        optional `continuation`, `timeChunk`, `timeout`; the response carries `documentCount` and,
+        while the visit is unfinished, `continuation`). A visit is a linear scan of the cluster."""
+        client = self._connected()
+        url = f"{self._app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
+        params = {"selection": selection, "cluster": CONTENT_CLUSTER, "timeChunk": "10s"}
+        removed = 0
+        while True:
+            try:
+                async with self._writes:
+                    response = await client.httpr_client.delete(url, params=params)
+            except Exception as error:
+                raise _unreachable(self.endpoint.url, error) from None
+            status = response.status_code
+            try:
+                payload = response.json()
+            except Exception:  # an empty or non-JSON body (a proxy's error page)
+                payload = {}
+            payload = payload if isinstance(payload, dict) else {}
+            if status != 200:
+                message = str(payload.get("message", ""))[:500]
+                if status == 400:
+                    raise FailedPrecondition(
+                        f"Vespa refused the selection delete on {schema}: {message}",
+                        reason="VESPA_REJECTED",
+                    )
+                raise _status_error(status, message)
+            removed += int(payload.get("documentCount", 0))
+            token = payload.get("continuation")
+            if not token:
+                return removed
+            params = {**params, "continuation": str(token)}
 
     async def _write(
         self, operation: str, schema: str, document_id: str, fields: dict[str, Any] | None
