@@ -18,9 +18,9 @@ from services.common.errors import Unavailable
 from services.search_tool.convert import (
     chunk_to_proto,
     collection_to_proto,
-    coverage_to_proto,
     count_request_from_proto,
     count_to_proto,
+    coverage_to_proto,
     document_from_proto,
     document_summary_to_proto,
     filter_from_proto,

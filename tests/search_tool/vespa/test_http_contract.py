@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from services.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from services.common.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
+from services.search_tool.counting import CountRequest, count_documents
 from services.search_tool.documents import Chunk, ChunkRecord
 from services.search_tool.engine.base import (
     Degradation,
@@ -31,6 +37,7 @@ from services.search_tool.engine.base import (
 )
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.engine.vespa.documents import chunk_json
+from services.search_tool.engine.vespa.package import MAX_OFFSET
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -38,6 +45,7 @@ from services.search_tool.filters import (
     RawFilter,
     validate_filter,
 )
+from services.search_tool.limits import RequestLimits
 from tests.search_tool.engine_fixtures import DIMENSIONS, vector_for
 from tests.search_tool.vespa.conftest import fixture_fields
 from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
@@ -412,8 +420,7 @@ async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(started: 
 
 async def test_scan_asks_for_unranked_whole_chunks_up_to_its_limit(started: Any) -> None:
     """What `read` and `count` stand on: one unranked request for up to `limit` whole chunks,
-    stopping at a short page. (Pages of MAX_HITS are too large for the recording server's frames,
-    so paging across requests is left to the live suite.)"""
+    stopping at a short page (paging across requests: the CountDocuments tests below)."""
     matches = [_chunk_hit(f"d{i:02d}", 0, "wiki", {}) for i in range(25)]
 
     def respond(request: Recorded) -> Reply:
@@ -425,3 +432,147 @@ async def test_scan_asks_for_unranked_whole_chunks_up_to_its_limit(started: Any)
     assert [c.document_id for c in chunks] == [f"d{i:02d}" for i in range(25)]
     scans = [b for b in _searches(server) if "chunk_json" in b["yql"]]
     assert [(b["offset"], b["hits"], b["ranking"]) for b in scans] == [(0, 40, "unranked")]
+
+
+def _deleting(visits: list[dict[str, Any]], search: Callable[[Recorded], Reply]) -> Any:
+    """A responder whose selection deletes (`DELETE …/docid?selection=…`) answer `visits` in
+    turn; other document/v1 calls and searches as `_routed`."""
+    answers = iter(visits)
+
+    def respond(request: Recorded) -> Reply:
+        if request.method == "DELETE" and "selection" in request.query:
+            return Reply(200, {"pathId": request.path, **next(answers)})
+        return _routed(search)(request)
+
+    return respond
+
+
+def _selection_deletes(server: RecordingServer) -> list[Recorded]:
+    return [r for r in server.requests if r.method == "DELETE" and "selection" in r.query]
+
+
+async def test_delete_collection_is_a_selection_delete_that_follows_continuations(
+    started: Any,
+) -> None:
+    """DeleteCollection: Vespa removes the chunks itself, one visit round per request, until the
+    answer carries no `continuation`; then the registry document goes. Response bodies follow
+    `en/reference/api/document-v1.html` (`pathId`, `documentCount`, `continuation`) and the
+    delete-where loop of `en/writing/document-v1-api-guide.html`."""
+    visits: list[dict[str, Any]] = [
+        {"documentCount": 3, "continuation": "AAAAEAAAAAAAAAM3"},
+        {"documentCount": 2},
+    ]
+    server, _ = await started(lambda r: _root([], 0))
+    server.respond = _deleting(visits, lambda r: _root([], 0))
+    engine = await VespaEngine.open(Endpoint(server.url, query_timeout_s=2.0))
+    try:
+        await engine.drop_collection("fixture")
+    finally:
+        await engine.close()
+    rounds = _selection_deletes(server)
+    assert [r.path for r in rounds] == ["/document/v1/quarry/chunk/docid"] * 2
+    assert [r.query.get("continuation") for r in rounds] == [None, "AAAAEAAAAAAAAAM3"]
+    assert all(r.query["selection"] == 'chunk.collection == "fixture"' for r in rounds)
+    assert all(r.query["cluster"] == "quarry_content" for r in rounds)
+    registry = [r for r in server.requests if r.path.startswith("/document/v1/quarry/collection/")]
+    assert [(r.method, r.path) for r in registry] == [
+        ("DELETE", "/document/v1/quarry/collection/docid/fixture")
+    ]
+
+
+async def test_delete_by_filter_runs_as_one_selection_and_counts_what_vespa_removed(
+    started: Any,
+) -> None:
+    server, engine = await started(lambda r: _root([], 0))
+    server.respond = _deleting([{"documentCount": 4}], lambda r: _root([], 0))
+    where = validate_filter(
+        RawFilter(((RawCondition("source", Operator.EQUALS, 'x" or true or "'),),)),
+        fixture_fields(),
+    )
+    assert await engine.delete_matching("fixture", document_ids=[], where=where) == 4
+    (round_,) = _selection_deletes(server)
+    assert round_.query["selection"] == (
+        'chunk.collection == "fixture" and ((chunk.source == "x\\x22 or true or \\x22"))'
+    )
+    assert not [r for r in _searches(server) if "chunk_id" in r["yql"]]  # no id paging
+
+
+async def test_a_filter_without_a_selection_deletes_the_ids_yql_selects(started: Any) -> None:
+    """Metadata has no documented selection semantics for a missing key: the chunks are found by
+    the search's own YQL and deleted by id."""
+    found = [_chunk_hit("alpha", 0, "wiki", {}), _chunk_hit("beta", 0, "wiki", {})]
+    pages = iter([_root(found, 2), _root([], 0)])
+    server, engine = await started(lambda r: next(pages))
+    where = validate_filter(
+        RawFilter(((RawCondition("metadata.year", Operator.EQUALS, 2024),),)), fixture_fields()
+    )
+    assert await engine.delete_matching("fixture", document_ids=[], where=where) == 2
+    assert not _selection_deletes(server)
+    deletes = sorted(
+        r.path for r in server.requests if r.method == "DELETE" and r.path.startswith("/document/")
+    )
+    assert len(deletes) == 2
+    assert all(p.startswith("/document/v1/quarry/chunk/docid/fixture.") for p in deletes)
+
+
+async def test_a_refused_selection_delete_is_a_failed_precondition_not_a_silent_zero(
+    started: Any,
+) -> None:
+    server, engine = await started(lambda r: _root([], 0))
+
+    def respond(request: Recorded) -> Reply:
+        if request.method == "DELETE" and "selection" in request.query:
+            return Reply(400, {"pathId": request.path, "message": "Failed to parse selection"})
+        return _routed(lambda r: _root([], 0))(request)
+
+    server.respond = respond
+    with pytest.raises(FailedPrecondition, match="Failed to parse selection"):
+        await engine.drop_collection("fixture")
+
+
+def _paged(matches: list[dict[str, Any]]) -> Callable[[Recorded], Reply]:
+    """A Vespa that answers unranked whole-chunk scans by `offset`/`hits` over `matches`."""
+
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        window = matches[body["offset"] : body["offset"] + body["hits"]]
+        return _root(window, len(matches))
+
+    return respond
+
+
+async def test_count_documents_pages_the_scan_past_one_response_and_counts_every_chunk(
+    started: Any,
+) -> None:
+    """CountDocuments on Vespa: the matching chunks are read in unranked pages of `maxHits`
+    (1200) at increasing offsets until a short page, then counted and broken down."""
+    matches = [_chunk_hit(f"d{i:04d}", i % 2, "wiki" if i % 3 else "git", {}) for i in range(2500)]
+    server, engine = await started(_paged(matches))
+    where = RawFilter(((RawCondition("source", Operator.IN, ["wiki", "git"]),),))
+    counted = await count_documents(
+        engine,
+        CountRequest("fixture", filter=where, group_by=("source",)),
+        fixture_fields(),
+        RequestLimits(),
+    )
+    assert (counted.document_count, counted.chunk_count, counted.exact) == (2500, 2500, True)
+    assert counted.breakdowns[0].buckets == [("wiki", 1666), ("git", 834)]
+    scans = [b for b in _searches(server) if "chunk_json" in b["yql"]]
+    assert [(b["offset"], b["hits"]) for b in scans] == [(0, 1200), (1200, 1200), (2400, 1200)]
+    assert all(b["ranking"] == "unranked" for b in scans)
+    assert all('source in ("wiki", "git")' in b["yql"] for b in scans)
+
+
+async def test_a_count_beyond_what_vespa_can_page_fails_instead_of_claiming_exactness(
+    started: Any,
+) -> None:
+    """More chunks match than `maxOffset` lets a query reach: FailedPrecondition naming the
+    limit, never a subset counted as exact."""
+    full_page = [_chunk_hit(f"d{i:04d}", 0, "wiki", {}) for i in range(1200)]
+    server, engine = await started(lambda r: _root(full_page, 50_000))
+    with pytest.raises(FailedPrecondition) as raised:
+        await count_documents(engine, CountRequest("fixture"), fixture_fields(), RequestLimits())
+    assert raised.value.reason == "VESPA_MAX_OFFSET"
+    assert "maxOffset" in raised.value.message
+    offsets = [b["offset"] for b in _searches(server) if "chunk_json" in b["yql"]]
+    assert offsets[-1] <= MAX_OFFSET

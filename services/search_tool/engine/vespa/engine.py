@@ -278,10 +278,21 @@ class VespaEngine:
         )
 
     async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
-        """Pages of at most `MAX_HITS` until `limit`, the last match, or Vespa's `maxOffset`."""
+        """Pages of at most `MAX_HITS` until `limit` or the last match. A query cannot page past
+        Vespa's `maxOffset`: when more chunks match than that reaches, the scan fails with
+        FailedPrecondition naming the limit rather than return a silent subset (a count built
+        on it would otherwise claim to be exact)."""
         await self._spec(name)
         found: list[Chunk] = []
-        while len(found) < limit and len(found) <= MAX_OFFSET:
+        while len(found) < limit:
+            if len(found) > MAX_OFFSET:
+                raise FailedPrecondition(
+                    f"more than {len(found)} chunks match; the Vespa engine reads at most "
+                    f"maxOffset + maxHits = {MAX_OFFSET + MAX_HITS} chunks by query: narrow "
+                    "the filter",
+                    reason="VESPA_MAX_OFFSET",
+                    metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
+                )
             hits = min(MAX_HITS, limit - len(found))
             try:
                 root = await self._transport.query(scan_body(name, where, hits, len(found)))

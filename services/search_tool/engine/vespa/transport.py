@@ -131,14 +131,16 @@ class VespaTransport:
         `en/reference/api/document-v1.html` ("Delete where": mandatory `cluster` and `selection`,
         optional `continuation`, `timeChunk`, `timeout`; the response carries `documentCount` and,
         while the visit is unfinished, `continuation`). A visit is a linear scan of the cluster."""
-        client = self._connected()
+        http = self._connected().httpr_client  # pyvespa's own client: same TLS and headers
+        if http is None:
+            raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
         url = f"{self._app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
         params = {"selection": selection, "cluster": CONTENT_CLUSTER, "timeChunk": "10s"}
         removed = 0
         while True:
             try:
                 async with self._writes:
-                    response = await client.httpr_client.delete(url, params=params)
+                    response = await http.delete(url, params=params)
             except Exception as error:
                 raise _unreachable(self.endpoint.url, error) from None
             status = response.status_code
