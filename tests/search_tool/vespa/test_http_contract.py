@@ -49,6 +49,7 @@ from services.search_tool.limits import RequestLimits
 from tests.search_tool.engine_fixtures import DIMENSIONS, vector_for
 from tests.search_tool.vespa.conftest import fixture_fields
 from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
+from tests.search_tool.vespa.yql_reference import And, Retrieval, parse_query
 
 REGISTRY_HIT = {
     "id": "id:quarry:collection::fixture",
@@ -243,6 +244,31 @@ async def test_keyword_text_is_a_parameter_never_part_of_the_yql(started: Any) -
     assert text not in keyword["yql"]
     assert "default contains ({targetHits:10}text(@quarry_text))" in keyword["yql"]
     assert page.hits[0].keyword_score == pytest.approx(3.2)
+
+
+async def test_a_keyword_count_matches_any_word_and_never_parses_query_syntax(
+    started: Any,
+) -> None:
+    """KEYWORD's total: an unranked `hits: 0` request whose text() keeps its linguistics
+    tokenization and no syntax (so `-x`, quotes and `field:` stay words) with an `or` composite
+    (`en/reference/api/query.html#model.type`; annotation keys as in `yql.html#userinput`)."""
+    server, engine = await started(lambda r: _root([], 7))
+    text = 'covid -smokers "title:x"'
+    query = EngineQuery(Strategy.KEYWORD, text, np.zeros((0, DIMENSIONS), np.float32))
+    page = await engine.search("fixture", query)
+    (count,) = [b for b in _searches(server) if b.get("ranking") == "unranked"]
+    assert count["hits"] == 0
+    assert count["quarry_text"] == text
+    where = parse_query(count["yql"]).where
+    assert isinstance(where, And)
+    (retrieval,) = [r for r in where.operands if isinstance(r, Retrieval)]
+    assert retrieval.operator == "text"
+    assert retrieval.annotations == {
+        "grammar.tokenization": "linguistics",
+        "grammar.syntax": "none",
+        "grammar.composite": "or",
+    }
+    assert page.total_count == 7
 
 
 async def test_upsert_puts_each_chunk_under_an_id_that_survives_slashes_and_hashes(
