@@ -589,16 +589,61 @@ async def test_count_documents_pages_the_scan_past_one_response_and_counts_every
     assert all('source in ("wiki", "git")' in b["yql"] for b in scans)
 
 
-async def test_a_count_beyond_what_vespa_can_page_fails_instead_of_claiming_exactness(
-    started: Any,
-) -> None:
-    """More chunks match than `maxOffset` lets a query reach: FailedPrecondition naming the
-    limit, never a subset counted as exact."""
-    full_page = [_chunk_hit(f"d{i:04d}", 0, "wiki", {}) for i in range(1200)]
-    server, engine = await started(lambda r: _root(full_page, 50_000))
-    with pytest.raises(FailedPrecondition) as raised:
-        await count_documents(engine, CountRequest("fixture"), fixture_fields(), RequestLimits())
-    assert raised.value.reason == "VESPA_MAX_OFFSET"
-    assert "maxOffset" in raised.value.message
+async def test_a_count_past_max_offset_visits_with_the_filters_selection(started: Any) -> None:
+    """More chunks match than a query can page (`maxOffset`): the chunks are read again by
+    visiting (`GET /document/v1/quarry/chunk/docid?selection=…&fieldSet=chunk:chunk_id,
+    chunk_json`, following `continuation`), so the count is exact. Visit answers follow
+    `en/reference/api/document-v1.html` ("Visit": `documents[{id, fields}]`, `documentCount`,
+    `continuation`) and the data-dump sample of `en/writing/document-v1-api-guide.html`."""
+    full_page = [_chunk_hit(f"q{i:04d}", 0, "wiki", {}) for i in range(1200)]
+    visited = [_chunk_hit(f"v{i}", 0, "wiki" if i < 4 else "git", {}) for i in range(5)]
+    rounds = iter(
+        [
+            {"documents": visited[:3], "documentCount": 3, "continuation": "AAAAEAAAAAAAAAM3"},
+            {"documents": visited[3:], "documentCount": 2},
+        ]
+    )
+
+    def respond(request: Recorded) -> Reply:
+        if request.method == "GET" and "selection" in request.query:
+            return Reply(200, {"pathId": request.path, **next(rounds)})
+        return _routed(lambda r: _root(full_page, 50_000))(request)
+
+    server, engine = await started(lambda r: _root([], 0))
+    server.respond = respond
+    where = RawFilter(((RawCondition("source", Operator.IN, ["wiki", "git"]),),))
+    counted = await count_documents(
+        engine,
+        CountRequest("fixture", filter=where, group_by=("source",)),
+        fixture_fields(),
+        RequestLimits(),
+    )
+    assert (counted.document_count, counted.exact) == (5, True)
+    assert counted.breakdowns[0].buckets == [("wiki", 4), ("git", 1)]
+    visits = [r for r in server.requests if r.method == "GET" and "selection" in r.query]
+    assert [v.query.get("continuation") for v in visits] == [None, "AAAAEAAAAAAAAAM3"]
+    assert all(v.path == "/document/v1/quarry/chunk/docid" for v in visits)
+    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json"
+    assert visits[0].query["cluster"] == "quarry_content"
+    assert visits[0].query["selection"] == (
+        'chunk.collection == "fixture" and (((chunk.source == "wiki" or chunk.source == "git")))'
+    )
     offsets = [b["offset"] for b in _searches(server) if "chunk_json" in b["yql"]]
     assert offsets[-1] <= MAX_OFFSET
+
+
+async def test_a_count_past_max_offset_without_a_selection_fails_instead_of_claiming_exactness(
+    started: Any,
+) -> None:
+    """A metadata filter has no document selection: FailedPrecondition naming the limit, never
+    a subset counted as exact."""
+    full_page = [_chunk_hit(f"d{i:04d}", 0, "wiki", {}) for i in range(1200)]
+    server, engine = await started(lambda r: _root(full_page, 50_000))
+    where = RawFilter(((RawCondition("metadata.year", Operator.GREATER_THAN, 2000),),))
+    with pytest.raises(FailedPrecondition) as raised:
+        await count_documents(
+            engine, CountRequest("fixture", filter=where), fixture_fields(), RequestLimits()
+        )
+    assert raised.value.reason == "VESPA_MAX_OFFSET"
+    assert "maxOffset" in raised.value.message
+    assert not [r for r in server.requests if r.method == "GET"]

@@ -69,6 +69,7 @@ from services.search_tool.fusion import Candidate, Completion, fuse, missing_sid
 log = logging.getLogger(__name__)
 
 _ID_BATCH = 200
+_ID_FIELDS = ("chunk_id", "document_id", "content_hash")
 
 
 class VespaEngine:
@@ -278,31 +279,11 @@ class VespaEngine:
         )
 
     async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
-        """Pages of at most `MAX_HITS` until `limit` or the last match. A query cannot page past
-        Vespa's `maxOffset`: when more chunks match than that reaches, the scan fails with
-        FailedPrecondition naming the limit rather than return a silent subset (a count built
-        on it would otherwise claim to be exact)."""
+        """Up to `limit` whole chunks matching `where` (`_read`: unranked query pages, a visit
+        past Vespa's `maxOffset`)."""
         await self._spec(name)
-        found: list[Chunk] = []
-        while len(found) < limit:
-            if len(found) > MAX_OFFSET:
-                raise FailedPrecondition(
-                    f"more than {len(found)} chunks match; the Vespa engine reads at most "
-                    f"maxOffset + maxHits = {MAX_OFFSET + MAX_HITS} chunks by query: narrow "
-                    "the filter",
-                    reason="VESPA_MAX_OFFSET",
-                    metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
-                )
-            hits = min(MAX_HITS, limit - len(found))
-            try:
-                root = await self._transport.query(scan_body(name, where, hits, len(found)))
-            except QueryRejected as rejected:
-                raise _rejected(rejected, where) from None
-            page = [h["fields"] for h in root.get("children", []) if "fields" in h]
-            found.extend(chunk_from_json(f["chunk_json"]) for f in page)
-            if len(page) < hits:
-                break
-        return found
+        found = await self._read(name, where, whole=True, limit=limit)
+        return [chunk_from_json(f["chunk_json"]) for f in found]
 
     async def _ranked(
         self, body: dict[str, Any], query: EngineQuery, *, cosine: bool = False
@@ -396,7 +377,7 @@ class VespaEngine:
         counts: dict[str, int] = defaultdict(int)
         first: dict[str, Any] = {}
         for batch in _batches(sorted(matching)):
-            for fields in await self._all_ids(name, _in("document_id", batch), body=scan_body):
+            for fields in await self._read(name, _in("document_id", batch), whole=True):
                 chunk = chunk_from_json(fields["chunk_json"])
                 counts[chunk.document_id] += 1
                 if chunk.chunk_index == 0 or chunk.document_id not in first:
@@ -411,16 +392,52 @@ class VespaEngine:
             for document, count in counts.items()
         ]
 
-    async def _all_ids(
-        self, name: str, expression: FilterExpression, *, body: Any = ids_body
+    async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
+        """`chunk_id`, `document_id`, `content_hash` of every chunk matching `expression`."""
+        return await self._read(name, expression, whole=False)
+
+    async def _read(
+        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None = None
     ) -> list[dict[str, Any]]:
+        """Fields of the chunks matching `expression` (at most `limit`): `chunk_id`,
+        `chunk_json` when `whole`, else `chunk_id`, `document_id`, `content_hash`.
+
+        Unranked query pages of `MAX_HITS` by offset (fast: the filter uses the attributes).
+        A query cannot page past `maxOffset`, so when more match, the chunks are read again
+        by visiting with the filter's document selection (`selection.py`: a linear scan of the
+        cluster, no offset limit); a filter without one fails with FailedPrecondition naming
+        the limit, rather than return a silent subset (a count would claim to be exact)."""
+        body = scan_body if whole else ids_body
         found: list[dict[str, Any]] = []
-        while True:
-            root = await self._transport.query(body(name, expression, MAX_HITS, len(found)))
+        while limit is None or len(found) < limit:
+            if len(found) > MAX_OFFSET:
+                return await self._visit(name, expression, whole=whole, limit=limit)
+            hits = MAX_HITS if limit is None else min(MAX_HITS, limit - len(found))
+            try:
+                root = await self._transport.query(body(name, expression, hits, len(found)))
+            except QueryRejected as rejected:
+                raise _rejected(rejected, expression) from None
             page = [h["fields"] for h in root.get("children", []) if "fields" in h]
             found.extend(page)
-            if len(page) < MAX_HITS:
-                return found
+            if len(page) < hits:
+                break
+        return found
+
+    async def _visit(
+        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None
+    ) -> list[dict[str, Any]]:
+        selection = compile_selection(name, expression)
+        if selection is None:
+            raise FailedPrecondition(
+                f"more than {MAX_OFFSET + MAX_HITS} chunks match and this filter has no "
+                "document selection to visit them with; the Vespa engine reads at most "
+                f"maxOffset + maxHits = {MAX_OFFSET + MAX_HITS} chunks by query: narrow the filter",
+                reason="VESPA_MAX_OFFSET",
+                metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
+            )
+        log.info("more chunks match than a query can page: visiting", extra={"collection": name})
+        fields = ("chunk_id", "chunk_json") if whole else _ID_FIELDS
+        return await self._transport.visit(CHUNK, selection, fields, limit)
 
     async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:
         """Delete what matches: by a document selection Vespa runs itself when the filter has
