@@ -15,6 +15,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -647,3 +648,81 @@ async def test_a_count_past_max_offset_without_a_selection_fails_instead_of_clai
     assert raised.value.reason == "VESPA_MAX_OFFSET"
     assert "maxOffset" in raised.value.message
     assert not [r for r in server.requests if r.method == "GET"]
+
+
+def _grouping(children: list[dict[str, Any]], root_fields: dict[str, Any], total: int) -> Reply:
+    """A grouping answer in the documented shape: `root.children[0]` is `group:root:0`, holding
+    the root-level outputs in `fields` and one `grouplist:<label>` per parallel `all(group(…))`,
+    whose groups carry `value` and `fields{"count()": n}` — `en/querying/query-api.html`
+    (result of `all(group(customer) each(output(sum(price))))`),
+    `en/learn/tutorials/news-3-searching.md` (`grouplist:category` with `count()`),
+    `en/querying/grouping.html` ("Two parallel groupings"),
+    `en/reference/querying/grouping-language.html` ("Labels": outputs of an `all` without
+    `each` belong to the owning group)."""
+    root_group = {
+        "id": "group:root:0",
+        "relevance": 1.0,
+        "continuation": {"this": ""},
+        "children": children,
+    }
+    if root_fields:
+        root_group["fields"] = root_fields
+    return Reply(
+        200,
+        {
+            "root": {
+                "id": "toplevel",
+                "relevance": 1.0,
+                "fields": {"totalCount": total},
+                "coverage": FULL,
+                "children": [root_group],
+            }
+        },
+    )
+
+
+def _grouplist(label: str, counts: dict[str, int]) -> dict[str, Any]:
+    return {
+        "id": f"grouplist:{label}",
+        "relevance": 1.0,
+        "label": label,
+        "children": [
+            {
+                "id": f"group:string:{value}",
+                "relevance": float(n),
+                "value": value,
+                "fields": {"count()": n},
+            }
+            for value, n in counts.items()
+        ],
+    }
+
+
+async def test_get_collection_reads_counts_per_source_and_the_date_range_from_grouping(
+    started: Any,
+) -> None:
+    earliest, latest = 1709294400000000, 1710072000000000  # 2024-03-01/10 12:00 UTC, in µs
+
+    def respond(request: Recorded) -> Reply:
+        yql = request.json()["yql"]
+        if "min(created_at)" in yql:
+            return _grouping([], {"min(created_at)": earliest, "max(created_at)": latest}, 4)
+        if "group(source)" in yql:
+            lists = [
+                _grouplist("source", {"confluence": 2, "github": 1, "": 1}),
+                _grouplist("entity_type", {"page": 3, "comment": 1}),
+            ]
+            return _grouping(lists, {}, 4)
+        return _root([], 9)  # every chunk of the collection
+
+    server, engine = await started(respond)
+    stats = await engine.describe("fixture")
+    assert (stats.document_count, stats.chunk_count) == (4, 9)
+    assert dict(stats.sources) == {"confluence": 2, "github": 1}  # "" is no source
+    assert dict(stats.entity_types) == {"page": 3, "comment": 1}
+    assert stats.earliest_created_at == datetime(2024, 3, 1, 12, tzinfo=UTC)
+    assert stats.latest_created_at == datetime(2024, 3, 10, 12, tzinfo=UTC)
+    assert stats.fields["metadata.year"].value == "integer"
+    grouped = [b for b in _searches(server) if "group(source)" in b["yql"]]
+    assert grouped[0]["hits"] == 0
+    assert "chunk_index = 0" in grouped[0]["yql"]  # documents: each has exactly one chunk 0
