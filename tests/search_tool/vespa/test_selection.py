@@ -27,7 +27,9 @@ from services.search_tool.filters import (
     RawFilter,
     validate_filter,
 )
-from tests.search_tool.vespa.conftest import fixture_fields
+from tests.search_tool.filter_cases import CASES, FilterCase
+from tests.search_tool.vespa.conftest import fixture_documents, fixture_fields
+from tests.search_tool.vespa.selection_reference import matches, parse
 
 _LITERAL = re.compile(r'"((?:[\x20-\x21\x23-\x5b\x5d-\x7e]|\\[tnfr"]|\\x[0-9a-fA-F]{2})*)"')
 _ESCAPES = {"t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"'}
@@ -185,3 +187,43 @@ def test_every_ascii_value_round_trips_through_a_selection_string(value: str) ->
 def test_a_value_beyond_ascii_is_refused_never_mangled(value: str) -> None:
     with pytest.raises(NotExpressible):
         selection_string(value)
+
+
+DOCUMENTS = fixture_documents()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_compiled_selection_deletes_exactly_what_the_filter_case_matches(
+    case: FilterCase,
+) -> None:
+    """The shared filter table through the selection compiler and a reference evaluator of the
+    documented selector semantics (`selection_reference.py`, real RE2) over the fixture as fed:
+    a delete by selection removes exactly the chunks a search with that filter finds. Cases
+    without a selection are the ones the YQL path deletes (metadata, "", non-ASCII)."""
+    expression = _expression(RawCondition(case.field, case.operator, case.value))
+    selection = compile_selection("fixture", expression)
+    if selection is None:
+        values = case.value if isinstance(case.value, list) else [case.value]
+        texts = [v for v in values if isinstance(v, str)]
+        assert case.field.startswith("metadata.") or any(not t or not t.isascii() for t in texts), (
+            "only metadata, empty and non-ASCII strings are left to the YQL path"
+        )
+        return
+    tree = parse(selection)
+    found = {doc_id for doc_id, document in DOCUMENTS.items() if matches(tree, document)}
+    assert found == set(case.expected)
+
+
+def test_most_of_the_filter_table_deletes_by_selection() -> None:
+    """The property above is not vacuous: most cases compile."""
+    compiled = [
+        c
+        for c in CASES
+        if compile_selection("fixture", _expression(RawCondition(c.field, c.operator, c.value)))
+    ]
+    assert len(compiled) >= len(CASES) // 2
+
+
+def test_another_collections_chunks_are_never_selected() -> None:
+    tree = parse(compile_selection("other", FilterExpression()) or "")
+    assert not any(matches(tree, document) for document in DOCUMENTS.values())
