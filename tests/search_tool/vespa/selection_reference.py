@@ -217,12 +217,14 @@ def _compare(node: Comparison, document: dict[str, Any], doctype: str) -> bool |
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (left, right))
     if not numeric and not all(isinstance(v, str) for v in (left, right)):
         return INVALID
-    return {
-        ">": left > right,
-        "<": left < right,
-        ">=": left >= right,
-        "<=": left <= right,
-    }[node.op]
+    return bool(
+        {
+            ">": left > right,
+            "<": left < right,
+            ">=": left >= right,
+            "<=": left <= right,
+        }[node.op]
+    )
 
 
 def _equal(left: Any, right: Any) -> bool:

@@ -138,11 +138,9 @@ def chunk_schema(dimensions: int) -> Schema:
                         ),
                         # casing is for strings: Vespa ignores it, with a deploy warning, on
                         # numbers (its DictionaryTestCase.testCasingIsIgnoredForNumericFields)
-                        StructField(
-                            "value",
-                            indexing=["attribute"],
-                            match=["cased"] if value_type == "string" else None,
-                        ),
+                        StructField("value", indexing=["attribute"], match=["cased"])
+                        if value_type == "string"
+                        else StructField("value", indexing=["attribute"]),
                     ],
                 )
                 for name, value_type in _MAP_VALUE_TYPES.items()
