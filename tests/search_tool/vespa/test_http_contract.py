@@ -501,6 +501,7 @@ async def test_delete_collection_is_a_selection_delete_that_follows_continuation
     assert [r.query.get("continuation") for r in rounds] == [None, "AAAAEAAAAAAAAAM3"]
     assert all(r.query["selection"] == 'chunk.collection == "fixture"' for r in rounds)
     assert all(r.query["cluster"] == "quarry_content" for r in rounds)
+    assert all(r.query["timeout"] == "30s" for r in rounds)  # a continuation well before 180 s
     registry = [r for r in server.requests if r.path.startswith("/document/v1/quarry/collection/")]
     assert [(r.method, r.path) for r in registry] == [
         ("DELETE", "/document/v1/quarry/collection/docid/fixture")
@@ -626,6 +627,7 @@ async def test_a_count_past_max_offset_visits_with_the_filters_selection(started
     assert all(v.path == "/document/v1/quarry/chunk/docid" for v in visits)
     assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json"
     assert visits[0].query["cluster"] == "quarry_content"
+    assert visits[0].query["timeout"] == "30s"
     assert visits[0].query["selection"] == (
         'chunk.collection == "fixture" and (((chunk.source == "wiki" or chunk.source == "git")))'
     )

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1.0
 VISIT_PAGE = 1000
 """`wantedDocumentCount` of each visit request."""
+VISIT_ROUND_TIMEOUT = "30s"
+"""`timeout` of one visit or selection-delete request: Vespa answers with a `continuation` by
+then (the default is 180 s), well inside the HTTP client's own limit."""
 _HTTP_MARGIN_S = 0.5
 """The HTTP call may take this much longer than the `timeout` Vespa itself enforces."""
 
@@ -134,7 +137,12 @@ class VespaTransport:
         `en/reference/api/document-v1.html` ("Delete where": mandatory `cluster` and `selection`,
         optional `continuation`, `timeChunk`, `timeout`; the response carries `documentCount` and,
         while the visit is unfinished, `continuation`). A visit is a linear scan of the cluster."""
-        params = {"selection": selection, "cluster": CONTENT_CLUSTER, "timeChunk": "10s"}
+        params = {
+            "selection": selection,
+            "cluster": CONTENT_CLUSTER,
+            "timeChunk": "10s",
+            "timeout": VISIT_ROUND_TIMEOUT,
+        }
         removed = 0
         while True:
             payload = await self._visit_round("DELETE", schema, params)
@@ -156,6 +164,7 @@ class VespaTransport:
             "cluster": CONTENT_CLUSTER,
             "fieldSet": f"{schema}:{','.join(fields)}",
             "wantedDocumentCount": str(VISIT_PAGE),
+            "timeout": VISIT_ROUND_TIMEOUT,
         }
         found: list[dict[str, Any]] = []
         while limit is None or len(found) < limit:
