@@ -63,8 +63,10 @@ test: lint check-protos
 run: setup
 	$(BIN)/quarry run
 
+# ENGINE=vespa: SciFact against the Vespa at $QUARRY_VESPA_URL (bench/results/scifact-vespa.json).
+ENGINE ?= lancedb
 eval: setup
-	$(PY) bench/eval_scifact.py --out bench/results/scifact.json
+	$(PY) bench/eval_scifact.py --engine $(ENGINE) $(if $(filter vespa,$(ENGINE)),--out bench/results/scifact-vespa.json,--out bench/results/scifact.json)
 
 bench: setup
 	$(PY) bench/search_latency.py

@@ -13,13 +13,25 @@
 
 Chunks are aggregated to documents by their best score (first occurrence in the ranking); each
 query asks for 200 chunks so that 100 distinct documents can be ranked for Recall@100.
+
+    QUARRY_VESPA_URL=http://vespa:8080 python bench/eval_scifact.py --engine vespa
+                                                          (make eval ENGINE=vespa)
+
+runs the same test queries against a search tool on the Vespa engine (a Vespa serving
+`services/search_tool/vespa/app`, see the search tool README): the corpus is ingested through the
+same ingest, and SEMANTIC, KEYWORD and HYBRID (with the configured fusion, the one chosen on train
+with the embedded engine) are reported with how many searches came back with degraded coverage,
+next to the embedded engine's figures from `bench/results/scifact.json` when that file exists.
+Without `QUARRY_VESPA_URL` it stops and says why (no Vespa can run on the build machines).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -46,7 +58,12 @@ from bench.harness import (
     settings_for,
 )
 from bench.scifact_collection import COLLECTION, build_collection, cached_embedder
-from services.search_tool.config import FusionSettings
+from services.search_tool.config import (
+    EngineSettings,
+    FusionSettings,
+    SearchToolSettings,
+    VespaSettings,
+)
 from services.search_tool.documents import Chunk
 from services.search_tool.engine.base import EngineQuery, Fusion, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
@@ -83,6 +100,8 @@ class Run:
     """Query id → document ids, best first, at most 100."""
     latencies_ms: list[float]
     """Client-side wall time of each Search call."""
+    degraded: int = 0
+    """Searches whose response said part of the collection did not answer."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +214,7 @@ async def run_queries(stub: Any, data: SciFact, strategy: search_pb2.RetrievalSt
     gate = asyncio.Semaphore(CONCURRENT_QUERIES)
     rankings: dict[str, list[str]] = {}
     latencies: list[float] = []
+    degraded: list[str] = []
 
     async def one(query_id: str, text: str) -> None:
         async with gate:
@@ -209,6 +229,8 @@ async def run_queries(stub: Any, data: SciFact, strategy: search_pb2.RetrievalSt
                 timeout=60,
             )
             latencies.append((time.perf_counter() - started) * 1000)
+        if response.coverage.degraded:
+            degraded.append(query_id)
         ranking: list[str] = []
         for result in response.results:
             if result.chunk.document_id not in ranking:
@@ -216,7 +238,7 @@ async def run_queries(stub: Any, data: SciFact, strategy: search_pb2.RetrievalSt
         rankings[query_id] = ranking[:DOCS_PER_QUERY]
 
     await asyncio.gather(*(one(q, t) for q, t in data.queries.items()))
-    return Run(rankings, latencies)
+    return Run(rankings, latencies, len(degraded))
 
 
 async def index_everything(data_dir: Path) -> float:
@@ -306,12 +328,72 @@ async def evaluate(data_dir: Path) -> dict[str, Any]:
     }
 
 
+VESPA_URL_VARIABLE = "QUARRY_VESPA_URL"
+NO_VESPA = (
+    f"--engine vespa needs a running Vespa: set {VESPA_URL_VARIABLE} to its container endpoint "
+    "(e.g. http://localhost:8080) with services/search_tool/vespa/app deployed (make "
+    "vespa-package; see services/search_tool/README.md, 'Vespa'). No Vespa can run on this "
+    "machine, so nothing was measured."
+)
+
+
+def vespa_settings(data_dir: Path, url: str) -> SearchToolSettings:
+    """The eval's search tool settings on the Vespa engine at `url` (configured fusion)."""
+    settings = settings_for(data_dir)
+    engine = EngineSettings(kind="vespa", vespa=VespaSettings(url=url, query_timeout_s=10.0))
+    return settings.model_copy(update={"engine": engine})
+
+
+async def evaluate_vespa(data_dir: Path, url: str) -> dict[str, Any]:
+    """The test queries through a search tool on Vespa; the fusion is the configured default."""
+    test = load_scifact(split="test")
+    settings = vespa_settings(data_dir, url)
+    ingest_report = await build_collection(data_dir, test, cached_embedder(), settings)
+    results: dict[str, Any] = {}
+    async with (
+        running_search_tool(settings) as address,
+        grpc.aio.insecure_channel(address) as channel,
+    ):
+        stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+        for name in ("SEMANTIC", "KEYWORD", "HYBRID"):
+            run = await run_queries(stub, test, _STRATEGIES[name])
+            results[name] = {**timed_scores(run, test), "degraded_searches": run.degraded}
+            note(f"vespa {name}: {results[name]}")
+    results["HYBRID"]["fusion"] = settings.fusion.model_dump()
+    embedded = RESULTS_DIR / "scifact.json"
+    lancedb = json.loads(embedded.read_text())["test"] if embedded.exists() else None
+    return {
+        "benchmark": "scifact",
+        "engine": "vespa",
+        "vespa_url": url,
+        "dataset": "BEIR SciFact (5183 abstracts), test (300 queries)",
+        "test": results,
+        "embedded_engine_test": lancedb,
+        "ingest": ingest_report,
+        "chunks_per_query": CHUNKS_PER_QUERY,
+        "machine": machine(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "scifact.json")
+    parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "eval" / "scifact")
+    parser.add_argument(
+        "--engine",
+        choices=("lancedb", "vespa"),
+        default="lancedb",
+        help=f"vespa: the Vespa at ${VESPA_URL_VARIABLE} (the fusion is not re-chosen)",
+    )
     args = parser.parse_args()
-    emit(asyncio.run(evaluate(args.data_dir)), args.out)
+    if args.engine == "vespa":
+        url = os.environ.get(VESPA_URL_VARIABLE, "")
+        if not url:
+            raise SystemExit(NO_VESPA)
+        out = args.out or RESULTS_DIR / "scifact-vespa.json"
+        emit(asyncio.run(evaluate_vespa(args.data_dir, url)), out)
+        return
+    emit(asyncio.run(evaluate(args.data_dir)), args.out or RESULTS_DIR / "scifact.json")
 
 
 if __name__ == "__main__":

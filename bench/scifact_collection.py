@@ -15,6 +15,7 @@ from typing import Any
 from bench.embedding_cache import CachedEmbedder
 from bench.harness import VAR_DIR, SciFact, note, settings_for
 from services.common.errors import NotFound
+from services.search_tool.config import SearchToolSettings
 from services.search_tool.documents import Document
 from services.search_tool.embedding import build_embedder
 from services.search_tool.server import open_engine
@@ -31,10 +32,14 @@ def cached_embedder(cache: Path = VECTOR_CACHE) -> CachedEmbedder:
 
 
 async def build_collection(
-    data_dir: Path, data: SciFact, embedder: CachedEmbedder
+    data_dir: Path,
+    data: SciFact,
+    embedder: CachedEmbedder,
+    settings: SearchToolSettings | None = None,
 ) -> dict[str, Any]:
-    """Ingest the corpus into `data_dir` unless the collection already holds all of it."""
-    settings = settings_for(data_dir)
+    """Ingest the corpus into the engine of `settings` (LanceDB under `data_dir` by default)
+    unless the collection already holds all of it."""
+    settings = settings or settings_for(data_dir)
     service = SearchService(await open_engine(settings), embedder, settings)
     try:
         try:

@@ -69,6 +69,10 @@ class VespaSettings(BaseModel):
     """Client certificate for mTLS (Vespa Cloud, secured Vespa); with `key_path`."""
     key_path: Path | None = None
     """Private key of `cert_path`."""
+    ca_path: Path | None = None
+    """CA bundle (PEM) to verify Vespa's server certificate with, for a Vespa whose TLS
+    certificate is not signed by a public CA (self-managed Vespa with TLS); null: the system's
+    CAs (Vespa Cloud)."""
     feed_concurrency: int = Field(default=16, ge=1, le=1024)
     """Document writes in flight at once (HTTP/2 streams on one connection)."""
     feed_retries: int = Field(default=3, ge=1, le=10)

@@ -18,7 +18,14 @@ from services.search_tool.documents import (
     MetadataValue,
     epoch_microseconds,
 )
-from services.search_tool.engine.base import CollectionStats, DocumentSummary, Hit, Strategy
+from services.search_tool.engine.base import (
+    CollectionStats,
+    Coverage,
+    Degradation,
+    DocumentSummary,
+    Hit,
+    Strategy,
+)
 from services.search_tool.filters import FieldType, Operator, RawCondition, RawFilter, RawValue
 
 _STRATEGIES: dict[int, Strategy] = {
@@ -132,6 +139,26 @@ def chunk_to_proto(chunk: Chunk) -> search_pb2.Chunk:
     for key, value in chunk.metadata.items():
         message.metadata[key].CopyFrom(metadata_value_to_proto(value))
     return message
+
+
+_DEGRADATIONS = {
+    Degradation.MATCH_PHASE: search_tool_pb2.COVERAGE_DEGRADATION_MATCH_PHASE,
+    Degradation.TIMEOUT: search_tool_pb2.COVERAGE_DEGRADATION_TIMEOUT,
+    Degradation.ADAPTIVE_TIMEOUT: search_tool_pb2.COVERAGE_DEGRADATION_ADAPTIVE_TIMEOUT,
+    Degradation.ANN_TIMEOUT: search_tool_pb2.COVERAGE_DEGRADATION_ANN_TIMEOUT,
+    Degradation.NON_IDEAL_STATE: search_tool_pb2.COVERAGE_DEGRADATION_NON_IDEAL_STATE,
+    Degradation.PARTIAL: search_tool_pb2.COVERAGE_DEGRADATION_PARTIAL,
+}
+
+
+def coverage_to_proto(coverage: Coverage) -> search_tool_pb2.Coverage:
+    """How much of the collection answered; reasons in a fixed order."""
+    return search_tool_pb2.Coverage(
+        percent=coverage.percent,
+        documents_searched=coverage.documents_searched,
+        degraded=coverage.degraded,
+        reasons=sorted(_DEGRADATIONS[r] for r in coverage.reasons),
+    )
 
 
 def hit_to_proto(hit: Hit) -> search_pb2.SearchResult:

@@ -123,6 +123,7 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
                 url=vespa.url,
                 cert_path=vespa.cert_path,
                 key_path=vespa.key_path,
+                ca_path=vespa.ca_path,
                 feed_concurrency=vespa.feed_concurrency,
                 feed_retries=vespa.feed_retries,
                 query_timeout_s=vespa.query_timeout_s,

@@ -6,9 +6,11 @@ and the engine are loaded, every call is UNAVAILABLE with a retry hint.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import grpc
+from opentelemetry import trace
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.common.auth import AUTHENTICATED, READ, WRITE, MethodRule, visible_collections
@@ -18,15 +20,18 @@ from services.search_tool.convert import (
     collection_to_proto,
     count_request_from_proto,
     count_to_proto,
+    coverage_to_proto,
     document_from_proto,
     document_summary_to_proto,
     filter_from_proto,
     hit_to_proto,
     strategy_from_proto,
 )
+from services.search_tool.engine.base import Coverage
 from services.search_tool.reading import ReadRequest
 from services.search_tool.service import SearchRequest, SearchService
 
+log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = search_tool_pb2.DESCRIPTOR.services_by_name["SearchToolService"].full_name
 ACCESS_RULES: dict[str, MethodRule] = {
@@ -104,10 +109,14 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
                 validate_only=request.validate_only,
             )
         )
+        coverage = outcome.page.coverage
+        if coverage.degraded:
+            _report_degraded(request.collection, coverage)
         return search_tool_pb2.SearchResponse(
             results=[hit_to_proto(hit) for hit in outcome.page.hits],
             total_count=outcome.page.total_count,
             took_ms=outcome.took_ms,
+            coverage=coverage_to_proto(coverage),
         )
 
     async def ReadDocument(
@@ -182,3 +191,23 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
             documents=[document_summary_to_proto(d) for d in page.documents],
             next_page_token=page.next_page_token,
         )
+
+
+def _report_degraded(collection: str, coverage: Coverage) -> None:
+    """A search that covered part of the collection: a warning and attributes on the RPC's span
+    (`quarry.search.coverage.*`), so partial answers are visible in logs and traces."""
+    reasons = sorted(r.value for r in coverage.reasons)
+    log.warning(
+        "search covered part of the collection",
+        extra={
+            "collection": collection,
+            "coverage_percent": coverage.percent,
+            "documents_searched": coverage.documents_searched,
+            "reasons": reasons,
+        },
+    )
+    span = trace.get_current_span()
+    span.set_attribute("quarry.search.coverage.degraded", True)
+    span.set_attribute("quarry.search.coverage.percent", coverage.percent)
+    span.set_attribute("quarry.search.coverage.documents_searched", coverage.documents_searched)
+    span.set_attribute("quarry.search.coverage.reasons", reasons)

@@ -98,6 +98,16 @@ async def test_hybrid_results_carry_both_score_parts_and_a_total(loaded: Stub) -
     assert reply.took_ms > 0
 
 
+async def test_the_embedded_engine_reports_full_coverage_on_every_search(loaded: Stub) -> None:
+    reply = await loaded.Search(search("docs", "event loop coroutines", HYBRID, limit=5))
+    assert reply.HasField("coverage")
+    assert (reply.coverage.percent, reply.coverage.degraded, list(reply.coverage.reasons)) == (
+        100.0,
+        False,
+        [],
+    )
+
+
 async def test_semantic_results_have_only_the_dense_part(loaded: Stub) -> None:
     reply = await loaded.Search(search("docs", "parsing JSON", SEMANTIC))
     assert reply.results[0].chunk.document_id == "py-json"

@@ -88,6 +88,47 @@ class Hit:
     """BM25 score, when the keyword side found the chunk."""
 
 
+class Degradation(StrEnum):
+    """Why a search covered less than the whole collection (Vespa's `coverage.degraded` flags)."""
+
+    MATCH_PHASE = "match-phase"
+    TIMEOUT = "timeout"
+    ADAPTIVE_TIMEOUT = "adaptive-timeout"
+    ANN_TIMEOUT = "anntimeout"
+    NON_IDEAL_STATE = "non-ideal-state"
+    PARTIAL = "partial"
+    """Not everything answered and no flag says why (nodes down)."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the collection a search covered."""
+
+    percent: float = 100.0
+    """Share searched, 0..100 (a lower bound below 100)."""
+    documents_searched: int = 0
+    """Documents the engine searched (Vespa: active documents of the nodes that answered, all
+    collections); 0 when the engine does not report it."""
+    reasons: frozenset[Degradation] = frozenset()
+    """Why it is degraded (empty when full)."""
+
+    @property
+    def degraded(self) -> bool:
+        return self.percent < 100.0 or bool(self.reasons)
+
+    def merged(self, other: Coverage) -> Coverage:
+        """The coverage of a result built from both requests: the least share, every reason,
+        the most documents one request searched."""
+        return Coverage(
+            min(self.percent, other.percent),
+            max(self.documents_searched, other.documents_searched),
+            self.reasons | other.reasons,
+        )
+
+
+FULL_COVERAGE = Coverage()
+
+
 @dataclass(frozen=True)
 class SearchPage:
     """One page of results."""
@@ -96,8 +137,8 @@ class SearchPage:
     """Ordered by score, after offset/limit."""
     total_count: int
     """Chunks matching the filter and the query (an upper bound for HYBRID)."""
-    coverage: float = 1.0
-    """Fraction of the corpus that answered."""
+    coverage: Coverage = FULL_COVERAGE
+    """How much of the collection answered (the embedded engine always searches all of it)."""
 
 
 @dataclass(frozen=True)

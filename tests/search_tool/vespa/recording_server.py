@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
-from h2.events import DataReceived, RequestReceived, StreamEnded
+from h2.events import DataReceived, RequestReceived, StreamEnded, WindowUpdated
 
 
 @dataclass(frozen=True)
@@ -49,16 +50,19 @@ class RecordingServer:
     respond: Responder
     requests: list[Recorded] = field(default_factory=list)
     received: asyncio.Event = field(default_factory=asyncio.Event)
+    tls: ssl.SSLContext | None = None
+    """When set, the server speaks TLS (ALPN h2) with this context."""
     _server: asyncio.Server | None = None
 
     @property
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{'localhost' if self.tls else host}:{port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -71,6 +75,7 @@ class RecordingServer:
         writer.write(connection.data_to_send())
         streams: dict[int, tuple[dict[str, str], bytearray]] = {}
         tasks: set[asyncio.Task[None]] = set()
+        window = asyncio.Event()  # set when the client opens its flow-control window
         try:
             while data := await reader.read(65536):
                 for event in connection.receive_data(data):
@@ -81,10 +86,14 @@ class RecordingServer:
                         connection.acknowledge_received_data(
                             event.flow_controlled_length, event.stream_id
                         )
+                    elif isinstance(event, WindowUpdated):
+                        window.set()
                     elif isinstance(event, StreamEnded):
                         headers, body = streams.pop(event.stream_id)
                         task = asyncio.create_task(
-                            self._answer(connection, writer, event.stream_id, headers, bytes(body))
+                            self._answer(
+                                connection, writer, event.stream_id, headers, bytes(body), window
+                            )
                         )
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
@@ -104,6 +113,7 @@ class RecordingServer:
         stream_id: int,
         headers: dict[str, str],
         body: bytes,
+        window: asyncio.Event,
     ) -> None:
         url = urlsplit(headers[":path"])
         request = Recorded(
@@ -127,6 +137,22 @@ class RecordingServer:
                 ("content-length", str(len(payload))),
             ],
         )
-        connection.send_data(stream_id, payload, end_stream=True)
-        writer.write(connection.data_to_send())
-        await writer.drain()
+        # in frames of at most the negotiated size, within the client's flow-control window
+        sent = 0
+        while True:
+            room = min(
+                connection.max_outbound_frame_size,
+                connection.local_flow_control_window(stream_id),
+                len(payload) - sent,
+            )
+            if room <= 0 and sent < len(payload):
+                window.clear()
+                await window.wait()
+                continue
+            last = sent + room >= len(payload)
+            connection.send_data(stream_id, payload[sent : sent + room], end_stream=last)
+            writer.write(connection.data_to_send())
+            await writer.drain()
+            sent += room
+            if last:
+                return

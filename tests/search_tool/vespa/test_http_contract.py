@@ -15,16 +15,30 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pytest
 
-from services.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from services.common.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
+from services.search_tool.counting import CountRequest, count_documents
 from services.search_tool.documents import Chunk, ChunkRecord
-from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
+from services.search_tool.engine.base import (
+    Degradation,
+    EngineQuery,
+    Fusion,
+    FusionMethod,
+    Strategy,
+)
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.engine.vespa.documents import chunk_json
+from services.search_tool.engine.vespa.package import MAX_OFFSET
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -32,9 +46,11 @@ from services.search_tool.filters import (
     RawFilter,
     validate_filter,
 )
+from services.search_tool.limits import RequestLimits
 from tests.search_tool.engine_fixtures import DIMENSIONS, vector_for
 from tests.search_tool.vespa.conftest import fixture_fields
 from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
+from tests.search_tool.vespa.yql_reference import And, Retrieval, parse_query
 
 REGISTRY_HIT = {
     "id": "id:quarry:collection::fixture",
@@ -54,8 +70,28 @@ DEGRADED = {
     "nodes": 2,
     "results": 1,
     "resultsFull": 0,
-    "degraded": {"match-phase": False, "timeout": True, "adaptive-timeout": False},
+    "degraded": {
+        "match-phase": False,
+        "timeout": True,
+        "adaptive-timeout": False,
+        "non-ideal-state": False,
+    },
 }
+"""A soft-timeout answer. Authored from `en/reference/querying/default-result-format.html`: the
+`coverage` element (`coverage` an integer percent and a lower bound, `documents`, `full`, `nodes`,
+`results`, `resultsFull`) and its optional `degraded` map (`match-phase`, `timeout`,
+`adaptive-timeout`, `anntimeout`, `non-ideal-state`); `en/querying/query-api.html` ("Timeout":
+with `ranking.softtimeout.enable`, a node out of time returns what it has with
+`degraded.timeout`). Not recorded from a Vespa."""
+NODES_DOWN = {
+    "coverage": 50,
+    "documents": 500,
+    "full": False,
+    "nodes": 1,
+    "results": 1,
+    "resultsFull": 0,
+}
+"""Half the content nodes did not answer and no degradation flag is set (same reference)."""
 
 
 def _root(children: list[dict[str, Any]], total: int, coverage: dict[str, Any] = FULL) -> Reply:
@@ -158,13 +194,45 @@ async def test_semantic_search_sends_one_labelled_nearest_neighbor_per_vector_an
     assert [h.chunk.id for h in page.hits] == ["alpha__chunk_0", "beta__chunk_0"]
     assert page.hits[0].dense_score == pytest.approx(np.cos(1.0), abs=1e-9)  # closeness 0.5
     assert page.total_count == 2
-    assert page.coverage == 1.0
+    assert not page.coverage.degraded
+    assert page.coverage.documents_searched == 5
 
 
-async def test_degraded_coverage_reaches_the_page(started: Any) -> None:
+async def test_degraded_coverage_reaches_the_page_with_its_reason(started: Any) -> None:
     _, engine = await started(lambda r: _root([_hit("alpha__chunk_0", 0.5)], 1, DEGRADED))
     page = await engine.search("fixture", _semantic())
-    assert page.coverage == pytest.approx(0.99)
+    assert page.coverage.degraded
+    assert page.coverage.percent == pytest.approx(99.0)
+    assert page.coverage.documents_searched == 990
+    assert page.coverage.reasons == {Degradation.TIMEOUT}
+
+
+async def test_one_degraded_side_of_a_hybrid_search_degrades_the_whole_page(
+    started: Any,
+) -> None:
+    """The keyword request answered from half the nodes; dense and count were full: the page
+    reports the least coverage and why."""
+
+    def respond(request: Recorded) -> Reply:
+        if request.json().get("ranking") == "keyword":
+            return _root([_hit("alpha__chunk_0", 2.0)], 1, NODES_DOWN)
+        return _root([_hit("alpha__chunk_0", 0.5)], 1)
+
+    _, engine = await started(respond)
+    query = EngineQuery(Strategy.HYBRID, "words", np.stack([vector_for("a")]), limit=2)
+    page = await engine.search("fixture", query)
+    assert page.coverage.percent == pytest.approx(50.0)
+    assert page.coverage.reasons == {Degradation.PARTIAL}
+
+
+async def test_full_coverage_reports_no_degradation(started: Any) -> None:
+    _, engine = await started(lambda r: _root([_hit("alpha__chunk_0", 0.5)], 1))
+    page = await engine.search("fixture", _semantic())
+    assert (page.coverage.degraded, page.coverage.percent, page.coverage.reasons) == (
+        False,
+        100.0,
+        frozenset(),
+    )
 
 
 async def test_keyword_text_is_a_parameter_never_part_of_the_yql(started: Any) -> None:
@@ -177,6 +245,31 @@ async def test_keyword_text_is_a_parameter_never_part_of_the_yql(started: Any) -
     assert text not in keyword["yql"]
     assert "default contains ({targetHits:10}text(@quarry_text))" in keyword["yql"]
     assert page.hits[0].keyword_score == pytest.approx(3.2)
+
+
+async def test_a_keyword_count_matches_any_word_and_never_parses_query_syntax(
+    started: Any,
+) -> None:
+    """KEYWORD's total: an unranked `hits: 0` request whose text() keeps its linguistics
+    tokenization and no syntax (so `-x`, quotes and `field:` stay words) with an `or` composite
+    (`en/reference/api/query.html#model.type`; annotation keys as in `yql.html#userinput`)."""
+    server, engine = await started(lambda r: _root([], 7))
+    text = 'covid -smokers "title:x"'
+    query = EngineQuery(Strategy.KEYWORD, text, np.zeros((0, DIMENSIONS), np.float32))
+    page = await engine.search("fixture", query)
+    (count,) = [b for b in _searches(server) if b.get("ranking") == "unranked"]
+    assert count["hits"] == 0
+    assert count["quarry_text"] == text
+    where = parse_query(count["yql"]).where
+    assert isinstance(where, And)
+    (retrieval,) = [r for r in where.operands if isinstance(r, Retrieval)]
+    assert retrieval.operator == "text"
+    assert retrieval.annotations == {
+        "grammar.tokenization": "linguistics",
+        "grammar.syntax": "none",
+        "grammar.composite": "or",
+    }
+    assert page.total_count == 7
 
 
 async def test_upsert_puts_each_chunk_under_an_id_that_survives_slashes_and_hashes(
@@ -354,8 +447,7 @@ async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(started: 
 
 async def test_scan_asks_for_unranked_whole_chunks_up_to_its_limit(started: Any) -> None:
     """What `read` and `count` stand on: one unranked request for up to `limit` whole chunks,
-    stopping at a short page. (Pages of MAX_HITS are too large for the recording server's frames,
-    so paging across requests is left to the live suite.)"""
+    stopping at a short page (paging across requests: the CountDocuments tests below)."""
     matches = [_chunk_hit(f"d{i:02d}", 0, "wiki", {}) for i in range(25)]
 
     def respond(request: Recorded) -> Reply:
@@ -367,3 +459,272 @@ async def test_scan_asks_for_unranked_whole_chunks_up_to_its_limit(started: Any)
     assert [c.document_id for c in chunks] == [f"d{i:02d}" for i in range(25)]
     scans = [b for b in _searches(server) if "chunk_json" in b["yql"]]
     assert [(b["offset"], b["hits"], b["ranking"]) for b in scans] == [(0, 40, "unranked")]
+
+
+def _deleting(visits: list[dict[str, Any]], search: Callable[[Recorded], Reply]) -> Any:
+    """A responder whose selection deletes (`DELETE …/docid?selection=…`) answer `visits` in
+    turn; other document/v1 calls and searches as `_routed`."""
+    answers = iter(visits)
+
+    def respond(request: Recorded) -> Reply:
+        if request.method == "DELETE" and "selection" in request.query:
+            return Reply(200, {"pathId": request.path, **next(answers)})
+        return _routed(search)(request)
+
+    return respond
+
+
+def _selection_deletes(server: RecordingServer) -> list[Recorded]:
+    return [r for r in server.requests if r.method == "DELETE" and "selection" in r.query]
+
+
+async def test_delete_collection_is_a_selection_delete_that_follows_continuations(
+    started: Any,
+) -> None:
+    """DeleteCollection: Vespa removes the chunks itself, one visit round per request, until the
+    answer carries no `continuation`; then the registry document goes. Response bodies follow
+    `en/reference/api/document-v1.html` (`pathId`, `documentCount`, `continuation`) and the
+    delete-where loop of `en/writing/document-v1-api-guide.html`."""
+    visits: list[dict[str, Any]] = [
+        {"documentCount": 3, "continuation": "AAAAEAAAAAAAAAM3"},
+        {"documentCount": 2},
+    ]
+    server, _ = await started(lambda r: _root([], 0))
+    server.respond = _deleting(visits, lambda r: _root([], 0))
+    engine = await VespaEngine.open(Endpoint(server.url, query_timeout_s=2.0))
+    try:
+        await engine.drop_collection("fixture")
+    finally:
+        await engine.close()
+    rounds = _selection_deletes(server)
+    assert [r.path for r in rounds] == ["/document/v1/quarry/chunk/docid"] * 2
+    assert [r.query.get("continuation") for r in rounds] == [None, "AAAAEAAAAAAAAAM3"]
+    assert all(r.query["selection"] == 'chunk.collection == "fixture"' for r in rounds)
+    assert all(r.query["cluster"] == "quarry_content" for r in rounds)
+    assert all(r.query["timeout"] == "30s" for r in rounds)  # a continuation well before 180 s
+    registry = [r for r in server.requests if r.path.startswith("/document/v1/quarry/collection/")]
+    assert [(r.method, r.path) for r in registry] == [
+        ("DELETE", "/document/v1/quarry/collection/docid/fixture")
+    ]
+
+
+async def test_delete_by_filter_runs_as_one_selection_and_counts_what_vespa_removed(
+    started: Any,
+) -> None:
+    server, engine = await started(lambda r: _root([], 0))
+    server.respond = _deleting([{"documentCount": 4}], lambda r: _root([], 0))
+    where = validate_filter(
+        RawFilter(((RawCondition("source", Operator.EQUALS, 'x" or true or "'),),)),
+        fixture_fields(),
+    )
+    assert await engine.delete_matching("fixture", document_ids=[], where=where) == 4
+    (round_,) = _selection_deletes(server)
+    assert round_.query["selection"] == (
+        'chunk.collection == "fixture" and ((chunk.source == "x\\x22 or true or \\x22"))'
+    )
+    assert not [r for r in _searches(server) if "chunk_id" in r["yql"]]  # no id paging
+
+
+async def test_a_filter_without_a_selection_deletes_the_ids_yql_selects(started: Any) -> None:
+    """Metadata has no documented selection semantics for a missing key: the chunks are found by
+    the search's own YQL and deleted by id."""
+    found = [_chunk_hit("alpha", 0, "wiki", {}), _chunk_hit("beta", 0, "wiki", {})]
+    pages = iter([_root(found, 2), _root([], 0)])
+    server, engine = await started(lambda r: next(pages))
+    where = validate_filter(
+        RawFilter(((RawCondition("metadata.year", Operator.EQUALS, 2024),),)), fixture_fields()
+    )
+    assert await engine.delete_matching("fixture", document_ids=[], where=where) == 2
+    assert not _selection_deletes(server)
+    deletes = sorted(
+        r.path for r in server.requests if r.method == "DELETE" and r.path.startswith("/document/")
+    )
+    assert len(deletes) == 2
+    assert all(p.startswith("/document/v1/quarry/chunk/docid/fixture.") for p in deletes)
+
+
+async def test_a_refused_selection_delete_is_a_failed_precondition_not_a_silent_zero(
+    started: Any,
+) -> None:
+    server, engine = await started(lambda r: _root([], 0))
+
+    def respond(request: Recorded) -> Reply:
+        if request.method == "DELETE" and "selection" in request.query:
+            return Reply(400, {"pathId": request.path, "message": "Failed to parse selection"})
+        return _routed(lambda r: _root([], 0))(request)
+
+    server.respond = respond
+    with pytest.raises(FailedPrecondition, match="Failed to parse selection"):
+        await engine.drop_collection("fixture")
+
+
+def _paged(matches: list[dict[str, Any]]) -> Callable[[Recorded], Reply]:
+    """A Vespa that answers unranked whole-chunk scans by `offset`/`hits` over `matches`."""
+
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        window = matches[body["offset"] : body["offset"] + body["hits"]]
+        return _root(window, len(matches))
+
+    return respond
+
+
+async def test_count_documents_pages_the_scan_past_one_response_and_counts_every_chunk(
+    started: Any,
+) -> None:
+    """CountDocuments on Vespa: the matching chunks are read in unranked pages of `maxHits`
+    (1200) at increasing offsets until a short page, then counted and broken down."""
+    matches = [_chunk_hit(f"d{i:04d}", i % 2, "wiki" if i % 3 else "git", {}) for i in range(2500)]
+    server, engine = await started(_paged(matches))
+    where = RawFilter(((RawCondition("source", Operator.IN, ["wiki", "git"]),),))
+    counted = await count_documents(
+        engine,
+        CountRequest("fixture", filter=where, group_by=("source",)),
+        fixture_fields(),
+        RequestLimits(),
+    )
+    assert (counted.document_count, counted.chunk_count, counted.exact) == (2500, 2500, True)
+    assert counted.breakdowns[0].buckets == [("wiki", 1666), ("git", 834)]
+    scans = [b for b in _searches(server) if "chunk_json" in b["yql"]]
+    assert [(b["offset"], b["hits"]) for b in scans] == [(0, 1200), (1200, 1200), (2400, 1200)]
+    assert all(b["ranking"] == "unranked" for b in scans)
+    assert all('source in ("wiki", "git")' in b["yql"] for b in scans)
+
+
+async def test_a_count_past_max_offset_visits_with_the_filters_selection(started: Any) -> None:
+    """More chunks match than a query can page (`maxOffset`): the chunks are read again by
+    visiting (`GET /document/v1/quarry/chunk/docid?selection=…&fieldSet=chunk:chunk_id,
+    chunk_json`, following `continuation`), so the count is exact. Visit answers follow
+    `en/reference/api/document-v1.html` ("Visit": `documents[{id, fields}]`, `documentCount`,
+    `continuation`) and the data-dump sample of `en/writing/document-v1-api-guide.html`."""
+    full_page = [_chunk_hit(f"q{i:04d}", 0, "wiki", {}) for i in range(1200)]
+    visited = [_chunk_hit(f"v{i}", 0, "wiki" if i < 4 else "git", {}) for i in range(5)]
+    rounds = iter(
+        [
+            {"documents": visited[:3], "documentCount": 3, "continuation": "AAAAEAAAAAAAAAM3"},
+            {"documents": visited[3:], "documentCount": 2},
+        ]
+    )
+
+    def respond(request: Recorded) -> Reply:
+        if request.method == "GET" and "selection" in request.query:
+            return Reply(200, {"pathId": request.path, **next(rounds)})
+        return _routed(lambda r: _root(full_page, 50_000))(request)
+
+    server, engine = await started(lambda r: _root([], 0))
+    server.respond = respond
+    where = RawFilter(((RawCondition("source", Operator.IN, ["wiki", "git"]),),))
+    counted = await count_documents(
+        engine,
+        CountRequest("fixture", filter=where, group_by=("source",)),
+        fixture_fields(),
+        RequestLimits(),
+    )
+    assert (counted.document_count, counted.exact) == (5, True)
+    assert counted.breakdowns[0].buckets == [("wiki", 4), ("git", 1)]
+    visits = [r for r in server.requests if r.method == "GET" and "selection" in r.query]
+    assert [v.query.get("continuation") for v in visits] == [None, "AAAAEAAAAAAAAAM3"]
+    assert all(v.path == "/document/v1/quarry/chunk/docid" for v in visits)
+    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json"
+    assert visits[0].query["cluster"] == "quarry_content"
+    assert visits[0].query["timeout"] == "30s"
+    assert visits[0].query["selection"] == (
+        'chunk.collection == "fixture" and (((chunk.source == "wiki" or chunk.source == "git")))'
+    )
+    offsets = [b["offset"] for b in _searches(server) if "chunk_json" in b["yql"]]
+    assert offsets[-1] <= MAX_OFFSET
+
+
+async def test_a_count_past_max_offset_without_a_selection_fails_instead_of_claiming_exactness(
+    started: Any,
+) -> None:
+    """A metadata filter has no document selection: FailedPrecondition naming the limit, never
+    a subset counted as exact."""
+    full_page = [_chunk_hit(f"d{i:04d}", 0, "wiki", {}) for i in range(1200)]
+    server, engine = await started(lambda r: _root(full_page, 50_000))
+    where = RawFilter(((RawCondition("metadata.year", Operator.GREATER_THAN, 2000),),))
+    with pytest.raises(FailedPrecondition) as raised:
+        await count_documents(
+            engine, CountRequest("fixture", filter=where), fixture_fields(), RequestLimits()
+        )
+    assert raised.value.reason == "VESPA_MAX_OFFSET"
+    assert "maxOffset" in raised.value.message
+    assert not [r for r in server.requests if r.method == "GET"]
+
+
+def _grouping(children: list[dict[str, Any]], root_fields: dict[str, Any], total: int) -> Reply:
+    """A grouping answer in the documented shape: `root.children[0]` is `group:root:0`, holding
+    the root-level outputs in `fields` and one `grouplist:<label>` per parallel `all(group(…))`,
+    whose groups carry `value` and `fields{"count()": n}` — `en/querying/query-api.html`
+    (result of `all(group(customer) each(output(sum(price))))`),
+    `en/learn/tutorials/news-3-searching.md` (`grouplist:category` with `count()`),
+    `en/querying/grouping.html` ("Two parallel groupings"),
+    `en/reference/querying/grouping-language.html` ("Labels": outputs of an `all` without
+    `each` belong to the owning group)."""
+    root_group = {
+        "id": "group:root:0",
+        "relevance": 1.0,
+        "continuation": {"this": ""},
+        "children": children,
+    }
+    if root_fields:
+        root_group["fields"] = root_fields
+    return Reply(
+        200,
+        {
+            "root": {
+                "id": "toplevel",
+                "relevance": 1.0,
+                "fields": {"totalCount": total},
+                "coverage": FULL,
+                "children": [root_group],
+            }
+        },
+    )
+
+
+def _grouplist(label: str, counts: dict[str, int]) -> dict[str, Any]:
+    return {
+        "id": f"grouplist:{label}",
+        "relevance": 1.0,
+        "label": label,
+        "children": [
+            {
+                "id": f"group:string:{value}",
+                "relevance": float(n),
+                "value": value,
+                "fields": {"count()": n},
+            }
+            for value, n in counts.items()
+        ],
+    }
+
+
+async def test_get_collection_reads_counts_per_source_and_the_date_range_from_grouping(
+    started: Any,
+) -> None:
+    earliest, latest = 1709294400000000, 1710072000000000  # 2024-03-01/10 12:00 UTC, in µs
+
+    def respond(request: Recorded) -> Reply:
+        yql = request.json()["yql"]
+        if "min(created_at)" in yql:
+            return _grouping([], {"min(created_at)": earliest, "max(created_at)": latest}, 4)
+        if "group(source)" in yql:
+            lists = [
+                _grouplist("source", {"confluence": 2, "github": 1, "": 1}),
+                _grouplist("entity_type", {"page": 3, "comment": 1}),
+            ]
+            return _grouping(lists, {}, 4)
+        return _root([], 9)  # every chunk of the collection
+
+    server, engine = await started(respond)
+    stats = await engine.describe("fixture")
+    assert (stats.document_count, stats.chunk_count) == (4, 9)
+    assert dict(stats.sources) == {"confluence": 2, "github": 1}  # "" is no source
+    assert dict(stats.entity_types) == {"page": 3, "comment": 1}
+    assert stats.earliest_created_at == datetime(2024, 3, 1, 12, tzinfo=UTC)
+    assert stats.latest_created_at == datetime(2024, 3, 10, 12, tzinfo=UTC)
+    assert stats.fields["metadata.year"].value == "integer"
+    grouped = [b for b in _searches(server) if "group(source)" in b["yql"]]
+    assert grouped[0]["hits"] == 0
+    assert "chunk_index = 0" in grouped[0]["yql"]  # documents: each has exactly one chunk 0

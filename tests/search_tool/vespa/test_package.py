@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 from services.search_tool.engine.vespa.package import (
+    CONTENT_CLUSTER,
     MAX_QUERY_VECTORS,
     STRING_ATTRIBUTES,
     TEXT_ATTRIBUTE_COPIES,
@@ -78,3 +79,25 @@ def test_every_rank_profile_a_search_names_exists() -> None:
     assert "<search" in services
     assert 'document type="chunk"' in services
     assert 'document type="collection"' in services
+
+
+def test_the_content_cluster_selection_deletes_name_is_the_one_the_package_declares() -> None:
+    services = application_package().services_to_text
+    assert f'<content id="{CONTENT_CLUSTER}"' in services
+
+
+def test_only_string_map_values_carry_a_casing() -> None:
+    """`match: cased` is for strings; on a numeric struct field Vespa ignores it with a warning."""
+    schema = application_package().get_schema("chunk").schema_to_text
+    for name, value_type in (
+        ("meta_long", "long"),
+        ("meta_double", "double"),
+        ("meta_bool", "bool"),
+    ):
+        block = schema.split(f"field {name} type map<string,{value_type}>")[1].split(
+            "\n        field "
+        )[0]
+        value = block.split("struct-field value")[1]
+        assert "cased" not in value, name
+    strings = schema.split("field meta_str type map<string,string>")[1].split("\n        field ")[0]
+    assert "cased" in strings.split("struct-field value")[1]

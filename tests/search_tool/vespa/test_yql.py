@@ -48,7 +48,8 @@ GOLDEN = {
         '(meta_long contains sameElement(key contains "year", value > 2022L))'
     ),
     "metadata.year not_in [2022, 2023]": (
-        '(true and !(meta_long contains sameElement(key contains "year", value in (2022L, 2023L))))'
+        '(true and !((meta_long contains sameElement(key contains "year", value = 2022L)'
+        ' or meta_long contains sameElement(key contains "year", value = 2023L))))'
     ),
     "metadata.score equals 3": (
         '(meta_double contains sameElement(key contains "score", value = 3.0))'

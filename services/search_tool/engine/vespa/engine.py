@@ -26,8 +26,11 @@ from services.search_tool.documents import (
     widen,
 )
 from services.search_tool.engine.base import (
+    FULL_COVERAGE,
     CollectionSpec,
     CollectionStats,
+    Coverage,
+    Degradation,
     DocumentSummary,
     EngineQuery,
     Hit,
@@ -49,6 +52,7 @@ from services.search_tool.engine.vespa.queries import (
     keyword_body,
     scan_body,
 )
+from services.search_tool.engine.vespa.selection import collection_selection, compile_selection
 from services.search_tool.engine.vespa.transport import Endpoint, QueryRejected, VespaTransport
 from services.search_tool.engine.vespa.yql import string, vespa_field
 from services.search_tool.filters import (
@@ -65,6 +69,7 @@ from services.search_tool.fusion import Candidate, Completion, fuse, missing_sid
 log = logging.getLogger(__name__)
 
 _ID_BATCH = 200
+_ID_FIELDS = ("chunk_id", "document_id", "content_hash")
 
 
 class VespaEngine:
@@ -117,10 +122,12 @@ class VespaEngine:
             )
 
     async def drop_collection(self, name: str) -> None:
+        """Vespa removes the chunks itself (a selection delete), then the registry entry."""
         async with self._write_locks[name]:
             await self._spec(name)
-            await self._delete_all_matching(name, FilterExpression())
+            removed = await self._transport.delete_where(CHUNK, collection_selection(name))
             await self._transport.delete(COLLECTION, name)
+            log.info("collection dropped", extra={"collection": name, "chunks": removed})
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
         _, types = await self._spec(name)
@@ -218,22 +225,25 @@ class VespaEngine:
             dense_task, keyword_task, count_task
         )
         chunks: dict[str, str] = {}
-        coverages = [count_coverage]
+        coverage = count_coverage
         dense_lists: list[list[Candidate]] = []
-        for ranked, found, coverage in dense_sides:
+        for ranked, found, side_coverage in dense_sides:
             dense_lists.append(ranked)
             chunks.update(found)
-            coverages.append(coverage)
+            coverage = coverage.merged(side_coverage)
         keyword_list = None
         if keyword_side is not None:
-            keyword_list, found, coverage = keyword_side
+            keyword_list, found, side_coverage = keyword_side
             chunks.update(found)
-            coverages.append(coverage)
+            coverage = coverage.merged(side_coverage)
         dense_lists = [d for d in dense_lists if d] or dense_lists[:1]
         completion = None
         if keyword_list is not None and dense_lists:
-            completion, found = await self._completion(name, query, dense_lists, keyword_list)
+            completion, found, side_coverage = await self._completion(
+                name, query, dense_lists, keyword_list
+            )
             chunks.update(found)
+            coverage = coverage.merged(side_coverage)
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
             Hit(chunk_from_json(chunks[f.id]), f.score, f.dense_score, f.keyword_score)
@@ -241,9 +251,6 @@ class VespaEngine:
         ]
         if count_text is not None:
             total = min(total, self._keyword_count_cap)
-        coverage = min(coverages)
-        if coverage < 1.0:
-            log.warning("vespa answered with partial coverage", extra={"coverage": coverage})
         return SearchPage(hits=page, total_count=max(total, len(fused)), coverage=coverage)
 
     async def describe(self, name: str) -> CollectionStats:
@@ -272,30 +279,21 @@ class VespaEngine:
         )
 
     async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
-        """Pages of at most `MAX_HITS` until `limit`, the last match, or Vespa's `maxOffset`."""
+        """Up to `limit` whole chunks matching `where` (`_read`: unranked query pages, a visit
+        past Vespa's `maxOffset`)."""
         await self._spec(name)
-        found: list[Chunk] = []
-        while len(found) < limit and len(found) <= MAX_OFFSET:
-            hits = min(MAX_HITS, limit - len(found))
-            try:
-                root = await self._transport.query(scan_body(name, where, hits, len(found)))
-            except QueryRejected as rejected:
-                raise _rejected(rejected, where) from None
-            page = [h["fields"] for h in root.get("children", []) if "fields" in h]
-            found.extend(chunk_from_json(f["chunk_json"]) for f in page)
-            if len(page) < hits:
-                break
-        return found
+        found = await self._read(name, where, whole=True, limit=limit)
+        return [chunk_from_json(f["chunk_json"]) for f in found]
 
     async def _ranked(
         self, body: dict[str, Any], query: EngineQuery, *, cosine: bool = False
-    ) -> tuple[list[Candidate], dict[str, str], float]:
+    ) -> tuple[list[Candidate], dict[str, str], Coverage]:
         """(candidates best first, chunk id → chunk_json, coverage) of one ranked request."""
         try:
             root = await self._transport.query(body, query.timeout_s)
         except QueryRejected as rejected:
             if not cosine and "null" in rejected.message.lower():
-                return [], {}, 1.0  # text without a searchable word: nothing matches
+                return [], {}, FULL_COVERAGE  # text without a searchable word: nothing matches
             raise _rejected(rejected, query.filter) from None
         ranked, found = [], {}
         for hit in root.get("children", []):
@@ -315,7 +313,7 @@ class VespaEngine:
         query: EngineQuery,
         dense_lists: list[list[Candidate]],
         keyword_list: list[Candidate],
-    ) -> tuple[Completion, dict[str, str]]:
+    ) -> tuple[Completion, dict[str, str], Coverage]:
         """Each side's score of the candidates only the other side found: the same ranked
         requests, restricted to those chunk ids (a nearestNeighbor over a few ids is exact)."""
         keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
@@ -342,27 +340,30 @@ class VespaEngine:
         dense_sides, keyword_side = await asyncio.gather(dense_task, keyword_task)
         cosines: dict[str, float] = {}
         found: dict[str, str] = {}
-        for ranked, chunks, _ in dense_sides:
+        coverage = FULL_COVERAGE
+        for ranked, chunks, side_coverage in dense_sides:
             found.update(chunks)
+            coverage = coverage.merged(side_coverage)
             for c in ranked:
                 cosines[c.id] = max(c.score, cosines.get(c.id, -1.0))
         bm25: dict[str, float] = {}
         if keyword_side is not None:
-            ranked, chunks, _ = keyword_side
+            ranked, chunks, side_coverage = keyword_side
             found.update(chunks)
+            coverage = coverage.merged(side_coverage)
             bm25 = {c.id: c.score for c in ranked}
-        return Completion(dense=cosines, keyword=bm25), found
+        return Completion(dense=cosines, keyword=bm25), found, coverage
 
     async def _count(
         self, name: str, query: EngineQuery, keyword_text: str | None
-    ) -> tuple[int, float]:
+    ) -> tuple[int, Coverage]:
         try:
             root = await self._transport.query(
                 count_body(name, query.filter, keyword_text), query.timeout_s
             )
         except QueryRejected as rejected:
             if keyword_text is not None and "null" in rejected.message.lower():
-                return 0, 1.0
+                return 0, FULL_COVERAGE
             raise _rejected(rejected, query.filter) from None
         return _total(root), _coverage(root)
 
@@ -376,7 +377,7 @@ class VespaEngine:
         counts: dict[str, int] = defaultdict(int)
         first: dict[str, Any] = {}
         for batch in _batches(sorted(matching)):
-            for fields in await self._all_ids(name, _in("document_id", batch), body=scan_body):
+            for fields in await self._read(name, _in("document_id", batch), whole=True):
                 chunk = chunk_from_json(fields["chunk_json"])
                 counts[chunk.document_id] += 1
                 if chunk.chunk_index == 0 or chunk.document_id not in first:
@@ -391,19 +392,64 @@ class VespaEngine:
             for document, count in counts.items()
         ]
 
-    async def _all_ids(
-        self, name: str, expression: FilterExpression, *, body: Any = ids_body
+    async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
+        """`chunk_id`, `document_id`, `content_hash` of every chunk matching `expression`."""
+        return await self._read(name, expression, whole=False)
+
+    async def _read(
+        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None = None
     ) -> list[dict[str, Any]]:
+        """Fields of the chunks matching `expression` (at most `limit`): `chunk_id`,
+        `chunk_json` when `whole`, else `chunk_id`, `document_id`, `content_hash`.
+
+        Unranked query pages of `MAX_HITS` by offset (fast: the filter uses the attributes).
+        A query cannot page past `maxOffset`, so when more match, the chunks are read again
+        by visiting with the filter's document selection (`selection.py`: a linear scan of the
+        cluster, no offset limit); a filter without one fails with FailedPrecondition naming
+        the limit, rather than return a silent subset (a count would claim to be exact)."""
+        body = scan_body if whole else ids_body
         found: list[dict[str, Any]] = []
-        while True:
-            root = await self._transport.query(body(name, expression, MAX_HITS, len(found)))
+        while limit is None or len(found) < limit:
+            if len(found) > MAX_OFFSET:
+                return await self._visit(name, expression, whole=whole, limit=limit)
+            hits = MAX_HITS if limit is None else min(MAX_HITS, limit - len(found))
+            try:
+                root = await self._transport.query(body(name, expression, hits, len(found)))
+            except QueryRejected as rejected:
+                raise _rejected(rejected, expression) from None
             page = [h["fields"] for h in root.get("children", []) if "fields" in h]
             found.extend(page)
-            if len(page) < MAX_HITS:
-                return found
+            if len(page) < hits:
+                break
+        return found
+
+    async def _visit(
+        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None
+    ) -> list[dict[str, Any]]:
+        selection = compile_selection(name, expression)
+        if selection is None:
+            raise FailedPrecondition(
+                f"more than {MAX_OFFSET + MAX_HITS} chunks match and this filter has no "
+                "document selection to visit them with; the Vespa engine reads at most "
+                f"maxOffset + maxHits = {MAX_OFFSET + MAX_HITS} chunks by query: narrow the filter",
+                reason="VESPA_MAX_OFFSET",
+                metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
+            )
+        log.info("more chunks match than a query can page: visiting", extra={"collection": name})
+        fields = ("chunk_id", "chunk_json") if whole else _ID_FIELDS
+        return await self._transport.visit(CHUNK, selection, fields, limit)
 
     async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:
-        """Delete what matches, page by page, until nothing does (acked deletes are visible)."""
+        """Delete what matches: by a document selection Vespa runs itself when the filter has
+        one with the same meaning (`selection`), else the ids the YQL filter selects, page by
+        page, until nothing matches (acked deletes are visible)."""
+        selection = compile_selection(name, expression)
+        if selection is not None:
+            return await self._transport.delete_where(CHUNK, selection)
+        log.info(
+            "delete by filter through YQL ids (no equivalent document selection)",
+            extra={"collection": name},
+        )
         deleted = 0
         while True:
             root = await self._transport.query(ids_body(name, expression, MAX_HITS))
@@ -504,11 +550,29 @@ def _rejected(rejected: QueryRejected, expression: FilterExpression) -> Exceptio
     )
 
 
-def _coverage(root: Mapping[str, Any]) -> float:
+def _coverage(root: Mapping[str, Any]) -> Coverage:
+    """`root.coverage` of a query response (`en/reference/querying/default-result-format.html`):
+    `coverage` (integer percent, a lower bound below 100), `documents` (active documents
+    searched), `full`, and the `degraded` flags. Not full with no flag set: nodes missing."""
     coverage = root.get("coverage")
-    if not coverage or coverage.get("full", True):
-        return 1.0
-    return float(coverage.get("coverage", 100)) / 100.0
+    if not isinstance(coverage, Mapping):
+        return FULL_COVERAGE
+    full = bool(coverage.get("full", True))
+    degraded = coverage.get("degraded")
+    reasons = {
+        Degradation(flag)
+        for flag in _DEGRADATION_FLAGS
+        if isinstance(degraded, Mapping) and degraded.get(flag) is True
+    }
+    if not full and not reasons:
+        reasons.add(Degradation.PARTIAL)
+    percent = 100.0 if full else min(float(coverage.get("coverage", 0)), 100.0)
+    if not full and percent >= 100.0:  # rounded up by Vespa: still not everything
+        percent = 99.99
+    return Coverage(percent, int(coverage.get("documents", 0)), frozenset(reasons))
+
+
+_DEGRADATION_FLAGS = tuple(d.value for d in Degradation if d is not Degradation.PARTIAL)
 
 
 def _total(root: Mapping[str, Any]) -> int:

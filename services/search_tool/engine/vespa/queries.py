@@ -63,7 +63,15 @@ def count_body(
     retrieval = []
     body: dict[str, Any] = {"hits": 0, "ranking": "unranked"}
     if keyword_text is not None:
-        retrieval.append(f'default contains ({{grammar:"any"}}text(@{TEXT_PARAMETER}))')
+        # `text()` is userInput with grammar `linguistics` (weakAnd, linguistics tokens, no query
+        # syntax; `en/linguistics/linguistics.html` "Overriding profile"); only the composite
+        # changes to `or`, so the count matches every chunk with a word of the text and, like
+        # the keyword side, never reads `-x`, `"…"` or `field:` as syntax (`grammar:"any"` would:
+        # its syntax is `simple`, `en/reference/api/query.html#model.type`)
+        retrieval.append(
+            'default contains ({grammar.tokenization:"linguistics", grammar.syntax:"none", '
+            f'grammar.composite:"or"}}text(@{TEXT_PARAMETER}))'
+        )
         body[TEXT_PARAMETER] = keyword_text
     body["yql"] = f"select chunk_id from {CHUNK} where " + where(collection, expression, *retrieval)
     return body

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,16 @@ from vespa.application import Vespa, VespaAsync
 from vespa.retries import NO_RETRY
 
 from services.common.errors import DeadlineExceeded, FailedPrecondition, Unavailable
-from services.search_tool.engine.vespa.package import NAMESPACE
+from services.search_tool.engine.vespa.package import CONTENT_CLUSTER, NAMESPACE
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1.0
+VISIT_PAGE = 1000
+"""`wantedDocumentCount` of each visit request."""
+VISIT_ROUND_TIMEOUT = "30s"
+"""`timeout` of one visit or selection-delete request: Vespa answers with a `continuation` by
+then (the default is 180 s), well inside the HTTP client's own limit."""
 _HTTP_MARGIN_S = 0.5
 """The HTTP call may take this much longer than the `timeout` Vespa itself enforces."""
 
@@ -51,6 +57,9 @@ class Endpoint:
     """Client certificate (mTLS, Vespa Cloud data plane)."""
     key_path: Path | None = None
     """Its private key."""
+    ca_path: Path | None = None
+    """CA bundle (PEM) that signed Vespa's server certificate, when it is not a public CA (a
+    self-managed Vespa with TLS); None trusts the system's CAs."""
     feed_concurrency: int = 16
     """Document writes in flight at once."""
     feed_retries: int = 3
@@ -73,7 +82,10 @@ class VespaTransport:
         self._writes = asyncio.Semaphore(endpoint.feed_concurrency)
 
     async def open(self) -> None:
-        client = VespaAsync(self._app, timeout=self.endpoint.query_timeout_s + 60)
+        tls: dict[str, Any] = {}
+        if self.endpoint.ca_path is not None:  # handed to pyvespa's httpr.AsyncClient as is
+            tls["ca_cert_file"] = str(self.endpoint.ca_path)
+        client = VespaAsync(self._app, timeout=self.endpoint.query_timeout_s + 60, **tls)
         await client.__aenter__()  # type: ignore[no-untyped-call]
         self._client = client
 
@@ -115,6 +127,88 @@ class VespaTransport:
     async def delete(self, schema: str, document_id: str) -> None:
         """Remove one document (200 also when it did not exist)."""
         await self._write("delete", schema, document_id, None)
+
+    async def delete_where(self, schema: str, selection: str) -> int:
+        """Remove every `schema` document `selection` selects (a document selection, see
+        `selection.py`): `DELETE /document/v1/<ns>/<schema>/docid?selection=…&cluster=…`, then
+        again with each `continuation` Vespa returns until it returns none. Returns the
+        documents Vespa reports removed (`documentCount` of every round).
+
+        `en/reference/api/document-v1.html` ("Delete where": mandatory `cluster` and `selection`,
+        optional `continuation`, `timeChunk`, `timeout`; the response carries `documentCount` and,
+        while the visit is unfinished, `continuation`). A visit is a linear scan of the cluster."""
+        params = {
+            "selection": selection,
+            "cluster": CONTENT_CLUSTER,
+            "timeChunk": "10s",
+            "timeout": VISIT_ROUND_TIMEOUT,
+        }
+        removed = 0
+        while True:
+            payload = await self._visit_round("DELETE", schema, params)
+            removed += int(payload.get("documentCount", 0))
+            token = payload.get("continuation")
+            if not token:
+                return removed
+            params = {**params, "continuation": str(token)}
+
+    async def visit(
+        self, schema: str, selection: str, fields: Sequence[str], limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The `fields` of every `schema` document `selection` selects (at most `limit`), by
+        visiting: `GET /document/v1/<ns>/<schema>/docid?selection=…&cluster=…&fieldSet=…`,
+        following `continuation` (`en/reference/api/document-v1.html`, "Visit"; the response's
+        `documents[{id, fields}]`). No offset limit, but a linear scan of the cluster."""
+        params = {
+            "selection": selection,
+            "cluster": CONTENT_CLUSTER,
+            "fieldSet": f"{schema}:{','.join(fields)}",
+            "wantedDocumentCount": str(VISIT_PAGE),
+            "timeout": VISIT_ROUND_TIMEOUT,
+        }
+        found: list[dict[str, Any]] = []
+        while limit is None or len(found) < limit:
+            payload = await self._visit_round("GET", schema, params)
+            for document in payload.get("documents") or []:
+                if isinstance(document, dict) and isinstance(document.get("fields"), dict):
+                    found.append(document["fields"])
+            token = payload.get("continuation")
+            if not token:
+                break
+            params = {**params, "continuation": str(token)}
+        return found if limit is None else found[:limit]
+
+    async def _visit_round(
+        self, method: str, schema: str, params: dict[str, str]
+    ) -> dict[str, Any]:
+        """One request of a visit (`GET`) or a selection delete (`DELETE`); its JSON body."""
+        http = self._connected().httpr_client  # pyvespa's own client: same TLS and headers
+        if http is None:
+            raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
+        url = f"{self._app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
+        try:
+            async with self._writes:
+                if method == "DELETE":
+                    response = await http.delete(url, params=params)
+                else:
+                    response = await http.get(url, params=params)
+        except Exception as error:
+            raise _unreachable(self.endpoint.url, error) from None
+        try:
+            payload = response.json()
+        except Exception:  # an empty or non-JSON body (a proxy's error page)
+            payload = {}
+        payload = payload if isinstance(payload, dict) else {}
+        status = response.status_code
+        if status == 200:
+            return payload
+        message = str(payload.get("message", ""))[:500]
+        if status == 400:
+            action = "selection delete" if method == "DELETE" else "visit"
+            raise FailedPrecondition(
+                f"Vespa refused the {action} on {schema}: {message}", reason="VESPA_REJECTED"
+            )
+        raise _status_error(status, message)
 
     async def _write(
         self, operation: str, schema: str, document_id: str, fields: dict[str, Any] | None

@@ -191,7 +191,9 @@ def _element_tests(
 ) -> list[str]:
     """Tests on a map element's `value`, any of which must hold; `[true]`: the key is there,
     `[false]`: nothing can match."""
-    if operator is Operator.IN and field_type is not FieldType.INTEGER:
+    if operator is Operator.IN:
+        # one sameElement per value: the YQL reference documents comparisons inside
+        # sameElement (`en/reference/querying/yql.html#sameelement`), not `in`
         alternatives = [
             t for v in _values(value) for t in _element_tests(field_type, Operator.EQUALS, v)
         ]

@@ -11,6 +11,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CoverageDegradation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COVERAGE_DEGRADATION_UNSPECIFIED: _ClassVar[CoverageDegradation]
+    COVERAGE_DEGRADATION_MATCH_PHASE: _ClassVar[CoverageDegradation]
+    COVERAGE_DEGRADATION_TIMEOUT: _ClassVar[CoverageDegradation]
+    COVERAGE_DEGRADATION_ADAPTIVE_TIMEOUT: _ClassVar[CoverageDegradation]
+    COVERAGE_DEGRADATION_ANN_TIMEOUT: _ClassVar[CoverageDegradation]
+    COVERAGE_DEGRADATION_NON_IDEAL_STATE: _ClassVar[CoverageDegradation]
+    COVERAGE_DEGRADATION_PARTIAL: _ClassVar[CoverageDegradation]
+
 class FieldType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FIELD_TYPE_UNSPECIFIED: _ClassVar[FieldType]
@@ -26,6 +36,13 @@ class DateInterval(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DATE_INTERVAL_YEAR: _ClassVar[DateInterval]
     DATE_INTERVAL_MONTH: _ClassVar[DateInterval]
     DATE_INTERVAL_DAY: _ClassVar[DateInterval]
+COVERAGE_DEGRADATION_UNSPECIFIED: CoverageDegradation
+COVERAGE_DEGRADATION_MATCH_PHASE: CoverageDegradation
+COVERAGE_DEGRADATION_TIMEOUT: CoverageDegradation
+COVERAGE_DEGRADATION_ADAPTIVE_TIMEOUT: CoverageDegradation
+COVERAGE_DEGRADATION_ANN_TIMEOUT: CoverageDegradation
+COVERAGE_DEGRADATION_NON_IDEAL_STATE: CoverageDegradation
+COVERAGE_DEGRADATION_PARTIAL: CoverageDegradation
 FIELD_TYPE_UNSPECIFIED: FieldType
 FIELD_TYPE_STRING: FieldType
 FIELD_TYPE_INTEGER: FieldType
@@ -127,14 +144,28 @@ class SearchRequest(_message.Message):
     def __init__(self, collection: _Optional[str] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("results", "total_count", "took_ms")
+    __slots__ = ("results", "total_count", "took_ms", "coverage")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
     TOOK_MS_FIELD_NUMBER: _ClassVar[int]
+    COVERAGE_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[_search_pb2.SearchResult]
     total_count: int
     took_ms: float
-    def __init__(self, results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., total_count: _Optional[int] = ..., took_ms: _Optional[float] = ...) -> None: ...
+    coverage: Coverage
+    def __init__(self, results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., total_count: _Optional[int] = ..., took_ms: _Optional[float] = ..., coverage: _Optional[_Union[Coverage, _Mapping]] = ...) -> None: ...
+
+class Coverage(_message.Message):
+    __slots__ = ("percent", "documents_searched", "degraded", "reasons")
+    PERCENT_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_SEARCHED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    percent: float
+    documents_searched: int
+    degraded: bool
+    reasons: _containers.RepeatedScalarFieldContainer[CoverageDegradation]
+    def __init__(self, percent: _Optional[float] = ..., documents_searched: _Optional[int] = ..., degraded: _Optional[bool] = ..., reasons: _Optional[_Iterable[_Union[CoverageDegradation, str]]] = ...) -> None: ...
 
 class GetCollectionRequest(_message.Message):
     __slots__ = ("collection",)
