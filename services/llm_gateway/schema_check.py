@@ -20,6 +20,13 @@ DEFAULT_MAX_SCHEMAS = 256
 MAX_SCHEMA_DEPTH = 32
 """Deepest nesting of objects and arrays a JSON schema may have (tool parameters, structured
 output). Real schemas stay under ten; the limit keeps validation and translation bounded."""
+MAX_SCHEMA_MIN_SIZE = 1_000
+"""Largest `minItems`, `minProperties` or `minContains` a schema may demand. A value that must
+hold a million items is no answer a model can write within its output limit, and filling one
+(the offline provider does) is seconds of CPU: such a schema is refused before any work."""
+SIZE_KEYWORDS = ("minItems", "minProperties", "minContains")
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+"""Keywords whose values are instances, not schemas: never read as schema keywords."""
 
 
 class SchemaProblem(ValueError):
@@ -41,6 +48,35 @@ def json_depth(value: Any) -> int:
         deepest = max(deepest, depth + 1)
         pending.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def size_problem(schema: dict[str, Any]) -> str | None:
+    """Where `schema` demands more than `MAX_SCHEMA_MIN_SIZE` items or properties (its JSON
+    pointer and the limit), or None. Walks without recursion; instance-valued keywords skipped."""
+    pending: list[tuple[Any, str]] = [(schema, "")]
+    while pending:
+        node, pointer = pending.pop()
+        if isinstance(node, list):
+            pending.extend((item, f"{pointer}/{n}") for n, item in enumerate(node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            where = f"{pointer}/{_escape(str(key))}"
+            if key in SIZE_KEYWORDS and isinstance(value, int | float):
+                if value > MAX_SCHEMA_MIN_SIZE:
+                    return (
+                        f"{key} at {where or '/'} is {value}; at most {MAX_SCHEMA_MIN_SIZE} "
+                        "(the limit)"
+                    )
+            elif key not in _DATA_KEYWORDS:
+                pending.append((value, where))
+    return None
+
+
+def _escape(token: str) -> str:
+    """A JSON-pointer reference token (RFC 6901)."""
+    return token.replace("~", "~0").replace("/", "~1")
 
 
 def _integral_as_int(text: str) -> float | int:
@@ -93,7 +129,8 @@ class SchemaChecker:
 
     def parse(self, text: str) -> dict[str, Any]:
         """The schema `text` holds; `SchemaProblem` when it is not JSON, not an object, nested
-        deeper than `MAX_SCHEMA_DEPTH` or not a valid JSON schema. Remembered per text."""
+        deeper than `MAX_SCHEMA_DEPTH`, not a valid JSON schema or demanding more than
+        `MAX_SCHEMA_MIN_SIZE` items. Remembered per text."""
         outcome = self._parsed.get(text)
         if outcome is None:
             outcome = self._load(text)
@@ -121,4 +158,7 @@ class SchemaChecker:
         problem = self.problem(schema)
         if problem is not None:
             return SchemaProblem(f"not a valid JSON schema: {problem}")
+        too_large = size_problem(schema)
+        if too_large is not None:
+            return SchemaProblem(too_large)
         return schema
