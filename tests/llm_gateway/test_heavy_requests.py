@@ -27,7 +27,9 @@ from tests.llm_gateway.gateway_fixtures import gateway_settings, running_gateway
 def _rows(min_items: int) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"rows": {"type": "array", "items": {"type": "string"}, "minItems": min_items}},
+        "properties": {
+            "rows": {"type": "array", "items": {"type": "string"}, "minItems": min_items}
+        },
         "required": ["rows"],
     }
 
@@ -124,7 +126,7 @@ async def test_a_light_generate_is_answered_while_a_heavy_structured_fill_is_sti
     async with running_gateway(gateway_settings()) as stub:
 
         async def heavy() -> pb.GenerateStructuredResponse:
-            reply = await stub.GenerateStructured(
+            reply: pb.GenerateStructuredResponse = await stub.GenerateStructured(
                 pb.GenerateStructuredRequest(
                     messages=[user("x")], schema_json=json.dumps(_rows(MAX_SCHEMA_MIN_SIZE))
                 )
