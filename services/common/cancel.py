@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 
-class CancelsInFlightCall(grpc.aio.UnaryUnaryClientInterceptor[Any, Any]):
+class CancelsInFlightCall(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
     """`inner`, except that its cancellation cancels the RPC it had started."""
 
     def __init__(self, inner: grpc.aio.UnaryUnaryClientInterceptor[Any, Any]) -> None:
