@@ -294,9 +294,15 @@ class LanceDBEngine:
             indexed_rows=lambda: self._vectors.covered_rows(name),
         )
 
-    async def describe(self, name: str) -> CollectionStats:
-        """Scans four columns once per table version; repeated calls between writes are free."""
+    async def describe(
+        self, name: str, *, where: FilterExpression | None = None
+    ) -> CollectionStats:
+        """Scans four columns once per table version; repeated calls between writes are free.
+        Under a filter (`where`), the matching rows are scanned on every call."""
         table = await self._table(name)
+        compiled = compile_filter(where) if where is not None else None
+        if compiled is not None:
+            return await describe_table(name, table, compiled)
         version = await table.version()
         cached = self._described.get(name)
         if cached is not None and cached[0] == version:

@@ -137,10 +137,12 @@ class SearchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., total_count: _Optional[int] = ..., took_ms: _Optional[float] = ...) -> None: ...
 
 class GetCollectionRequest(_message.Message):
-    __slots__ = ("collection",)
+    __slots__ = ("collection", "caller_filter")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
     collection: str
-    def __init__(self, collection: _Optional[str] = ...) -> None: ...
+    caller_filter: _search_pb2.Filter
+    def __init__(self, collection: _Optional[str] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ...) -> None: ...
 
 class FacetCount(_message.Message):
     __slots__ = ("value", "count")
