@@ -20,7 +20,7 @@ from services.llm_gateway.providers.extractive import (
     MAX_FILLED_VALUES,
     ExtractiveProvider,
 )
-from services.llm_gateway.schema_check import MAX_SCHEMA_MIN_SIZE
+from services.llm_gateway.schema_check import MAX_SCHEMA_MIN_SIZE, bounded_validator
 from tests.llm_gateway.gateway_fixtures import gateway_settings, running_gateway, user
 
 
@@ -115,10 +115,13 @@ async def test_a_light_generate_is_answered_while_a_heavy_structured_fill_is_sti
     entered = threading.Event()
     respond = ExtractiveProvider.respond
 
+    released: list[bool] = []
+    """Whether the held fill was released (True) or gave up waiting (False)."""
+
     def held_respond(self: ExtractiveProvider, request: ChatRequest) -> Any:
         if request.response_schema is not None:
             entered.set()
-            release.wait(held_s)
+            released.append(release.wait(held_s))
         return respond(self, request)
 
     monkeypatch.setattr(ExtractiveProvider, "respond", held_respond)
@@ -141,6 +144,66 @@ async def test_a_light_generate_is_answered_while_a_heavy_structured_fill_is_sti
         finished.append("light")
         release.set()
         heavy_reply = await heavy_call
+    assert released == [True], "the light call was answered only after the fill gave up"
     assert finished == ["light", "heavy"]
     assert "offline extractive model" in light.message.text
     assert len(json.loads(heavy_reply.json)["rows"]) == MAX_SCHEMA_MIN_SIZE
+
+
+CATASTROPHIC = "^(a|aa)+$"
+"""Backtracking `re` needs exponential time for this against many `a`s and one `!`."""
+
+
+async def test_a_pattern_that_backtracks_is_matched_in_linear_time_when_validating_a_reply() -> (
+    None
+):
+    """The offline provider fills the string with the conversation's text (here forty `a`s and
+    a `!`): Python's `re` would backtrack for minutes on the event loop; RE2 says no at once, and
+    the reply is refused as not fitting the schema."""
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "pattern": CATASTROPHIC}},
+        "required": ["word"],
+    }
+    async with running_gateway(gateway_settings()) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GenerateStructured(
+                pb.GenerateStructuredRequest(
+                    messages=[
+                        user("x"),
+                        pb.Message(role=pb.ROLE_ASSISTANT, text="a" * 40 + "!"),
+                        user("again"),
+                    ],
+                    schema_json=json.dumps(schema),
+                )
+            )
+    details = details_of_rpc_error(caught.value)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"{'a' * 40}!' does not match" in details.message
+
+
+def test_patterns_are_checked_with_re2_semantics_on_keys_and_values() -> None:
+    schema = {
+        "type": "object",
+        "patternProperties": {"^x_": {"type": "integer"}},
+        "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+    }
+    validator = bounded_validator(schema)
+    assert validator.is_valid({"code": "ABC", "x_a": 1})
+    assert not validator.is_valid({"code": "ABCD"})
+    assert not validator.is_valid({"x_a": "not an integer"})
+    assert not bounded_validator({"type": "string", "pattern": CATASTROPHIC}).is_valid(
+        "a" * 40 + "!"
+    )
+
+
+async def test_a_pattern_re2_cannot_run_is_refused_naming_where_it_is() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "pattern": "(?=a)b"}},
+    }
+    details = await _structured_error(schema)
+    assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in details.violations] == ["schema_json"]
+    assert "at /properties/word/pattern" in details.violations[0].description
+    assert "linear-time (RE2)" in details.violations[0].description

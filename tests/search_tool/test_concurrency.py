@@ -88,12 +88,14 @@ async def test_a_search_is_answered_while_a_large_upsert_is_still_being_chunked(
     )
     held_s = 60.0
     entered, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+    """Whether the held chunking was released (True) or gave up waiting (False)."""
     split = Chunker.split
 
     def held_split(self: Chunker, text: str) -> Any:
         if text.startswith("LARGE"):
             entered.set()
-            release.wait(held_s)
+            released.append(release.wait(held_s))
         return split(self, text)
 
     monkeypatch.setattr(Chunker, "split", held_split)
@@ -113,5 +115,6 @@ async def test_a_search_is_answered_while_a_large_upsert_is_still_being_chunked(
     finished.append("search")
     release.set()
     await upsert
+    assert released == [True], "the search was answered only after the chunking gave up"
     assert finished == ["search", "upsert"]
     assert len(reply.results) == 3

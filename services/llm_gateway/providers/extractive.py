@@ -47,6 +47,7 @@ from services.llm_gateway.providers.extractive_text import (
     split_sentences,
 )
 from services.llm_gateway.providers.offline_stream import stream_response
+from services.llm_gateway.schema_check import bounded_validator
 from services.llm_gateway.tokens import count_text_tokens, estimate_request_tokens
 
 SEARCH = "search"
@@ -269,7 +270,7 @@ def _fill_schema(request: ChatRequest) -> Any:
     summary = _summary(request)
     value = _Filler(summary, schema).value_for(schema, 0)
     try:
-        jsonschema.validate(value, schema)
+        bounded_validator(schema).validate(value)
     except jsonschema.ValidationError as error:
         raise FatalProviderError(
             f"extractive cannot fill this schema: {error.message}", caller_error=True
