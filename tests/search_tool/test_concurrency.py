@@ -11,6 +11,8 @@ import pytest
 from quarry.searchtool.v1 import search_tool_pb2
 
 from services.search_tool.chunking import Chunker
+from services.search_tool.engine.lancedb import engine as lancedb_engine
+from services.search_tool.engine.lancedb.rows import to_chunk
 from tests.search_tool.grpc_helpers import document, search
 
 Stub: TypeAlias = Any
@@ -118,3 +120,43 @@ async def test_a_search_is_answered_while_a_large_upsert_is_still_being_chunked(
     assert released == [True], "the search was answered only after the chunking gave up"
     assert finished == ["search", "upsert"]
     assert len(reply.results) == 3
+
+
+async def test_a_search_is_answered_while_a_count_is_still_reading_its_chunks(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A count reads up to 100,000 stored chunks (seconds of JSON parsing): that reading is held
+    until the search has its answer, which it could not get were the reading on the loop."""
+    await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="busy", documents=_batch(0, 3))
+    )
+    held_s = 60.0
+    entered, release = threading.Event(), threading.Event()
+    released: list[bool] = []
+
+    def held_to_chunk(text: str) -> Any:
+        if not entered.is_set():
+            entered.set()
+            released.append(release.wait(held_s))
+        return to_chunk(text)
+
+    monkeypatch.setattr(lancedb_engine, "to_chunk", held_to_chunk)
+    finished: list[str] = []
+
+    async def count() -> Any:
+        reply = await stub.CountDocuments(
+            search_tool_pb2.CountDocumentsRequest(collection="busy", group_by=["source"])
+        )
+        finished.append("count")
+        return reply
+
+    counting = asyncio.create_task(count())
+    assert await asyncio.to_thread(entered.wait, held_s)
+    reply = await stub.Search(search("busy", "rivers and bridges", limit=5))
+    finished.append("search")
+    release.set()
+    counted = await counting
+    assert released == [True], "the search was answered only after the reading gave up"
+    assert finished == ["search", "count"]
+    assert len(reply.results) == 3
+    assert counted.document_count == 3

@@ -119,6 +119,9 @@ async def test_describe_under_a_filter_counts_and_lists_only_the_matching_docume
     whole = await opened.describe(name)
     assert whole.document_count == len(FIXTURE)
     assert "metadata.score" in whole.fields
+    await opened.upsert(name, [record(replace(FIXTURE[2], id="zeta"))])
+    after_write = await opened.describe(name, where=where)
+    assert (after_write.document_count, dict(after_write.sources)) == (2, {"github": 2})
 
 
 async def test_keyword_and_hybrid_find_the_document_whose_words_match(
