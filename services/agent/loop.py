@@ -241,9 +241,14 @@ class _Run:
         yield Done(result)
 
     async def _prepare(self) -> None:
-        self.collection = await self.loop.search.get_collection(
-            self.request.collection, remaining_s=self.deadline.remaining()
-        )
+        try:  # the facts the model is told are those the caller's filter lets it see
+            self.collection = await self.loop.search.get_collection(
+                self.request.collection,
+                caller_filter=self.request.caller_filter,
+                remaining_s=self.deadline.remaining(),
+            )
+        except InvalidArgument as error:
+            raise as_callers_error(error) from None
         if self.request.caller_filter.groups:
             await self._check_caller_filter()
         self.window = self.executor.window = await self._context_window()

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from quarry.common.v1 import search_pb2
+
 from services.agent.messages import Message, ToolCall
 from services.agent.search import (
     CollectionInfo,
@@ -119,8 +121,16 @@ class SearchClient(Protocol):
         `caller_filter.…` or `filter.…`, `NotFound` for an unknown collection."""
         ...
 
-    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
-        """Raises `NotFound` for an unknown collection."""
+    async def get_collection(
+        self,
+        name: str,
+        *,
+        caller_filter: search_pb2.Filter | None = None,
+        remaining_s: float | None,
+    ) -> CollectionInfo:
+        """What the collection holds — under `caller_filter`, only what it lets its holder see.
+        Raises `NotFound` for an unknown collection, `InvalidArgument` naming
+        `caller_filter.…` for a filter the search tool rejects."""
         ...
 
     async def read_document(

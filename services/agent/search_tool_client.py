@@ -8,6 +8,7 @@ validates and combines them.
 from __future__ import annotations
 
 import grpc
+from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent import convert
@@ -48,8 +49,14 @@ class SearchToolClient:
         except grpc.aio.AioRpcError as error:
             raise domain_error(error, "search tool") from error
 
-    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
-        request = search_tool_pb2.GetCollectionRequest(collection=name)
+    async def get_collection(
+        self,
+        name: str,
+        *,
+        caller_filter: search_pb2.Filter | None = None,
+        remaining_s: float | None,
+    ) -> CollectionInfo:
+        request = search_tool_pb2.GetCollectionRequest(collection=name, caller_filter=caller_filter)
         try:
             reply = await self._stub.GetCollection(request, timeout=remaining_s)
         except grpc.aio.AioRpcError as error:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import grpc
 
+from services.common.cancel import cancelling
 from services.common.keepalive import KEEPALIVE, KeepalivePolicy
 from services.common.telemetry import Telemetry
 from services.common.tls import ChannelTls
@@ -26,13 +27,13 @@ def open_channel(
 ) -> grpc.aio.Channel:
     """A grpc.aio channel to `target` (TLS when `tls.enabled`) that propagates the trace context,
     keeps an idle connection alive within what Quarry servers accept
-    (`services.common.keepalive`) and runs `interceptors` (e.g. `services.common.auth.StaticKey`,
+    (`services.common.keepalive`), cancels the RPC when its caller is cancelled
+    (`services.common.cancel`) and runs `interceptors` (e.g. `services.common.auth.StaticKey`,
     which sends an API key) on every call. `round_robin` spreads calls over every address a
     `dns:///` target resolves to (a Kubernetes headless Service)."""
-    chain: list[Any] = [
-        *(telemetry.client_interceptors() if telemetry else ()),
-        *filed_per_kind(interceptors),
-    ]
+    chain: list[Any] = filed_per_kind(
+        cancelling([*(telemetry.client_interceptors() if telemetry else ()), *interceptors])
+    )
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),

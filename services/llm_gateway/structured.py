@@ -12,11 +12,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
 from services.llm_gateway.attempts import Attempt, ChainError
 from services.llm_gateway.chain import ProviderChain
 from services.llm_gateway.model import ChatRequest, Message, Role, Usage
+from services.llm_gateway.schema_check import bounded_validator
 
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(?P<body>.*?)\n?```\s*$", re.DOTALL)
 
@@ -58,7 +57,7 @@ async def generate_structured(
     deadline: float | None = None,
 ) -> StructuredResult:
     """Ask until the reply validates against the schema, at most `max_attempts` times."""
-    validator = jsonschema.validators.validator_for(request.schema)(request.schema)
+    validator = bounded_validator(request.schema)
     messages = request.messages
     usage = Usage()
     attempts: list[Attempt] = []

@@ -135,9 +135,9 @@ class Ingestor:
         generation = self._generations[collection]
         stored = await self._engine.stored_versions(collection, [d.id for d in batch])
         pending: list[tuple[Document, list[Chunk], str]] = []
-        for document in batch:
-            chunks = self._chunks(document)
-            fingerprint = self._fingerprint(document)
+        # Tokenising is CPU work (seconds for a megabyte of text): never on the event loop.
+        chunked = await asyncio.to_thread(self._chunk_batch, batch)
+        for document, (chunks, fingerprint) in zip(batch, chunked, strict=True):
             previous = stored.get(document.id)
             if (
                 previous is not None
@@ -173,6 +173,10 @@ class Ingestor:
             await self._engine.upsert(collection, prepared.records, absent=absent)
             deleted = await self._engine.delete_chunks(collection, stale)
         return len(prepared.records), deleted
+
+    def _chunk_batch(self, batch: Sequence[Document]) -> list[tuple[list[Chunk], str]]:
+        """Each document's chunks and content fingerprint (pure CPU: run in a worker thread)."""
+        return [(self._chunks(d), self._fingerprint(d)) for d in batch]
 
     def _chunks(self, document: Document) -> list[Chunk]:
         return [

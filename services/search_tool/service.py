@@ -270,9 +270,17 @@ class SearchService:
         fields = await self._engine.fields(request.collection)
         return await count_documents(self._engine, request, fields, self._settings.limits)
 
-    async def get_collection(self, collection: str) -> CollectionStats:
+    async def get_collection(
+        self, collection: str, caller_filter: RawFilter | None = None
+    ) -> CollectionStats:
+        """What the collection holds; with a caller filter, only what that filter lets its holder
+        see (facts from outside it never leave the search tool)."""
         validate_collection_name(collection)
-        return await self._engine.describe(collection)
+        if caller_filter is None or not caller_filter.groups:
+            return await self._engine.describe(collection)
+        fields = await self._engine.fields(collection)
+        where = effective_filter(caller_filter, RawFilter(), fields, limits=self._settings.limits)
+        return await self._engine.describe(collection, where=where)
 
     async def list_collections(self) -> list[CollectionStats]:
         return [await self._engine.describe(name) for name in await self._engine.list_collections()]

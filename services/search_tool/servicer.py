@@ -145,7 +145,9 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         self, request: search_tool_pb2.GetCollectionRequest, context: Context
     ) -> search_tool_pb2.GetCollectionResponse:
         service = self._ready()
-        stats = await service.get_collection(request.collection)
+        stats = await service.get_collection(
+            request.collection, filter_from_proto(request.caller_filter)
+        )
         message = collection_to_proto(stats)
         message.building = service.is_building(request.collection)
         return search_tool_pb2.GetCollectionResponse(collection=message)

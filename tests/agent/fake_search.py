@@ -52,6 +52,7 @@ from services.search_tool.filters import (
     FieldType,
     FilterExpression,
     Operator,
+    RawFilter,
     Scalar,
     effective_filter,
 )
@@ -113,6 +114,8 @@ class FakeSearch:
         self.validated: list[SearchRequest] = []
         self.reads: list[ReadRequest] = []
         self.counts: list[CountRequest] = []
+        self.collections: list[search_pb2.Filter] = []
+        """The caller filter of each get_collection call."""
         self.remaining_s: list[float | None] = []
         self.called = asyncio.Event()
         self.cancelled = asyncio.Event()
@@ -192,15 +195,35 @@ class FakeSearch:
         )
         return convert.document_count(count_to_proto(count))
 
-    async def get_collection(self, name: str, *, remaining_s: float | None) -> CollectionInfo:
+    async def get_collection(
+        self,
+        name: str,
+        *,
+        caller_filter: search_pb2.Filter | None = None,
+        remaining_s: float | None,
+    ) -> CollectionInfo:
+        """The facts of the documents the caller's filter lets it see (all without one),
+        decided by the search tool's own `effective_filter`, as GetCollection decides them."""
+        self.collections.append(caller_filter or search_pb2.Filter())
         self._check_collection(name)
+        expression = effective_filter(
+            filter_from_proto(caller_filter or search_pb2.Filter()), RawFilter(), self.fields()
+        )
+        seen = [d for d in self.documents if matches(d, expression)]
+        fields = self.fields()
+        if not expression.is_empty:
+            keys = {METADATA_PREFIX + k for d in seen for k in d.metadata}
+            fields = {n: t for n, t in fields.items() if n in CHUNK_FIELDS or n in keys}
+        dates = [d.created_at for d in seen if d.created_at is not None]
         return CollectionInfo(
             name=name,
-            document_count=len({d.document_id for d in self.documents}),
-            chunk_count=len(self.documents),
-            sources=_facets(d.source for d in self.documents),
-            entity_types=_facets(d.entity_type for d in self.documents),
-            fields=tuple((n, str(t)) for n, t in self.fields().items()),
+            document_count=len({d.document_id for d in seen}),
+            chunk_count=len(seen),
+            sources=_documents_per(seen, lambda d: d.source),
+            entity_types=_documents_per(seen, lambda d: d.entity_type),
+            fields=tuple((n, str(t)) for n, t in fields.items()),
+            earliest_created_at=min(dates, default=None),
+            latest_created_at=max(dates, default=None),
         )
 
     def fields(self) -> dict[str, FieldType]:
@@ -348,8 +371,12 @@ def _hit(doc: FakeDocument, score: float) -> SearchHit:
     )
 
 
-def _facets(values: Iterable[str]) -> tuple[Facet, ...]:
-    counts: dict[str, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return tuple(Facet(v, n) for v, n in sorted(counts.items()))
+def _documents_per(
+    documents: Iterable[FakeDocument], value_of: Callable[[FakeDocument], str]
+) -> tuple[Facet, ...]:
+    """Distinct documents per non-empty value, as GetCollection counts them."""
+    ids: dict[str, set[str]] = {}
+    for doc in documents:
+        if value_of(doc):
+            ids.setdefault(value_of(doc), set()).add(doc.document_id)
+    return tuple(Facet(v, len(d)) for v, d in sorted(ids.items()))

@@ -97,7 +97,9 @@ class FakeSearchService(st_grpc.SearchToolServiceServicer):  # type: ignore[misc
     async def GetCollection(
         self, request: st.GetCollectionRequest, context: Context
     ) -> st.GetCollectionResponse:
-        info = await self.search.get_collection(request.collection, remaining_s=None)
+        info = await self.search.get_collection(
+            request.collection, caller_filter=request.caller_filter, remaining_s=None
+        )
         return st.GetCollectionResponse(
             collection=st.Collection(
                 name=info.name,

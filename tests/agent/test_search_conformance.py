@@ -345,3 +345,66 @@ async def test_the_fake_search_tool_counts_like_the_real_one(
     counted = [o[1] for o in outcomes if o[0] == "OK"]
     assert len({c.document_count for c in counted}) > 2
     assert all(b.buckets for c in counted if c.document_count for b in c.breakdowns)
+
+
+def _described() -> list[tuple[str, search_pb2.Filter]]:
+    """Caller filters GetCollection describes under: none, one source, a metadata key only some
+    documents have, OR-groups, a filter nothing matches, and two it must refuse."""
+    eq, is_in = search_pb2.FILTER_OPERATOR_EQUALS, search_pb2.FILTER_OPERATOR_IN
+    gt = search_pb2.FILTER_OPERATOR_GREATER_THAN
+    return [
+        ("whole collection", search_pb2.Filter()),
+        ("one source", _caller([("source", eq, "github")])),
+        ("metadata key", _caller([("metadata.year", eq, 2022)])),
+        ("or groups", _caller([("source", eq, "slack")], [("entity_type", eq, "comment")])),
+        ("sources in", _caller([("source", is_in, ["confluence", "gdrive"])])),
+        ("nothing", _caller([("source", eq, "nowhere")])),
+        ("unknown field", _caller([("colour", eq, "red")])),
+        ("bad operator", _caller([("title", gt, "a")])),
+    ]
+
+
+async def _collection_outcome(search: SearchClient, caller: search_pb2.Filter) -> Outcome:
+    try:
+        info = await search.get_collection(COLLECTION, caller_filter=caller, remaining_s=30)
+    except InvalidArgument as error:
+        return ("INVALID_ARGUMENT", sorted(v.field for v in error.violations))
+    return (
+        "OK",
+        {
+            "documents": info.document_count,
+            "chunks": info.chunk_count,
+            "sources": sorted((f.value, f.count) for f in info.sources),
+            "entity_types": sorted((f.value, f.count) for f in info.entity_types),
+            "fields": sorted(info.fields),
+            "dates": (info.earliest_created_at, info.latest_created_at),
+        },
+    )
+
+
+async def test_the_fake_search_tool_describes_a_collection_under_a_caller_filter_like_the_real_one(
+    real_search: SearchToolClient,
+) -> None:
+    fake = FakeSearch([_fake(d) for d in FIXTURE], collection=COLLECTION)
+    disagreements, outcomes = [], {}
+    for name, caller in _described():
+        real, faked = (
+            await _collection_outcome(real_search, caller),
+            await _collection_outcome(fake, caller),
+        )
+        outcomes[name] = real
+        if real != faked:
+            disagreements.append(f"{name}: real {real}, fake {faked}")
+    assert disagreements == []
+    whole, github = outcomes["whole collection"][1], outcomes["one source"][1]
+    assert len(whole["sources"]) == 4
+    assert github["sources"] == [("github", 1)]
+    assert github["documents"] == 1
+    assert ("metadata.score", "double") in whole["fields"]
+    assert ("metadata.score", "double") not in github["fields"]
+    assert outcomes["nothing"][1]["documents"] == 0
+    assert outcomes["unknown field"] == (
+        "INVALID_ARGUMENT",
+        ["caller_filter.groups[0].conditions[0].field"],
+    )
+    assert outcomes["bad operator"][0] == "INVALID_ARGUMENT"

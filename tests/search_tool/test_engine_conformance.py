@@ -101,6 +101,29 @@ async def test_describe_counts_documents_per_source_and_the_date_range(
     assert name in await opened.list_collections()
 
 
+async def test_describe_under_a_filter_counts_and_lists_only_the_matching_documents(
+    engine: tuple[SearchEngine, str],
+) -> None:
+    """GetCollection under a caller filter: nothing about the documents outside it."""
+    opened, name = engine
+    github = RawFilter(((RawCondition("source", Operator.EQUALS, "github"),),))
+    where = validate_filter(github, await opened.fields(name))
+    stats = await opened.describe(name, where=where)
+    assert (stats.document_count, stats.chunk_count) == (1, 1)
+    assert dict(stats.sources) == {"github": 1}
+    assert dict(stats.entity_types) == {"issue": 1}
+    assert stats.earliest_created_at == stats.latest_created_at == FIXTURE[2].created_at
+    assert {"metadata.year", "metadata.team"} <= set(stats.fields)
+    assert "metadata.score" not in stats.fields
+    assert "source" in stats.fields
+    whole = await opened.describe(name)
+    assert whole.document_count == len(FIXTURE)
+    assert "metadata.score" in whole.fields
+    await opened.upsert(name, [record(replace(FIXTURE[2], id="zeta"))])
+    after_write = await opened.describe(name, where=where)
+    assert (after_write.document_count, dict(after_write.sources)) == (2, {"github": 2})
+
+
 async def test_keyword_and_hybrid_find_the_document_whose_words_match(
     engine: tuple[SearchEngine, str],
 ) -> None:

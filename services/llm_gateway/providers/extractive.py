@@ -15,6 +15,7 @@ with that text, numbers 0, arrays empty).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -46,6 +47,7 @@ from services.llm_gateway.providers.extractive_text import (
     split_sentences,
 )
 from services.llm_gateway.providers.offline_stream import stream_response
+from services.llm_gateway.schema_check import bounded_validator
 from services.llm_gateway.tokens import count_text_tokens, estimate_request_tokens
 
 SEARCH = "search"
@@ -69,6 +71,10 @@ OFFLINE_INTRO = (
 )
 MODEL = "extractive-v1"
 CONTEXT_WINDOW_TOKENS = 1_000_000
+MAX_FILLED_VALUES = 10_000
+"""Most values a structured-output fill may build (nested `minItems` multiply, and a `$ref`
+cycle never ends): beyond it the schema is refused as the caller's error."""
+MAX_FILL_DEPTH = 64
 
 
 class ExtractiveProvider:
@@ -100,17 +106,18 @@ class ExtractiveProvider:
         return self._context_window_tokens
 
     async def generate(self, request: ChatRequest) -> ChatResponse:
-        return self.respond(request)
+        return await asyncio.to_thread(self.respond, request)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        async for event in stream_response(self.respond(request)):
+        async for event in stream_response(await asyncio.to_thread(self.respond, request)):
             yield event
 
     async def aclose(self) -> None:
         return None
 
     def respond(self, request: ChatRequest) -> ChatResponse:
-        """The whole turn, computed synchronously (it is pure)."""
+        """The whole turn, computed synchronously (it is pure, so `generate` and `stream` run it
+        in a worker thread: a large conversation or schema never holds up the event loop)."""
         if request.response_schema is not None:
             return self._reply(request, json.dumps(_fill_schema(request), ensure_ascii=False))
         offered = {tool.name for tool in request.tools}
@@ -261,9 +268,9 @@ def _fill_schema(request: ChatRequest) -> Any:
     """A deterministic value satisfying the response schema, strings carrying the summary."""
     schema = request.response_schema or {}
     summary = _summary(request)
-    value = _value_for(schema, summary, schema)
+    value = _Filler(summary, schema).value_for(schema, 0)
     try:
-        jsonschema.validate(value, schema)
+        bounded_validator(schema).validate(value)
     except jsonschema.ValidationError as error:
         raise FatalProviderError(
             f"extractive cannot fill this schema: {error.message}", caller_error=True
@@ -285,37 +292,56 @@ def _summary(request: ChatRequest) -> str:
     return " ".join(sentences[:MAX_SENTENCES]) or NOT_FOUND_TEXT
 
 
-def _value_for(schema: dict[str, Any], summary: str, root: dict[str, Any]) -> Any:
-    if "$ref" in schema:
-        return _value_for(_resolve(schema["$ref"], root), summary, root)
-    if "const" in schema:
-        return schema["const"]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf", "allOf"):
-        if schema.get(key):
-            return _value_for(schema[key][0], summary, root)
-    kind = schema.get("type", "object" if "properties" in schema else "string")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object":
-        properties = schema.get("properties", {})
-        return {name: _value_for(sub, summary, root) for name, sub in properties.items()}
-    if kind == "array":
-        count = schema.get("minItems", 0)
-        return [_value_for(schema.get("items", {}), summary, root) for _ in range(count)]
-    if kind in ("integer", "number"):
-        return max(0, schema.get("minimum", 0))
-    if kind == "boolean":
-        return False
-    if kind == "null":
-        return None
-    limit = schema.get("maxLength")
-    return summary[:limit] if isinstance(limit, int) else summary
+class _Filler:
+    """Builds the value, counting what it builds: at most `MAX_FILLED_VALUES` values, nested at
+    most `MAX_FILL_DEPTH` deep (a `$ref` cycle through required values never bottoms out)."""
+
+    def __init__(self, summary: str, root: dict[str, Any]) -> None:
+        self.summary = summary
+        self.root = root
+        self.filled = 0
+
+    def value_for(self, schema: Any, depth: int) -> Any:
+        if not isinstance(schema, dict):  # `true`, `{}`: anything goes
+            schema = {}
+        self.filled += 1
+        if self.filled > MAX_FILLED_VALUES or depth > MAX_FILL_DEPTH:
+            raise FatalProviderError(
+                f"extractive cannot fill this schema: its smallest value has more than "
+                f"{MAX_FILLED_VALUES} values or nests deeper than {MAX_FILL_DEPTH} levels "
+                "(the limits)",
+                caller_error=True,
+            )
+        if "$ref" in schema:
+            return self.value_for(_resolve(schema["$ref"], self.root), depth + 1)
+        if "const" in schema:
+            return schema["const"]
+        if schema.get("enum"):
+            return schema["enum"][0]
+        for key in ("anyOf", "oneOf", "allOf"):
+            if schema.get(key):
+                return self.value_for(schema[key][0], depth + 1)
+        kind = schema.get("type", "object" if "properties" in schema else "string")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "null")
+        if kind == "object":
+            properties = schema.get("properties", {})
+            return {name: self.value_for(sub, depth + 1) for name, sub in properties.items()}
+        if kind == "array":
+            count = int(schema.get("minItems", 0))
+            return [self.value_for(schema.get("items", {}), depth + 1) for _ in range(count)]
+        if kind in ("integer", "number"):
+            return max(0, schema.get("minimum", 0))
+        if kind == "boolean":
+            return False
+        if kind == "null":
+            return None
+        limit = schema.get("maxLength")
+        return self.summary[:limit] if isinstance(limit, int) else self.summary
 
 
 def _resolve(reference: str, root: dict[str, Any]) -> dict[str, Any]:
     node: Any = root
-    for part in reference.lstrip("#/").split("/"):
+    for part in [p for p in reference.removeprefix("#").split("/") if p]:  # "#": the root
         node = node.get(part, {}) if isinstance(node, dict) else {}
     return node if isinstance(node, dict) else {}

@@ -243,8 +243,12 @@ class SearchEngine(Protocol):
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
         """Run one search."""
 
-    async def describe(self, name: str) -> CollectionStats:
-        """Counts, fields, date range and embedding of a collection."""
+    async def describe(
+        self, name: str, *, where: FilterExpression | None = None
+    ) -> CollectionStats:
+        """Counts, fields, date range and embedding of a collection; with `where`, of the chunks
+        matching it only: counts, sources, entity types, date range and the metadata keys they
+        have (the chunk fields are always listed)."""
 
     async def list_documents(
         self, name: str, *, where: FilterExpression | None

@@ -728,3 +728,92 @@ async def test_get_collection_reads_counts_per_source_and_the_date_range_from_gr
     grouped = [b for b in _searches(server) if "group(source)" in b["yql"]]
     assert grouped[0]["hits"] == 0
     assert "chunk_index = 0" in grouped[0]["yql"]  # documents: each has exactly one chunk 0
+
+
+def _grouped(lists: dict[str, dict[str, int]], documents: int) -> Reply:
+    """A grouping answer (`en/reference/querying/default-result-format.html`): one root group
+    holding a labelled group list per `group(...)`, each group with its `count()`."""
+    root_group = {
+        "id": "group:root:0",
+        "relevance": 1.0,
+        "children": [
+            {
+                "id": f"grouplist:{label}",
+                "label": label,
+                "relevance": 1.0,
+                "children": [
+                    {
+                        "id": f"group:string:{value}",
+                        "value": value,
+                        "relevance": 1.0,
+                        "fields": {"count()": count},
+                    }
+                    for value, count in groups.items()
+                ],
+            }
+            for label, groups in lists.items()
+        ],
+    }
+    return _root([root_group], documents)
+
+
+async def test_describe_under_a_caller_filter_counts_and_lists_only_what_matches_it(
+    started: Any,
+) -> None:
+    """Every describe query carries the filter; the facets, counts and metadata keys come from
+    the matching documents only (a key no matching document has is not listed)."""
+
+    def respond(request: Recorded) -> Reply:
+        yql = request.json()["yql"]
+        if "group(source)" in yql:
+            keys = {"meta_str.key": {"team": 2}, "meta_long.key": {}}
+            return _grouped({"source": {"wiki": 2}, "entity_type": {"page": 2}, **keys}, 2)
+        if "min(created_at)" in yql:
+            return _grouped({}, 0)
+        return _root([], 5)
+
+    server, engine = await started(respond)
+    team = RawCondition("metadata.team", Operator.EQUALS, "search")
+    expression = validate_filter(RawFilter(((team,),)), fixture_fields())
+    stats = await engine.describe("fixture", where=expression)
+
+    queries = [r.json()["yql"] for r in server.requests if r.path.startswith("/search/")]
+    described = [q for q in queries if "from collection" not in q]
+    assert len(described) == 3
+    assert all("meta_str" in q and '"search"' in q for q in described)
+    grouping = next(q for q in described if "group(source)" in q)
+    assert all(f"group({m}.key)" in grouping for m in ("meta_str", "meta_long"))
+    assert (stats.document_count, stats.chunk_count) == (2, 5)
+    assert dict(stats.sources) == {"wiki": 2}
+    assert dict(stats.entity_types) == {"page": 2}
+    assert "metadata.team" in stats.fields
+    assert "metadata.year" not in stats.fields
+    assert stats.earliest_created_at is None
+
+
+async def test_describe_without_a_filter_lists_every_registered_metadata_key(
+    started: Any,
+) -> None:
+    def respond(request: Recorded) -> Reply:
+        if "group(source)" in request.json()["yql"]:
+            return _grouped({"source": {"wiki": 2, "git": 1}, "entity_type": {}}, 3)
+        return _root([], 4)
+
+    server, engine = await started(respond)
+    stats = await engine.describe("fixture")
+    queries = [r.json()["yql"] for r in server.requests if r.path.startswith("/search/")]
+    grouping = next(q for q in queries if "group(source)" in q)
+    assert ".key)" not in grouping
+    assert {"metadata.team", "metadata.year"} <= set(stats.fields)
+    assert dict(stats.sources) == {"wiki": 2, "git": 1}
+
+
+async def test_describe_under_a_filter_vespa_rejects_names_the_caller_filter(
+    started: Any,
+) -> None:
+    _, engine = await started(lambda r: Reply(400, REJECTED_FIELD))
+    year = RawCondition("metadata.year", Operator.EQUALS, 2024)
+    expression = validate_filter(RawFilter(((year,),)), fixture_fields())
+    with pytest.raises(InvalidArgument) as raised:
+        await engine.describe("fixture", where=expression)
+    assert raised.value.violations[0].field == "caller_filter"

@@ -43,7 +43,13 @@ from services.search_tool.engine.vespa.documents import (
     chunk_fields,
     chunk_from_json,
 )
-from services.search_tool.engine.vespa.package import CHUNK, COLLECTION, MAX_HITS, MAX_OFFSET
+from services.search_tool.engine.vespa.package import (
+    CHUNK,
+    COLLECTION,
+    MAX_HITS,
+    MAX_OFFSET,
+    METADATA_MAPS,
+)
 from services.search_tool.engine.vespa.queries import (
     count_body,
     dense_body,
@@ -253,16 +259,25 @@ class VespaEngine:
             total = min(total, self._keyword_count_cap)
         return SearchPage(hits=page, total_count=max(total, len(fused)), coverage=coverage)
 
-    async def describe(self, name: str) -> CollectionStats:
+    async def describe(
+        self, name: str, *, where: FilterExpression | None = None
+    ) -> CollectionStats:
         spec, types = await self._spec(name)
-        chunks, grouped, dated = await asyncio.gather(
-            self._transport.query(count_body(name, FilterExpression())),
-            self._transport.query(describe_body(name)),
-            self._transport.query(describe_body(name, dated=True)),
-        )
+        expression = where or FilterExpression()
+        try:
+            chunks, grouped, dated = await asyncio.gather(
+                self._transport.query(count_body(name, expression)),
+                self._transport.query(describe_body(name, expression)),
+                self._transport.query(describe_body(name, expression, dated=True)),
+            )
+        except QueryRejected as rejected:
+            raise _rejected(rejected, expression, "caller_filter") from None
         groups = _grouplists(grouped)
         dates = _root_group(dated).get("fields", {})
         earliest, latest = dates.get("min(created_at)"), dates.get("max(created_at)")
+        if not expression.is_empty:  # only the metadata keys the matching documents have
+            present = {k for m in METADATA_MAPS.values() for k in groups.get(f"{m}.key", {})}
+            types = {k: t for k, t in types.items() if k in present}
         fields = dict(CHUNK_FIELDS)
         fields.update({f"{METADATA_PREFIX}{k}": t for k, t in sorted(types.items())})
         return CollectionStats(
@@ -535,13 +550,15 @@ def _batches(values: Sequence[str]) -> list[Sequence[str]]:
     return [values[i : i + _ID_BATCH] for i in range(0, len(values), _ID_BATCH)]
 
 
-def _rejected(rejected: QueryRejected, expression: FilterExpression) -> Exception:
-    """A 400 names the filter field when Vespa's message names its Vespa field."""
+def _rejected(
+    rejected: QueryRejected, expression: FilterExpression, field: str = "filter"
+) -> Exception:
+    """A 400 names the filter (`field`) when Vespa's message names a Vespa field of it."""
     for group in expression.groups:
         for condition in group.conditions:
             if vespa_field(condition.field) in rejected.message:
                 return InvalidArgument.for_field(
-                    "filter",
+                    field,
                     f"Vespa rejected the condition on {condition.field}: {rejected.message}",
                 )
     return FailedPrecondition(

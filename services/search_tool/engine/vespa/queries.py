@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.search_tool.engine.vespa.package import CHUNK, EMBEDDING
+from services.search_tool.engine.vespa.package import CHUNK, EMBEDDING, METADATA_MAPS
 from services.search_tool.engine.vespa.yql import where
 from services.search_tool.filters import FilterExpression
 
@@ -90,20 +90,31 @@ def ids_body(
     }
 
 
-def describe_body(collection: str, *, dated: bool = False) -> dict[str, Any]:
+def describe_body(
+    collection: str,
+    expression: FilterExpression | None = None,
+    *,
+    dated: bool = False,
+) -> dict[str, Any]:
     """Documents (their first chunks: every document has exactly one chunk 0) per source and per
     entity type; with `dated`, only those with a `created_at` and its range (a range never
-    matches an unset value) — `en/reference/querying/grouping-language.html`."""
+    matches an unset value) — `en/reference/querying/grouping-language.html`. Under a filter
+    (`expression`), of the matching documents only, and with the metadata keys they have
+    (grouping on each typed map's keys: `group(<map>.key)`)."""
     condition = "chunk_index = 0" + (f" and created_at >= {-(2**63) + 1}L" if dated else "")
-    grouping = (
-        "all(output(min(created_at), max(created_at)))"
-        if dated
-        else "all(all(group(source) max(1000) each(output(count())))"
-        " all(group(entity_type) max(1000) each(output(count()))))"
+    filtered = expression is not None and not expression.is_empty
+    keys = "".join(
+        f" all(group({name}.key) max(1000) each(output(count())))"
+        for name in METADATA_MAPS.values()
     )
+    facets = (
+        "all(group(source) max(1000) each(output(count())))"
+        " all(group(entity_type) max(1000) each(output(count())))" + (keys if filtered else "")
+    )
+    grouping = "all(output(min(created_at), max(created_at)))" if dated else f"all({facets})"
     return {
         "yql": f"select chunk_id from {CHUNK} where "
-        + where(collection, FilterExpression(), condition)
+        + where(collection, expression or FilterExpression(), condition)
         + f" limit 0 | {grouping}",
         "hits": 0,
         "ranking": "unranked",

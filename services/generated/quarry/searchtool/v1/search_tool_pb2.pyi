@@ -168,10 +168,12 @@ class Coverage(_message.Message):
     def __init__(self, percent: _Optional[float] = ..., documents_searched: _Optional[int] = ..., degraded: _Optional[bool] = ..., reasons: _Optional[_Iterable[_Union[CoverageDegradation, str]]] = ...) -> None: ...
 
 class GetCollectionRequest(_message.Message):
-    __slots__ = ("collection",)
+    __slots__ = ("collection", "caller_filter")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FILTER_FIELD_NUMBER: _ClassVar[int]
     collection: str
-    def __init__(self, collection: _Optional[str] = ...) -> None: ...
+    caller_filter: _search_pb2.Filter
+    def __init__(self, collection: _Optional[str] = ..., caller_filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ...) -> None: ...
 
 class FacetCount(_message.Message):
     __slots__ = ("value", "count")

@@ -1,0 +1,66 @@
+"""The model is told only what the caller may see: the collection facts of its first message
+(documents, chunks, sources, entity types, metadata keys, dates) are computed under the caller's
+filter, by the fake search tool and by the real one alike."""
+
+from __future__ import annotations
+
+import pytest
+from quarry.common.v1 import search_pb2
+
+from services.agent.loop import AgentLoop
+from services.agent.ports import SearchClient
+from services.agent.run import RunRequest
+from services.agent.testing import ScriptedModel, answer_call, turn
+from tests.agent.conftest import caller_filter, collect
+from tests.agent.fake_search import FakeSearch
+from tests.agent.test_search_conformance import COLLECTION, _fake, real_search
+from tests.search_tool.filter_cases import FIXTURE
+
+__all__ = ["real_search"]  # the real search tool, loaded with FIXTURE
+
+OUTSIDE = ("confluence", "gdrive", "slack", "page", "comment", "message", "metadata.score")
+"""Sources, entity types and a metadata key only documents outside `source = github` have."""
+
+
+@pytest.fixture(params=["fake", "real"])
+def search(request: pytest.FixtureRequest) -> SearchClient:
+    if request.param == "real":
+        client: SearchClient = request.getfixturevalue("real_search")
+        return client
+    return FakeSearch([_fake(d) for d in FIXTURE], collection=COLLECTION)
+
+
+async def _collection_section(search: SearchClient, caller: search_pb2.Filter) -> str:
+    """The `## Collection` section of the first message the model received."""
+    model = ScriptedModel([turn("", answer_call("Nothing to say."))])
+    request = RunRequest(collection=COLLECTION, query="What happened?", caller_filter=caller)
+    await collect(AgentLoop(model, search).stream(request))
+    task = model.requests[0].messages[1].text
+    return task.split("## Collection\n", 1)[1]
+
+
+async def test_a_caller_restricted_to_one_source_is_described_only_that_source(
+    search: SearchClient,
+) -> None:
+    section = await _collection_section(search, caller_filter([("source", "equals", "github")]))
+    assert "documents: 1; chunks: 1" in section
+    assert "sources: github (1)" in section
+    assert "entity types: issue (1)" in section
+    assert "metadata.team (string)" in section
+    assert [word for word in OUTSIDE if word in section] == []
+
+
+async def test_without_a_caller_filter_the_whole_collection_is_described(
+    search: SearchClient,
+) -> None:
+    section = await _collection_section(search, search_pb2.Filter())
+    assert f"documents: {len(FIXTURE)}" in section
+    assert all(word in section for word in OUTSIDE)
+
+
+async def test_a_caller_filter_matching_nothing_reveals_no_counts_or_values(
+    search: SearchClient,
+) -> None:
+    section = await _collection_section(search, caller_filter([("source", "equals", "nowhere")]))
+    assert "documents: 0; chunks: 0" in section
+    assert not any(d.source in section or d.entity_type in section for d in FIXTURE)
