@@ -83,6 +83,7 @@ def build_search_tool_server(
         service_names=built.service_names,
         settings=built.settings,
         port=built.port,
+        admission=built.admission,
         servicer=servicer,
         search_settings=settings,
         embedder_factory=embedder_factory,
