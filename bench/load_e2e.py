@@ -5,8 +5,9 @@ agent as `python -m services.<name>` processes, ingests part of the demo corpus 
 library's documentation) through UpsertDocuments, then offers each concurrency level for a bounded
 time. Every simulated caller behaves like a backend: it opens a StreamRun with a deadline, reads it
 to its end, and when refused (RESOURCE_EXHAUSTED, or a retryable `error` event) waits the RetryInfo
-delay (with jitter) before asking again. The callers live in `--client-processes` separate
-processes, so the client side is not what saturates first.
+delay before asking again, backing off further after refusals in a row (`BACKOFF_MULTIPLIER`).
+The callers live in `--client-processes` separate processes, so the client side is not what
+saturates first.
 
     python -m bench.load_e2e [--levels 10,50,200,500] [--duration 30] [--documents 400]
 
@@ -48,6 +49,10 @@ from services.common.status import details_of_rpc_error
 COLLECTION = "load-e2e"
 RUN_TIMEOUT_S = 30.0
 """The deadline every run is sent with (what a backend in front of Quarry would set)."""
+BACKOFF_MULTIPLIER = 1.6
+MAX_BACKOFF_S = 10.0
+"""A refused caller waits the RetryInfo delay, longer after each refusal in a row (gRPC's retry
+backoff: ×1.6 up to 10 s, with ±50 % jitter), as a well-behaved backend does."""
 QUESTIONS = (
     "How do I create a temporary directory that is removed automatically?",
     "How can I serialize an object to a JSON string?",
@@ -220,12 +225,17 @@ async def _caller(
     outcomes: list[Outcome],
 ) -> None:
     await asyncio.sleep(rng.uniform(0, 0.5))  # callers do not arrive in one instant
+    refusals_in_a_row = 0
     while time.monotonic() < stop_at:
         outcome = await _one_run(stub, rng.choice(QUESTIONS))
         outcome = replace(outcome, ended_at=time.time())
         outcomes.append(outcome)
-        if outcome.kind != "answered" and outcome.retry_after_s is not None:
-            await asyncio.sleep(outcome.retry_after_s * rng.uniform(0.5, 1.5))
+        if outcome.kind == "answered" or outcome.retry_after_s is None:
+            refusals_in_a_row = 0
+            continue
+        refusals_in_a_row += 1
+        backoff = outcome.retry_after_s * BACKOFF_MULTIPLIER ** (refusals_in_a_row - 1)
+        await asyncio.sleep(min(backoff, MAX_BACKOFF_S) * rng.uniform(0.5, 1.5))
 
 
 async def _one_run(stub: agent_pb2_grpc.AgentServiceStub, question: str) -> Outcome:
@@ -358,10 +368,11 @@ def main() -> None:
         root = Path(workdir)
         note(f"starting the three services (logs under {root}) ...")
         with running_services(root, extra_env) as stack:
-            note(f"ingesting {args.documents} demo documents ...")
-            collection = ingest(stack.search_tool, args.documents)
             pids = {name: p.pid for name, p in stack.processes.items()}
             sampler = RssSampler(pids)
+            rss_started = sampler.now_mb()
+            note(f"ingesting {args.documents} demo documents ...")
+            collection = ingest(stack.search_tool, args.documents)
             rss_before = sampler.now_mb()
             results = []
             processes = args.client_processes
@@ -393,6 +404,7 @@ def main() -> None:
             "peak_goodput_runs_per_s": peak,
             "rss_mb": {
                 name: {
+                    "started": rss_started[name],
                     "before": rss_before[name],
                     "peak": sampler.peak_mb[name],
                     "after_idle": rss_after[name],

@@ -65,6 +65,9 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         """Calls refused since the server started."""
         self._refusal = to_grpc_status(overloaded("the service", limit, setting, retry_after_s))
         self._logged_at = 0.0
+        self._refusals: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        """Per method seen before, a handler that only refuses: over the limit a call is refused
+        before any other interceptor or the request's parsing costs anything."""
 
     async def intercept_service(
         self,
@@ -73,23 +76,41 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
         method = handler_call_details.method
+        refusal = self._refusals.get(method)
+        if refusal is not None and self.in_flight >= self.limit:
+            return refusal  # the rest of the chain (tracing, auth, the servicer) never runs
+        handler = await continuation(handler_call_details)
         if handler is None or method.split("/")[1] in OPEN_SERVICES:
             return handler
         if handler.unary_unary is not None:
+            self._refusals[method] = grpc.unary_unary_rpc_method_handler(self._refuse_unary)
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
+            self._refusals[method] = grpc.unary_stream_rpc_method_handler(self._refuse_stream)
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+    async def _refuse_unary(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        await self._refuse(context)
+
+    async def _refuse_stream(
+        self, request: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        await self._refuse(context)
+        nothing: tuple[Any, ...] = ()
+        for item in nothing:
+            yield item
 
     def _unary(self, inner: Any) -> Any:
         async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -123,6 +144,9 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         if self.in_flight < self.limit:
             self.in_flight += 1
             return
+        await self._refuse(context)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self.refused += 1
         now = time.monotonic()
         if now - self._logged_at >= _REFUSAL_LOG_INTERVAL_S:

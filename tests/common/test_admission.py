@@ -34,6 +34,7 @@ from services.search_tool.server import SearchToolServer, build_search_tool_serv
 from tests.agent.fake_search import FakeSearch
 from tests.search_tool.grpc_helpers import document, search
 
+EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]
 HELD = "held query"
 """A search for this text waits in the embedder until the test lets it go."""
 
@@ -100,7 +101,7 @@ async def _kinds(stream: Any) -> list[str]:
     """The rest of a stream read with `read()` (a call read once with `read()` cannot be
     iterated)."""
     kinds = []
-    while (message := await stream.read()) is not grpc.aio.EOF:
+    while (message := await stream.read()) is not EOF:
         kinds.append(str(message.WhichOneof("event")))
     return kinds
 
