@@ -13,7 +13,8 @@ saturates first.
 
 Prints one JSON object: per level the goodput (answered runs per second), refusals and how fast
 they came (p50/p95/max ms), errors by code, p50/p95 latency of answered runs, runs lost to
-timeouts; each service's RSS before, at peak and after `--idle` seconds; and the machine's load.
+timeouts; a probe's view from an idle client process (health-check latency, refusal latency);
+each service's RSS at start, after ingest, at peak and after `--idle` seconds; the machine's load.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ COLLECTION = "load-e2e"
 RUN_TIMEOUT_S = 30.0
 """The deadline every run is sent with (what a backend in front of Quarry would set)."""
 BACKOFF_MULTIPLIER = 1.6
+PROBE_INTERVAL_S = 0.25
 MAX_BACKOFF_S = 10.0
 """A refused caller waits the RetryInfo delay, longer after each refusal in a row (gRPC's retry
 backoff: ×1.6 up to 10 s, with ±50 % jitter), as a well-behaved backend does."""
@@ -264,6 +266,39 @@ async def _one_run(stub: agent_pb2_grpc.AgentServiceStub, question: str) -> Outc
     return Outcome("error", "NO_RESULT", time.perf_counter() - started, None)
 
 
+def run_probe(address: str, start_at: float, duration_s: float) -> dict[str, Any]:
+    """From a process of its own, unburdened by the callers: every `PROBE_INTERVAL_S` one health
+    check (never refused: how fast the agent answers at all) and one StreamRun (how fast a refusal
+    comes to a client that is not itself busy)."""
+    time.sleep(max(0.0, start_at - time.time()))
+    return asyncio.run(_probe(address, duration_s))
+
+
+async def _probe(address: str, duration_s: float) -> dict[str, Any]:
+    health_s: list[float] = []
+    refused_s: list[float] = []
+    stop_at = time.monotonic() + duration_s
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        agent = agent_pb2_grpc.AgentServiceStub(channel)
+        while time.monotonic() < stop_at:
+            started = time.perf_counter()
+            await health.Check(health_pb2.HealthCheckRequest(), timeout=RUN_TIMEOUT_S)
+            health_s.append(time.perf_counter() - started)
+            outcome = await _one_run(agent, QUESTIONS[0])
+            if outcome.kind == "refused":
+                refused_s.append(outcome.latency_s)
+            await asyncio.sleep(PROBE_INTERVAL_S)
+    return {
+        "health_checks": len(health_s),
+        "health_p50_ms": _ms(percentile(health_s, 50)),
+        "health_p95_ms": _ms(percentile(health_s, 95)),
+        "refused": len(refused_s),
+        "refused_p50_ms": _ms(percentile(refused_s, 50)),
+        "refused_p95_ms": _ms(percentile(refused_s, 95)),
+    }
+
+
 # --- measuring ------------------------------------------------------------------------------
 
 
@@ -305,13 +340,14 @@ def offer(
     shares = [s for s in shares if s]
     load_before = os.getloadavg()[0]
     start_at = time.time() + 1.0
+    probe = pool.submit(run_probe, address, start_at, duration_s)
     futures = [
         pool.submit(run_callers, address, share, start_at, duration_s, seed)
         for seed, share in enumerate(shares)
     ]
     outcomes = [o for f in futures for o in f.result()]
     wall = max((o.ended_at for o in outcomes), default=start_at) - start_at
-    return summarize(callers, outcomes, wall, load_before)
+    return {**summarize(callers, outcomes, wall, load_before), "probe": probe.result()}
 
 
 def summarize(
@@ -376,8 +412,11 @@ def main() -> None:
             rss_before = sampler.now_mb()
             results = []
             processes = args.client_processes
-            with sampler, ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
-                for done in [pool.submit(warm_up) for _ in range(processes)]:
+            with (
+                sampler,
+                ProcessPoolExecutor(processes + 1, mp_context=get_context("spawn")) as pool,
+            ):
+                for done in [pool.submit(warm_up) for _ in range(processes + 1)]:
                     done.result()
                 for callers in levels:
                     note(f"{callers} concurrent callers for {args.duration:g} s ...")

@@ -12,8 +12,9 @@ from services.common.settings import QuarrySettings, ServerSettings
 from services.common.tls import ChannelTls
 
 DEFAULT_PORT = 50053
-DEFAULT_MAX_CONCURRENT_RUNS = 32
-"""Runs (Run and StreamRun) the agent takes on at once by default; each holds a model call or a
+DEFAULT_MAX_CONCURRENT_RUNS = 16
+"""Runs (Run and StreamRun) the agent takes on at once by default (chosen with `bench/load_e2e.py`:
+the same goodput as 32 at half the latency on 2 cores); each holds a model call or a
 search most of its life, so this bounds the load the agent puts on its two dependencies."""
 
 

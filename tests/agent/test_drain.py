@@ -156,7 +156,7 @@ async def test_sigterm_drains_then_refuses_then_cuts_runs_with_an_error_event(
 ) -> None:
     gateway, search = dependencies
     process, address = await _start_agent(
-        gateway, search, tmp_path, drain_window_s="600", grace_s="1"
+        gateway, search, tmp_path, drain_window_s="600", grace_s="1", max_concurrent_rpcs="1000"
     )
     try:
         async with grpc.aio.insecure_channel(address) as channel:

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
+from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent.config import AgentSettings
@@ -317,3 +318,41 @@ async def _events_and_status(
     except grpc.aio.AioRpcError as error:
         return events, error.code()
     return events, grpc.StatusCode.OK
+
+
+async def test_calls_over_the_gateways_bound_are_refused_at_once_not_left_queued(
+    tmp_path: Path,
+) -> None:
+    """The `llm gateway: CANCELLED` bursts at 500 concurrent runs: gRPC core cancels a call that
+    waits longer than 30 s for the Python server to accept it (`grpc.server_max_unrequested_time_
+    in_server`), and an unbounded agent offered the gateway more calls than its saturated event
+    loop could accept. Now the agent admits a bounded number of runs and the gateway answers
+    every call over its own bound at once, with a delay to retry after."""
+    script = tmp_path / "slow.yaml"
+    script.write_text("replies: []\ndefault: {text: slow answer, delay_s: 600}\n")
+    settings = GatewaySettings(
+        server=ServerSettings(port=0, grace_s=0, max_concurrent_rpcs=1),
+        providers=[{"kind": "scripted", "name": "slow", "script": str(script)}],
+        routes={"agent": ["slow"]},
+    )
+    gateway = build_gateway_server(settings)
+    await gateway.start()
+    try:
+        async with grpc.aio.insecure_channel(gateway.address) as channel:
+            stub = llm_gateway_pb2_grpc.LlmGatewayServiceStub(channel)
+            request = llm_gateway_pb2.GenerateRequest(
+                messages=[llm_gateway_pb2.Message(role=llm_gateway_pb2.ROLE_USER, text="hi")]
+            )
+            held = stub.Generate(request, timeout=600)
+            while gateway.admission is None or gateway.admission.in_flight < 1:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # the counter has no event to wait on
+            burst = await asyncio.gather(
+                *(stub.Generate(request, timeout=600) for _ in range(20)), return_exceptions=True
+            )
+            held.cancel()
+    finally:
+        await gateway.stop(0)
+    assert all(isinstance(outcome, grpc.aio.AioRpcError) for outcome in burst)
+    details = [details_of_rpc_error(o) for o in burst if isinstance(o, grpc.aio.AioRpcError)]
+    assert {d.code for d in details} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+    assert {d.retry_after_s for d in details} == {1.0}
