@@ -293,6 +293,7 @@ async def _probe(address: str, duration_s: float) -> dict[str, Any]:
         "health_checks": len(health_s),
         "health_p50_ms": _ms(percentile(health_s, 50)),
         "health_p95_ms": _ms(percentile(health_s, 95)),
+        "health_max_ms": _ms(max(health_s, default=float("nan"))),
         "refused": len(refused_s),
         "refused_p50_ms": _ms(percentile(refused_s, 50)),
         "refused_p95_ms": _ms(percentile(refused_s, 95)),
@@ -306,14 +307,14 @@ class RssSampler:
     """Each service's RSS, sampled every `interval_s` on a thread, peak kept."""
 
     def __init__(self, pids: dict[str, int], interval_s: float = 0.5) -> None:
-        self._processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.processes = {name: psutil.Process(pid) for name, pid in pids.items()}
         self.peak_mb = dict.fromkeys(pids, 0.0)
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def now_mb(self) -> dict[str, float]:
-        return {name: round(p.memory_info().rss / 2**20, 1) for name, p in self._processes.items()}
+        return {name: round(p.memory_info().rss / 2**20, 1) for name, p in self.processes.items()}
 
     def __enter__(self) -> RssSampler:
         self._thread.start()
@@ -330,7 +331,12 @@ class RssSampler:
 
 
 def offer(
-    pool: ProcessPoolExecutor, address: str, callers: int, duration_s: float, processes: int
+    pool: ProcessPoolExecutor,
+    address: str,
+    callers: int,
+    duration_s: float,
+    processes: int,
+    services: dict[str, psutil.Process],
 ) -> dict[str, Any]:
     """One level: `callers` concurrent callers spread over `processes` client processes, all
     starting at the same instant; goodput counts from then until the last run ended."""
@@ -340,6 +346,10 @@ def offer(
     shares = [s for s in shares if s]
     load_before = os.getloadavg()[0]
     start_at = time.time() + 1.0
+    service_pids = {p.pid for p in services.values()}
+    clients = [c for c in psutil.Process().children() if c.pid not in service_pids]
+    cpu_before = {name: sum(p.cpu_times()[:2]) for name, p in services.items()}
+    clients_before = sum(sum(p.cpu_times()[:2]) for p in clients)
     probe = pool.submit(run_probe, address, start_at, duration_s)
     futures = [
         pool.submit(run_callers, address, share, start_at, duration_s, seed)
@@ -347,7 +357,18 @@ def offer(
     ]
     outcomes = [o for f in futures for o in f.result()]
     wall = max((o.ended_at for o in outcomes), default=start_at) - start_at
-    return {**summarize(callers, outcomes, wall, load_before), "probe": probe.result()}
+    cpu = {
+        name: round((sum(p.cpu_times()[:2]) - cpu_before[name]) / wall, 2)
+        for name, p in services.items()
+    }
+    cpu["client_processes"] = round(
+        (sum(sum(p.cpu_times()[:2]) for p in clients) - clients_before) / wall, 2
+    )
+    return {
+        **summarize(callers, outcomes, wall, load_before),
+        "probe": probe.result(),
+        "cpu_cores_used": cpu,
+    }
 
 
 def summarize(
@@ -387,7 +408,9 @@ def main() -> None:
         "--duration", type=float, default=30.0, help="seconds each level is offered"
     )
     parser.add_argument("--documents", type=int, default=400, help="demo documents to ingest")
-    parser.add_argument("--client-processes", type=int, default=2)
+    parser.add_argument(
+        "--client-processes", type=int, default=4, help="processes the callers are spread over"
+    )
     parser.add_argument("--idle", type=float, default=15.0, help="seconds before the after-RSS")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "load_e2e.json")
     parser.add_argument(
@@ -420,7 +443,11 @@ def main() -> None:
                     done.result()
                 for callers in levels:
                     note(f"{callers} concurrent callers for {args.duration:g} s ...")
-                    results.append(offer(pool, stack.agent, callers, args.duration, processes))
+                    results.append(
+                        offer(
+                            pool, stack.agent, callers, args.duration, processes, sampler.processes
+                        )
+                    )
                     note(f"  {results[-1]}")
                 note(f"idle for {args.idle:g} s ...")
                 time.sleep(args.idle)
