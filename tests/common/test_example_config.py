@@ -55,4 +55,5 @@ def test_example_config_names_the_admission_and_drain_settings() -> None:
     assert search.server.max_concurrent_rpcs == SearchToolSettings().server.max_concurrent_rpcs
     assert search.server.drain_window_s == 0
     assert search.work_queue == SearchToolSettings().work_queue
-    assert load_settings(AgentSettings, EXAMPLE).server.max_concurrent_rpcs == AgentSettings().server.max_concurrent_rpcs == 16
+    agent = load_settings(AgentSettings, EXAMPLE)
+    assert agent.server.max_concurrent_rpcs == AgentSettings().server.max_concurrent_rpcs == 16
