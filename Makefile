@@ -72,6 +72,7 @@ bench: setup
 	$(PY) bench/search_latency.py
 	$(PY) bench/ingest_throughput.py
 	$(PY) bench/api_ingest_speed.py
+	$(PY) -m bench.load_e2e
 
 # The Vespa application package, rendered from its one definition and zipped for `vespa deploy`
 # or the config server's prepareandactivate (a test checks the checked-in copy is current).

@@ -12,6 +12,18 @@ from services.common.settings import QuarrySettings, ServerSettings
 from services.common.tls import ChannelTls
 
 DEFAULT_PORT = 50053
+DEFAULT_MAX_CONCURRENT_RUNS = 16
+"""Runs (Run and StreamRun) the agent takes on at once by default (chosen with `bench/load_e2e.py`:
+the same goodput as 32 at half the latency on 2 cores); each holds a model call or a
+search most of its life, so this bounds the load the agent puts on its two dependencies."""
+
+
+class AgentServerSettings(ServerSettings):
+    """`ServerSettings` with this service's port and admission bound as defaults (also when the
+    YAML `server` section sets only some keys)."""
+
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    max_concurrent_rpcs: int | None = Field(default=DEFAULT_MAX_CONCURRENT_RUNS, ge=1)
 
 
 class LoopSettings(BaseModel):
@@ -73,7 +85,7 @@ class AgentSettings(QuarrySettings):
         env_prefix="QUARRY_AGENT_", env_nested_delimiter="__", extra="forbid"
     )
 
-    server: ServerSettings = Field(default_factory=lambda: ServerSettings(port=DEFAULT_PORT))
+    server: AgentServerSettings | ServerSettings = Field(default_factory=AgentServerSettings)
     search_tool_address: str = "127.0.0.1:50051"
     """Where `quarry.searchtool.v1.SearchToolService` listens."""
     llm_gateway_address: str = "127.0.0.1:50052"

@@ -510,4 +510,9 @@ def _searching(event: Searching) -> agent_pb2.SearchingEvent:
 
 
 def _error(event: Failed) -> agent_pb2.ErrorEvent:
-    return agent_pb2.ErrorEvent(code=event.code, message=event.message, retryable=event.retryable)
+    message = agent_pb2.ErrorEvent(
+        code=event.code, message=event.message, retryable=event.retryable
+    )
+    if event.retry_after_s is not None:
+        message.retry_after.FromMilliseconds(round(event.retry_after_s * 1000))
+    return message

@@ -123,6 +123,8 @@ class Failed:
     code: str
     message: str
     retryable: bool
+    retry_after_s: float | None = None
+    """When to retry, if the failing service said (its RetryInfo)."""
 
 
 AgentEvent = (

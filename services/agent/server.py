@@ -59,6 +59,7 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
         await gateway.close(None)
         await search.close(None)
 
+    server.on_grace_end.append(servicer.cut_runs)
     server.on_stop.append(close_channels)
     return server
 

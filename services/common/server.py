@@ -1,8 +1,13 @@
 """The grpc.aio server bootstrap every service uses, in `main` and in tests.
 
-`build_server` wires health, reflection, tracing and error mapping around the servicers a service
-registers. `serve` runs it until SIGTERM/SIGINT, then drains: readiness NOT_SERVING, in-flight calls
-finish for `grace_s`, stop.
+`build_server` wires health, reflection, admission control, tracing and error mapping around the
+servicers a service registers. `serve` runs it until SIGTERM/SIGINT, then drains:
+
+    readiness NOT_SERVING         new and in-flight calls are still served for `drain_window_s`
+                                  (SIGTERM only), so health-checking load balancers see the drain
+    stop accepting                in-flight calls finish for `grace_s`
+    grace over                    `on_grace_end` callbacks let streaming calls end with a message
+                                  of their own (the agent's `error` event), then the rest is cut
 
 Health names, and the probe each one is for:
 
@@ -22,6 +27,7 @@ port has drained, so probes keep their answers through the whole drain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -34,6 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from services.common.admission import AdmissionInterceptor
 from services.common.auth import AuthInterceptor, MethodRule, check_rules
 from services.common.interceptors import ErrorMappingInterceptor
 from services.common.keepalive import KEEPALIVE, KeepalivePolicy
@@ -47,6 +54,9 @@ _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 LIVENESS_SERVICE = "quarry.liveness"
 """The health name a liveness probe checks: never flipped by a drain (see the module docstring)."""
+CUT_S = 1.0
+"""After `grace_s`, how long calls cut by an `on_grace_end` callback have to send their last
+message before the server cancels them."""
 
 
 @dataclass
@@ -75,6 +85,10 @@ class QuarryServer:
     """The plaintext health-only listener (`server.health_port`), when configured."""
     health_port: int | None = None
     """The port it is bound to (the chosen one when `health_port` is 0)."""
+    admission: AdmissionInterceptor | None = None
+    """The concurrency bound (`settings.max_concurrent_rpcs`), when one is set."""
+    on_grace_end: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Run when `grace_s` is over with calls still in flight, `CUT_S` before they are cancelled."""
 
     @property
     def address(self) -> str:
@@ -121,7 +135,16 @@ class QuarryServer:
         """NOT_SERVING, then let in-flight calls finish for the grace period, then stop."""
         grace = self.settings.grace_s if grace_s is None else grace_s
         await self.begin_drain()
-        await self.server.stop(grace)
+        if not self.on_grace_end:
+            await self.server.stop(grace)
+        else:
+            stopping = asyncio.ensure_future(self.server.stop(grace + CUT_S))
+            finished, _ = await asyncio.wait({stopping}, timeout=grace)
+            if not finished:
+                log.info("grace period over, cutting calls still in flight")
+                for callback in self.on_grace_end:
+                    await callback()
+            await stopping
         if self.health_server is not None:
             await self.health_server.stop(0)
         for callback in self.on_stop:
@@ -138,7 +161,14 @@ def build_server(
     keepalive: KeepalivePolicy = KEEPALIVE,
 ) -> QuarryServer:
     """A server with health, reflection, tracing and error mapping; bound but not started."""
-    chain: list[grpc.aio.ServerInterceptor[Any, Any]] = []
+    admission = (
+        AdmissionInterceptor(
+            settings.max_concurrent_rpcs, retry_after_s=settings.overload_retry_after_s
+        )
+        if settings.max_concurrent_rpcs
+        else None
+    )
+    chain: list[grpc.aio.ServerInterceptor[Any, Any]] = [admission] if admission else []
     if telemetry is not None:
         chain.extend(telemetry.server_interceptors())
     chain.extend(interceptors)
@@ -163,7 +193,6 @@ def build_server(
             ),
             *keepalive.server_options(),
         ],
-        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -190,6 +219,7 @@ def build_server(
         port=port,
         health_server=health_server,
         health_port=health_port,
+        admission=admission,
     )
 
 
@@ -224,12 +254,20 @@ def _rules(services: Sequence[ServiceRegistration], *, check: bool) -> dict[str,
 
 
 async def serve(server: QuarryServer) -> None:
-    """Start, run until SIGTERM or SIGINT, then drain and stop."""
-    stop_requested = asyncio.Event()
+    """Start, run until SIGTERM or SIGINT, then drain (see the module docstring) and stop."""
+    received: asyncio.Queue[signal.Signals] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop_requested.set)
+        loop.add_signal_handler(sig, received.put_nowait, sig)
     await server.start()
-    await stop_requested.wait()
-    log.info("signal received, draining", extra={"grace_s": server.settings.grace_s})
+    sig = await received.get()
+    window = server.settings.drain_window_s if sig == signal.SIGTERM else 0.0
+    log.info(
+        "signal received, draining",
+        extra={"signal": sig.name, "drain_window_s": window, "grace_s": server.settings.grace_s},
+    )
+    await server.begin_drain()
+    if window:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(received.get(), window)  # a second signal ends the window
     await server.stop()

@@ -36,12 +36,23 @@ class ServerSettings(BaseModel):
     port: int = Field(default=0, ge=0, le=65535)
     """TCP port; 0 picks a free one (tests)."""
     grace_s: float = Field(default=10.0, ge=0)
-    """How long in-flight calls may finish after SIGTERM."""
+    """How long in-flight calls may finish once the server stops accepting calls (after
+    `drain_window_s`); calls still running then are cut."""
+    drain_window_s: float = Field(default=0.0, ge=0)
+    """After SIGTERM, how long the server keeps accepting and serving new calls while readiness
+    health already reads NOT_SERVING, so load balancers that poll health see the drain and move
+    traffic away before the listener closes. Set it to a health checker's interval times its
+    unhealthy threshold; 0 stops accepting at once (Kubernetes' `preStop` sleep does that job
+    for Services). SIGINT (Ctrl-C) skips it."""
     max_message_mb: int = Field(default=32, ge=1)
     """Largest request or response accepted, in MiB (larger: RESOURCE_EXHAUSTED from gRPC)."""
     max_concurrent_rpcs: int | None = Field(default=None, ge=1)
-    """Most RPCs the service runs at once, over all connections; beyond it a call fails with
-    RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded". None: unlimited."""
+    """Admission control: most calls of the service's own methods it runs at once, over all
+    connections; the next is refused at once with RESOURCE_EXHAUSTED (reason `OVERLOADED`,
+    RetryInfo `overload_retry_after_s`) naming this limit, instead of queued until its deadline.
+    Health and reflection are never counted. None: unlimited. Each service sets its own default."""
+    overload_retry_after_s: float = Field(default=1.0, gt=0)
+    """The RetryInfo delay of a call refused by admission control."""
     max_concurrent_streams: int | None = Field(default=None, ge=1)
     """Most calls one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
     None: gRPC's default, no limit. grpc clients do not queue beyond a set limit: calls over it

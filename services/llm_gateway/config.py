@@ -18,12 +18,24 @@ from services.common.settings import QuarrySettings, ServerSettings
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 50052
+DEFAULT_MAX_CONCURRENT_CALLS = 128
+"""Calls the gateway serves at once by default (vendor calls wait on the network, not the CPU)."""
+
+
 EXTRACTIVE = "extractive"
 ProviderKind = Literal["openai", "anthropic", "extractive", "scripted"]
 
 _DEFAULT_KEY_ENV: dict[str, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 _DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
+
+
+class GatewayServerSettings(ServerSettings):
+    """`ServerSettings` with this service's port and admission bound as defaults (also when the
+    YAML `server` section sets only some keys)."""
+
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    max_concurrent_rpcs: int | None = Field(default=DEFAULT_MAX_CONCURRENT_CALLS, ge=1)
 
 
 class RetrySettings(BaseModel):
@@ -137,7 +149,7 @@ class GatewaySettings(QuarrySettings):
         env_nested_delimiter="__", extra="forbid", env_prefix="QUARRY_LLM_GATEWAY_"
     )
 
-    server: ServerSettings = Field(default_factory=lambda: ServerSettings(port=DEFAULT_PORT))
+    server: GatewayServerSettings | ServerSettings = Field(default_factory=GatewayServerSettings)
     providers: list[ProviderSettings] = Field(default_factory=list)
     """Configured providers; `extractive` is always available even when not listed."""
     routes: dict[str, list[str]] = Field(default_factory=dict)

@@ -15,6 +15,16 @@ from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.limits import RequestLimits
 
 DEFAULT_PORT = 50051
+DEFAULT_MAX_CONCURRENT_CALLS = 128
+"""Calls the search tool accepts at once by default (searches then queue in `admission`)."""
+
+
+class SearchToolServerSettings(ServerSettings):
+    """`ServerSettings` with this service's port and admission bound as defaults (also when the
+    YAML `server` section sets only some keys)."""
+
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    max_concurrent_rpcs: int | None = Field(default=DEFAULT_MAX_CONCURRENT_CALLS, ge=1)
 
 
 class ChunkingSettings(BaseModel):
@@ -139,13 +149,30 @@ class EngineSettings(BaseModel):
     """Longest a search may run in the engine (also bounded by the caller's deadline)."""
 
 
+class WorkQueueSettings(BaseModel):
+    """The bounded queue in front of the embedder and the engine (searches, reads, counts and
+    Embed calls): beyond `workers + waiting` a call is refused at once with RESOURCE_EXHAUSTED
+    naming `work_queue`, instead of queued until its deadline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workers: int = Field(default=4, ge=1)
+    """Calls that use the embedder and the engine at once (both use every core by themselves)."""
+    waiting: int = Field(default=64, ge=0)
+    """Calls that may wait for a worker; the next one is refused."""
+    retry_after_s: float = Field(default=0.5, gt=0)
+    """The RetryInfo delay of a refused call."""
+
+
 class SearchToolSettings(QuarrySettings):
     """Everything the search tool reads at start-up."""
 
     yaml_section: ClassVar[str] = "search_tool"
     model_config = SettingsConfigDict(env_prefix="QUARRY_SEARCH_TOOL_")
 
-    server: ServerSettings = Field(default_factory=lambda: ServerSettings(port=DEFAULT_PORT))
+    server: SearchToolServerSettings | ServerSettings = Field(
+        default_factory=SearchToolServerSettings
+    )
     data_dir: Path = Path("./var/search_tool")
     """Where the embedded engine keeps its collections."""
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
@@ -166,3 +193,5 @@ class SearchToolSettings(QuarrySettings):
     """Most texts one Embed call may carry."""
     limits: RequestLimits = Field(default_factory=RequestLimits)
     """How large each part of a request may be (see `limits.py`)."""
+    work_queue: WorkQueueSettings = Field(default_factory=WorkQueueSettings)
+    """Admission in front of the embedder and the engine."""

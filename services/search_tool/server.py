@@ -92,6 +92,7 @@ def build_search_tool_server(
         port=built.port,
         health_server=built.health_server,
         health_port=built.health_port,
+        admission=built.admission,
         servicer=servicer,
         search_settings=settings,
         embedder_factory=embedder_factory,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from services.common.admission import WorkQueue
 from services.common.errors import FieldViolation, InvalidArgument
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
@@ -135,6 +136,14 @@ class SearchService:
             sizes=settings.limits,
         )
         self._ingestor = Ingestor(engine, embedder, chunker, limits)
+        queue = settings.work_queue
+        self._queue = WorkQueue(
+            "the search tool's work queue",
+            workers=queue.workers,
+            waiting=queue.waiting,
+            retry_after_s=queue.retry_after_s,
+            setting="search_tool.work_queue.workers + waiting",
+        )
         self._building: dict[str, float] = {}
 
     @property
@@ -238,7 +247,8 @@ class SearchService:
             await self._filter(request)
             empty = SearchPage(hits=[], total_count=0)
             return SearchOutcome(empty, (time.perf_counter() - started) * 1000)
-        return await self._search(request, limit, started)
+        async with self._queue.slot():
+            return await self._search(request, limit, started)
 
     async def _search(self, request: SearchRequest, limit: int, started: float) -> SearchOutcome:
         expression = await self._filter(request)
@@ -261,14 +271,16 @@ class SearchService:
     async def read_document(self, request: ReadRequest) -> DocumentRead:
         """A document's chunks by index range, inside the caller's filter (see `reading`)."""
         validate_collection_name(request.collection)
-        fields = await self._engine.fields(request.collection)
-        return await read_document(self._engine, request, fields, self._settings.limits)
+        async with self._queue.slot():
+            fields = await self._engine.fields(request.collection)
+            return await read_document(self._engine, request, fields, self._settings.limits)
 
     async def count_documents(self, request: CountRequest) -> DocumentCount:
         """Documents matching a filter under the caller's, with breakdowns (see `counting`)."""
         validate_collection_name(request.collection)
-        fields = await self._engine.fields(request.collection)
-        return await count_documents(self._engine, request, fields, self._settings.limits)
+        async with self._queue.slot():
+            fields = await self._engine.fields(request.collection)
+            return await count_documents(self._engine, request, fields, self._settings.limits)
 
     async def get_collection(
         self, collection: str, caller_filter: RawFilter | None = None
@@ -303,7 +315,8 @@ class SearchService:
                 raise InvalidArgument.for_field(
                     f"texts[{i}]", f"{len(text)} characters; the limit is {longest}"
                 )
-        vectors = await self._embedder.embed(list(texts))
+        async with self._queue.slot():
+            vectors = await self._embedder.embed(list(texts))
         return Embeddings(vectors, self._embedder.model_name, self._embedder.dimensions)
 
     async def _filter(self, request: SearchRequest) -> FilterExpression:

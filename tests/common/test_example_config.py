@@ -48,3 +48,12 @@ def test_unknown_key_in_the_config_file_is_rejected(tmp_path: Path) -> None:
     config.write_text("agent:\n  serch_tool_address: 127.0.0.1:1\n")
     with pytest.raises(ValueError, match="serch_tool_address"):
         load_settings(AgentSettings, config)
+
+
+def test_example_config_names_the_admission_and_drain_settings() -> None:
+    search = load_settings(SearchToolSettings, EXAMPLE)
+    assert search.server.max_concurrent_rpcs == SearchToolSettings().server.max_concurrent_rpcs
+    assert search.server.drain_window_s == 0
+    assert search.work_queue == SearchToolSettings().work_queue
+    agent = load_settings(AgentSettings, EXAMPLE)
+    assert agent.server.max_concurrent_rpcs == AgentSettings().server.max_concurrent_rpcs == 16

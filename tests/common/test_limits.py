@@ -13,22 +13,20 @@ from services.common.server import build_server
 from services.common.settings import ServerSettings
 
 
-async def test_a_call_beyond_max_concurrent_rpcs_is_resource_exhausted() -> None:
+async def test_health_probes_are_never_refused_by_max_concurrent_rpcs() -> None:
     server = build_server([], ServerSettings(port=0, grace_s=0, max_concurrent_rpcs=1))
     await server.start()
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             watch = health.Watch(health_pb2.HealthCheckRequest())
-            first = await watch.read()  # the open Watch now holds the only slot
-            assert first.status == health_pb2.HealthCheckResponse.SERVING
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await health.Check(health_pb2.HealthCheckRequest())
+            first = await watch.read()  # an open Watch holds no admission slot
+            checks = [await health.Check(health_pb2.HealthCheckRequest()) for _ in range(3)]
             watch.cancel()
     finally:
         await server.stop(0)
-    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "Concurrent RPC limit" in (caught.value.details() or "")
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
+    assert {c.status for c in checks} == {health_pb2.HealthCheckResponse.SERVING}
 
 
 def test_a_question_longer_than_max_query_chars_names_the_limit() -> None:

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
 from quarry.common.v1 import search_pb2 as _search_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -272,14 +275,16 @@ class DoneEvent(_message.Message):
     def __init__(self, response: _Optional[_Union[RunResponse, _Mapping]] = ...) -> None: ...
 
 class ErrorEvent(_message.Message):
-    __slots__ = ("code", "message", "retryable")
+    __slots__ = ("code", "message", "retryable", "retry_after")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     code: str
     message: str
     retryable: bool
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    retry_after: _duration_pb2.Duration
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class QuestionEvent(_message.Message):
     __slots__ = ("run_id", "question_id", "text", "iteration", "acknowledge_within_ms", "answer_within_ms")
