@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
 from quarry.agent.v1 import agent_pb2
 from rich.console import Console
 from rich.markup import escape
@@ -35,6 +33,13 @@ from quarry_cli.collections import (
     run_collections,
     run_search,
 )
+from quarry_cli.connection import (
+    API_KEY_ENV,
+    ConnectionOptionsError,
+    add_tls_arguments,
+    api_key,
+    channel_tls,
+)
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
 from quarry_cli.probe import wrong_service_hint
@@ -42,11 +47,9 @@ from quarry_cli.status import EPILOG as STATUS_EPILOG
 from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
 from services.agent.client import AgentClient, AgentError, RunOptions
-from services.common.tls import ChannelTls
+from services.agent.convert import MAX_LIMIT
 
 DEFAULT_AGENT = "127.0.0.1:50053"
-API_KEY_ENV = "QUARRY_API_KEY"
-"""`quarry ask` sends this variable's value as its API key (never a flag: `ps` would show it)."""
 STOP_REASONS = {
     agent_pb2.STOP_REASON_ANSWERED: "answered",
     agent_pb2.STOP_REASON_FORCED_ANSWER: "forced answer",
@@ -118,7 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     ask_parser.add_argument("--filter", help="caller filter, see below")
     ask_parser.add_argument(
-        "--limit", type=int, default=0, help="results returned, 1..200 (default 10)"
+        "--limit",
+        type=_limit,
+        default=0,
+        help=f"results returned with the answer, 1..{MAX_LIMIT} (default: the agent's, 10); "
+        "each search fetches at least this many",
     )
     ask_parser.add_argument("--route", default="", help="LLM gateway route (default: the agent's)")
     ask_parser.add_argument(
@@ -136,10 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated tools the run may use (search,read,count,calculate); default all",
     )
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
-    ask_parser.add_argument("--tls", action="store_true", help="speak TLS to the agent")
-    ask_parser.add_argument("--ca-file", help="PEM CA of the agent's certificate (implies --tls)")
-    ask_parser.add_argument("--cert-file", help="PEM client certificate for mTLS")
-    ask_parser.add_argument("--key-file", help="PEM key of the client certificate")
+    add_tls_arguments(ask_parser, "the agent")
     run_parser = _command(
         commands,
         "run",
@@ -172,6 +176,17 @@ def _parser() -> argparse.ArgumentParser:
         )
     )
     return parser
+
+
+def _limit(text: str) -> int:
+    """`--limit`: a whole number of results within what the agent returns at most."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be 1..{MAX_LIMIT} (the most a run returns)")
+    return value
 
 
 def _command(commands: Any, name: str, summary: str, epilog: str) -> argparse.ArgumentParser:
@@ -209,18 +224,12 @@ async def ask(args: argparse.Namespace) -> int:
         return 2
     render = _print_json if args.json else _Renderer(console)
     try:
-        tls = ChannelTls(
-            enabled=bool(args.tls or args.ca_file or args.cert_file),
-            ca_file=args.ca_file,
-            cert_file=args.cert_file,
-            key_file=args.key_file,
-        )
-    except (ValueError, ValidationError) as error:
+        tls = channel_tls(args)
+    except ConnectionOptionsError as error:
         console.print(f"[red]TLS options:[/] {escape(str(error))}")
         return 2
-    api_key = os.environ.get(API_KEY_ENV, "")
     try:
-        async with AgentClient(args.address, api_key=api_key, tls=tls) as agent:
+        async with AgentClient(args.address, api_key=api_key(), tls=tls) as agent:
             ended_well = False
             options = RunOptions(
                 collection=args.collection,

@@ -201,6 +201,8 @@ class _Run:
         self.tool_names = tuple(t.name for t in self.tools)
         self.system_prompt = system_prompt(self.tool_names)
         self.seen = SeenResults()
+        self.found = SeenResults()
+        """Every result the searches returned, shown or not: fills the run's `limit`."""
         self.usage = RunUsage()
         self.searches = 0
         self.turns = 0
@@ -529,7 +531,8 @@ class _Run:
         self, call: ToolCall, iteration: int
     ) -> tuple[FormattedResults, Searching] | str:
         """One search: its formatted results and event, or the error text for the model. It
-        changes no state of the run, so several run at once."""
+        changes no state of the run but the results found, so several run at once. It fetches at
+        least the run's `limit` (the caller's results); the model is shown the `limit` it asked."""
         with self._tool_span(call):
             try:
                 plan = parse_arguments(SearchPlan, call.arguments_json)
@@ -542,7 +545,7 @@ class _Run:
                 strategy=plan.retrieval_strategy,
                 filter_groups=tuple(plan.filter_groups),
                 caller_filter=self.request.caller_filter,
-                limit=plan.limit,
+                limit=max(plan.limit, self.request.limit),
                 offset=plan.offset,
             )
             started = time.perf_counter()
@@ -557,9 +560,10 @@ class _Run:
             except QuarryError as error:
                 return self._failed(call, _search_error_text(error))
             duration_ms = int((time.perf_counter() - started) * 1000)
+            self.found.add(page.hits)
             budget = result_budget_chars(self.window, self.loop.settings.tool_result_share)
             formatted = format_results(
-                page.hits,
+                page.hits[: plan.limit],
                 page.total_count,
                 max_chars=budget,
                 preview_chars=self.loop.settings.preview_chars,
@@ -745,7 +749,7 @@ class _Run:
         return RunResult(
             run_id=self.run_id,
             answer=answer,
-            results=final_results(answer, self.seen, self.request.limit),
+            results=final_results(answer, self.seen, self.request.limit, found=self.found),
             stop_reason=self.stop_reason,
             usage=self.usage,
             iterations=self.searches,

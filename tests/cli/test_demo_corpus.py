@@ -21,6 +21,7 @@ from quarry_cli.demo.corpus import (
     clean_markup,
     topic_url,
 )
+from quarry_cli.ingest.sync import Progress
 from services.common.settings import ServerSettings
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
@@ -194,18 +195,16 @@ async def test_demo_build_ingests_once_then_answers_the_temporary_directory_ques
     demo_server: SearchToolServer,
 ) -> None:
     small = build_corpus(SMALL_MODULES, include_topics=False)
-    reports: list[tuple[int, int]] = []
+    reports: list[Progress] = []
     first = await ensure_demo_collection(
-        demo_server.address,
-        corpus=small,
-        batch_size=16,
-        progress=lambda done, total: reports.append((done, total)),
+        demo_server.address, corpus=small, batch_size=16, progress=reports.append
     )
     assert first.built
     assert first.documents == len(small)
     assert first.chunks >= len(small)
-    assert reports[-1] == (len(small), len(small))
-    assert [done for done, _ in reports] == sorted(done for done, _ in reports)
+    assert (reports[-1].files_done, reports[-1].files_total) == (len(small), len(small))
+    assert reports[-1].chunks == first.chunks
+    assert [r.chunks for r in reports] == sorted(r.chunks for r in reports)
 
     again = await ensure_demo_collection(demo_server.address, corpus=small)
     assert not again.built

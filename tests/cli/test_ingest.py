@@ -157,3 +157,27 @@ async def test_an_unreachable_search_tool_is_reported_without_a_traceback(tmp_pa
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "UNAVAILABLE" in done.stderr or "DEADLINE_EXCEEDED" in done.stderr
+
+
+async def test_a_document_the_search_tool_refuses_counts_as_failed_and_not_as_new(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    root = tmp_path / "records"
+    root.mkdir()
+    (root / "a.jsonl").write_text('{"id": "r1", "text": "The trial ran in 2020.", "year": 2020}\n')
+    (root / "b.jsonl").write_text('{"id": "r2", "text": "Another trial.", "year": "unknown"}\n')
+    done = await quarry(
+        "ingest", str(root), "--collection", "trials", "--address", search_tool.address, "--json"
+    )
+    summary = _summary(done.stdout)
+    assert done.returncode == 1
+    assert (summary["new"], summary["changed"], summary["failed"]) == (1, 0, 1)
+    [failure] = summary["failures"]  # type: ignore[misc]
+    assert failure["path"] == "records/b.jsonl (r2)"
+    assert failure["reason"] == 'refused: metadata["year"]: is string; the collection holds integer'
+    assert {d.id for d in await _documents(search_tool.address, "trials")} == {"r1"}
+    text = await quarry(
+        "ingest", str(root), "--collection", "trials", "--address", search_tool.address
+    )
+    assert "2 files · 0 new · 0 changed · 1 unchanged" in text.stdout
+    assert "1 failed" in text.stdout
