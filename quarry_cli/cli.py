@@ -48,8 +48,14 @@ from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
 from services.agent.client import AgentClient, AgentError, RunOptions
 from services.agent.convert import MAX_LIMIT
+from services.common.errors import QuarryError
+from services.common.tls import ChannelTls
+from services.search_tool.client import SearchToolClient
 
 DEFAULT_AGENT = "127.0.0.1:50053"
+DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
+BUILDING_CHECK_S = 2.0
+"""How long `quarry ask` waits for the search tool to say whether the collection is building."""
 STOP_REASONS = {
     agent_pb2.STOP_REASON_ANSWERED: "answered",
     agent_pb2.STOP_REASON_FORCED_ANSWER: "forced answer",
@@ -118,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     ask_parser.add_argument(
         "--address", default=DEFAULT_AGENT, help="agent HOST:PORT (default %(default)s)"
+    )
+    ask_parser.add_argument(
+        "--search-tool",
+        default=DEFAULT_SEARCH_TOOL,
+        help="search tool HOST:PORT, asked whether the collection is still being built "
+        "(default %(default)s; skipped when it does not answer)",
     )
     ask_parser.add_argument("--filter", help="caller filter, see below")
     ask_parser.add_argument(
@@ -242,9 +254,15 @@ async def ask(args: argparse.Namespace) -> int:
                 timeout_s=args.timeout,
                 tools=[t.strip() for t in args.tools.split(",") if t.strip()],
             )
-            async for event in agent.stream_run(args.question, options):
-                render(event)
-                ended_well = event.WhichOneof("event") == "done"
+            building = asyncio.ensure_future(building_note(args, tls))
+            try:
+                async for event in agent.stream_run(args.question, options):
+                    render(event)
+                    if event.WhichOneof("event") == "started":
+                        _print_note(await building, console, as_json=args.json)
+                    ended_well = event.WhichOneof("event") == "done"
+            finally:
+                building.cancel()
             return 0 if ended_well else 1
     except AgentError as error:
         if args.json:
@@ -259,6 +277,31 @@ async def ask(args: argparse.Namespace) -> int:
                 hint = await wrong_service_hint(args.address, "quarry.agent.v1.AgentService")
                 console.print(escape(hint))
         return 1
+
+
+async def building_note(args: argparse.Namespace, tls: ChannelTls) -> str:
+    """A warning when the search tool reports the collection still being built; empty when it
+    does not, or cannot be asked (the check is a courtesy, never a reason to fail)."""
+    try:
+        async with SearchToolClient(
+            args.search_tool, timeout_s=BUILDING_CHECK_S, api_key=api_key(), tls=tls
+        ) as client:
+            info = await client.get_collection(args.collection)
+    except QuarryError:
+        return ""
+    if not info.building:
+        return ""
+    return (
+        f"{info.name} is still being built ({info.document_count} documents so far): "
+        "the answer may miss documents that are not in yet"
+    )
+
+
+def _print_note(note: str, console: Console, *, as_json: bool) -> None:
+    if note and as_json:
+        print(f"quarry: {note}", file=sys.stderr, flush=True)
+    elif note:
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def _print_json(event: agent_pb2.StreamRunResponse) -> None:

@@ -331,6 +331,7 @@ async def _print_how_to_ask(services: list[Child], collection: str) -> None:
     request = f'{{"collection": "{collection}", "query": "{QUESTION}", "mode": "MODE_THINKING"}}'
     quarry = Path(sys.executable).with_name("quarry")
     address = "" if agent == "127.0.0.1:50053" else f" --address {agent}"
+    address += "" if search == "127.0.0.1:50051" else f" --search-tool {search}"
     print(
         f"""
 Quarry is running.

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         console.print(f"[red]no such file or folder:[/] {', '.join(missing)}")
