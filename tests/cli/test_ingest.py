@@ -217,7 +217,7 @@ async def secured_search_tool(
 API_KEY = "qk-ingest-test-key"
 
 
-async def test_ingest_speaks_mutual_tls_and_sends_the_api_key_from_the_environment(
+async def test_ingest_and_collections_speak_mutual_tls_and_send_the_api_key_from_the_environment(
     secured_search_tool: tuple[SearchToolServer, Authority, Pem], tmp_path: Path
 ) -> None:
     server, ca, client = secured_search_tool
@@ -228,6 +228,11 @@ async def test_ingest_speaks_mutual_tls_and_sends_the_api_key_from_the_environme
     done = await quarry(*args, *tls, "--json", env={"QUARRY_API_KEY": API_KEY})
     assert done.returncode == 0, done.stderr
     assert _summary(done.stdout)["new"] == 1
+    listed = await quarry(
+        "collections", "list", "--address", server.address, *tls, "--json",
+        env={"QUARRY_API_KEY": API_KEY},
+    )  # fmt: skip
+    assert [c["name"] for c in json.loads(listed.stdout)["collections"]] == ["mine"]
 
     anonymous = await quarry(*args, *tls, env={"QUARRY_API_KEY": ""})
     assert anonymous.returncode == 1
