@@ -263,6 +263,7 @@ async def ask(args: argparse.Namespace) -> int:
                     ended_well = event.WhichOneof("event") == "done"
             finally:
                 building.cancel()
+                await asyncio.gather(building, return_exceptions=True)
             return 0 if ended_well else 1
     except AgentError as error:
         if args.json:
