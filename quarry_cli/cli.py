@@ -46,8 +46,7 @@ from quarry_cli.probe import wrong_service_hint
 from quarry_cli.status import EPILOG as STATUS_EPILOG
 from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
-from services.agent.client import AgentClient, AgentError, RunOptions
-from services.agent.convert import MAX_LIMIT
+from services.agent.client import MAX_LIMIT, AgentClient, AgentError, RunOptions
 from services.common.errors import QuarryError
 from services.common.tls import ChannelTls
 from services.search_tool.client import SearchToolClient
