@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
 from quarry.agent.v1 import agent_pb2
 from rich.console import Console
 from rich.markup import escape
@@ -35,6 +33,13 @@ from quarry_cli.collections import (
     run_collections,
     run_search,
 )
+from quarry_cli.connection import (
+    API_KEY_ENV,
+    ConnectionOptionsError,
+    add_tls_arguments,
+    api_key,
+    channel_tls,
+)
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
 from quarry_cli.probe import wrong_service_hint
@@ -42,12 +47,15 @@ from quarry_cli.questions import OUTCOMES, TerminalQuestions
 from quarry_cli.status import EPILOG as STATUS_EPILOG
 from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
-from services.agent.client import AgentClient, AgentError, RunOptions
+from services.agent.client import MAX_LIMIT, AgentClient, AgentError, RunOptions
+from services.common.errors import QuarryError
 from services.common.tls import ChannelTls
+from services.search_tool.client import SearchToolClient
 
 DEFAULT_AGENT = "127.0.0.1:50053"
-API_KEY_ENV = "QUARRY_API_KEY"
-"""`quarry ask` sends this variable's value as its API key (never a flag: `ps` would show it)."""
+DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
+BUILDING_CHECK_S = 2.0
+"""How long `quarry ask` waits for the search tool to say whether the collection is building."""
 STOP_REASONS = {
     agent_pb2.STOP_REASON_ANSWERED: "answered",
     agent_pb2.STOP_REASON_FORCED_ANSWER: "forced answer",
@@ -120,9 +128,19 @@ def _parser() -> argparse.ArgumentParser:
     ask_parser.add_argument(
         "--address", default=DEFAULT_AGENT, help="agent HOST:PORT (default %(default)s)"
     )
+    ask_parser.add_argument(
+        "--search-tool",
+        default=DEFAULT_SEARCH_TOOL,
+        help="search tool HOST:PORT, asked whether the collection is still being built "
+        "(default %(default)s; skipped when it does not answer)",
+    )
     ask_parser.add_argument("--filter", help="caller filter, see below")
     ask_parser.add_argument(
-        "--limit", type=int, default=0, help="results returned, 1..200 (default 10)"
+        "--limit",
+        type=_limit,
+        default=0,
+        help=f"results returned with the answer, 1..{MAX_LIMIT} (default: the agent's, 10); "
+        "each search fetches at least this many",
     )
     ask_parser.add_argument("--route", default="", help="LLM gateway route (default: the agent's)")
     ask_parser.add_argument(
@@ -145,10 +163,7 @@ def _parser() -> argparse.ArgumentParser:
         help="do not let the model ask you a clarifying question (asked in the terminal)",
     )
     ask_parser.add_argument("--json", action="store_true", help="one JSON event per line")
-    ask_parser.add_argument("--tls", action="store_true", help="speak TLS to the agent")
-    ask_parser.add_argument("--ca-file", help="PEM CA of the agent's certificate (implies --tls)")
-    ask_parser.add_argument("--cert-file", help="PEM client certificate for mTLS")
-    ask_parser.add_argument("--key-file", help="PEM key of the client certificate")
+    add_tls_arguments(ask_parser, "the agent")
     run_parser = _command(
         commands,
         "run",
@@ -190,6 +205,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _limit(text: str) -> int:
+    """`--limit`: a whole number of results within what the agent returns at most."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be 1..{MAX_LIMIT} (the most a run returns)")
+    return value
+
+
 def _command(commands: Any, name: str, summary: str, epilog: str) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         name,
@@ -225,18 +251,12 @@ async def ask(args: argparse.Namespace) -> int:
         return 2
     render = _print_json if args.json else _Renderer(console)
     try:
-        tls = ChannelTls(
-            enabled=bool(args.tls or args.ca_file or args.cert_file),
-            ca_file=args.ca_file,
-            cert_file=args.cert_file,
-            key_file=args.key_file,
-        )
-    except (ValueError, ValidationError) as error:
+        tls = channel_tls(args)
+    except ConnectionOptionsError as error:
         console.print(f"[red]TLS options:[/] {escape(str(error))}")
         return 2
-    api_key = os.environ.get(API_KEY_ENV, "")
     try:
-        async with AgentClient(args.address, api_key=api_key, tls=tls) as agent:
+        async with AgentClient(args.address, api_key=api_key(), tls=tls) as agent:
             ended_well = False
             options = RunOptions(
                 collection=args.collection,
@@ -250,12 +270,17 @@ async def ask(args: argparse.Namespace) -> int:
                 tools=_tools(args),
             )
             questions = TerminalQuestions(agent, Console(highlight=False, stderr=args.json))
+            building = asyncio.ensure_future(building_note(args, tls))
             try:
                 async for event in agent.stream_run(args.question, options):
                     render(event)
+                    if event.WhichOneof("event") == "started":
+                        _print_note(await building, console, as_json=args.json)
                     await questions.on_event(event)
                     ended_well = event.WhichOneof("event") == "done"
             finally:
+                building.cancel()
+                await asyncio.gather(building, return_exceptions=True)
                 await questions.close()
             return 0 if ended_well else 1
     except AgentError as error:
@@ -277,6 +302,31 @@ def _tools(args: argparse.Namespace) -> list[str]:
     """The run's tools: those of --tools (empty: all), and `ask_user` unless --no-questions."""
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     return tools if args.no_questions else [*tools, "ask_user"]
+
+
+async def building_note(args: argparse.Namespace, tls: ChannelTls) -> str:
+    """A warning when the search tool reports the collection still being built; empty when it
+    does not, or cannot be asked (the check is a courtesy, never a reason to fail)."""
+    try:
+        async with SearchToolClient(
+            args.search_tool, timeout_s=BUILDING_CHECK_S, api_key=api_key(), tls=tls
+        ) as client:
+            info = await client.get_collection(args.collection)
+    except QuarryError:
+        return ""
+    if not info.building:
+        return ""
+    return (
+        f"{info.name} is still being built ({info.document_count} documents so far): "
+        "the answer may miss documents that are not in yet"
+    )
+
+
+def _print_note(note: str, console: Console, *, as_json: bool) -> None:
+    if note and as_json:
+        print(f"quarry: {note}", file=sys.stderr, flush=True)
+    elif note:
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def _print_json(event: agent_pb2.StreamRunResponse) -> None:

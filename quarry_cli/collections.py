@@ -13,6 +13,13 @@ from quarry.searchtool.v1 import search_tool_pb2
 from rich.console import Console
 from rich.table import Table
 
+from quarry_cli.connection import (
+    API_KEY_ENV,
+    ConnectionOptionsError,
+    add_tls_arguments,
+    api_key,
+    channel_tls,
+)
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import describe_error, error_json, print_json
 from quarry_cli.probe import wrong_service_hint
@@ -69,6 +76,7 @@ def _connection_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds (30)")
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    add_tls_arguments(parser, "the search tool", default=argparse.SUPPRESS)
 
 
 def run_collections(args: argparse.Namespace) -> int:
@@ -94,8 +102,14 @@ async def _with_client(
     address = getattr(args, "address", DEFAULT_SEARCH_TOOL)
     as_json = getattr(args, "json", False)
     try:
-        async with SearchToolClient(address, timeout_s=getattr(args, "timeout", 30.0)) as client:
+        tls = channel_tls(args)
+        async with SearchToolClient(
+            address, timeout_s=getattr(args, "timeout", 30.0), api_key=api_key(), tls=tls
+        ) as client:
             return await action(client, args)
+    except ConnectionOptionsError as error:
+        Console(stderr=True, soft_wrap=True).print(f"TLS options: {error}", markup=False)
+        return 2
     except FilterError as error:
         Console(stderr=True).print(f"--filter: {error}", markup=False)
         return 2
@@ -107,6 +121,8 @@ async def _with_client(
             if code_of(error) is grpc.StatusCode.UNIMPLEMENTED:
                 hint = await wrong_service_hint(address, SEARCH_TOOL_SERVICE)
                 Console(stderr=True).print(hint, markup=False)
+            elif code_of(error) is grpc.StatusCode.UNAUTHENTICATED:
+                Console(stderr=True).print(f"Set {API_KEY_ENV} to an API key.", markup=False)
             elif code_of(error) is grpc.StatusCode.UNAVAILABLE:
                 Console(stderr=True).print(
                     f"Is the search tool running at {address}? Try `make run`.", markup=False

@@ -209,12 +209,14 @@ async def _wait_until_ready(services: list[Child], stop: asyncio.Event, timeout_
 
 
 async def _ensure_demo(address: str, collection: str, stop: asyncio.Event) -> bool:
-    from quarry_cli.demo.build import ProgressBar, ensure_demo_collection, print_lines
+    from quarry_cli.demo.build import ensure_demo_collection
+    from quarry_cli.ingest.progress import ProgressDisplay
 
     _say(f"checking the demo collection {collection!r} ...")
     try:
-        with ProgressBar() as bar:
-            progress = bar if sys.stderr.isatty() else print_lines
+        with ProgressDisplay(
+            interactive=sys.stderr.isatty(), label="demo collection", unit="documents"
+        ) as progress:
             building = ensure_demo_collection(
                 address, collection=collection, progress=progress, timeout_s=DEMO_TIMEOUT_S
             )
@@ -228,7 +230,8 @@ async def _ensure_demo(address: str, collection: str, stop: asyncio.Event) -> bo
     if status is None:
         return False
     action = "built" if status.built else "ready"
-    _say(f"{collection}: {action}, {status.documents} documents, {status.chunks} chunks")
+    refused = f" ({status.failed} documents refused by the search tool)" if status.failed else ""
+    _say(f"{collection}: {action}, {status.documents} documents, {status.chunks} chunks{refused}")
     return True
 
 
@@ -328,6 +331,7 @@ async def _print_how_to_ask(services: list[Child], collection: str) -> None:
     request = f'{{"collection": "{collection}", "query": "{QUESTION}", "mode": "MODE_THINKING"}}'
     quarry = Path(sys.executable).with_name("quarry")
     address = "" if agent == "127.0.0.1:50053" else f" --address {agent}"
+    address += "" if search == "127.0.0.1:50051" else f" --search-tool {search}"
     print(
         f"""
 Quarry is running.

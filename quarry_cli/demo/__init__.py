@@ -1,21 +1,20 @@
-"""The bundled demo collection: the Python standard library's documentation, built on first run."""
+"""The bundled demo collection: the Python standard library's documentation, built on first run
+through the same ingest pipeline as `quarry ingest`."""
 
 from quarry_cli.demo.build import (
     DEFAULT_COLLECTION,
     DemoCollectionStatus,
-    ProgressBar,
+    demo_units,
     document_message,
     ensure_demo_collection,
-    print_lines,
 )
 from quarry_cli.demo.corpus import build_corpus
 
 __all__ = [
     "DEFAULT_COLLECTION",
     "DemoCollectionStatus",
-    "ProgressBar",
     "build_corpus",
+    "demo_units",
     "document_message",
     "ensure_demo_collection",
-    "print_lines",
 ]

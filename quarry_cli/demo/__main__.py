@@ -6,12 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from quarry_cli.demo.build import (
-    DEFAULT_COLLECTION,
-    ProgressBar,
-    ensure_demo_collection,
-    print_lines,
-)
+from quarry_cli.demo.build import DEFAULT_COLLECTION, ensure_demo_collection
+from quarry_cli.ingest.progress import ProgressDisplay
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collection", default=DEFAULT_COLLECTION)
     parser.add_argument("--batch-size", type=int, default=64, help="documents per request")
     args = parser.parse_args(argv)
-    with ProgressBar() as bar:
+    with ProgressDisplay(
+        interactive=sys.stderr.isatty(), label="demo collection", unit="documents"
+    ) as display:
         status = asyncio.run(
             ensure_demo_collection(
                 args.address,
                 collection=args.collection,
-                progress=bar if sys.stderr.isatty() else print_lines,
+                progress=display,
                 batch_size=args.batch_size,
             )
         )

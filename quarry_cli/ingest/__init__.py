@@ -1,5 +1,7 @@
-"""`quarry ingest`: files and folders into a collection, through the search tool's public client."""
+"""`quarry ingest`: files and folders into a collection, through the one ingest pipeline (`sync`),
+which the demo collection uses too."""
 
-from quarry_cli.ingest.sync import IngestOptions, IngestSummary, Progress, ingest
+from quarry_cli.ingest.files import IngestOptions, ingest
+from quarry_cli.ingest.sync import IngestSummary, Progress, Target, Unit, sync
 
-__all__ = ["IngestOptions", "IngestSummary", "Progress", "ingest"]
+__all__ = ["IngestOptions", "IngestSummary", "Progress", "Target", "Unit", "ingest", "sync"]

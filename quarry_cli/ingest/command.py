@@ -5,24 +5,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from pathlib import Path
-from types import TracebackType
 
+import grpc
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
 
-from quarry_cli.ingest.sync import IngestOptions, IngestSummary, ingest
-from quarry_cli.ingest.sync import Progress as IngestProgress
+from quarry_cli.connection import (
+    API_KEY_ENV,
+    ConnectionOptionsError,
+    add_tls_arguments,
+    api_key,
+    channel_tls,
+)
+from quarry_cli.ingest.files import IngestOptions, ingest
+from quarry_cli.ingest.progress import ProgressDisplay
+from quarry_cli.ingest.sync import IngestSummary
 from quarry_cli.output import describe_error, error_json, print_json
 from services.common.errors import QuarryError
+from services.common.status import code_of
 from services.search_tool.client import SearchToolClient
 
 DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
@@ -34,6 +34,10 @@ files are skipped and counted.
 
 A re-run sends only new and changed files (each document keeps metadata.content_sha256 in the
 search tool) and --prune deletes documents whose files are gone.
+
+The search tool is reached like every other command reaches its service: --tls / --ca-file (and
+--cert-file / --key-file for mTLS), and the API key from $QUARRY_API_KEY (it needs write access
+to the collection).
 
 examples:
   quarry ingest docs/ README.md --collection mine
@@ -65,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=300.0, help="seconds per request (default %(default)s)"
     )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_tls_arguments(parser, "the search tool")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,10 +77,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         console.print(f"[red]no such file or folder:[/] {', '.join(missing)}")
+        return 2
+    try:
+        tls = channel_tls(args)
+    except ConnectionOptionsError as error:
+        console.print(f"TLS options: {error}", markup=False)
         return 2
     options = IngestOptions(
         collection=args.collection,
@@ -88,13 +98,17 @@ async def _run(args: argparse.Namespace) -> int:
     )
     try:
         with ProgressDisplay(interactive=sys.stderr.isatty() and not args.json) as display:
-            async with SearchToolClient(args.address, timeout_s=args.timeout) as client:
+            async with SearchToolClient(
+                args.address, timeout_s=args.timeout, api_key=api_key(), tls=tls
+            ) as client:
                 summary = await ingest(client, options, progress=display)
     except QuarryError as error:
         if args.json:
             print_json(error_json(error))
         else:
             console.print(describe_error(error), markup=False)
+            if code_of(error) is grpc.StatusCode.UNAUTHENTICATED:
+                console.print(f"Set {API_KEY_ENV} to an API key.", style="dim")
             console.print(
                 "Documents stored so far are kept; run the same command again to finish.",
                 style="dim",
@@ -119,61 +133,3 @@ def print_summary(summary: IngestSummary) -> None:
         f"{summary.chunks} chunks in {summary.seconds:.1f} s",
         flush=True,
     )
-
-
-class ProgressDisplay:
-    """A rich bar on a terminal (files, chunks, chunks/s, ETA); plain lines on stderr otherwise."""
-
-    def __init__(self, *, interactive: bool) -> None:
-        self._interactive = interactive
-        self._bar: Progress | None = None
-        self._task = TaskID(0)
-        self._last_chunks = -1
-        self._last_line = 0.0
-
-    def __enter__(self) -> ProgressDisplay:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-    def __call__(self, progress: IngestProgress) -> None:
-        rate = progress.chunks / progress.elapsed_s if progress.elapsed_s > 0 else 0.0
-        if self._interactive:
-            self._update_bar(progress, rate)
-            return
-        now = time.monotonic()
-        last = progress.files_done == progress.files_total
-        moved = progress.chunks != self._last_chunks and progress.chunks > 0
-        if moved and (now - self._last_line >= 1.0 or last):
-            self._last_chunks, self._last_line = progress.chunks, now
-            print(
-                f"ingest: {progress.files_done}/{progress.files_total} files, "
-                f"{progress.chunks} chunks, {rate:.1f} chunks/s",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def _update_bar(self, progress: IngestProgress, rate: float) -> None:
-        if self._bar is None:
-            self._bar = Progress(
-                TextColumn("ingest"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("files · {task.fields[chunks]} chunks · {task.fields[rate]:.1f}/s"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(
-                "ingest", total=progress.files_total, chunks=0, rate=0.0
-            )
-        self._bar.update(
-            self._task, completed=progress.files_done, chunks=progress.chunks, rate=rate
-        )

@@ -1,4 +1,5 @@
-"""Which files an ingest reads, and the document each part of a file becomes.
+"""Which files an ingest reads, and the document each part of a file becomes: the units
+`quarry ingest` feeds the one ingest pipeline (`sync`).
 
 A document id is the file's path relative to the folder above the argument it was found under
 (`quarry ingest docs/` gives `docs/guide/intro.md`), plus the part of the file it holds
@@ -20,13 +21,30 @@ from google.protobuf import timestamp_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from quarry_cli.ingest.formats import Extracted, MetadataValue
+from quarry_cli.ingest.formats import (
+    Extracted,
+    MetadataValue,
+    ParseError,
+    format_of,
+    looks_binary,
+    read,
+)
+from quarry_cli.ingest.sync import (
+    BATCH_DOCUMENTS,
+    HASH_KEY,
+    PATH_KEY,
+    Failed,
+    IngestSummary,
+    ProgressCallback,
+    Skipped,
+    StoredHashes,
+    Target,
+    Unit,
+    sync,
+)
+from services.search_tool.client import SearchToolClient
 
 MAX_ID_CHARS = 256
-HASH_KEY = "content_sha256"
-"""The metadata key holding the SHA-256 of what a document was made from (see the proto)."""
-PATH_KEY = "path"
-"""The metadata key holding the file's relative path (prune and incremental group by it)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,73 @@ class FileFacts:
     """Creation (birth time where the file system keeps it, else the modification time)."""
     base_url: str = ""
     """Prefix for urls instead of `file://`."""
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """What `quarry ingest` reads and where it stores it."""
+
+    collection: str
+    """Target collection (created when missing)."""
+    paths: Sequence[Path]
+    """Files and folders."""
+    source: str = ""
+    """The documents' `source`; empty: each argument's folder name."""
+    base_url: str = ""
+    """Url prefix for documents instead of `file://` paths."""
+    prune: bool = False
+    """Delete documents of the run's sources whose file is gone."""
+    dry_run: bool = False
+    """Plan only: read and compare, send and delete nothing."""
+    batch_documents: int = BATCH_DOCUMENTS
+    """Most documents per request."""
+
+
+async def ingest(
+    client: SearchToolClient,
+    options: IngestOptions,
+    *,
+    progress: ProgressCallback | None = None,
+) -> IngestSummary:
+    """Bring `options.collection` in line with the files under `options.paths`."""
+    files = list(walk(options.paths, source=options.source))
+    target = Target(
+        collection=options.collection,
+        sources=frozenset(f.source for f in files),
+        prune=options.prune,
+        dry_run=options.dry_run,
+        batch_documents=options.batch_documents,
+    )
+    units = [file_unit(f, base_url=options.base_url) for f in files]
+    return await sync(client, target, units, progress=progress)
+
+
+def file_unit(file: SourceFile, *, base_url: str = "") -> Unit:
+    """One file as a unit of the pipeline: read, hashed, and parsed only when it changed."""
+
+    def read_file(stored: StoredHashes) -> list[search_tool_pb2.Document] | None:
+        kind = format_of(file.path)
+        if kind is None:
+            raise Skipped("unsupported file type")
+        try:
+            data = file.path.read_bytes()
+        except OSError as error:
+            raise Failed(f"cannot read: {error.strerror or error}") from error
+        if kind not in {"pdf", "docx"} and looks_binary(data):
+            raise Skipped("binary content")
+        facts = file_facts(file, kind, data, base_url=base_url)
+        if kind != "record" and stored == {facts.sha256}:
+            return None
+        try:
+            parts = read(kind, data, file.path)
+        except ParseError as error:
+            raise Failed(str(error)) from error
+        documents = [to_document(facts, p) for p in parts if p.text.strip()]
+        if not documents:
+            raise Skipped("no text")
+        return documents
+
+    return Unit(file.relative, read_file)
 
 
 def walk(paths: Sequence[Path], *, source: str = "") -> Iterator[SourceFile]:

@@ -1,61 +1,86 @@
-"""Bring a collection in line with files on disk, through the search tool's public client.
+"""Bring a collection in line with a set of documents, through the search tool's public client.
+
+This is the one ingest pipeline: `quarry ingest` feeds it the files on disk (`files.file_units`),
+the demo collection feeds it the standard library's documentation (`quarry_cli.demo.build`).
+
+A *unit* is what produces documents together: a file (a Markdown file gives one document per
+section), or one demo document. Its documents list back under its key (`metadata.path` when they
+carry one, else their id).
 
 1. List what the collection holds for the run's sources (ListDocuments: id, `metadata.path`,
-   `metadata.content_sha256`).
-2. Walk the files. A file whose stored documents all carry its current SHA-256 is unchanged and
-   is not even parsed; others are parsed, and only documents whose hash differs are sent.
+   `metadata.content_sha256`); documents without a content hash were not written here.
+2. Read each unit. A unit may tell from the stored hashes alone that it is unchanged (a file whose
+   stored documents all carry its current SHA-256 is not even parsed); otherwise only documents
+   whose hash differs are sent. A document without a hash gets the SHA-256 of its wire form.
 3. Send in batches, up to two requests in flight so the search tool's embedder never waits for
-   this process to parse; every request but the last says `building`, so the collection reports
+   this process to read; every request but the last says `building`, so the collection reports
    it is still being built until the run is over.
-4. Delete documents a changed file no longer produces and, with `prune`, those whose file is gone.
+4. Delete documents a changed unit no longer produces and, with `prune`, those whose unit is gone.
 
-Upserts are idempotent by id: an interrupted run, run again, finishes without duplicates.
+A document counts as new or changed once the search tool has stored it; one it refused counts
+only as failed. Upserts are idempotent by id: an interrupted run, run again, finishes without
+duplicates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Literal
 
 from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from quarry_cli.ingest.files import (
-    HASH_KEY,
-    PATH_KEY,
-    SourceFile,
-    file_facts,
-    to_document,
-    walk,
-)
-from quarry_cli.ingest.formats import ParseError, format_of, looks_binary, read
 from services.common.errors import InvalidArgument, NotFound
 from services.search_tool.client import SearchToolClient
 
 BATCH_DOCUMENTS = 64
 BATCH_CHARS = 40_000
 IN_FLIGHT = 2
+HASH_KEY = "content_sha256"
+"""The metadata key holding the SHA-256 of what a document was made from (see the proto)."""
+PATH_KEY = "path"
+"""The metadata key holding the unit (the file's relative path) a document came from."""
+
+StoredHashes = frozenset[str]
+UnitReader = Callable[[StoredHashes], list[search_tool_pb2.Document] | None]
+"""A unit's documents, given the hashes its stored documents carry; None when the unit can tell
+from those alone that nothing changed. Raises `Skipped` or `Failed`."""
+
+
+class Skipped(Exception):
+    """A unit with nothing to store (unknown format, binary, no text); the message says why."""
+
+
+class Failed(Exception):
+    """A unit that could not be read; the message says why."""
 
 
 @dataclass(frozen=True)
-class IngestOptions:
-    """What to ingest and how."""
+class Unit:
+    """What produces documents together: a file, or one demo document."""
+
+    key: str
+    """Its documents' `metadata.path`, or their id when they carry no path."""
+    read: UnitReader
+    """Its documents (see `UnitReader`)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run stores, and what it owns there."""
 
     collection: str
     """Target collection (created when missing)."""
-    paths: Sequence[Path]
-    """Files and folders."""
-    source: str = ""
-    """The documents' `source`; empty: each argument's folder name."""
-    base_url: str = ""
-    """Url prefix for documents instead of `file://` paths."""
+    sources: frozenset[str]
+    """The `source` values whose stored documents the run compares against and may delete."""
     prune: bool = False
-    """Delete documents of the run's sources whose file is gone."""
+    """Delete stored documents of `sources` whose unit is not in the run."""
     dry_run: bool = False
     """Plan only: read and compare, send and delete nothing."""
     batch_documents: int = BATCH_DOCUMENTS
@@ -68,15 +93,16 @@ class IngestSummary:
 
     collection: str
     files: int = 0
+    """Units read: files, or demo documents."""
     new: int = 0
     changed: int = 0
     unchanged: int = 0
     deleted: int = 0
     chunks: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
-    """(path, reason) of files not read: unknown format, binary, empty."""
+    """(unit, reason) of units not read: unknown format, binary, empty."""
     failed: list[tuple[str, str]] = field(default_factory=list)
-    """(path, reason) of files or documents that could not be parsed or were refused."""
+    """(unit, reason) of units that could not be read, or documents the search tool refused."""
     seconds: float = 0.0
     dry_run: bool = False
 
@@ -100,9 +126,10 @@ class IngestSummary:
 
 @dataclass(frozen=True)
 class Progress:
-    """Reported after each file and each stored batch."""
+    """Reported after each unit and each stored batch."""
 
     files_done: int
+    """Units read so far."""
     files_total: int
     chunks: int
     """Chunks stored so far."""
@@ -110,69 +137,93 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
+Change = Literal["new", "changed"]
 
 
 @dataclass(frozen=True)
 class _Stored:
-    path: str
+    key: str
     sha256: str
 
 
-async def ingest(
+async def sync(
     client: SearchToolClient,
-    options: IngestOptions,
+    target: Target,
+    units: Sequence[Unit],
     *,
     progress: ProgressCallback | None = None,
 ) -> IngestSummary:
-    """Run one ingest; files that fail are reported in the summary, never raised."""
+    """Run one ingest; units that fail are reported in the summary, never raised."""
     started = time.monotonic()
-    summary = IngestSummary(options.collection, dry_run=options.dry_run)
-    files = list(walk(options.paths, source=options.source))
-    summary.files = len(files)
-    stored = await _stored(client, options.collection, {f.source for f in files} or {"-"})
-    by_path: defaultdict[str, dict[str, _Stored]] = defaultdict(dict)
+    summary = IngestSummary(target.collection, files=len(units), dry_run=target.dry_run)
+    stored = await _stored(client, target.collection, target.sources)
+    by_key: defaultdict[str, dict[str, _Stored]] = defaultdict(dict)
     for document_id, info in stored.items():
-        by_path[info.path][document_id] = info
-    sender = _Sender(client, options, summary, progress, started, len(files))
+        by_key[info.key][document_id] = info
+    sender = _Sender(client, target, summary, progress, started, len(units))
     stale: list[str] = []
-    for n, file in enumerate(files, start=1):
-        documents = _read(file, options, by_path.get(file.relative, {}), summary)
+    for n, unit in enumerate(units, start=1):
+        mine = by_key.get(unit.key, {})
+        documents = _read(unit, mine, summary)
         if documents is not None:
             wanted = {d.id for d in documents}
-            stale.extend(i for i in by_path.get(file.relative, {}) if i not in wanted)
+            stale.extend(i for i in mine if i not in wanted)
             for document in documents:
                 previous = stored.get(document.id)
-                if (
-                    previous is not None
-                    and previous.sha256 == document.metadata[HASH_KEY].string_value
-                ):
+                sha256 = document.metadata[HASH_KEY].string_value
+                if previous is not None and previous.sha256 == sha256:
                     summary.unchanged += 1
                     continue
-                if previous is None:
-                    summary.new += 1
-                else:
-                    summary.changed += 1
-                await sender.add(document, file.relative)
+                await sender.add(document, unit.key, "new" if previous is None else "changed")
         sender.files_done = n
         sender.report()
     await sender.finish()
-    if options.prune:
-        present = {f.relative for f in files}
-        stale.extend(i for i, info in stored.items() if info.path not in present)
+    if target.prune:
+        present = {u.key for u in units}
+        stale.extend(i for i, info in stored.items() if info.key not in present)
     summary.deleted = len(set(stale))
-    if stale and not options.dry_run:
-        await client.delete_documents(options.collection, sorted(set(stale)))
+    if stale and not target.dry_run:
+        await client.delete_documents(target.collection, sorted(set(stale)))
     summary.seconds = time.monotonic() - started
     return summary
 
 
+def content_hash(document: search_tool_pb2.Document) -> str:
+    """SHA-256 of a document's deterministic wire form (its own hash left out)."""
+    if HASH_KEY in document.metadata:
+        document = search_tool_pb2.Document.FromString(document.SerializeToString())
+        del document.metadata[HASH_KEY]
+    return hashlib.sha256(document.SerializeToString(deterministic=True)).hexdigest()
+
+
+def _read(
+    unit: Unit, stored: dict[str, _Stored], summary: IngestSummary
+) -> list[search_tool_pb2.Document] | None:
+    """The unit's documents, hashed; None when it is skipped, failed, or unchanged as a whole."""
+    try:
+        documents = unit.read(frozenset(s.sha256 for s in stored.values()))
+    except Skipped as reason:
+        summary.skipped.append((unit.key, str(reason)))
+        return None
+    except Failed as reason:
+        summary.failed.append((unit.key, str(reason)))
+        return None
+    if documents is None:
+        summary.unchanged += len(stored)
+        return None
+    for document in documents:
+        if HASH_KEY not in document.metadata:
+            document.metadata[HASH_KEY].string_value = content_hash(document)
+    return documents
+
+
 async def _stored(
-    client: SearchToolClient, collection: str, sources: set[str]
+    client: SearchToolClient, collection: str, sources: frozenset[str]
 ) -> dict[str, _Stored]:
     condition = search_pb2.FilterCondition(
         field="source",
         operator=search_pb2.FILTER_OPERATOR_IN,
-        value=_list_value(sorted(sources)),
+        value=_list_value(sorted(sources) or ["-"]),
     )
     only_sources = search_pb2.Filter(groups=[search_pb2.FilterGroup(conditions=[condition])])
     try:
@@ -180,9 +231,12 @@ async def _stored(
     except NotFound:
         return {}
     return {
-        d.id: _Stored(d.metadata[PATH_KEY].string_value, d.metadata[HASH_KEY].string_value)
+        d.id: _Stored(
+            d.metadata[PATH_KEY].string_value if PATH_KEY in d.metadata else d.id,
+            d.metadata[HASH_KEY].string_value,
+        )
         for d in documents
-        if PATH_KEY in d.metadata
+        if HASH_KEY in d.metadata
     }
 
 
@@ -192,39 +246,11 @@ def _list_value(values: list[str]) -> struct_pb2.Value:
     return value
 
 
-def _read(
-    file: SourceFile,
-    options: IngestOptions,
-    stored: dict[str, _Stored],
-    summary: IngestSummary,
-) -> list[search_tool_pb2.Document] | None:
-    """The file's documents; None when it is skipped, failed, or unchanged as a whole."""
-    kind = format_of(file.path)
-    if kind is None:
-        summary.skipped.append((file.relative, "unsupported file type"))
-        return None
-    try:
-        data = file.path.read_bytes()
-    except OSError as error:
-        summary.failed.append((file.relative, f"cannot read: {error.strerror or error}"))
-        return None
-    if kind not in {"pdf", "docx"} and looks_binary(data):
-        summary.skipped.append((file.relative, "binary content"))
-        return None
-    facts = file_facts(file, kind, data, base_url=options.base_url)
-    if kind != "record" and stored and all(s.sha256 == facts.sha256 for s in stored.values()):
-        summary.unchanged += len(stored)
-        return None
-    try:
-        parts = read(kind, data, file.path)
-    except ParseError as error:
-        summary.failed.append((file.relative, str(error)))
-        return None
-    documents = [to_document(facts, p) for p in parts if p.text.strip()]
-    if not documents:
-        summary.skipped.append((file.relative, "no text"))
-        return None
-    return documents
+@dataclass(frozen=True)
+class _Pending:
+    document: search_tool_pb2.Document
+    unit: str
+    change: Change
 
 
 class _Sender:
@@ -233,28 +259,31 @@ class _Sender:
     def __init__(
         self,
         client: SearchToolClient,
-        options: IngestOptions,
+        target: Target,
         summary: IngestSummary,
         progress: ProgressCallback | None,
         started: float,
         files_total: int,
     ) -> None:
         self._client = client
-        self._options = options
+        self._target = target
         self._summary = summary
         self._progress = progress
         self._started = started
         self._files_total = files_total
         self.files_done = 0
-        self._batch: list[tuple[search_tool_pb2.Document, str]] = []
+        self._batch: list[_Pending] = []
         self._chars = 0
         self._running: set[asyncio.Task[None]] = set()
 
-    async def add(self, document: search_tool_pb2.Document, path: str) -> None:
-        full = len(self._batch) >= self._options.batch_documents
+    async def add(self, document: search_tool_pb2.Document, unit: str, change: Change) -> None:
+        if self._target.dry_run:
+            self._count(change)
+            return
+        full = len(self._batch) >= self._target.batch_documents
         if self._batch and (full or self._chars + len(document.text) > BATCH_CHARS):
             await self._flush(building=True)
-        self._batch.append((document, path))
+        self._batch.append(_Pending(document, unit, change))
         self._chars += len(document.text)
 
     async def finish(self) -> None:
@@ -275,7 +304,7 @@ class _Sender:
 
     async def _flush(self, *, building: bool, wait: bool = False) -> None:
         batch, self._batch, self._chars = self._batch, [], 0
-        if not batch or self._options.dry_run:
+        if not batch:
             return
         await self._drain(IN_FLIGHT - 1)
         task = asyncio.create_task(self._send(batch, building))
@@ -290,28 +319,37 @@ class _Sender:
             for task in done:
                 task.result()
 
-    async def _send(
-        self, batch: list[tuple[search_tool_pb2.Document, str]], building: bool
-    ) -> None:
-        collection = self._options.collection
+    async def _send(self, batch: list[_Pending], building: bool) -> None:
         try:
-            reply = await self._client.upsert_documents(
-                collection, [d for d, _ in batch], building=building
-            )
-            self._summary.chunks += reply.chunks_upserted
+            await self._upsert(batch, building)
         except InvalidArgument:
-            for document, path in batch:
-                await self._send_alone(document, path, building)
+            for pending in batch:
+                await self._send_alone(pending, building)
         self.report()
 
-    async def _send_alone(
-        self, document: search_tool_pb2.Document, path: str, building: bool
-    ) -> None:
+    async def _send_alone(self, pending: _Pending, building: bool) -> None:
         try:
-            reply = await self._client.upsert_documents(
-                self._options.collection, [document], building=building
-            )
-            self._summary.chunks += reply.chunks_upserted
+            await self._upsert([pending], building)
         except InvalidArgument as error:
-            reason = "; ".join(v.description for v in error.violations) or error.message
-            self._summary.failed.append((f"{path} ({document.id})", f"refused: {reason}"))
+            reason = "; ".join(
+                f"{v.field.removeprefix('documents[0].')}: {v.description}"
+                for v in error.violations
+            )
+            reason = reason or error.message
+            self._summary.failed.append(
+                (f"{pending.unit} ({pending.document.id})", f"refused: {reason}")
+            )
+
+    async def _upsert(self, batch: list[_Pending], building: bool) -> None:
+        reply = await self._client.upsert_documents(
+            self._target.collection, [p.document for p in batch], building=building
+        )
+        self._summary.chunks += reply.chunks_upserted
+        for pending in batch:
+            self._count(pending.change)
+
+    def _count(self, change: Change) -> None:
+        if change == "new":
+            self._summary.new += 1
+        else:
+            self._summary.changed += 1

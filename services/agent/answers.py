@@ -79,12 +79,17 @@ def _citation(hit: SearchHit) -> Citation:
     return Citation(result_id=hit.id, title=hit.title, url=hit.url)
 
 
-def final_results(answer: FinalAnswer, seen: SeenResults, limit: int) -> tuple[SearchHit, ...]:
-    """Cited results in citation order, then the others seen by best score, up to `limit`."""
+def final_results(
+    answer: FinalAnswer, seen: SeenResults, limit: int, *, found: SeenResults | None = None
+) -> tuple[SearchHit, ...]:
+    """Cited results in citation order, then the others seen by best score, then the others
+    `found` (returned by the searches but not shown to the model), up to `limit`."""
     cited = [seen.by_id[c.result_id] for c in answer.citations]
     cited_ids = {h.id for h in cited}
     others = [h for h in seen.best() if h.id not in cited_ids]
-    return tuple([*cited, *others][:limit])
+    listed = cited_ids | {h.id for h in others}
+    unseen = [h for h in (found.best() if found else []) if h.id not in listed]
+    return tuple([*cited, *others, *unseen][:limit])
 
 
 def fallback_answer(seen: SeenResults, *, top: int = 3, stopped_by: str = "") -> FinalAnswer:

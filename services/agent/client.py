@@ -27,6 +27,7 @@ from pydantic import TypeAdapter
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from quarry.common.v1 import search_pb2
 
+from services.agent.convert import MAX_LIMIT as MAX_LIMIT  # the most results a run returns
 from services.agent.convert import filter_message
 from services.agent.filters import FilterGroup
 from services.common.auth import StaticKey
@@ -75,7 +76,7 @@ class RunOptions:
     filter: search_pb2.Filter | None = None
     """The caller's filter (see `parse_filter`); the model can narrow it, never widen it."""
     limit: int = 0
-    """Results returned, 1..200; 0 means 10."""
+    """Results returned, 1..`MAX_LIMIT` (200); 0 means the agent's default (10)."""
     history: Sequence[tuple[str, str]] = ()
     """Earlier (question, answer) turns of the same conversation."""
     max_iterations: int = 0

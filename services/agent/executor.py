@@ -93,6 +93,8 @@ class ToolOutcome:
     """Results the model was shown (they become citable)."""
     previewed: tuple[SearchHit, ...] = ()
     """Results shown only as previews (goal-aware context)."""
+    found: tuple[SearchHit, ...] = ()
+    """Every result a search returned, shown or not (fills the caller's `limit`)."""
 
 
 class ToolExecutor:
@@ -145,6 +147,8 @@ class ToolExecutor:
             return self.failed(call, text)
 
     async def search(self, call: ToolCall, iteration: int) -> ToolOutcome:
+        """One search. It fetches at least the run's `limit` (the caller's results); the model is
+        shown the `limit` it asked for."""
         with self.span(call):
             try:
                 plan = parse_arguments(SearchPlan, call.arguments_json)
@@ -157,7 +161,7 @@ class ToolExecutor:
                 strategy=plan.retrieval_strategy,
                 filter_groups=tuple(plan.filter_groups),
                 caller_filter=self.request.caller_filter,
-                limit=plan.limit,
+                limit=max(plan.limit, self.request.limit),
                 offset=plan.offset,
             )
             started = time.perf_counter()
@@ -169,7 +173,7 @@ class ToolExecutor:
                 return self._search_tool_error(call, error, "search")
             duration_ms = _since(started)
             formatted = format_results(
-                page.hits,
+                page.hits[: plan.limit],
                 page.total_count,
                 max_chars=self.budget_chars,
                 preview_chars=self.settings.preview_chars,
@@ -190,6 +194,7 @@ class ToolExecutor:
             event=event,
             shown=tuple(formatted.shown),
             previewed=tuple(formatted.previewed),
+            found=tuple(page.hits),
         )
 
     async def read(

@@ -2,7 +2,8 @@
 
 Every failed call becomes the `services.common.errors` exception of the same status code (by
 `services.common.status.domain_error`); the gateway's CONTEXT_WINDOW_EXCEEDED becomes
-`ContextWindowExceeded`, so the loop never sees grpc.
+`ContextWindowExceeded`, so the loop never sees grpc. Calls wait for the channel to connect within
+the caller's deadline (`services.agent.dependencies`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2 as gw
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
 
+from services.agent.dependencies import call_options, dependency_error
 from services.agent.messages import Message, Role, ToolCall
 from services.agent.ports import (
     ContextWindowExceeded,
@@ -24,7 +26,7 @@ from services.agent.ports import (
     TokenUsage,
 )
 from services.common import errors
-from services.common.status import details_of_rpc_error, domain_error
+from services.common.status import details_of_rpc_error
 
 CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
 _ROLES = {
@@ -44,6 +46,7 @@ class GatewayModelClient:
     """`ModelClient` over `quarry.llmgateway.v1.LlmGatewayService`."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._channel = channel
         self._stub = gw_grpc.LlmGatewayServiceStub(channel)
         self._windows: dict[str, int | None] = {}
         self._lock = asyncio.Lock()
@@ -63,9 +66,9 @@ class GatewayModelClient:
             ),
         )
         try:
-            reply = await self._stub.Generate(message, timeout=remaining_s)
+            reply = await self._stub.Generate(message, **call_options(remaining_s))
         except grpc.aio.AioRpcError as error:
-            raise _gateway_error(error) from error
+            raise _gateway_error(error, self._channel) from error
         if reply.context_window_exceeded:
             raise ContextWindowExceeded(f"{reply.provider} reported a full context window")
         calls = tuple(ToolCall(c.id, c.name, c.arguments_json) for c in reply.message.tool_calls)
@@ -88,9 +91,9 @@ class GatewayModelClient:
             schema_name=request.schema_name,
         )
         try:
-            reply = await self._stub.GenerateStructured(message, timeout=remaining_s)
+            reply = await self._stub.GenerateStructured(message, **call_options(remaining_s))
         except grpc.aio.AioRpcError as error:
-            raise _gateway_error(error) from error
+            raise _gateway_error(error, self._channel) from error
         return StructuredResponse(json_text=reply.json, usage=_usage(reply.usage))
 
     async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
@@ -98,9 +101,11 @@ class GatewayModelClient:
         async with self._lock:
             if route not in self._windows:
                 try:
-                    status = await self._stub.GetStatus(gw.GetStatusRequest(), timeout=remaining_s)
+                    status = await self._stub.GetStatus(
+                        gw.GetStatusRequest(), **call_options(remaining_s)
+                    )
                 except grpc.aio.AioRpcError as error:
-                    raise _gateway_error(error) from error
+                    raise _gateway_error(error, self._channel) from error
                 self._windows[route] = _route_window(status, route)
             return self._windows[route]
 
@@ -113,13 +118,13 @@ def _route_window(status: gw.GetStatusResponse, route: str) -> int | None:
     return (windows.get(chain[0]) or None) if chain else None
 
 
-def _gateway_error(error: grpc.aio.AioRpcError) -> Exception:
+def _gateway_error(error: grpc.aio.AioRpcError, channel: grpc.aio.Channel) -> Exception:
     details = details_of_rpc_error(error)
     if details.reason == CONTEXT_WINDOW_EXCEEDED:
         return ContextWindowExceeded(details.message)
     if details.code == grpc.StatusCode.INVALID_ARGUMENT:
         return errors.QuarryError(f"llm gateway rejected the conversation: {details.message}")
-    return domain_error(error, "llm gateway")
+    return dependency_error(error, channel, "llm gateway")
 
 
 def _message(message: Message) -> gw.Message:

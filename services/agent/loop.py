@@ -180,6 +180,8 @@ class _Run:
         self.tool_names = tuple(t.name for t in self.tools)
         self.system_prompt = system_prompt(self.tool_names)
         self.seen = SeenResults()
+        self.found = SeenResults()
+        """Every result the searches returned, shown or not: fills the run's `limit`."""
         self.usage = RunUsage()
         self.searches = 0
         self.turns = 0
@@ -386,6 +388,7 @@ class _Run:
         self.exchanges.append(tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error))
         self.seen.add(outcome.shown)
         self.previews.update({h.id: h for h in outcome.previewed})
+        self.found.add(outcome.found)
         if isinstance(outcome.event, Searching):
             self.usage.searches += 1
         return outcome.event
@@ -580,7 +583,7 @@ class _Run:
         return RunResult(
             run_id=self.run_id,
             answer=answer,
-            results=final_results(answer, self.seen, self.request.limit),
+            results=final_results(answer, self.seen, self.request.limit, found=self.found),
             stop_reason=self.stop_reason,
             usage=self.usage,
             iterations=self.searches,

@@ -1,8 +1,9 @@
 """The search tool as the loop's `SearchClient`, over gRPC, with deadlines passed downstream.
 
 Failed calls become `services.common.errors` exceptions of the same status code, so the loop never
-sees grpc. The agent sends the caller's filter and the model's filter side by side; the search tool
-validates and combines them.
+sees grpc; calls wait for the channel to connect within the caller's deadline
+(`services.agent.dependencies`). The agent sends the caller's filter and the model's filter side
+by side; the search tool validates and combines them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent import convert
+from services.agent.dependencies import call_options, dependency_error
 from services.agent.search import (
     CollectionInfo,
     CountRequest,
@@ -21,20 +23,22 @@ from services.agent.search import (
     SearchPage,
     SearchRequest,
 )
-from services.common.status import domain_error
 
 
 class SearchToolClient:
     """`SearchClient` over `quarry.searchtool.v1.SearchToolService`."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._channel = channel
         self._stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
 
     async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
         try:
-            reply = await self._stub.Search(convert.search_request(request), timeout=remaining_s)
+            reply = await self._stub.Search(
+                convert.search_request(request), **call_options(remaining_s)
+            )
         except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
+            raise dependency_error(error, self._channel, "search tool") from error
         return SearchPage(
             hits=[convert.search_hit(r) for r in reply.results],
             total_count=reply.total_count,
@@ -45,9 +49,9 @@ class SearchToolClient:
         message = convert.search_request(request)
         message.validate_only = True
         try:
-            await self._stub.Search(message, timeout=remaining_s)
+            await self._stub.Search(message, **call_options(remaining_s))
         except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
+            raise dependency_error(error, self._channel, "search tool") from error
 
     async def get_collection(
         self,
@@ -58,9 +62,9 @@ class SearchToolClient:
     ) -> CollectionInfo:
         request = search_tool_pb2.GetCollectionRequest(collection=name, caller_filter=caller_filter)
         try:
-            reply = await self._stub.GetCollection(request, timeout=remaining_s)
+            reply = await self._stub.GetCollection(request, **call_options(remaining_s))
         except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
+            raise dependency_error(error, self._channel, "search tool") from error
         return convert.collection_info(reply.collection)
 
     async def read_document(
@@ -68,10 +72,10 @@ class SearchToolClient:
     ) -> DocumentChunks:
         try:
             reply = await self._stub.ReadDocument(
-                convert.read_request(request), timeout=remaining_s
+                convert.read_request(request), **call_options(remaining_s)
             )
         except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
+            raise dependency_error(error, self._channel, "search tool") from error
         return DocumentChunks(
             chunks=[convert.chunk_hit(c) for c in reply.chunks], chunk_count=reply.chunk_count
         )
@@ -81,8 +85,8 @@ class SearchToolClient:
     ) -> DocumentCount:
         try:
             reply = await self._stub.CountDocuments(
-                convert.count_request(request), timeout=remaining_s
+                convert.count_request(request), **call_options(remaining_s)
             )
         except grpc.aio.AioRpcError as error:
-            raise domain_error(error, "search tool") from error
+            raise dependency_error(error, self._channel, "search tool") from error
         return convert.document_count(reply)

@@ -3,6 +3,7 @@ wire translation, overflow mapping, the route's window read once, and one trace 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections import deque
@@ -18,11 +19,11 @@ from quarry.searchtool.v1 import search_tool_pb2 as st
 from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 
 from services.agent import convert
-from services.agent.client import AgentClient, RunOptions
+from services.agent.client import AgentClient, AgentError, RunOptions
 from services.agent.config import AgentSettings
 from services.agent.server import build_agent_server
 from services.agent.tools import TOOL_NAMES
-from services.common.errors import InvalidArgument, QuarryError
+from services.common.errors import DeadlineExceeded, InvalidArgument, QuarryError
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
 from services.common.telemetry import Telemetry, setup_telemetry
@@ -233,7 +234,7 @@ async def test_requests_carry_schemas_tool_choice_and_pairs_over_the_wire(stack:
     tool = second.messages[-1]
     assert (tool.role, tool.tool_call_id) == (gw.ROLE_TOOL, "c1")
     assert tool.text.startswith("Found ")
-    assert search.requests[0].limit == 5
+    assert search.requests[0].limit == 10  # the model asked 5; a search fetches the run's 10
 
 
 async def test_window_is_read_once_per_route_and_bounds_tool_results(stack: Stack) -> None:
@@ -374,3 +375,131 @@ async def test_the_trace_reaches_the_real_gateways_provider_attempt(
     assert {"invoke_agent", "execute_tool search"} <= names
     assert any(n.startswith("chat") for n in names), names
     assert len({s.context.trace_id for s in spans if s.context is not None}) == 1
+
+
+class _Refuser:
+    """A port that takes connections and closes them at once (a dependency not serving yet);
+    `tried` is set when the first connection comes."""
+
+    def __init__(self) -> None:
+        self.tried = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._refuse, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.tried.set()
+        writer.close()
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+
+def _serve_on(
+    port: int, servicer: Any, add: Callable[[Any, grpc.aio.Server], None]
+) -> QuarryServer:
+    def register(server: grpc.aio.Server) -> None:
+        add(servicer, server)
+
+    return build_server(
+        [ServiceRegistration("dep", register)], ServerSettings(port=port, grace_s=0)
+    )
+
+
+def _gateway_replies() -> FakeGateway:
+    return FakeGateway(
+        [
+            _reply("", ("c1", "search", SEARCH_ARGS)),
+            _reply("", ("c2", "submit_answer", ANSWER_ARGS)),
+        ],
+        window=50_000,
+    )
+
+
+@pytest.mark.parametrize("late", ["search_tool", "llm_gateway"])
+async def test_a_question_asked_before_a_dependency_listens_is_answered_once_it_comes_up(
+    late: str,
+) -> None:
+    """Services started separately: the agent is asked while its search tool (or gateway) still
+    refuses connections; the dependency comes up within the question's deadline."""
+    refuser = _Refuser()
+    port = await refuser.start()
+    search = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+    gateway = _gateway_replies()
+    dependencies = {
+        "search_tool": (search, st_grpc.add_SearchToolServiceServicer_to_server),
+        "llm_gateway": (gateway, gw_grpc.add_LlmGatewayServiceServicer_to_server),
+    }
+    early_name = "llm_gateway" if late == "search_tool" else "search_tool"
+    early = _serve_on(0, *dependencies[early_name])
+    await early.start()
+    addresses = {late: f"127.0.0.1:{port}", early_name: early.address}
+    agent = build_agent_server(
+        AgentSettings(
+            server=ServerSettings(port=0, grace_s=0),
+            search_tool_address=addresses["search_tool"],
+            llm_gateway_address=addresses["llm_gateway"],
+        )
+    )
+    await agent.start()
+    servers = [early, agent]
+    try:
+        async with AgentClient(agent.address) as client:
+            options = RunOptions(collection="python-docs", timeout_s=60)
+            question = asyncio.create_task(client.run("temporary directory", options))
+            await refuser.tried.wait()
+            await refuser.stop()
+            dependency = _serve_on(port, *dependencies[late])
+            await dependency.start()
+            servers.append(dependency)
+            response = await question
+        assert response.answer.citations[0].result_id == "tempfile__chunk_0"
+    finally:
+        for server in reversed(servers):
+            await server.stop(0)
+
+
+async def test_a_dependency_that_never_comes_up_fails_the_question_at_its_deadline() -> None:
+    gateway = _serve_on(0, _gateway_replies(), gw_grpc.add_LlmGatewayServiceServicer_to_server)
+    await gateway.start()
+    agent = build_agent_server(
+        AgentSettings(
+            server=ServerSettings(port=0, grace_s=0),
+            search_tool_address=f"127.0.0.1:{_closed_port()}",
+            llm_gateway_address=gateway.address,
+        )
+    )
+    await agent.start()
+    try:
+        async with AgentClient(agent.address) as client:
+            options = RunOptions(collection="python-docs", timeout_s=1.0)
+            try:
+                events = [e async for e in client.stream_run("q", options)]
+            except AgentError as error:
+                code, message = error.code, error.message
+            else:
+                assert events[-1].WhichOneof("event") == "error"
+                code, message = events[-1].error.code, events[-1].error.message
+                assert "search tool: not reachable within the caller's deadline" in message
+        assert code == "DEADLINE_EXCEEDED", message
+    finally:
+        await agent.stop(0)
+        await gateway.stop(0)
+
+
+async def test_the_agents_search_client_names_a_dependency_it_could_not_reach_in_time() -> None:
+    from services.agent.search_tool_client import SearchToolClient as AgentSearchClient
+
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{_closed_port()}")
+    try:
+        with pytest.raises(DeadlineExceeded) as raised:
+            await AgentSearchClient(channel).get_collection("python-docs", remaining_s=0.5)
+    finally:
+        await channel.close(None)
+    assert raised.value.message.startswith(
+        "search tool: not reachable within the caller's deadline (connection "
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -42,8 +43,11 @@ class Completed:
     stderr: str
 
 
-async def quarry(*args: str, timeout_s: float = 120.0) -> Completed:
-    """Run the `quarry` command in a subprocess without a terminal (stdin closed, pipes out)."""
+async def quarry(
+    *args: str, timeout_s: float = 120.0, env: dict[str, str] | None = None
+) -> Completed:
+    """Run the `quarry` command in a subprocess without a terminal (stdin closed, pipes out);
+    `env` is added to this process's environment."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -52,6 +56,7 @@ async def quarry(*args: str, timeout_s: float = 120.0) -> Completed:
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
     )
     out, err = await asyncio.wait_for(process.communicate(), timeout_s)
     assert process.returncode is not None

@@ -68,6 +68,7 @@ def _args(address: str, **overrides: object) -> argparse.Namespace:
         "collection": "python-docs",
         "mode": "fast",
         "address": address,
+        "search_tool": "127.0.0.1:1",
         "filter": None,
         "limit": 0,
         "route": "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -21,8 +22,10 @@ from quarry_cli.demo.corpus import (
     clean_markup,
     topic_url,
 )
+from quarry_cli.ingest.sync import Progress, content_hash
 from services.common.settings import ServerSettings
 from services.search_tool.chunking import Chunker
+from services.search_tool.client import SearchToolClient
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
 from services.search_tool.embedding.minilm import WordPieceTokenizer, load_tokenizer
@@ -194,18 +197,16 @@ async def test_demo_build_ingests_once_then_answers_the_temporary_directory_ques
     demo_server: SearchToolServer,
 ) -> None:
     small = build_corpus(SMALL_MODULES, include_topics=False)
-    reports: list[tuple[int, int]] = []
+    reports: list[Progress] = []
     first = await ensure_demo_collection(
-        demo_server.address,
-        corpus=small,
-        batch_size=16,
-        progress=lambda done, total: reports.append((done, total)),
+        demo_server.address, corpus=small, batch_size=16, progress=reports.append
     )
     assert first.built
     assert first.documents == len(small)
     assert first.chunks >= len(small)
-    assert reports[-1] == (len(small), len(small))
-    assert [done for done, _ in reports] == sorted(done for done, _ in reports)
+    assert (reports[-1].files_done, reports[-1].files_total) == (len(small), len(small))
+    assert reports[-1].chunks == first.chunks
+    assert [r.chunks for r in reports] == sorted(r.chunks for r in reports)
 
     again = await ensure_demo_collection(demo_server.address, corpus=small)
     assert not again.built
@@ -239,6 +240,31 @@ async def test_demo_build_completes_a_partially_built_collection(
     finished = await ensure_demo_collection(demo_server.address, corpus=small)
     assert finished.built
     assert finished.documents == len(small)
+
+
+@pytest.mark.slow
+async def test_demo_rebuild_sends_only_a_changed_document_and_deletes_one_the_corpus_lost(
+    demo_server: SearchToolServer,
+) -> None:
+    """The demo goes through the ingest pipeline: a new Python version that changes one
+    docstring and drops one function costs one upsert and one delete, not a rebuild."""
+    small = build_corpus(SMALL_MODULES, include_topics=False)
+    await ensure_demo_collection(demo_server.address, corpus=small)
+    changed = replace(small[0], text=small[0].text + "\n\nA sentence a newer Python added.")
+    newer = [changed, *small[1:-1]]
+    reports: list[Progress] = []
+    again = await ensure_demo_collection(demo_server.address, corpus=newer, progress=reports.append)
+    assert again.built
+    assert again.documents == len(small) - 1
+    assert reports[-1].chunks == len(Chunker(WordPieceTokenizer()).split(changed.text))
+    async with SearchToolClient(demo_server.address) as client:
+        stored = {d.id: d for d in await client.list_documents(DEFAULT_COLLECTION)}
+    assert small[-1].id not in stored
+    assert stored[changed.id].metadata["content_sha256"].string_value == content_hash(
+        document_message(changed)
+    )
+    unchanged = await ensure_demo_collection(demo_server.address, corpus=newer)
+    assert not unchanged.built
 
 
 def test_reference_topics_are_cut_at_a_paragraph_break_within_the_limit(

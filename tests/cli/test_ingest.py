@@ -6,15 +6,22 @@ import asyncio
 import json
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from quarry.searchtool.v1 import search_tool_pb2
 
+from services.common.auth import ApiKey, AuthSettings, key_digest
 from services.common.errors import NotFound
+from services.common.settings import ServerSettings
+from services.common.tls import ServerTls
 from services.search_tool.client import SearchToolClient
-from services.search_tool.server import SearchToolServer
+from services.search_tool.config import SearchToolSettings
+from services.search_tool.embedding import Embedder
+from services.search_tool.server import SearchToolServer, build_search_tool_server
 from tests.cli.conftest import quarry
+from tests.common.certs import Authority, Pem, issue, make_ca
 
 pytestmark = pytest.mark.slow
 
@@ -157,3 +164,92 @@ async def test_an_unreachable_search_tool_is_reported_without_a_traceback(tmp_pa
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "UNAVAILABLE" in done.stderr or "DEADLINE_EXCEEDED" in done.stderr
+
+
+async def test_a_document_the_search_tool_refuses_counts_as_failed_and_not_as_new(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    root = tmp_path / "records"
+    root.mkdir()
+    (root / "a.jsonl").write_text('{"id": "r1", "text": "The trial ran in 2020.", "year": 2020}\n')
+    (root / "b.jsonl").write_text('{"id": "r2", "text": "Another trial.", "year": "unknown"}\n')
+    done = await quarry(
+        "ingest", str(root), "--collection", "trials", "--address", search_tool.address, "--json"
+    )
+    summary = _summary(done.stdout)
+    assert done.returncode == 1
+    assert (summary["new"], summary["changed"], summary["failed"]) == (1, 0, 1)
+    assert summary["failures"] == [
+        {
+            "path": "records/b.jsonl (r2)",
+            "reason": 'refused: metadata["year"]: is string; the collection holds integer',
+        }
+    ]
+    assert {d.id for d in await _documents(search_tool.address, "trials")} == {"r1"}
+    text = await quarry(
+        "ingest", str(root), "--collection", "trials", "--address", search_tool.address
+    )
+    assert "2 files · 0 new · 0 changed · 1 unchanged" in text.stdout
+    assert "1 failed" in text.stdout
+
+
+@pytest.fixture
+async def secured_search_tool(
+    embedder: Embedder, tmp_path: Path
+) -> AsyncIterator[tuple[SearchToolServer, Authority, Pem]]:
+    """A search tool that requires mutual TLS and an API key allowed to write `mine`."""
+    ca = make_ca(tmp_path, "quarry-test-ca")
+    pem = issue(ca, tmp_path, "search-tool")
+    settings = ServerSettings(
+        port=0,
+        grace_s=0,
+        tls=ServerTls(cert_file=pem.cert_file, key_file=pem.key_file, client_ca_file=ca.cert_file),
+        auth=AuthSettings(
+            enabled=True, keys=[ApiKey(name="ingest", sha256=key_digest(API_KEY), write=["mine"])]
+        ),
+    )
+    server = build_search_tool_server(
+        SearchToolSettings(server=settings, data_dir=tmp_path / "data", log_format="text"),
+        embedder_factory=lambda: embedder,
+    )
+    await server.start()
+    yield server, ca, issue(ca, tmp_path, "ingest-job", client=True)
+    await server.stop(0)
+
+
+API_KEY = "qk-ingest-test-key"
+
+
+async def test_ingest_and_collections_speak_mutual_tls_and_send_the_api_key_from_the_environment(
+    secured_search_tool: tuple[SearchToolServer, Authority, Pem], tmp_path: Path
+) -> None:
+    server, ca, client = secured_search_tool
+    (tmp_path / "a.txt").write_text("Descale the kettle with vinegar.")
+    args = ["ingest", str(tmp_path / "a.txt"), "--collection", "mine", "--address", server.address]
+    tls = ["--ca-file", str(ca.cert_file), "--cert-file", str(client.cert_file)]
+    tls += ["--key-file", str(client.key_file)]
+    done = await quarry(*args, *tls, "--json", env={"QUARRY_API_KEY": API_KEY})
+    assert done.returncode == 0, done.stderr
+    assert _summary(done.stdout)["new"] == 1
+    listed = await quarry(
+        "collections", "list", "--address", server.address, *tls, "--json",
+        env={"QUARRY_API_KEY": API_KEY},
+    )  # fmt: skip
+    assert [c["name"] for c in json.loads(listed.stdout)["collections"]] == ["mine"]
+
+    anonymous = await quarry(*args, *tls, env={"QUARRY_API_KEY": ""})
+    assert anonymous.returncode == 1
+    assert anonymous.stderr.startswith("UNAUTHENTICATED ")
+    assert "Set QUARRY_API_KEY to an API key." in anonymous.stderr
+    assert "Traceback" not in anonymous.stderr
+
+    plaintext = await quarry(*args, "--timeout", "5", env={"QUARRY_API_KEY": API_KEY})
+    assert plaintext.returncode == 1
+    assert plaintext.stderr.startswith(("UNAVAILABLE ", "DEADLINE_EXCEEDED "))
+
+    half = await quarry(*args, "--cert-file", str(client.cert_file))
+    assert half.returncode == 2
+    assert "TLS options: tls.cert_file and tls.key_file go together" in half.stderr
+    missing = await quarry(*args, "--ca-file", str(tmp_path / "nope.crt"))
+    assert missing.returncode == 2
+    assert f"TLS options: --ca-file: no such file: {tmp_path / 'nope.crt'}" in missing.stderr

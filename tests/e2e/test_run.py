@@ -97,7 +97,10 @@ def test_quarry_run_on_custom_ports_reports_a_stopped_child_refuses_busy_ports_a
     )
     try:
         printed = _read_until(process, "Press Ctrl-C to stop.", 120)
-        assert f"--mode thinking --address 127.0.0.1:{ports[2]}" in printed
+        assert (
+            f"--mode thinking --address 127.0.0.1:{ports[2]} --search-tool 127.0.0.1:{ports[0]}"
+            in printed
+        )
         children = {c.cmdline()[2]: c for c in psutil.Process(process.pid).children()}
         children["services.agent"].send_signal(signal.SIGTERM)
         reported = _read_until(process, "still serving", 60)
