@@ -7,10 +7,11 @@ from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
 from services.agent.config import AgentSettings
 from services.agent.gateway_client import GatewayModelClient
+from services.agent.history import RunStore
 from services.agent.loop import AgentLoop
 from services.agent.search_tool_client import SearchToolClient
 from services.agent.servicer import AgentServicer
-from services.common.auth import Access, ForwardCallerKey, MethodRule, StaticKey
+from services.common.auth import AUTHENTICATED, Access, ForwardCallerKey, MethodRule, StaticKey
 from services.common.channels import open_channel
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.telemetry import Telemetry
@@ -44,7 +45,10 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
         tracer=telemetry.tracer("services.agent") if telemetry else None,
         agent_name=AGENT_NAME,
     )
-    servicer = AgentServicer(loop, settings)
+    store = RunStore(settings.history) if settings.history.enabled else None
+    if store is not None:
+        store.open()
+    servicer = AgentServicer(loop, settings, store)
 
     def register(server: grpc.aio.Server) -> None:
         agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
@@ -58,6 +62,8 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
     async def close_channels() -> None:
         await gateway.close(None)
         await search.close(None)
+        if store is not None:
+            await store.close()
 
     server.on_stop.append(close_channels)
     return server
@@ -65,10 +71,11 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
 
 def access_rules(settings: AgentSettings) -> dict[str, MethodRule]:
     """A run reads its collection (the request's, else the configured default): the caller's
-    key must grant it here, and the search tool checks the same key again."""
+    key must grant it here, and the search tool checks the same key again. The run history
+    needs a key; the servicer then shows only runs on collections the key may read."""
 
     def collection(request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest) -> str:
         return request.collection or settings.default_collection
 
     rule = MethodRule(Access.READ, collection)
-    return {"Run": rule, "StreamRun": rule}
+    return {"Run": rule, "StreamRun": rule, "GetRun": AUTHENTICATED, "ListRuns": AUTHENTICATED}

@@ -175,6 +175,7 @@ def running_stack(root: Path) -> Iterator[Stack]:
         "OPENAI_API_KEY": "sk-e2e-fake",
         "ANTHROPIC_API_KEY": "sk-ant-e2e-fake",
         "QUARRY_AGENT_ROUTE": "agent",
+        "QUARRY_AGENT_HISTORY__PATH": str(root / "agent-runs.sqlite3"),
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     commands = {

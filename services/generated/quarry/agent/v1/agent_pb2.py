@@ -22,56 +22,75 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from quarry.common.v1 import search_pb2 as quarry_dot_common_dot_v1_dot_search__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bquarry/agent/v1/agent.proto\x12\x0fquarry.agent.v1\x1a\x1dquarry/common/v1/search.proto\"4\n\x10\x43onversationTurn\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"4\n\x06\x42udget\x12\x16\n\x0emax_iterations\x18\x01 \x01(\x05\x12\x12\n\nmax_tokens\x18\x02 \x01(\x03\"\x88\x02\n\nRunRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12(\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12#\n\x04mode\x18\x04 \x01(\x0e\x32\x15.quarry.agent.v1.Mode\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x32\n\x07history\x18\x06 \x03(\x0b\x32!.quarry.agent.v1.ConversationTurn\x12\'\n\x06\x62udget\x18\x07 \x01(\x0b\x32\x17.quarry.agent.v1.Budget\x12\r\n\x05route\x18\x08 \x01(\t\x12\r\n\x05tools\x18\t \x03(\t\"\x8e\x02\n\x10StreamRunRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12(\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12#\n\x04mode\x18\x04 \x01(\x0e\x32\x15.quarry.agent.v1.Mode\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x32\n\x07history\x18\x06 \x03(\x0b\x32!.quarry.agent.v1.ConversationTurn\x12\'\n\x06\x62udget\x18\x07 \x01(\x0b\x32\x17.quarry.agent.v1.Budget\x12\r\n\x05route\x18\x08 \x01(\t\x12\r\n\x05tools\x18\t \x03(\t\"9\n\x08\x43itation\x12\x11\n\tresult_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\"\x86\x01\n\x06\x41nswer\x12\x0c\n\x04text\x18\x01 \x01(\t\x12,\n\tcitations\x18\x02 \x03(\x0b\x32\x19.quarry.agent.v1.Citation\x12\x17\n\nconfidence\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x10unanswered_parts\x18\x04 \x03(\tB\r\n\x0b_confidence\"\x92\x01\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x19\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x03\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x05 \x01(\x05\x12\x10\n\x08searches\x18\x06 \x01(\x05\"X\n\nAnsweredBy\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x03 \x01(\x08\x12\x17\n\x0f\x66\x61llback_reason\x18\x04 \x01(\t\"\x96\x02\n\x0bRunResponse\x12\'\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x17.quarry.agent.v1.Answer\x12/\n\x07results\x18\x02 \x03(\x0b\x32\x1e.quarry.common.v1.SearchResult\x12\x30\n\x0bstop_reason\x18\x03 \x01(\x0e\x32\x1b.quarry.agent.v1.StopReason\x12%\n\x05usage\x18\x04 \x01(\x0b\x32\x16.quarry.agent.v1.Usage\x12\x12\n\niterations\x18\x05 \x01(\x05\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x30\n\x0b\x61nswered_by\x18\x07 \x01(\x0b\x32\x1b.quarry.agent.v1.AnsweredBy\"f\n\x0cStartedEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\ncollection\x18\x02 \x01(\t\x12#\n\x04mode\x18\x03 \x01(\x0e\x32\x15.quarry.agent.v1.Mode\x12\r\n\x05route\x18\x04 \x01(\t\"b\n\rThinkingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x30\n\x0b\x61nswered_by\x18\x03 \x01(\x0b\x32\x1b.quarry.agent.v1.AnsweredBy\"\xf2\x01\n\x0eSearchingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12,\n\x05query\x18\x02 \x01(\x0b\x32\x1d.quarry.common.v1.SearchQuery\x12\x35\n\x08strategy\x18\x03 \x01(\x0e\x32#.quarry.common.v1.RetrievalStrategy\x12(\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12\x14\n\x0cresult_count\x18\x05 \x01(\x05\x12\x13\n\x0btotal_count\x18\x06 \x01(\x03\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\"\x9e\x01\n\x0cReadingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x11\n\tresult_id\x18\x02 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x03 \x01(\t\x12\x13\n\x0b\x66irst_chunk\x18\x04 \x01(\x05\x12\x14\n\x0c\x63hunks_shown\x18\x05 \x01(\x05\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x05\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\"\x9a\x01\n\rCountingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12(\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12\x10\n\x08group_by\x18\x03 \x03(\t\x12\x16\n\x0e\x64ocument_count\x18\x04 \x01(\x03\x12\r\n\x05\x65xact\x18\x05 \x01(\x08\x12\x13\n\x0b\x64uration_ms\x18\x06 \x01(\x03\"X\n\x10\x43\x61lculatingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x12\n\nexpression\x18\x02 \x01(\t\x12\x0e\n\x06result\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\";\n\tDoneEvent\x12.\n\x08response\x18\x01 \x01(\x0b\x32\x1c.quarry.agent.v1.RunResponse\">\n\nErrorEvent\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\"\xb2\x03\n\x11StreamRunResponse\x12\x30\n\x07started\x18\x01 \x01(\x0b\x32\x1d.quarry.agent.v1.StartedEventH\x00\x12\x32\n\x08thinking\x18\x02 \x01(\x0b\x32\x1e.quarry.agent.v1.ThinkingEventH\x00\x12\x34\n\tsearching\x18\x03 \x01(\x0b\x32\x1f.quarry.agent.v1.SearchingEventH\x00\x12*\n\x04\x64one\x18\x04 \x01(\x0b\x32\x1a.quarry.agent.v1.DoneEventH\x00\x12,\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1b.quarry.agent.v1.ErrorEventH\x00\x12\x38\n\x0b\x63\x61lculating\x18\x06 \x01(\x0b\x32!.quarry.agent.v1.CalculatingEventH\x00\x12\x30\n\x07reading\x18\x07 \x01(\x0b\x32\x1d.quarry.agent.v1.ReadingEventH\x00\x12\x32\n\x08\x63ounting\x18\x08 \x01(\x0b\x32\x1e.quarry.agent.v1.CountingEventH\x00\x42\x07\n\x05\x65vent*>\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\r\n\tMODE_FAST\x10\x01\x12\x11\n\rMODE_THINKING\x10\x02*\xa5\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14STOP_REASON_ANSWERED\x10\x01\x12\x1d\n\x19STOP_REASON_FORCED_ANSWER\x10\x02\x12 \n\x1cSTOP_REASON_BUDGET_EXHAUSTED\x10\x03\x12\x1f\n\x1bSTOP_REASON_FALLBACK_ANSWER\x10\x04\x32\xa6\x01\n\x0c\x41gentService\x12@\n\x03Run\x12\x1b.quarry.agent.v1.RunRequest\x1a\x1c.quarry.agent.v1.RunResponse\x12T\n\tStreamRun\x12!.quarry.agent.v1.StreamRunRequest\x1a\".quarry.agent.v1.StreamRunResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bquarry/agent/v1/agent.proto\x12\x0fquarry.agent.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dquarry/common/v1/search.proto\"4\n\x10\x43onversationTurn\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\"4\n\x06\x42udget\x12\x16\n\x0emax_iterations\x18\x01 \x01(\x05\x12\x12\n\nmax_tokens\x18\x02 \x01(\x03\"\xce\x02\n\nRunRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12(\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12#\n\x04mode\x18\x04 \x01(\x0e\x32\x15.quarry.agent.v1.Mode\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x32\n\x07history\x18\x06 \x03(\x0b\x32!.quarry.agent.v1.ConversationTurn\x12\'\n\x06\x62udget\x18\x07 \x01(\x0b\x32\x17.quarry.agent.v1.Budget\x12\r\n\x05route\x18\x08 \x01(\t\x12\r\n\x05tools\x18\t \x03(\t\x12\x18\n\x0btemperature\x18\n \x01(\x01H\x00\x88\x01\x01\x12\x11\n\x04seed\x18\x0b \x01(\x03H\x01\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x07\n\x05_seed\"\xd4\x02\n\x10StreamRunRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12(\n\x06\x66ilter\x18\x03 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12#\n\x04mode\x18\x04 \x01(\x0e\x32\x15.quarry.agent.v1.Mode\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x32\n\x07history\x18\x06 \x03(\x0b\x32!.quarry.agent.v1.ConversationTurn\x12\'\n\x06\x62udget\x18\x07 \x01(\x0b\x32\x17.quarry.agent.v1.Budget\x12\r\n\x05route\x18\x08 \x01(\t\x12\r\n\x05tools\x18\t \x03(\t\x12\x18\n\x0btemperature\x18\n \x01(\x01H\x00\x88\x01\x01\x12\x11\n\x04seed\x18\x0b \x01(\x03H\x01\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x07\n\x05_seed\"9\n\x08\x43itation\x12\x11\n\tresult_id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\"\x86\x01\n\x06\x41nswer\x12\x0c\n\x04text\x18\x01 \x01(\t\x12,\n\tcitations\x18\x02 \x03(\x0b\x32\x19.quarry.agent.v1.Citation\x12\x17\n\nconfidence\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x10unanswered_parts\x18\x04 \x03(\tB\r\n\x0b_confidence\"\x92\x01\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x19\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x03\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x03\x12\x13\n\x0bmodel_calls\x18\x05 \x01(\x05\x12\x10\n\x08searches\x18\x06 \x01(\x05\"X\n\nAnsweredBy\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x03 \x01(\x08\x12\x17\n\x0f\x66\x61llback_reason\x18\x04 \x01(\t\"\xd7\x02\n\x0bRunResponse\x12\'\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x17.quarry.agent.v1.Answer\x12/\n\x07results\x18\x02 \x03(\x0b\x32\x1e.quarry.common.v1.SearchResult\x12\x30\n\x0bstop_reason\x18\x03 \x01(\x0e\x32\x1b.quarry.agent.v1.StopReason\x12%\n\x05usage\x18\x04 \x01(\x0b\x32\x16.quarry.agent.v1.Usage\x12\x12\n\niterations\x18\x05 \x01(\x05\x12\x0e\n\x06run_id\x18\x06 \x01(\t\x12\x30\n\x0b\x61nswered_by\x18\x07 \x01(\x0b\x32\x1b.quarry.agent.v1.AnsweredBy\x12*\n\x05steps\x18\x08 \x03(\x0b\x32\x1b.quarry.agent.v1.StepRecord\x12\x13\n\x0b\x64uration_ms\x18\t \x01(\x03\"t\n\x0cStartedEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\ncollection\x18\x02 \x01(\t\x12#\n\x04mode\x18\x03 \x01(\x0e\x32\x15.quarry.agent.v1.Mode\x12\r\n\x05route\x18\x04 \x01(\t\x12\x0c\n\x04step\x18\x14 \x01(\x05\"p\n\rThinkingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x30\n\x0b\x61nswered_by\x18\x03 \x01(\x0b\x32\x1b.quarry.agent.v1.AnsweredBy\x12\x0c\n\x04step\x18\x14 \x01(\x05\"\x80\x02\n\x0eSearchingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12,\n\x05query\x18\x02 \x01(\x0b\x32\x1d.quarry.common.v1.SearchQuery\x12\x35\n\x08strategy\x18\x03 \x01(\x0e\x32#.quarry.common.v1.RetrievalStrategy\x12(\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12\x14\n\x0cresult_count\x18\x05 \x01(\x05\x12\x13\n\x0btotal_count\x18\x06 \x01(\x03\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\x12\x0c\n\x04step\x18\x14 \x01(\x05\"\xac\x01\n\x0cReadingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x11\n\tresult_id\x18\x02 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x03 \x01(\t\x12\x13\n\x0b\x66irst_chunk\x18\x04 \x01(\x05\x12\x14\n\x0c\x63hunks_shown\x18\x05 \x01(\x05\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x05\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\x12\x0c\n\x04step\x18\x14 \x01(\x05\"\xa8\x01\n\rCountingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12(\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x18.quarry.common.v1.Filter\x12\x10\n\x08group_by\x18\x03 \x03(\t\x12\x16\n\x0e\x64ocument_count\x18\x04 \x01(\x03\x12\r\n\x05\x65xact\x18\x05 \x01(\x08\x12\x13\n\x0b\x64uration_ms\x18\x06 \x01(\x03\x12\x0c\n\x04step\x18\x14 \x01(\x05\"f\n\x10\x43\x61lculatingEvent\x12\x11\n\titeration\x18\x01 \x01(\x05\x12\x12\n\nexpression\x18\x02 \x01(\t\x12\x0e\n\x06result\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x0c\n\x04step\x18\x14 \x01(\x05\"I\n\tDoneEvent\x12.\n\x08response\x18\x01 \x01(\x0b\x32\x1c.quarry.agent.v1.RunResponse\x12\x0c\n\x04step\x18\x14 \x01(\x05\">\n\nErrorEvent\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\"\xb2\x03\n\x11StreamRunResponse\x12\x30\n\x07started\x18\x01 \x01(\x0b\x32\x1d.quarry.agent.v1.StartedEventH\x00\x12\x32\n\x08thinking\x18\x02 \x01(\x0b\x32\x1e.quarry.agent.v1.ThinkingEventH\x00\x12\x34\n\tsearching\x18\x03 \x01(\x0b\x32\x1f.quarry.agent.v1.SearchingEventH\x00\x12*\n\x04\x64one\x18\x04 \x01(\x0b\x32\x1a.quarry.agent.v1.DoneEventH\x00\x12,\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1b.quarry.agent.v1.ErrorEventH\x00\x12\x38\n\x0b\x63\x61lculating\x18\x06 \x01(\x0b\x32!.quarry.agent.v1.CalculatingEventH\x00\x12\x30\n\x07reading\x18\x07 \x01(\x0b\x32\x1d.quarry.agent.v1.ReadingEventH\x00\x12\x32\n\x08\x63ounting\x18\x08 \x01(\x0b\x32\x1e.quarry.agent.v1.CountingEventH\x00\x42\x07\n\x05\x65vent\"\xbe\x02\n\x0eToolCallRecord\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12 \n\x18validated_arguments_json\x18\x04 \x01(\t\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64uration_ms\x18\x06 \x01(\x03\x12\x12\n\nresult_ids\x18\x07 \x03(\t\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x13\n\x0btotal_count\x18\t \x01(\x03\x12\x15\n\rpreviewed_ids\x18\n \x03(\t\x12\x0e\n\x06output\x18\x0b \x01(\t\x12/\n\x07results\x18\x0c \x03(\x0b\x32\x1e.quarry.common.v1.SearchResult\"\xf5\x02\n\nStepRecord\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x33\n\ntool_calls\x18\x03 \x03(\x0b\x32\x1f.quarry.agent.v1.ToolCallRecord\x12\x14\n\x0cinput_tokens\x18\x04 \x01(\x03\x12\x15\n\routput_tokens\x18\x05 \x01(\x03\x12\x19\n\x11\x63\x61\x63he_read_tokens\x18\x06 \x01(\x03\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x07 \x01(\x03\x12\x30\n\x0b\x61nswered_by\x18\x08 \x01(\x0b\x32\x1b.quarry.agent.v1.AnsweredBy\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08model_ms\x18\n \x01(\x03\x12\x13\n\x0b\x64uration_ms\x18\x0b \x01(\x03\x12\x15\n\roffered_tools\x18\x0c \x03(\t\x12\x11\n\tcompacted\x18\r \x01(\x08\"\xfc\x03\n\tRunRecord\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\ncollection\x18\x02 \x01(\t\x12*\n\x06status\x18\x03 \x01(\x0e\x32\x1a.quarry.agent.v1.RunStatus\x12,\n\x07request\x18\x04 \x01(\x0b\x32\x1b.quarry.agent.v1.RunRequest\x12.\n\x08response\x18\x05 \x01(\x0b\x32\x1c.quarry.agent.v1.RunResponse\x12*\n\x05steps\x18\x06 \x03(\x0b\x32\x1b.quarry.agent.v1.StepRecord\x12\x32\n\x06\x65vents\x18\x07 \x03(\x0b\x32\".quarry.agent.v1.StreamRunResponse\x12.\n\nstarted_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nerror_code\x18\n \x01(\t\x12\x15\n\rerror_message\x18\x0b \x01(\t\x12\x0e\n\x06\x63\x61ller\x18\x0c \x01(\t\x12\x1a\n\x12loop_settings_json\x18\r \x01(\t\x12\x1d\n\x15\x63ontext_window_tokens\x18\x0e \x01(\x03\x12\r\n\x05route\x18\x0f \x01(\t\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"9\n\x0eGetRunResponse\x12\'\n\x03run\x18\x01 \x01(\x0b\x32\x1a.quarry.agent.v1.RunRecord\"\xdf\x01\n\x0fListRunsRequest\x12\x12\n\ncollection\x18\x01 \x01(\t\x12\x31\n\rstarted_after\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0estarted_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06status\x18\x04 \x01(\x0e\x32\x1a.quarry.agent.v1.RunStatus\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"\xdb\x02\n\nRunSummary\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\ncollection\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12*\n\x06status\x18\x04 \x01(\x0e\x32\x1a.quarry.agent.v1.RunStatus\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0bstop_reason\x18\x07 \x01(\x0e\x32\x1b.quarry.agent.v1.StopReason\x12\r\n\x05steps\x18\x08 \x01(\x05\x12\x14\n\x0cinput_tokens\x18\t \x01(\x03\x12\x15\n\routput_tokens\x18\n \x01(\x03\x12\x12\n\nerror_code\x18\x0b \x01(\t\x12\x0e\n\x06\x63\x61ller\x18\x0c \x01(\t\"V\n\x10ListRunsResponse\x12)\n\x04runs\x18\x01 \x03(\x0b\x32\x1b.quarry.agent.v1.RunSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*>\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\r\n\tMODE_FAST\x10\x01\x12\x11\n\rMODE_THINKING\x10\x02*\xa5\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14STOP_REASON_ANSWERED\x10\x01\x12\x1d\n\x19STOP_REASON_FORCED_ANSWER\x10\x02\x12 \n\x1cSTOP_REASON_BUDGET_EXHAUSTED\x10\x03\x12\x1f\n\x1bSTOP_REASON_FALLBACK_ANSWER\x10\x04*\xa6\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x02\x12\x15\n\x11RUN_STATUS_FAILED\x10\x03\x12\x18\n\x14RUN_STATUS_CANCELLED\x10\x04\x12\x1a\n\x16RUN_STATUS_INTERRUPTED\x10\x05\x32\xc2\x02\n\x0c\x41gentService\x12@\n\x03Run\x12\x1b.quarry.agent.v1.RunRequest\x1a\x1c.quarry.agent.v1.RunResponse\x12T\n\tStreamRun\x12!.quarry.agent.v1.StreamRunRequest\x1a\".quarry.agent.v1.StreamRunResponse0\x01\x12I\n\x06GetRun\x12\x1e.quarry.agent.v1.GetRunRequest\x1a\x1f.quarry.agent.v1.GetRunResponse\x12O\n\x08ListRuns\x12 .quarry.agent.v1.ListRunsRequest\x1a!.quarry.agent.v1.ListRunsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quarry.agent.v1.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MODE']._serialized_start=2862
-  _globals['_MODE']._serialized_end=2924
-  _globals['_STOPREASON']._serialized_start=2927
-  _globals['_STOPREASON']._serialized_end=3092
-  _globals['_CONVERSATIONTURN']._serialized_start=79
-  _globals['_CONVERSATIONTURN']._serialized_end=131
-  _globals['_BUDGET']._serialized_start=133
-  _globals['_BUDGET']._serialized_end=185
-  _globals['_RUNREQUEST']._serialized_start=188
-  _globals['_RUNREQUEST']._serialized_end=452
-  _globals['_STREAMRUNREQUEST']._serialized_start=455
-  _globals['_STREAMRUNREQUEST']._serialized_end=725
-  _globals['_CITATION']._serialized_start=727
-  _globals['_CITATION']._serialized_end=784
-  _globals['_ANSWER']._serialized_start=787
-  _globals['_ANSWER']._serialized_end=921
-  _globals['_USAGE']._serialized_start=924
-  _globals['_USAGE']._serialized_end=1070
-  _globals['_ANSWEREDBY']._serialized_start=1072
-  _globals['_ANSWEREDBY']._serialized_end=1160
-  _globals['_RUNRESPONSE']._serialized_start=1163
-  _globals['_RUNRESPONSE']._serialized_end=1441
-  _globals['_STARTEDEVENT']._serialized_start=1443
-  _globals['_STARTEDEVENT']._serialized_end=1545
-  _globals['_THINKINGEVENT']._serialized_start=1547
-  _globals['_THINKINGEVENT']._serialized_end=1645
-  _globals['_SEARCHINGEVENT']._serialized_start=1648
-  _globals['_SEARCHINGEVENT']._serialized_end=1890
-  _globals['_READINGEVENT']._serialized_start=1893
-  _globals['_READINGEVENT']._serialized_end=2051
-  _globals['_COUNTINGEVENT']._serialized_start=2054
-  _globals['_COUNTINGEVENT']._serialized_end=2208
-  _globals['_CALCULATINGEVENT']._serialized_start=2210
-  _globals['_CALCULATINGEVENT']._serialized_end=2298
-  _globals['_DONEEVENT']._serialized_start=2300
-  _globals['_DONEEVENT']._serialized_end=2359
-  _globals['_ERROREVENT']._serialized_start=2361
-  _globals['_ERROREVENT']._serialized_end=2423
-  _globals['_STREAMRUNRESPONSE']._serialized_start=2426
-  _globals['_STREAMRUNRESPONSE']._serialized_end=2860
-  _globals['_AGENTSERVICE']._serialized_start=3095
-  _globals['_AGENTSERVICE']._serialized_end=3261
+  _globals['_MODE']._serialized_start=5162
+  _globals['_MODE']._serialized_end=5224
+  _globals['_STOPREASON']._serialized_start=5227
+  _globals['_STOPREASON']._serialized_end=5392
+  _globals['_RUNSTATUS']._serialized_start=5395
+  _globals['_RUNSTATUS']._serialized_end=5561
+  _globals['_CONVERSATIONTURN']._serialized_start=112
+  _globals['_CONVERSATIONTURN']._serialized_end=164
+  _globals['_BUDGET']._serialized_start=166
+  _globals['_BUDGET']._serialized_end=218
+  _globals['_RUNREQUEST']._serialized_start=221
+  _globals['_RUNREQUEST']._serialized_end=555
+  _globals['_STREAMRUNREQUEST']._serialized_start=558
+  _globals['_STREAMRUNREQUEST']._serialized_end=898
+  _globals['_CITATION']._serialized_start=900
+  _globals['_CITATION']._serialized_end=957
+  _globals['_ANSWER']._serialized_start=960
+  _globals['_ANSWER']._serialized_end=1094
+  _globals['_USAGE']._serialized_start=1097
+  _globals['_USAGE']._serialized_end=1243
+  _globals['_ANSWEREDBY']._serialized_start=1245
+  _globals['_ANSWEREDBY']._serialized_end=1333
+  _globals['_RUNRESPONSE']._serialized_start=1336
+  _globals['_RUNRESPONSE']._serialized_end=1679
+  _globals['_STARTEDEVENT']._serialized_start=1681
+  _globals['_STARTEDEVENT']._serialized_end=1797
+  _globals['_THINKINGEVENT']._serialized_start=1799
+  _globals['_THINKINGEVENT']._serialized_end=1911
+  _globals['_SEARCHINGEVENT']._serialized_start=1914
+  _globals['_SEARCHINGEVENT']._serialized_end=2170
+  _globals['_READINGEVENT']._serialized_start=2173
+  _globals['_READINGEVENT']._serialized_end=2345
+  _globals['_COUNTINGEVENT']._serialized_start=2348
+  _globals['_COUNTINGEVENT']._serialized_end=2516
+  _globals['_CALCULATINGEVENT']._serialized_start=2518
+  _globals['_CALCULATINGEVENT']._serialized_end=2620
+  _globals['_DONEEVENT']._serialized_start=2622
+  _globals['_DONEEVENT']._serialized_end=2695
+  _globals['_ERROREVENT']._serialized_start=2697
+  _globals['_ERROREVENT']._serialized_end=2759
+  _globals['_STREAMRUNRESPONSE']._serialized_start=2762
+  _globals['_STREAMRUNRESPONSE']._serialized_end=3196
+  _globals['_TOOLCALLRECORD']._serialized_start=3199
+  _globals['_TOOLCALLRECORD']._serialized_end=3517
+  _globals['_STEPRECORD']._serialized_start=3520
+  _globals['_STEPRECORD']._serialized_end=3893
+  _globals['_RUNRECORD']._serialized_start=3896
+  _globals['_RUNRECORD']._serialized_end=4404
+  _globals['_GETRUNREQUEST']._serialized_start=4406
+  _globals['_GETRUNREQUEST']._serialized_end=4437
+  _globals['_GETRUNRESPONSE']._serialized_start=4439
+  _globals['_GETRUNRESPONSE']._serialized_end=4496
+  _globals['_LISTRUNSREQUEST']._serialized_start=4499
+  _globals['_LISTRUNSREQUEST']._serialized_end=4722
+  _globals['_RUNSUMMARY']._serialized_start=4725
+  _globals['_RUNSUMMARY']._serialized_end=5072
+  _globals['_LISTRUNSRESPONSE']._serialized_start=5074
+  _globals['_LISTRUNSRESPONSE']._serialized_end=5160
+  _globals['_AGENTSERVICE']._serialized_start=5564
+  _globals['_AGENTSERVICE']._serialized_end=5886
 # @@protoc_insertion_point(module_scope)
