@@ -84,6 +84,10 @@ class RunOptions:
     """The call's deadline in seconds; None waits as long as the run takes."""
     tools: Sequence[str] = ()
     """Tools the run may use (`search`, `read`, `count`, `calculate`); empty means all."""
+    temperature: float | None = None
+    """Sampling temperature (0-2) for providers that support it; None: the provider's default."""
+    seed: int | None = None
+    """Sampling seed for providers that support it; None: none."""
 
     def request_fields(self, query: str) -> dict[str, Any]:
         """The fields `RunRequest` and `StreamRunRequest` share, for `query`."""
@@ -99,6 +103,8 @@ class RunOptions:
             ),
             "route": self.route,
             "tools": list(self.tools),
+            **({"temperature": self.temperature} if self.temperature is not None else {}),
+            **({"seed": self.seed} if self.seed is not None else {}),
         }
 
 
@@ -155,6 +161,28 @@ class AgentClient:
             return response
         except grpc.aio.AioRpcError as error:
             raise _agent_error(error) from error
+
+    async def get_run(self, run_id: str, *, timeout_s: float | None = 30.0) -> agent_pb2.RunRecord:
+        """A recorded run: request, step records, events, final response, status."""
+        try:
+            reply: agent_pb2.GetRunResponse = await self._stub.GetRun(
+                agent_pb2.GetRunRequest(run_id=run_id), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise _agent_error(error) from error
+        return reply.run
+
+    async def list_runs(
+        self, request: agent_pb2.ListRunsRequest | None = None, *, timeout_s: float | None = 30.0
+    ) -> agent_pb2.ListRunsResponse:
+        """One page of recorded runs, newest first."""
+        try:
+            reply: agent_pb2.ListRunsResponse = await self._stub.ListRuns(
+                request or agent_pb2.ListRunsRequest(), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise _agent_error(error) from error
+        return reply
 
 
 def _agent_error(error: grpc.aio.AioRpcError) -> AgentError:

@@ -149,7 +149,7 @@ class RunStore:
 
     def begin(self, run: agent_pb2.RunRecord) -> None:
         """A run started (`run.status` running): queued, not awaited."""
-        self._queue(self._begin, run)
+        self._queue(self._begin, _copy(run))
 
     def append(
         self,
@@ -179,7 +179,7 @@ class RunStore:
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
         """`finish` from a task being cancelled, which cannot wait: queued."""
-        self._queue(self._finish, run, first_seq, list(events), list(steps))
+        self._queue(self._finish, _copy(run), first_seq, list(events), list(steps))
 
     def _begin(self, run: agent_pb2.RunRecord) -> None:
         with self._transaction() as tx:
@@ -440,6 +440,13 @@ def decode_page_token(token: str) -> tuple[float, str]:
         raise InvalidArgument.for_field(
             "page_token", "is not a token this service issued (pass next_page_token as is)"
         ) from None
+
+
+def _copy(run: agent_pb2.RunRecord) -> agent_pb2.RunRecord:
+    """What a queued write stores: the record as it is now, not as the caller changes it."""
+    copy = agent_pb2.RunRecord()
+    copy.CopyFrom(run)
+    return copy
 
 
 def _seconds(stamp: Any) -> float:
