@@ -19,11 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from quarry_cli.output import describe_error, error_json, print_json
-from quarry_cli.replay import Replay, replay_run
+from quarry_cli.replay import Replay, ReplayError, replay_run
 from services.agent.client import AgentClient, AgentError
-from services.agent.search_tool_client import SearchToolClient
-from services.common.auth import StaticKey
-from services.common.channels import open_channel
 from services.common.errors import FieldViolation, InvalidArgument, QuarryError
 
 DEFAULT_AGENT = "127.0.0.1:50053"
@@ -186,15 +183,14 @@ async def _replay(client: AgentClient, args: argparse.Namespace) -> int:
     record = await client.get_run(args.run_id, timeout_s=args.timeout)
     if record.status != agent_pb2.RUN_STATUS_COMPLETED and not record.steps:
         raise InvalidArgument.for_field("run_id", f"run {args.run_id} recorded no step to replay")
-    if args.frozen:
-        outcome = await replay_run(record)
-    else:
-        key = os.environ.get(API_KEY_ENV, "")
-        channel = open_channel(args.search_tool, interceptors=[StaticKey(key)])
-        try:
-            outcome = await replay_run(record, search=SearchToolClient(channel))
-        finally:
-            await channel.close(None)
+    search_tool = "" if args.frozen else args.search_tool
+    try:
+        outcome = await replay_run(
+            record, search_tool=search_tool, api_key=os.environ.get(API_KEY_ENV, "")
+        )
+    except ReplayError as error:
+        Console(stderr=True, highlight=False).print(f"replay failed: {error}", markup=False)
+        return 2
     _print_replay(outcome, as_json=args.json)
     return 1 if outcome.diverged else 0
 
@@ -205,9 +201,10 @@ def _print_replay(outcome: Replay, *, as_json: bool) -> None:
         return
     console = Console(highlight=False)
     mode = "recorded results" if outcome.frozen else "live search tool"
+    report = outcome.to_json()
     console.print(
-        f"replayed run {outcome.run_id} ({mode}): {outcome.replayed_steps} steps "
-        f"(recorded {outcome.recorded_steps})",
+        f"replayed run {outcome.run_id} ({mode}) as {report['replay_run_id']}: "
+        f"{report['replayed_steps']} steps (recorded {outcome.recorded_steps})",
         markup=False,
     )
     if not outcome.diverged:
