@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import grpc
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
@@ -22,6 +24,12 @@ AGENT_NAME = "quarry-agent"
 
 def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = None) -> QuarryServer:
     """The agent's server, bound but not started; its channels close when it stops."""
+    store = RunStore(settings.history) if settings.history.enabled else None
+    if store is not None:
+        try:
+            store.open()
+        except (OSError, sqlite3.Error) as error:
+            raise OSError(f"run history at {settings.history.path}: {error}") from error
     gateway = open_channel(
         settings.llm_gateway_address,
         telemetry,
@@ -45,9 +53,6 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
         tracer=telemetry.tracer("services.agent") if telemetry else None,
         agent_name=AGENT_NAME,
     )
-    store = RunStore(settings.history) if settings.history.enabled else None
-    if store is not None:
-        store.open()
     servicer = AgentServicer(loop, settings, store)
 
     def register(server: grpc.aio.Server) -> None:

@@ -4,6 +4,9 @@ and runs left `running` by a dead process marked `interrupted`."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -420,3 +423,21 @@ async def test_retention_runs_after_a_run_ends_once_the_sweep_interval_passed(
     await _finish(store, record, now[0])
     assert [r.run_id for r in (await store.list_runs(RunQuery()))[0]] == ["run-3"]
     await store.close()
+
+
+def test_an_agent_whose_history_cannot_be_opened_refuses_to_start_naming_the_path(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = {**os.environ, "QUARRY_AGENT_HISTORY__PATH": str(blocker / "runs.sqlite3")}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.agent", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert f"run history at {blocker / 'runs.sqlite3'}" in done.stderr
