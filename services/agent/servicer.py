@@ -184,8 +184,8 @@ def _run_query(request: agent_pb2.ListRunsRequest) -> RunQuery:
         )
     if request.status not in agent_pb2.RunStatus.values():
         violations.append(FieldViolation("status", f"unknown run status {request.status}"))
-    after = _seconds(request.started_after) if request.HasField("started_after") else None
-    before = _seconds(request.started_before) if request.HasField("started_before") else None
+    after = _time(request, "started_after", violations)
+    before = _time(request, "started_before", violations)
     if after is not None and before is not None and after >= before:
         violations.append(FieldViolation("started_before", "must be later than started_after"))
     if request.page_token:
@@ -204,8 +204,17 @@ def _run_query(request: agent_pb2.ListRunsRequest) -> RunQuery:
     )
 
 
-def _seconds(stamp: Any) -> float:
-    return float(stamp.ToNanoseconds()) / 1e9
+def _time(
+    request: agent_pb2.ListRunsRequest, name: str, violations: list[FieldViolation]
+) -> float | None:
+    """A time bound in seconds, None when unset; an invalid timestamp is a violation."""
+    if not request.HasField(name):
+        return None
+    try:
+        return float(getattr(request, name).ToNanoseconds()) / 1e9
+    except ValueError as error:
+        violations.append(FieldViolation(name, f"is not a valid timestamp: {error}"))
+        return None
 
 
 def _may_not_read(collection: str) -> PermissionDenied:

@@ -289,6 +289,9 @@ async def test_list_runs_rejects_bad_tokens_sizes_and_ranges_naming_the_field(
         "page_size": agent_pb2.ListRunsRequest(page_size=501),
         "started_before": agent_pb2.ListRunsRequest(started_after=later, started_before=earlier),
         "status": agent_pb2.ListRunsRequest(status=99),  # type: ignore[arg-type]
+        "started_after": agent_pb2.ListRunsRequest(
+            started_after=timestamp_pb2.Timestamp(seconds=-62_135_596_801)  # before year 1
+        ),
     }
     for field, request in cases.items():
         with pytest.raises(AgentError) as refused:
