@@ -6,6 +6,7 @@ quarry ingest docs/ README.md --collection mine
 quarry collections list | show NAME | delete NAME --yes
 quarry search "temporary directory" --collection python-docs
 quarry status
+quarry runs list | show ID | replay ID [--frozen]
 quarry keygen         # a new API key and the SHA-256 digest the configuration stores
 
 --json output is protobuf's JSON mapping with the proto field names (`run_id`, as grpcurl prints).
@@ -202,6 +203,13 @@ def _parser() -> argparse.ArgumentParser:
             STATUS_EPILOG,
         )
     )
+    from quarry_cli import runs
+
+    runs.add_arguments(
+        _command(
+            commands, "runs", "the agent's recorded runs: list, show, replay", runs.RUNS_EPILOG
+        )
+    )
     return parser
 
 
@@ -233,7 +241,14 @@ def _run_ingest(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _run_runs(args: argparse.Namespace) -> int:
+    from quarry_cli.runs import run
+
+    return run(args)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "runs": _run_runs,
     "ingest": _run_ingest,
     "collections": run_collections,
     "search": run_search,

@@ -36,6 +36,12 @@ def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
 
 
 @pytest.fixture(autouse=True)
+def _agent_history_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """An agent built by a test records its runs under the test's temp dir, not ./var."""
+    monkeypatch.setenv("QUARRY_AGENT_HISTORY__PATH", str(tmp_path / "agent-runs.sqlite3"))
+
+
+@pytest.fixture(autouse=True)
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)

@@ -94,6 +94,10 @@ class RunOptions:
     """Streams: a shorter acknowledge window for questions; 0 keeps the agent's."""
     question_answer_s: float = 0.0
     """Streams: a shorter answer window for questions; 0 keeps the agent's."""
+    temperature: float | None = None
+    """Sampling temperature (0-2) for providers that support it; None: the provider's default."""
+    seed: int | None = None
+    """Sampling seed for providers that support it; None: none."""
 
     def request_fields(self, query: str) -> dict[str, Any]:
         """The fields `RunRequest` and `StreamRunRequest` share, for `query`."""
@@ -109,6 +113,8 @@ class RunOptions:
             ),
             "route": self.route,
             "tools": list(self.tools),
+            **({"temperature": self.temperature} if self.temperature is not None else {}),
+            **({"seed": self.seed} if self.seed is not None else {}),
         }
 
 
@@ -189,6 +195,28 @@ class AgentClient:
             await self._stub.AnswerQuestion(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as error:
             raise _agent_error(error) from error
+
+    async def get_run(self, run_id: str, *, timeout_s: float | None = 30.0) -> agent_pb2.RunRecord:
+        """A recorded run: request, step records, events, final response, status."""
+        try:
+            reply: agent_pb2.GetRunResponse = await self._stub.GetRun(
+                agent_pb2.GetRunRequest(run_id=run_id), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise _agent_error(error) from error
+        return reply.run
+
+    async def list_runs(
+        self, request: agent_pb2.ListRunsRequest | None = None, *, timeout_s: float | None = 30.0
+    ) -> agent_pb2.ListRunsResponse:
+        """One page of recorded runs, newest first."""
+        try:
+            reply: agent_pb2.ListRunsResponse = await self._stub.ListRuns(
+                request or agent_pb2.ListRunsRequest(), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            raise _agent_error(error) from error
+        return reply
 
 
 def _agent_error(error: grpc.aio.AioRpcError) -> AgentError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -77,6 +78,21 @@ class QuestionSettings(BaseModel):
     """Questions one run may ask; further `ask_user` calls are refused back to the model."""
 
 
+class HistorySettings(BaseModel):
+    """Run history (`agent.history`)."""
+
+    enabled: bool = True
+    """Record every run; off: `GetRun`/`ListRuns` answer FAILED_PRECONDITION."""
+    path: Path = Path("./var/agent/runs.sqlite3")
+    """The SQLite database file (created with its folder)."""
+    max_age_days: float = Field(default=30.0, ge=0)
+    """Runs older than this are deleted; 0 keeps them whatever their age."""
+    max_runs: int = Field(default=100_000, ge=0)
+    """At most this many runs are kept (the oldest go first); 0: no limit."""
+    sweep_interval_s: float = Field(default=300.0, gt=0)
+    """Retention runs at most this often (after a run ends), and when the agent starts."""
+
+
 class AgentSettings(QuarrySettings):
     """Everything the agent process needs to run."""
 
@@ -105,6 +121,8 @@ class AgentSettings(QuarrySettings):
     """Overrides the window the gateway reports for the route's model."""
     loop: LoopSettings = Field(default_factory=LoopSettings)
     questions: QuestionSettings = Field(default_factory=QuestionSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
+    """Run history: every run recorded for `GetRun` / `ListRuns` / `quarry runs`."""
     gateway_api_key_env: str = ""
     """Environment variable holding the API key the agent presents to the LLM gateway (a key
     with `gateway: true`); empty sends none. Towards the search tool the agent forwards each

@@ -9,7 +9,7 @@ compaction the loop runs when the gateway still reports an overflow.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -117,15 +117,31 @@ def split_for_compaction(exchanges: Sequence[Message], keep_last: int) -> Compac
 
 
 def summary_prompt(
-    task: str, previous_summary: str, old: Sequence[Message], *, max_chars: int
+    task: str,
+    previous_summary: str,
+    old: Sequence[Message],
+    *,
+    max_chars: int,
+    steps: Mapping[int, str] | None = None,
 ) -> str:
-    """The transcript the summariser reads, each tool result shortened, within `max_chars`."""
+    """The transcript the summariser reads, each tool result shortened, within `max_chars`.
+
+    `steps` maps a step index to its record's transcript (`records.transcript`): an assistant
+    message of a recorded step is read from its record, with its calls and their original
+    results, and the tool results in the conversation (perhaps pruned) are not read again."""
+    steps = steps or {}
+    from_records = {
+        c.id for m in old if m.role is Role.ASSISTANT and m.step in steps for c in m.tool_calls
+    }
     parts = [f"# Task\n{task}"]
     if previous_summary:
         parts.append(f"# Earlier summary\n{previous_summary}")
     parts.append("# Conversation")
     for message in old:
-        parts.append(_transcript_line(message))
+        if message.role is Role.ASSISTANT and message.step in steps:
+            parts.append(steps[message.step])
+        elif not (message.role is Role.TOOL and message.tool_call_id in from_records):
+            parts.append(_transcript_line(message))
     text = "\n\n".join(parts)
     return text if len(text) <= max_chars else text[:max_chars] + "\n[... transcript cut ...]"
 

@@ -25,6 +25,7 @@ from services.agent.events import (
 )
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
 from services.agent.questions import QuestionOutcome, QuestionWindows
+from services.agent.records import StepRecord, ToolCallRecord
 from services.agent.run import AnsweredBy, Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
     Breadcrumb,
@@ -120,6 +121,8 @@ def run_request(
         violations.append(FieldViolation("budget.max_iterations", "must not be negative"))
     if message.budget.max_tokens < 0:
         violations.append(FieldViolation("budget.max_tokens", "must not be negative"))
+    if message.HasField("temperature") and not 0 <= message.temperature <= 2:
+        violations.append(FieldViolation("temperature", "must be between 0 and 2"))
     for i, name in enumerate(message.tools):
         if name not in REQUESTABLE_TOOL_NAMES:
             names = ", ".join(REQUESTABLE_TOOL_NAMES)
@@ -150,6 +153,8 @@ def run_request(
         max_tokens=message.budget.max_tokens,
         route=message.route,
         allowed_tools=frozenset(message.tools) - {SUBMIT_ANSWER},
+        temperature=message.temperature if message.HasField("temperature") else None,
+        seed=message.seed if message.HasField("seed") else None,
     )
 
 
@@ -378,7 +383,9 @@ def _metadata_message(value: Scalar) -> search_pb2.MetadataValue:
     return search_pb2.MetadataValue(string_value=value)
 
 
-def run_response(result: RunResult) -> agent_pb2.RunResponse:
+def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.RunResponse:
+    """The final response; its step records without each call's output and results unless
+    `full_steps` (what `GetRun` returns)."""
     answer = agent_pb2.Answer(
         text=result.answer.text,
         citations=[
@@ -404,7 +411,54 @@ def run_response(result: RunResult) -> agent_pb2.RunResponse:
         iterations=result.iterations,
         run_id=result.run_id,
         answered_by=_answered_by(result.answered_by),
+        steps=[step_message(s, full=full_steps) for s in result.steps],
+        duration_ms=result.duration_ms,
     )
+
+
+def step_message(step: StepRecord, *, full: bool = True) -> agent_pb2.StepRecord:
+    """A step record; without its calls' output and results unless `full`."""
+    message = agent_pb2.StepRecord(
+        index=step.index,
+        text=step.text,
+        tool_calls=[_call_message(c, full=full) for c in step.tool_calls],
+        input_tokens=step.usage.input_tokens,
+        output_tokens=step.usage.output_tokens,
+        cache_read_tokens=step.usage.cache_read_tokens,
+        cache_write_tokens=step.usage.cache_write_tokens,
+        answered_by=_answered_by(step.answered_by),
+        started_at=_timestamp(step.started_at),
+        model_ms=step.model_ms,
+        duration_ms=step.duration_ms,
+        offered_tools=step.offered_tools,
+        compacted=step.compacted,
+    )
+    return message
+
+
+def _call_message(call: ToolCallRecord, *, full: bool) -> agent_pb2.ToolCallRecord:
+    message = agent_pb2.ToolCallRecord(
+        call_id=call.call_id,
+        name=call.name,
+        arguments_json=call.arguments_json,
+        validated_arguments_json=call.validated_arguments_json,
+        started_at=_timestamp(call.started_at),
+        duration_ms=call.duration_ms,
+        result_ids=call.result_ids,
+        error=call.error,
+        total_count=call.total_count,
+        previewed_ids=call.previewed_ids,
+    )
+    if full:
+        message.output = call.output
+        message.results.extend(search_result(h) for h in call.results)
+    return message
+
+
+def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
 
 
 def _answered_by(answered_by: AnsweredBy | None) -> agent_pb2.AnsweredBy | None:
@@ -426,6 +480,7 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 collection=event.collection,
                 mode=_MODE_NUMBERS[event.mode],
                 route=event.route,
+                step=event.step,
             )
         )
     if isinstance(event, Thinking):
@@ -434,6 +489,7 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 iteration=event.iteration,
                 text=event.text,
                 answered_by=_answered_by(event.answered_by),
+                step=event.step,
             )
         )
     if isinstance(event, Searching):
@@ -448,6 +504,7 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 chunks_shown=event.chunks_shown,
                 chunk_count=event.chunk_count,
                 duration_ms=event.duration_ms,
+                step=event.step,
             )
         )
     if isinstance(event, Counting):
@@ -459,6 +516,7 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 document_count=event.document_count,
                 exact=event.exact,
                 duration_ms=event.duration_ms,
+                step=event.step,
             )
         )
     if isinstance(event, Calculating):
@@ -468,6 +526,7 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 expression=event.expression,
                 result=event.result,
                 error=event.error,
+                step=event.step,
             )
         )
     if isinstance(event, Question):
@@ -492,7 +551,7 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
         )
     if isinstance(event, Done):
         return agent_pb2.StreamRunResponse(
-            done=agent_pb2.DoneEvent(response=run_response(event.result))
+            done=agent_pb2.DoneEvent(response=run_response(event.result), step=event.step)
         )
     return agent_pb2.StreamRunResponse(error=_error(event))
 
@@ -506,6 +565,7 @@ def _searching(event: Searching) -> agent_pb2.SearchingEvent:
         result_count=event.result_count,
         total_count=event.total_count,
         duration_ms=event.duration_ms,
+        step=event.step,
     )
 
 

@@ -3,7 +3,7 @@ calculating, ...; a question and how it closed), then done or error."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.agent.filters import FilterGroup
 from services.agent.questions import QuestionOutcome
@@ -17,6 +17,9 @@ class Started:
     collection: str
     mode: Mode
     route: str
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class Thinking:
     text: str
     answered_by: AnsweredBy | None = None
     """The provider and model that wrote the text."""
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,9 @@ class Searching:
     result_count: int
     total_count: int
     duration_ms: int
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,9 @@ class Reading:
     chunk_count: int
     """Chunks of the document the caller may see."""
     duration_ms: int
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,9 @@ class Counting:
     document_count: int
     exact: bool
     duration_ms: int
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,9 @@ class Calculating:
     result: str
     """The value shown to the model; empty when `error` is set."""
     error: str = ""
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,9 @@ class QuestionClosed:
 @dataclass(frozen=True)
 class Done:
     result: RunResult
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,12 @@ class ToolOutcome:
     """Results shown only as previews (goal-aware context)."""
     found: tuple[SearchHit, ...] = ()
     """Every result a search returned, shown or not (fills the caller's `limit`)."""
+    arguments: str = ""
+    """The validated arguments (JSON, defaults filled in); empty when they did not validate."""
+    duration_ms: int = 0
+    """Time spent in the search tool (0 for local or refused calls)."""
+    total_count: int = 0
+    """Search: matching results; read: chunks of the document; count: documents counted."""
 
 
 class ToolExecutor:
@@ -118,6 +124,8 @@ class ToolExecutor:
         self.log_fields = log_fields
         self.window = settings.default_context_window_tokens
         """The model's context window in tokens; the loop sets it once known."""
+        self.step = 0
+        """The step whose calls run now (the loop sets it); spans carry it."""
 
     @property
     def budget_chars(self) -> int:
@@ -132,6 +140,7 @@ class ToolExecutor:
                 semconv.GEN_AI_TOOL_NAME: call.name,
                 semconv.GEN_AI_TOOL_CALL_ID: call.id,
                 semconv.GEN_AI_TOOL_TYPE: "function",
+                semconv.QUARRY_AGENT_STEP: self.step,
             },
         )
 
@@ -195,6 +204,9 @@ class ToolExecutor:
             shown=tuple(formatted.shown),
             previewed=tuple(formatted.previewed),
             found=tuple(page.hits),
+            arguments=plan.model_dump_json(),
+            duration_ms=duration_ms,
+            total_count=page.total_count,
         )
 
     async def read(
@@ -244,7 +256,15 @@ class ToolExecutor:
             chunk_count=document.chunk_count,
             duration_ms=duration_ms,
         )
-        return ToolOutcome(call, formatted.text, event=event, shown=tuple(formatted.shown))
+        return ToolOutcome(
+            call,
+            formatted.text,
+            event=event,
+            shown=tuple(formatted.shown),
+            arguments=plan.model_dump_json(),
+            duration_ms=duration_ms,
+            total_count=document.chunk_count,
+        )
 
     async def count(self, call: ToolCall, iteration: int) -> ToolOutcome:
         with self.span(call):
@@ -276,7 +296,14 @@ class ToolExecutor:
             exact=count.exact,
             duration_ms=duration_ms,
         )
-        return ToolOutcome(call, format_count(count), event=event)
+        return ToolOutcome(
+            call,
+            format_count(count),
+            event=event,
+            arguments=plan.model_dump_json(),
+            duration_ms=duration_ms,
+            total_count=count.document_count,
+        )
 
     def calculate(self, call: ToolCall, iteration: int) -> ToolOutcome:
         with self.span(call):
@@ -291,7 +318,10 @@ class ToolExecutor:
                 text = f"The expression {expression!r} was refused: {error}. Fix it and call again."
                 return self.failed(call, text, Calculating(iteration, expression, "", str(error)))
         return ToolOutcome(
-            call, f"{expression} = {value}", event=Calculating(iteration, expression, value)
+            call,
+            f"{expression} = {value}",
+            event=Calculating(iteration, expression, value),
+            arguments=Calculation(expression=expression).model_dump_json(),
         )
 
     def post_question(

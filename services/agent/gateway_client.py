@@ -65,6 +65,10 @@ class GatewayModelClient:
                 mode=_CHOICES[request.tool_choice.mode], name=request.tool_choice.name
             ),
         )
+        if request.temperature is not None:
+            message.temperature = request.temperature
+        if request.seed is not None:
+            message.seed = request.seed
         try:
             reply = await self._stub.Generate(message, **call_options(remaining_s))
         except grpc.aio.AioRpcError as error:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 
 from opentelemetry import trace
@@ -37,7 +38,10 @@ from services.agent.context import (
 )
 from services.agent.events import (
     AgentEvent,
+    Calculating,
+    Counting,
     Done,
+    Reading,
     Searching,
     Started,
     Thinking,
@@ -67,6 +71,13 @@ from services.agent.ports import (
 )
 from services.agent.prompt import FORCE_ANSWER, system_prompt, task_message
 from services.agent.questions import QuestionChannel
+from services.agent.records import (
+    StepBuilder,
+    StepRecord,
+    ToolCallRecord,
+    total_usage,
+    transcript,
+)
 from services.agent.run import (
     AnsweredBy,
     Deadline,
@@ -151,12 +162,15 @@ class AgentLoop:
         deadline: Deadline | None = None,
         run_id: str = "",
         questions: QuestionChannel | None = None,
+        on_step: Callable[[StepRecord], None] | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Started, then thinking and searching events, then Done; raises `QuarryError`s.
         `questions` lets the model ask the caller (`ask_user`); without it a question is refused
-        back to the model."""
+        back to the model. `on_step` receives each step's record as the step ends (the run
+        history's hook)."""
         run = _Run(self, request, deadline or Deadline(None), run_id or uuid.uuid4().hex)
         run.questions = questions
+        run.on_step = on_step
         return run.events()
 
     async def run(self, request: RunRequest, *, deadline: Deadline | None = None) -> RunResult:
@@ -211,6 +225,12 @@ class _Run:
         """An answer sent back for refinement; it stands if no better one comes."""
         self.questions: QuestionChannel | None = None
         """Where `ask_user` questions go; None when the caller cannot be asked."""
+        self.steps: list[StepRecord] = []
+        """The records of the finished steps (model turns), in order."""
+        self.step: StepBuilder | None = None
+        """The step in progress."""
+        self.on_step: Callable[[StepRecord], None] | None = None
+        self.started = time.perf_counter()
 
     async def events(self) -> AsyncIterator[AgentEvent]:
         yield Started(self.run_id, self.request.collection, self.request.mode, self.route)
@@ -237,10 +257,15 @@ class _Run:
                         fallback_answer(self.seen),
                         StopReason.FALLBACK_ANSWER,
                     )
+            except BaseException:
+                self._finish_step()  # a failed or cancelled run keeps the record of its last step
+                raise
+            self._finish_step()
             result = self._result()
             _record_usage(trace.get_current_span(), self.usage)
+            trace.get_current_span().set_attribute(semconv.QUARRY_AGENT_STEPS, len(self.steps))
         log.info("run finished", extra={**self._log(), "stop_reason": result.stop_reason.value})
-        yield Done(result)
+        yield Done(result, step=len(self.steps))
 
     async def _prepare(self) -> None:
         try:  # the facts the model is told are those the caller's filter lets it see
@@ -292,7 +317,7 @@ class _Run:
                 return
             response = await self._call(self.tools, ToolChoice())
             if response.text.strip():
-                yield Thinking(self.searches + 1, response.text, self.answered_by)
+                yield Thinking(self.searches + 1, response.text, self.answered_by, self.step_index)
             if not response.tool_calls:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
@@ -315,7 +340,7 @@ class _Run:
                 break
             response = await self._call(ANSWER_ONLY, ToolChoice("named", SUBMIT_ANSWER))
             if response.text.strip():
-                yield Thinking(self.searches + 1, response.text, self.answered_by)
+                yield Thinking(self.searches + 1, response.text, self.answered_by, self.step_index)
             rejected_before = self.citations_rejected
             async for event in self._execute(response.tool_calls, allow_tools=False):
                 yield event
@@ -383,15 +408,80 @@ class _Run:
             yield event_after
 
     def _apply(self, outcome: ToolOutcome) -> AgentEvent | None:
-        """Record what a tool call produced: its result in the conversation, the results it
-        showed (citable from now on); returns the event the caller is told of."""
+        """Record what a tool call produced: its result in the conversation and in the step's
+        record, the results it showed (citable from now on); returns the event the caller is
+        told of, with its step."""
         self.exchanges.append(tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error))
         self.seen.add(outcome.shown)
         self.previews.update({h.id: h for h in outcome.previewed})
         self.found.add(outcome.found)
+        self._record_call(
+            outcome.call,
+            validated=outcome.arguments,
+            output=outcome.text,
+            is_error=outcome.is_error,
+            duration_ms=outcome.duration_ms,
+            results=outcome.shown,
+            previewed=tuple(h.id for h in outcome.previewed),
+            total_count=outcome.total_count,
+        )
         if isinstance(outcome.event, Searching):
             self.usage.searches += 1
-        return outcome.event
+        event = outcome.event
+        if isinstance(event, Searching | Reading | Counting | Calculating):
+            return replace(event, step=self.step_index)
+        return event
+
+    def _record_call(
+        self,
+        call: ToolCall,
+        *,
+        validated: str = "",
+        output: str = "",
+        is_error: bool = False,
+        duration_ms: int = 0,
+        results: Sequence[SearchHit] = (),
+        result_ids: Sequence[str] = (),
+        previewed: tuple[str, ...] = (),
+        total_count: int = 0,
+    ) -> None:
+        if self.step is None:
+            return
+        self.step.add(
+            ToolCallRecord(
+                call_id=call.id,
+                name=call.name,
+                arguments_json=call.arguments_json,
+                validated_arguments_json=validated,
+                started_at=time.time() - duration_ms / 1000,
+                duration_ms=duration_ms,
+                result_ids=tuple(result_ids) or tuple(h.id for h in results),
+                error=output if is_error else "",
+                total_count=total_count,
+                previewed_ids=previewed,
+                output="" if is_error else output,
+                results=tuple(results),
+            )
+        )
+
+    @property
+    def step_index(self) -> int:
+        """The step in progress (from 1), or the last one."""
+        return self.step.index if self.step is not None else len(self.steps)
+
+    def _start_step(self, tools: Sequence[ToolSpec]) -> StepBuilder:
+        self._finish_step()
+        self.step = StepBuilder(len(self.steps) + 1, [t.name for t in tools])
+        self.executor.step = self.step.index
+        return self.step
+
+    def _finish_step(self) -> None:
+        if self.step is not None:
+            record = self.step.finish()
+            self.steps.append(record)
+            self.step = None
+            if self.on_step is not None:
+                self.on_step(record)
 
     def _more_in_batch(self, batch: list[ToolCall], pending: list[ToolCall]) -> bool:
         return (
@@ -438,12 +528,14 @@ class _Run:
             except ToolArgumentsError as error:
                 self._tool_error(call, str(error))
                 return
+            validated = answer.model_dump_json()
             unknown = unknown_citations(answer, self.seen)
             if unknown and not self.citations_rejected:
                 self.citations_rejected = True
                 self._tool_error(
                     call,
-                    "These citations name results you have not seen in this conversation: "
+                    validated=validated,
+                    text="These citations name results you have not seen in this conversation: "
                     + ", ".join(unknown)
                     + ". Cite only ids shown in search results (`### [result_id] title`) and "
                     "call submit_answer again.",
@@ -455,15 +547,24 @@ class _Run:
                 for c in accepted.citations
                 if c.result_id in self.previews
             ]
+            cited = tuple(c.result_id for c in accepted.citations)
             if may_refine and cited_previews and not self.full_text_given:
                 self.full_text_given = True
-                self.exchanges.append(tool_result(call.id, self._give_full_text(cited_previews)))
+                self._answer_back(call, self._give_full_text(cited_previews), validated, cited)
                 return
             if may_refine and self._refine(accepted):
                 self.draft = accepted
-                self.exchanges.append(tool_result(call.id, _refinement_request(accepted)))
+                self._answer_back(call, _refinement_request(accepted), validated, cited)
                 return
+            self._record_call(call, validated=validated, result_ids=cited)
             self.answer = accepted
+
+    def _answer_back(
+        self, call: ToolCall, text: str, validated: str, cited: tuple[str, ...]
+    ) -> None:
+        """A (non-error) tool result for a submit_answer that does not end the run yet."""
+        self.exchanges.append(tool_result(call.id, text))
+        self._record_call(call, validated=validated, output=text, result_ids=cited)
 
     def _give_full_text(self, hits: list[SearchHit]) -> str:
         """The full text of `hits` within the Layer-1 budget; they are previews no more."""
@@ -485,11 +586,14 @@ class _Run:
         self.refinements += 1
         return True
 
-    def _tool_error(self, call: ToolCall, text: str) -> None:
-        self._apply(self.executor.failed(call, text))
+    def _tool_error(self, call: ToolCall, text: str, *, validated: str = "") -> None:
+        self._apply(replace(self.executor.failed(call, text), arguments=validated))
 
     async def _call(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
-        """One model turn: prune (Layer 2), call; on overflow compact (Layer 3) and retry once."""
+        """One model turn, a new step: prune (Layer 2), call; on overflow compact (Layer 3) and
+        retry once."""
+        step = self._start_step(tools)
+        started = time.perf_counter()
         self.exchanges = prune_tool_results(
             self.exchanges,
             self.window,
@@ -501,18 +605,27 @@ class _Run:
             response = await self._generate(tools, choice)
         except ContextWindowExceeded:
             log.info("context window exceeded, compacting", extra=self._log())
+            step.compacted = True
             await self._compact()
             try:
                 response = await self._generate(tools, choice)
             except ContextWindowExceeded as error:
                 raise _ConversationTooLong from error
         self.turns += 1
+        step.model_answered(response.text, self.answered_by, _ms_since(started))
         if response.text or response.tool_calls:
-            self.exchanges.append(assistant(response.text, response.tool_calls))
+            self.exchanges.append(assistant(response.text, response.tool_calls, step=step.index))
         return response
 
     async def _generate(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
-        request = ModelRequest(self.route, tuple(self._messages()), tuple(tools), choice)
+        request = ModelRequest(
+            self.route,
+            tuple(self._messages()),
+            tuple(tools),
+            choice,
+            temperature=self.request.temperature,
+            seed=self.request.seed,
+        )
         response = await self.loop.model.generate(request, remaining_s=self.deadline.remaining())
         self._count(response.usage)
         self.answered_by = AnsweredBy(response.provider, response.model, response.fallback_reason)
@@ -527,8 +640,15 @@ class _Run:
         task = task_message(
             self.request.query, self.request.mode, self.request.caller_filter, self.collection
         )
+        recorded = {s.index: s for s in self.steps}
         prompt = summary_prompt(
-            task, self.summary, split.old, max_chars=self.window * CHARS_PER_TOKEN // 2
+            task,
+            self.summary,
+            split.old,
+            max_chars=self.window * CHARS_PER_TOKEN // 2,
+            steps={
+                m.step: transcript([recorded[m.step]])[0] for m in split.old if m.step in recorded
+            },
         )
         request = StructuredRequest(
             route=self.route,
@@ -569,17 +689,22 @@ class _Run:
 
     @property
     def usage_total(self) -> int:
-        return self.usage.input_tokens + self.usage.output_tokens
+        """Tokens spent so far, from the step records (the budget's one source)."""
+        spent = total_usage([*self.steps, *([self.step.finish()] if self.step else [])])
+        return spent.input_tokens + spent.output_tokens
 
     def _count(self, usage: TokenUsage) -> None:
         self.usage.model_calls += 1
-        self.usage.input_tokens += usage.input_tokens
-        self.usage.output_tokens += usage.output_tokens
-        self.usage.cache_read_tokens += usage.cache_read_tokens
-        self.usage.cache_write_tokens += usage.cache_write_tokens
+        if self.step is not None:
+            self.step.count(usage)
 
     def _result(self) -> RunResult:
         answer = self.answer or fallback_answer(self.seen)
+        spent = total_usage(self.steps)
+        self.usage.input_tokens = spent.input_tokens
+        self.usage.output_tokens = spent.output_tokens
+        self.usage.cache_read_tokens = spent.cache_read_tokens
+        self.usage.cache_write_tokens = spent.cache_write_tokens
         return RunResult(
             run_id=self.run_id,
             answer=answer,
@@ -588,6 +713,9 @@ class _Run:
             usage=self.usage,
             iterations=self.searches,
             answered_by=self._run_answered_by(),
+            steps=tuple(self.steps),
+            duration_ms=_ms_since(self.started),
+            context_window_tokens=self.window,
         )
 
     def _run_answered_by(self) -> AnsweredBy | None:
@@ -598,6 +726,10 @@ class _Run:
 
     def _log(self) -> dict[str, object]:
         return {"run_id": self.run_id, "collection": self.request.collection, "route": self.route}
+
+
+def _ms_since(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
 
 
 def _search_cap(request: RunRequest, settings: LoopSettings) -> int:

@@ -40,6 +40,8 @@ class Message:
     """Tool only: the call this message answers."""
     is_error: bool = False
     """Tool only: the result is an error the model should correct."""
+    step: int = 0
+    """Assistant only: the step (model turn) that wrote it; its record is `records.StepRecord`."""
 
     @property
     def chars(self) -> int:
@@ -58,8 +60,8 @@ def user(text: str) -> Message:
     return Message(Role.USER, text)
 
 
-def assistant(text: str, tool_calls: Sequence[ToolCall] = ()) -> Message:
-    return Message(Role.ASSISTANT, text, tuple(tool_calls))
+def assistant(text: str, tool_calls: Sequence[ToolCall] = (), *, step: int = 0) -> Message:
+    return Message(Role.ASSISTANT, text, tuple(tool_calls), step=step)
 
 
 def tool_result(call_id: str, text: str, *, is_error: bool = False) -> Message:

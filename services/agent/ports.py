@@ -55,6 +55,10 @@ class ModelRequest:
     """System prompt first, then the conversation."""
     tools: tuple[ToolSpec, ...]
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    temperature: float | None = None
+    """Passed to providers that support it; None: the provider's default."""
+    seed: int | None = None
+    """Passed to providers that support it; None: none."""
 
 
 @dataclass

@@ -6,11 +6,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from quarry.common.v1 import search_pb2
 
 from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded
+
+if TYPE_CHECKING:
+    from services.agent.records import StepRecord
 
 
 class Mode(Enum):
@@ -54,6 +58,10 @@ class RunRequest:
     """LLM gateway route; empty means the agent's configured route."""
     allowed_tools: frozenset[str] = frozenset()
     """Tools the run may use besides `submit_answer`; empty means all."""
+    temperature: float | None = None
+    """Sampling temperature for providers that support it; None: the provider's default."""
+    seed: int | None = None
+    """Sampling seed for providers that support it; None: none."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,12 @@ class RunResult:
     answered_by: AnsweredBy | None = None
     """The last model turn's provider and model, with the reasons of every fallback of the run;
     None when no model call was made."""
+    steps: tuple[StepRecord, ...] = ()
+    """One record per model turn, in order."""
+    duration_ms: int = 0
+    """Wall time of the run."""
+    context_window_tokens: int = 0
+    """The window the run planned with."""
 
 
 class Deadline:

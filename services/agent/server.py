@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import grpc
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
 from services.agent.config import AgentSettings
 from services.agent.gateway_client import GatewayModelClient
+from services.agent.history import RunStore
 from services.agent.loop import AgentLoop
 from services.agent.search_tool_client import SearchToolClient
 from services.agent.servicer import AgentServicer
@@ -21,6 +24,12 @@ AGENT_NAME = "quarry-agent"
 
 def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = None) -> QuarryServer:
     """The agent's server, bound but not started; its channels close when it stops."""
+    store = RunStore(settings.history) if settings.history.enabled else None
+    if store is not None:
+        try:
+            store.open()
+        except (OSError, sqlite3.Error) as error:
+            raise OSError(f"run history at {settings.history.path}: {error}") from error
     gateway = open_channel(
         settings.llm_gateway_address,
         telemetry,
@@ -44,7 +53,7 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
         tracer=telemetry.tracer("services.agent") if telemetry else None,
         agent_name=AGENT_NAME,
     )
-    servicer = AgentServicer(loop, settings)
+    servicer = AgentServicer(loop, settings, store)
 
     def register(server: grpc.aio.Server) -> None:
         agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
@@ -58,6 +67,8 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
     async def close_channels() -> None:
         await gateway.close(None)
         await search.close(None)
+        if store is not None:
+            await store.close()
 
     server.on_grace_end.append(servicer.cut_runs)
     server.on_stop.append(close_channels)
@@ -78,4 +89,6 @@ def access_rules(settings: AgentSettings) -> dict[str, MethodRule]:
         "StreamRun": rule,
         "AnswerQuestion": AUTHENTICATED,
         "AcknowledgeQuestion": AUTHENTICATED,
+        "GetRun": AUTHENTICATED,
+        "ListRuns": AUTHENTICATED,
     }

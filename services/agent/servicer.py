@@ -1,10 +1,12 @@
-"""`quarry.agent.v1.AgentService`: protobuf in, the loop's events out.
+"""`quarry.agent.v1.AgentService`: protobuf in, the loop's events out, every run recorded.
 
-`StreamRun` and `Run` share one code path (the loop's event stream). Once a run has started, a
-failure is sent as an `error` event (with the dependency's RetryInfo delay as `retry_after`) and
-the stream then ends with the same status; `Run` fails with that status. A request that cannot
-start (bad fields) fails with INVALID_ARGUMENT at once; one over the agent's concurrency limit is
-refused before it starts (RESOURCE_EXHAUSTED, by the shared admission interceptor).
+`StreamRun` and `Run` share one code path (the loop's event stream, recorded in the run history
+by a `RunRecorder`). Once a run has started, a failure is sent as an `error` event and the stream
+then ends with the same status (with the dependency's RetryInfo delay as `retry_after`); `Run`
+fails with that status. A request that cannot start (bad fields) fails with INVALID_ARGUMENT at
+once and is not recorded; one over the agent's concurrency limit is refused before it starts
+(RESOURCE_EXHAUSTED, by the shared admission interceptor). `GetRun` and `ListRuns` read the
+history, showing a caller only runs on collections its key may read.
 
 When the server's grace period ends with runs still going, `cut_runs` ends each of them with an
 UNAVAILABLE `error` event (retryable, retry after `CUT_RETRY_AFTER_S`) instead of a bare
@@ -17,6 +19,7 @@ A stream that allows `ask_user` is registered in the `QuestionRegistry` for as l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -29,12 +32,23 @@ from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from services.agent import convert
 from services.agent.config import AgentSettings
 from services.agent.events import AgentEvent, Done, Failed
+from services.agent.history import MAX_PAGE_SIZE, RunQuery, RunStore, decode_page_token
 from services.agent.loop import AgentLoop
 from services.agent.questions import QuestionChannel, QuestionRegistry
+from services.agent.recorder import RunRecorder
 from services.agent.run import Deadline, RunRequest
 from services.agent.tools import ASK_USER
-from services.common.auth import current_caller
-from services.common.errors import QuarryError, Retryable, Unavailable
+from services.common.auth import current_caller, visible_collections
+from services.common.errors import (
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuarryError,
+    Retryable,
+    Unavailable,
+)
 from services.common.status import code_of, is_retryable
 
 log = logging.getLogger(__name__)
@@ -48,10 +62,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         self,
         loop: AgentLoop,
         settings: AgentSettings,
+        store: RunStore | None = None,
         questions: QuestionRegistry | None = None,
     ) -> None:
         self._loop = loop
         self._settings = settings
+        self._store = store
+        self._loop_settings_json = settings.loop.model_dump_json()
         self.questions = questions or QuestionRegistry(settings.questions)
         self._cut = asyncio.Event()
 
@@ -62,35 +79,67 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
     async def Run(
         self, request: agent_pb2.RunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> agent_pb2.RunResponse:
-        run = self._request(request)
-        async for event in self._events(self._loop.stream(run, deadline=_deadline(context))):
-            if isinstance(event, Done):
-                return convert.run_response(event.result)
+        async with contextlib.aclosing(self._events(request, context)) as events:
+            async for message in events:
+                if message.HasField("done"):
+                    response: agent_pb2.RunResponse = message.done.response
+                    return response
         raise QuarryError("the run ended without a result")
 
     async def StreamRun(
         self, request: agent_pb2.StreamRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[agent_pb2.StreamRunResponse]:
+        async with contextlib.aclosing(self._events(request, context)) as events:
+            async for message in events:
+                yield message
+
+    async def _events(
+        self,
+        request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncGenerator[agent_pb2.StreamRunResponse, None]:
+        """The run's events as sent, each recorded; a failure ends with an `error` event and
+        then raises."""
         run = self._request(request)
+        recorder = self._recorder(request, run)
         deadline = _deadline(context)
-        channel = self._question_channel(request, run, deadline)
+        channel = self._question_channel(request, run, deadline, recorder.run_id)  # validates
+        recorder.start()
         try:
             with channel as questions:
-                events = self._loop.stream(
+                stream = self._loop.stream(
                     run,
                     deadline=deadline,
-                    run_id=questions.run_id if questions else "",
+                    run_id=recorder.run_id,
                     questions=questions,
+                    on_step=recorder.step,
                 )
-                async for event in self._events(events):
-                    yield convert.event_message(event)
+                async for event in self._until_cut(stream):
+                    message = convert.event_message(event)
+                    recorder.event(message)
+                    if isinstance(event, Done):
+                        await recorder.completed(event.result)
+                    yield message
         except QuarryError as error:
-            yield convert.event_message(failed_event(error))
+            failed = failed_event(error)
+            await self._failed(recorder, failed)
+            yield convert.event_message(failed)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            recorder.cancelled()
             raise
         except Exception:
             log.exception("run failed unexpectedly", extra={"collection": run.collection})
-            yield convert.event_message(Failed("INTERNAL", "internal error", retryable=False))
+            failed = Failed("INTERNAL", "internal error", retryable=False)
+            await self._failed(recorder, failed)
+            yield convert.event_message(failed)
             raise
+        finally:
+            recorder.cancelled()  # a no-op once the run's end is recorded
+
+    async def _failed(self, recorder: RunRecorder, failed: Failed) -> None:
+        recorder.event(convert.event_message(failed))
+        await recorder.failed(failed.code, failed.message)
 
     async def AnswerQuestion(
         self,
@@ -116,17 +165,24 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         )
 
     def _question_channel(
-        self, request: agent_pb2.StreamRunRequest, run: RunRequest, deadline: Deadline
+        self,
+        request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest,
+        run: RunRequest,
+        deadline: Deadline,
+        run_id: str,
     ) -> AbstractContextManager[QuestionChannel | None]:
-        """The run's question channel while it streams, when it allows `ask_user`."""
-        if ASK_USER not in run.allowed_tools:
+        """The run's question channel while it streams, when it allows `ask_user` (only a
+        stream may: `Run` refuses the tool when it converts the request)."""
+        if ASK_USER not in run.allowed_tools or not isinstance(request, agent_pb2.StreamRunRequest):
             return nullcontext()
         windows = convert.question_windows(
             request.question_windows, self.questions.default_windows()
         )
-        return self.questions.open(owner=_caller_name(), deadline=deadline, windows=windows)
+        return self.questions.open(
+            owner=_caller_name(), deadline=deadline, windows=windows, run_id=run_id
+        )
 
-    async def _events(self, events: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
+    async def _until_cut(self, events: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
         """The loop's events until the run ends or `cut_runs` cuts it (then `Unavailable`).
 
         Each step of the loop runs as its own task, raced against the cut, all in one context
@@ -166,6 +222,116 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             max_query_chars=self._settings.loop.max_query_chars,
             max_history_turns=self._settings.loop.max_history_turns,
         )
+
+    def _recorder(
+        self, request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest, run: RunRequest
+    ) -> RunRecorder:
+        caller = current_caller()
+        as_run_request = agent_pb2.RunRequest.FromString(request.SerializeToString())
+        return RunRecorder(
+            self._store,
+            as_run_request,
+            collection=run.collection,
+            route=run.route or self._settings.route,
+            caller=caller.key.name if caller and caller.key else "",
+            loop_settings_json=self._loop_settings_json,
+        )
+
+    # --- run history ---------------------------------------------------------------------------
+
+    async def GetRun(
+        self, request: agent_pb2.GetRunRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.GetRunResponse:
+        store = self._history()
+        if not request.run_id:
+            raise InvalidArgument.for_field("run_id", "must name a run")
+        record = await store.get(request.run_id)
+        if record is None:
+            raise NotFound(f"no recorded run {request.run_id!r} (unknown, or past retention)")
+        if not visible_collections([record.collection]):
+            raise _may_not_read(record.collection)
+        return agent_pb2.GetRunResponse(run=record)
+
+    async def ListRuns(
+        self, request: agent_pb2.ListRunsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> agent_pb2.ListRunsResponse:
+        store = self._history()
+        query = _run_query(request)
+        if request.collection:
+            if not visible_collections([request.collection]):
+                raise _may_not_read(request.collection)
+            collections: list[str] | None = [request.collection]
+        else:
+            caller = current_caller()
+            limited = caller is not None and caller.key is not None
+            collections = visible_collections(await store.collections()) if limited else None
+        runs, token = await store.list_runs(
+            RunQuery(
+                collections=collections,
+                started_after=query.started_after,
+                started_before=query.started_before,
+                status=query.status,
+                page_size=query.page_size,
+                page_token=query.page_token,
+            )
+        )
+        return agent_pb2.ListRunsResponse(runs=runs, next_page_token=token)
+
+    def _history(self) -> RunStore:
+        if self._store is None:
+            raise FailedPrecondition("run history is off on this agent (agent.history.enabled)")
+        return self._store
+
+
+def _run_query(request: agent_pb2.ListRunsRequest) -> RunQuery:
+    """The request's filters, every bad field named."""
+    violations: list[FieldViolation] = []
+    if not 0 <= request.page_size <= MAX_PAGE_SIZE:
+        violations.append(
+            FieldViolation("page_size", f"must be 1..{MAX_PAGE_SIZE} (0 means the default)")
+        )
+    if request.status not in agent_pb2.RunStatus.values():
+        violations.append(FieldViolation("status", f"unknown run status {request.status}"))
+    after = _time(request, "started_after", violations)
+    before = _time(request, "started_before", violations)
+    if after is not None and before is not None and after >= before:
+        violations.append(FieldViolation("started_before", "must be later than started_after"))
+    if request.page_token:
+        try:
+            decode_page_token(request.page_token)
+        except InvalidArgument as error:
+            violations.extend(error.violations)
+    if violations:
+        raise InvalidArgument.for_violations(violations)
+    return RunQuery(
+        started_after=after,
+        started_before=before,
+        status=request.status,
+        page_size=request.page_size or 50,
+        page_token=request.page_token,
+    )
+
+
+def _time(
+    request: agent_pb2.ListRunsRequest, name: str, violations: list[FieldViolation]
+) -> float | None:
+    """A time bound in seconds, None when unset; an invalid timestamp is a violation."""
+    if not request.HasField(name):
+        return None
+    try:
+        return float(getattr(request, name).ToNanoseconds()) / 1e9
+    except ValueError as error:
+        violations.append(FieldViolation(name, f"is not a valid timestamp: {error}"))
+        return None
+
+
+def _may_not_read(collection: str) -> PermissionDenied:
+    caller = current_caller()
+    name = caller.key.name if caller and caller.key else ""
+    return PermissionDenied(
+        f"API key '{name}' may not read collection '{collection}'",
+        metadata={"collection": collection, "access": "read"},
+    )
 
 
 def failed_event(error: QuarryError) -> Failed:

@@ -40,3 +40,9 @@ OP_GENERATE_CONTENT = "generate_content"
 # Metrics
 METRIC_OPERATION_DURATION = "gen_ai.client.operation.duration"
 METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"
+
+# Quarry's own attributes (no GenAI convention covers them)
+QUARRY_AGENT_STEP = "quarry.agent.step"
+"""The step (model turn, from 1) a span belongs to: the index of its step record and events."""
+QUARRY_AGENT_STEPS = "quarry.agent.steps"
+"""Steps a run took (on `invoke_agent`)."""

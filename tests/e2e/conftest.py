@@ -176,6 +176,7 @@ def running_stack(root: Path, extra_env: Mapping[str, str] | None = None) -> Ite
         "OPENAI_API_KEY": "sk-e2e-fake",
         "ANTHROPIC_API_KEY": "sk-ant-e2e-fake",
         "QUARRY_AGENT_ROUTE": "agent",
+        "QUARRY_AGENT_HISTORY__PATH": str(root / "agent-runs.sqlite3"),
         **(extra_env or {}),
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)

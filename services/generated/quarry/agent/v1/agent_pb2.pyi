@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from quarry.common.v1 import search_pb2 as _search_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -31,6 +32,15 @@ class QuestionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUESTION_OUTCOME_ANSWERED: _ClassVar[QuestionOutcome]
     QUESTION_OUTCOME_NOT_ACKNOWLEDGED: _ClassVar[QuestionOutcome]
     QUESTION_OUTCOME_NOT_ANSWERED: _ClassVar[QuestionOutcome]
+
+class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATUS_UNSPECIFIED: _ClassVar[RunStatus]
+    RUN_STATUS_RUNNING: _ClassVar[RunStatus]
+    RUN_STATUS_COMPLETED: _ClassVar[RunStatus]
+    RUN_STATUS_FAILED: _ClassVar[RunStatus]
+    RUN_STATUS_CANCELLED: _ClassVar[RunStatus]
+    RUN_STATUS_INTERRUPTED: _ClassVar[RunStatus]
 MODE_UNSPECIFIED: Mode
 MODE_FAST: Mode
 MODE_THINKING: Mode
@@ -43,6 +53,12 @@ QUESTION_OUTCOME_UNSPECIFIED: QuestionOutcome
 QUESTION_OUTCOME_ANSWERED: QuestionOutcome
 QUESTION_OUTCOME_NOT_ACKNOWLEDGED: QuestionOutcome
 QUESTION_OUTCOME_NOT_ANSWERED: QuestionOutcome
+RUN_STATUS_UNSPECIFIED: RunStatus
+RUN_STATUS_RUNNING: RunStatus
+RUN_STATUS_COMPLETED: RunStatus
+RUN_STATUS_FAILED: RunStatus
+RUN_STATUS_CANCELLED: RunStatus
+RUN_STATUS_INTERRUPTED: RunStatus
 
 class ConversationTurn(_message.Message):
     __slots__ = ("question", "answer")
@@ -61,7 +77,7 @@ class Budget(_message.Message):
     def __init__(self, max_iterations: _Optional[int] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools")
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools", "temperature", "seed")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +87,8 @@ class RunRequest(_message.Message):
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
     filter: _search_pb2.Filter
@@ -80,10 +98,12 @@ class RunRequest(_message.Message):
     budget: Budget
     route: str
     tools: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
+    temperature: float
+    seed: int
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class StreamRunRequest(_message.Message):
-    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools", "question_windows")
+    __slots__ = ("collection", "query", "filter", "mode", "limit", "history", "budget", "route", "tools", "temperature", "seed", "question_windows")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +113,8 @@ class StreamRunRequest(_message.Message):
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     QUESTION_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     collection: str
     query: str
@@ -103,8 +125,10 @@ class StreamRunRequest(_message.Message):
     budget: Budget
     route: str
     tools: _containers.RepeatedScalarFieldContainer[str]
+    temperature: float
+    seed: int
     question_windows: QuestionWindows
-    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., question_windows: _Optional[_Union[QuestionWindows, _Mapping]] = ...) -> None: ...
+    def __init__(self, collection: _Optional[str] = ..., query: _Optional[str] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., mode: _Optional[_Union[Mode, str]] = ..., limit: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ConversationTurn, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., route: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., seed: _Optional[int] = ..., question_windows: _Optional[_Union[QuestionWindows, _Mapping]] = ...) -> None: ...
 
 class QuestionWindows(_message.Message):
     __slots__ = ("acknowledge_timeout_s", "answer_timeout_s")
@@ -165,7 +189,7 @@ class AnsweredBy(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., fallback: _Optional[bool] = ..., fallback_reason: _Optional[str] = ...) -> None: ...
 
 class RunResponse(_message.Message):
-    __slots__ = ("answer", "results", "stop_reason", "usage", "iterations", "run_id", "answered_by")
+    __slots__ = ("answer", "results", "stop_reason", "usage", "iterations", "run_id", "answered_by", "steps", "duration_ms")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +197,8 @@ class RunResponse(_message.Message):
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     answer: Answer
     results: _containers.RepeatedCompositeFieldContainer[_search_pb2.SearchResult]
     stop_reason: StopReason
@@ -180,32 +206,38 @@ class RunResponse(_message.Message):
     iterations: int
     run_id: str
     answered_by: AnsweredBy
-    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ...) -> None: ...
+    steps: _containers.RepeatedCompositeFieldContainer[StepRecord]
+    duration_ms: int
+    def __init__(self, answer: _Optional[_Union[Answer, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., iterations: _Optional[int] = ..., run_id: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class StartedEvent(_message.Message):
-    __slots__ = ("run_id", "collection", "mode", "route")
+    __slots__ = ("run_id", "collection", "mode", "route", "step")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     ROUTE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     collection: str
     mode: Mode
     route: str
-    def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., route: _Optional[str] = ...) -> None: ...
+    step: int
+    def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., route: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ThinkingEvent(_message.Message):
-    __slots__ = ("iteration", "text", "answered_by")
+    __slots__ = ("iteration", "text", "answered_by", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     text: str
     answered_by: AnsweredBy
-    def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ...) -> None: ...
+    step: int
+    def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class SearchingEvent(_message.Message):
-    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms")
+    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -213,6 +245,7 @@ class SearchingEvent(_message.Message):
     RESULT_COUNT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     query: _search_pb2.SearchQuery
     strategy: _search_pb2.RetrievalStrategy
@@ -220,10 +253,11 @@ class SearchingEvent(_message.Message):
     result_count: int
     total_count: int
     duration_ms: int
-    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+    step: int
+    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ReadingEvent(_message.Message):
-    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms")
+    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     RESULT_ID_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +265,7 @@ class ReadingEvent(_message.Message):
     CHUNKS_SHOWN_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     result_id: str
     document_id: str
@@ -238,41 +273,48 @@ class ReadingEvent(_message.Message):
     chunks_shown: int
     chunk_count: int
     duration_ms: int
-    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+    step: int
+    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class CountingEvent(_message.Message):
-    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms")
+    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     GROUP_BY_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     EXACT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     filter: _search_pb2.Filter
     group_by: _containers.RepeatedScalarFieldContainer[str]
     document_count: int
     exact: bool
     duration_ms: int
-    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+    step: int
+    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class CalculatingEvent(_message.Message):
-    __slots__ = ("iteration", "expression", "result", "error")
+    __slots__ = ("iteration", "expression", "result", "error", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     expression: str
     result: str
     error: str
-    def __init__(self, iteration: _Optional[int] = ..., expression: _Optional[str] = ..., result: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    step: int
+    def __init__(self, iteration: _Optional[int] = ..., expression: _Optional[str] = ..., result: _Optional[str] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class DoneEvent(_message.Message):
-    __slots__ = ("response",)
+    __slots__ = ("response", "step")
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     response: RunResponse
-    def __init__(self, response: _Optional[_Union[RunResponse, _Mapping]] = ...) -> None: ...
+    step: int
+    def __init__(self, response: _Optional[_Union[RunResponse, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ErrorEvent(_message.Message):
     __slots__ = ("code", "message", "retryable", "retry_after")
@@ -365,3 +407,159 @@ class StreamRunResponse(_message.Message):
     question: QuestionEvent
     question_closed: QuestionClosedEvent
     def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ..., counting: _Optional[_Union[CountingEvent, _Mapping]] = ..., question: _Optional[_Union[QuestionEvent, _Mapping]] = ..., question_closed: _Optional[_Union[QuestionClosedEvent, _Mapping]] = ...) -> None: ...
+
+class ToolCallRecord(_message.Message):
+    __slots__ = ("call_id", "name", "arguments_json", "validated_arguments_json", "started_at", "duration_ms", "result_ids", "error", "total_count", "previewed_ids", "output", "results")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    VALIDATED_ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PREVIEWED_IDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    name: str
+    arguments_json: str
+    validated_arguments_json: str
+    started_at: _timestamp_pb2.Timestamp
+    duration_ms: int
+    result_ids: _containers.RepeatedScalarFieldContainer[str]
+    error: str
+    total_count: int
+    previewed_ids: _containers.RepeatedScalarFieldContainer[str]
+    output: str
+    results: _containers.RepeatedCompositeFieldContainer[_search_pb2.SearchResult]
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., validated_arguments_json: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration_ms: _Optional[int] = ..., result_ids: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., total_count: _Optional[int] = ..., previewed_ids: _Optional[_Iterable[str]] = ..., output: _Optional[str] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ...) -> None: ...
+
+class StepRecord(_message.Message):
+    __slots__ = ("index", "text", "tool_calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "answered_by", "started_at", "model_ms", "duration_ms", "offered_tools", "compacted")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_READ_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_BY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_MS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFERED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    text: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCallRecord]
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    answered_by: AnsweredBy
+    started_at: _timestamp_pb2.Timestamp
+    model_ms: int
+    duration_ms: int
+    offered_tools: _containers.RepeatedScalarFieldContainer[str]
+    compacted: bool
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallRecord, _Mapping]]] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_ms: _Optional[int] = ..., duration_ms: _Optional[int] = ..., offered_tools: _Optional[_Iterable[str]] = ..., compacted: _Optional[bool] = ...) -> None: ...
+
+class RunRecord(_message.Message):
+    __slots__ = ("run_id", "collection", "status", "request", "response", "steps", "events", "started_at", "ended_at", "error_code", "error_message", "caller", "loop_settings_json", "context_window_tokens", "route")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    LOOP_SETTINGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    collection: str
+    status: RunStatus
+    request: RunRequest
+    response: RunResponse
+    steps: _containers.RepeatedCompositeFieldContainer[StepRecord]
+    events: _containers.RepeatedCompositeFieldContainer[StreamRunResponse]
+    started_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    error_code: str
+    error_message: str
+    caller: str
+    loop_settings_json: str
+    context_window_tokens: int
+    route: str
+    def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., request: _Optional[_Union[RunRequest, _Mapping]] = ..., response: _Optional[_Union[RunResponse, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[StreamRunResponse, _Mapping]]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., caller: _Optional[str] = ..., loop_settings_json: _Optional[str] = ..., context_window_tokens: _Optional[int] = ..., route: _Optional[str] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: RunRecord
+    def __init__(self, run: _Optional[_Union[RunRecord, _Mapping]] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("collection", "started_after", "started_before", "status", "page_size", "page_token")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    STARTED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    started_after: _timestamp_pb2.Timestamp
+    started_before: _timestamp_pb2.Timestamp
+    status: RunStatus
+    page_size: int
+    page_token: str
+    def __init__(self, collection: _Optional[str] = ..., started_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[RunStatus, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class RunSummary(_message.Message):
+    __slots__ = ("run_id", "collection", "query", "status", "started_at", "ended_at", "stop_reason", "steps", "input_tokens", "output_tokens", "error_code", "caller")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    collection: str
+    query: str
+    status: RunStatus
+    started_at: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    stop_reason: StopReason
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    error_code: str
+    caller: str
+    def __init__(self, run_id: _Optional[str] = ..., collection: _Optional[str] = ..., query: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., steps: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., error_code: _Optional[str] = ..., caller: _Optional[str] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[RunSummary]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -56,6 +56,16 @@ class AgentServiceStub:
                 request_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionRequest.SerializeToString,
                 response_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionResponse.FromString,
                 _registered_method=True)
+        self.GetRun = channel.unary_unary(
+                '/quarry.agent.v1.AgentService/GetRun',
+                request_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.GetRunResponse.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/quarry.agent.v1.AgentService/ListRuns',
+                request_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -97,6 +107,21 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRun(self, request, context):
+        """A recorded run: its request, step records, events, final response and status. NOT_FOUND for
+        an unknown (or expired) run id; PERMISSION_DENIED when the caller may not read its collection.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """Recorded runs, newest first, on the collections the caller may read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -119,6 +144,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.AcknowledgeQuestion,
                     request_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionRequest.FromString,
                     response_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionResponse.SerializeToString,
+            ),
+            'GetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRun,
+                    request_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.GetRunRequest.FromString,
+                    response_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.GetRunResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=quarry_dot_agent_dot_v1_dot_agent__pb2.ListRunsRequest.FromString,
+                    response_serializer=quarry_dot_agent_dot_v1_dot_agent__pb2.ListRunsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -231,6 +266,60 @@ class AgentService:
             '/quarry.agent.v1.AgentService/AcknowledgeQuestion',
             quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionRequest.SerializeToString,
             quarry_dot_agent_dot_v1_dot_agent__pb2.AcknowledgeQuestionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.agent.v1.AgentService/GetRun',
+            quarry_dot_agent_dot_v1_dot_agent__pb2.GetRunRequest.SerializeToString,
+            quarry_dot_agent_dot_v1_dot_agent__pb2.GetRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.agent.v1.AgentService/ListRuns',
+            quarry_dot_agent_dot_v1_dot_agent__pb2.ListRunsRequest.SerializeToString,
+            quarry_dot_agent_dot_v1_dot_agent__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,87 @@
+"""`quarry runs`: argument errors before any call, and the replay's script and comparison."""
+
+from __future__ import annotations
+
+import pytest
+from quarry.agent.v1 import agent_pb2
+
+from quarry_cli.cli import main
+from quarry_cli.replay import compare, script_of
+
+
+def _step(index: int, *calls: agent_pb2.ToolCallRecord, text: str = "") -> agent_pb2.StepRecord:
+    return agent_pb2.StepRecord(
+        index=index,
+        text=text,
+        tool_calls=calls,
+        input_tokens=120,
+        cache_read_tokens=20,
+        output_tokens=7,
+    )
+
+
+def _search(*ids: str, error: str = "") -> agent_pb2.ToolCallRecord:
+    return agent_pb2.ToolCallRecord(
+        call_id="c1",
+        name="search",
+        arguments_json='{"query": {"primary": "q"}}',
+        result_ids=ids,
+        error=error,
+    )
+
+
+def _record(*steps: agent_pb2.StepRecord, answer: str = "A [1]") -> agent_pb2.RunRecord:
+    record = agent_pb2.RunRecord(run_id="r", status=agent_pb2.RUN_STATUS_COMPLETED)
+    record.response.answer.text = answer
+    record.response.steps.extend(steps)
+    return record
+
+
+def test_list_refuses_a_since_that_is_no_date_naming_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["runs", "list", "--since", "yesterday", "--address", "127.0.0.1:9", "--json"])
+    assert exit_.value.code == 1
+    assert '"field": "--since"' in capsys.readouterr().out
+
+
+def test_the_script_replays_each_step_after_one_placeholder_per_history_turn() -> None:
+    record = _record(_step(1, _search("a"), text="Searching."), _step(2))
+    record.request.history.add(question="earlier?", answer="earlier answer")
+
+    replies = script_of(record)["replies"]
+    assert [r["text"] for r in replies] == ["earlier answer", "Searching.", ""]
+    assert replies[1]["tool_calls"] == [
+        {"id": "c1", "name": "search", "arguments": '{"query": {"primary": "q"}}'}
+    ]
+    assert replies[1]["usage"]["input_tokens"] == 100  # the provider adds the cached 20 back
+    assert replies[1]["usage"]["cache_read_tokens"] == 20
+
+
+def test_an_identical_replay_has_no_difference() -> None:
+    record = _record(_step(1, _search("a", "b")), _step(2))
+    assert compare(record, _record(_step(1, _search("a", "b")), _step(2))) == []
+
+
+def test_the_first_difference_names_the_step_and_what_differed() -> None:
+    record = _record(_step(1, _search("a", "b")), _step(2))
+    replayed = _record(_step(1, _search("a", "c")), answer="B [1]")
+
+    differences = compare(record, replayed)
+    first = differences[0]
+    assert (first.step, first.what, first.recorded, first.replayed) == (
+        1,
+        "tool_calls[0] (search).result_ids",
+        "a, b",
+        "a, c",
+    )
+    assert [(d.step, d.what) for d in differences[1:]] == [(2, "step"), (0, "answer.text")]
+
+
+def test_a_replay_that_failed_differs_in_its_outcome() -> None:
+    replayed = agent_pb2.RunRecord(status=agent_pb2.RUN_STATUS_FAILED, error_code="INTERNAL")
+    differences = compare(_record(), replayed)
+    assert [(d.what, d.recorded, d.replayed) for d in differences] == [
+        ("outcome", "completed", "failed INTERNAL")
+    ]
