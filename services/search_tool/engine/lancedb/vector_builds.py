@@ -37,7 +37,9 @@ class VectorIndexBuilds:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        """Held by a build and by compaction (they conflict)."""
+        """Index work on a collection: held by a vector-index build, a refresh and the write
+        path's threshold rebuilds (two of them would race on the same indexes); writes never wait
+        for it."""
 
     def covered_rows(self, name: str) -> int | None:
         """Rows the collection's vector index covers; None: it has none."""
