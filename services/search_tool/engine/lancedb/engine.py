@@ -208,8 +208,8 @@ class LanceDBEngine:
         """The write path's threshold rebuilds (`refresh_indexes`). When index work on `name` is
         in flight (a refresh, a vector-index build) the write does not wait for it: the rebuilds
         run in the background once it is over (one pending at a time)."""
-        if not self._vectors.locks[name].locked():
-            await self._threshold_refresh(name, table)
+        if not self._vectors.index_work_claimed(name):
+            await self._threshold_refresh(name, table)  # takes the free lock without waiting
             return
         pending = self._deferred.get(name)
         if pending is None or pending.done():
@@ -219,7 +219,7 @@ class LanceDBEngine:
 
     async def _threshold_refresh(self, name: str, table: Any) -> None:
         try:
-            async with self._vectors.locks[name]:
+            async with self._vectors.index_work(name):
                 refreshed = await refresh_indexes(table, self._policy, build_vectors=False)
         except Exception:
             if self._deferred.get(name) is not asyncio.current_task():
@@ -239,7 +239,7 @@ class LanceDBEngine:
         the compaction is given up until the next refresh; `indexes._compact`)."""
         table = await self._table(name)
         await self._vectors.settled(name)
-        async with self._vectors.locks[name]:
+        async with self._vectors.index_work(name):
             refreshed = await refresh_indexes(table, self._policy, force=True)
         self._vectors.set_covered_rows(name, refreshed.vector_rows)
         self._vectors.built(name)
