@@ -105,7 +105,7 @@ def _gateway_config(base_url: str, port: int) -> str:
     return yaml.safe_dump({"llm_gateway": section})
 
 
-def _wait_serving(address: str, timeout_s: float = 30) -> None:
+def _wait_serving(address: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)

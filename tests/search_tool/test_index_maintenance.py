@@ -3,17 +3,21 @@ compacted into one fragment with every row inside BM25 and the scalar indexes, o
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
+import pytest
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.common.settings import ServerSettings
 from services.search_tool.config import EngineSettings, SearchToolSettings
+from services.search_tool.documents import Document
 from services.search_tool.embedding import Embedder
-from services.search_tool.engine.base import CollectionSpec
-from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
+from services.search_tool.engine.lancedb import LanceDBEngine, indexes
 from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.server import build_search_tool_server
 from tests.search_tool.engine_fixtures import DIMENSIONS, records
@@ -90,3 +94,75 @@ async def test_a_collection_ingested_only_through_grpc_reaches_the_indexed_state
         assert await _unindexed(await engine._table("api")) == (1, 0)
     finally:
         await server.stop(0)
+
+
+async def test_writes_return_and_searches_answer_while_a_background_refresh_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=0.01)
+    try:
+        await engine.ensure_collection("c", CollectionSpec("test-model", DIMENSIONS))
+        in_refresh, release = asyncio.Event(), asyncio.Event()
+        build_fts = indexes._build_fts
+
+        async def held_build(table: Any) -> None:
+            in_refresh.set()
+            await release.wait()
+            await build_fts(table)
+
+        monkeypatch.setattr(indexes, "_build_fts", held_build)
+        for part in (FIXTURE[:2], FIXTURE[2:4], FIXTURE[4:]):
+            # a guard against a deadlock, not a timing: a refresh may already be held here
+            await asyncio.wait_for(engine.upsert("c", records(part)), timeout=60)
+        await asyncio.wait_for(in_refresh.wait(), timeout=60)  # maintenance is now inside
+
+        late = Document(id="late", text="a walrus arrived during the refresh", source="s")
+        write = asyncio.create_task(engine.upsert("c", records([late])))
+        delete = asyncio.create_task(engine.delete_chunks("c", ["alpha__chunk_0"]))
+        done, _ = await asyncio.wait({write, delete}, timeout=60)
+        assert done == {write, delete}, "a write waited for the background refresh"
+        assert write.result() == 1
+        assert delete.result() == 1
+        assert not release.is_set()
+        assert engine._maintenance.pending("c")
+        empty = np.zeros((0, DIMENSIONS), np.float32)
+        page = await engine.search("c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5))
+        assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
+
+        release.set()
+        await engine.maintenance_settled("c")
+        # the writes landed during the refresh, so it ran again after them and converged
+        assert await _unindexed(await engine._table("c")) == (1, 0)
+        assert (await engine.describe("c")).chunk_count == len(FIXTURE)
+    finally:
+        await engine.close()
+
+
+class _CompactionLoses:
+    """A table whose compaction loses the commit race to a concurrent write, as Lance reports."""
+
+    name = "racy"
+
+    async def stats(self) -> dict[str, Any]:
+        return {"fragment_stats": {"num_fragments": 5}}
+
+    async def optimize(self, **_: Any) -> None:
+        raise RuntimeError(
+            "lance error: Retryable commit conflict for version 41: This Rewrite transaction was "
+            "preempted by concurrent transaction Delete at version 41. Please retry."
+        )
+
+
+class _CompactionBreaks(_CompactionLoses):
+    async def optimize(self, **_: Any) -> None:
+        raise RuntimeError("lance error: disk full")
+
+
+async def test_a_compaction_that_loses_to_a_concurrent_write_is_given_up() -> None:
+    compacted = await indexes._compact(_CompactionLoses(), IndexPolicy(), due=True)
+    assert compacted is False
+
+
+async def test_a_compaction_that_fails_otherwise_still_raises() -> None:
+    with pytest.raises(RuntimeError, match="disk full"):
+        await indexes._compact(_CompactionBreaks(), IndexPolicy(), due=True)

@@ -96,6 +96,8 @@ class LanceDBEngine:
         self._schemas: dict[str, pa.Schema] = {}
         """Each open table's schema: only this engine's writes change it (`_widen_schema`)."""
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._deferred: dict[str, asyncio.Task[None]] = {}
+        """Write-path index rebuilds waiting for index work in flight (`_refresh_after_write`)."""
         self._open_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     @classmethod
@@ -128,6 +130,7 @@ class LanceDBEngine:
         """Stops vector-index builds in flight (remembered: they run again after a restart) and
         pending index maintenance (unindexed rows stay searchable)."""
         await self._maintenance.close()
+        await self._cancel_deferred(list(self._deferred))
         await self._vectors.close()
         self._tables.clear()
         self._schemas.clear()
@@ -168,6 +171,7 @@ class LanceDBEngine:
         await self._maintenance.drop(name)
         async with self._write_locks[name]:
             await self._table(name)
+            await self._cancel_deferred([name])
             await self._vectors.drop(name)
             async with self._open_locks[name]:
                 self._tables.pop(name, None)
@@ -203,27 +207,49 @@ class LanceDBEngine:
                     .when_not_matched_insert_all()
                     .execute(to_table(maybe_stored, schema))
                 )
-            refreshed = await refresh_indexes(
-                table,
-                self._policy,
-                build_vectors=False,
-                compaction_lock=self._vectors.locks[name],
-            )
-            self._vectors.set_covered_rows(name, refreshed.vector_rows)
-            if refreshed.vector_rebuild_due:
-                self._vectors.schedule(name, table)
+            await self._refresh_after_write(name, table)
         self._maintenance.wrote(name)
         return len(records)
 
+    async def _refresh_after_write(self, name: str, table: Any) -> None:
+        """The write path's threshold rebuilds (`refresh_indexes`). When index work on `name` is
+        in flight (a refresh, a vector-index build) the write does not wait for it: the rebuilds
+        run in the background once it is over (one pending at a time)."""
+        if not self._vectors.index_work_claimed(name):
+            await self._threshold_refresh(name, table)  # takes the free lock without waiting
+            return
+        pending = self._deferred.get(name)
+        if pending is None or pending.done():
+            self._deferred[name] = asyncio.create_task(
+                self._threshold_refresh(name, table), name=f"deferred refresh {name}"
+            )
+
+    async def _threshold_refresh(self, name: str, table: Any) -> None:
+        try:
+            async with self._vectors.index_work(name):
+                refreshed = await refresh_indexes(table, self._policy, build_vectors=False)
+        except Exception:
+            if self._deferred.get(name) is not asyncio.current_task():
+                raise  # on the write path: the caller sees it
+            log.exception("deferred index refresh failed", extra={"collection": name})
+            return
+        self._vectors.set_covered_rows(name, refreshed.vector_rows)
+        if refreshed.vector_rebuild_due:
+            self._vectors.schedule(name, table)
+
     async def refresh(self, name: str) -> None:
-        """Fold every row written since the last builds into the indexes (after bulk loads)."""
-        async with self._write_locks[name]:
-            table = await self._table(name)
-            await self._vectors.settled(name)
-            async with self._vectors.locks[name]:
-                refreshed = await refresh_indexes(table, self._policy, force=True)
-            self._vectors.set_covered_rows(name, refreshed.vector_rows)
-            self._vectors.built(name)
+        """Fold every row written since the last builds into the indexes and compact (after bulk
+        loads, and in the background once writes pause).
+
+        It holds only the collection's index-work lock, never the write lock: writes and
+        searches go on meanwhile (a write that lands during the compaction wins the commit and
+        the compaction is given up until the next refresh; `indexes._compact`)."""
+        table = await self._table(name)
+        await self._vectors.settled(name)
+        async with self._vectors.index_work(name):
+            refreshed = await refresh_indexes(table, self._policy, force=True)
+        self._vectors.set_covered_rows(name, refreshed.vector_rows)
+        self._vectors.built(name)
 
     async def maintenance_settled(self, name: str) -> None:
         """Wait until the background index maintenance due for `name`'s writes so far has run
@@ -231,8 +257,17 @@ class LanceDBEngine:
         await self._maintenance.settled(name)
 
     async def vector_index_settled(self, name: str) -> None:
-        """Wait for a background vector-index build of `name`, if one runs."""
-        await self._vectors.settled(name)
+        """Wait for background index work of `name`: vector-index builds and the write path's
+        rebuilds deferred behind them."""
+        while True:
+            deferred = self._deferred.get(name)
+            if deferred is not None and not deferred.done():
+                await asyncio.wait({deferred})
+                continue
+            await self._vectors.settled(name)
+            deferred = self._deferred.get(name)
+            if deferred is None or deferred.done():
+                return
 
     async def stored_versions(
         self, name: str, document_ids: Sequence[str]
@@ -366,6 +401,12 @@ class LanceDBEngine:
         if deleted:
             self._maintenance.wrote(name)
         return deleted
+
+    async def _cancel_deferred(self, names: Sequence[str]) -> None:
+        tasks = [task for name in names if (task := self._deferred.pop(name, None)) is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _table(self, name: str) -> Any:
         table = self._tables.get(name)

@@ -26,8 +26,6 @@ are still scanned, so results never depend on whether an index is current.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -128,12 +126,7 @@ class Refreshed:
 
 
 async def refresh_indexes(
-    table: Any,
-    policy: IndexPolicy,
-    *,
-    force: bool = False,
-    build_vectors: bool = True,
-    compaction_lock: asyncio.Lock | None = None,
+    table: Any, policy: IndexPolicy, *, force: bool = False, build_vectors: bool = True
 ) -> Refreshed:
     """Compact and rebuild what is stale (everything unindexed when `force`).
 
@@ -141,7 +134,8 @@ async def refresh_indexes(
     would hide them. LanceDB 0.40's `optimize` also retrains an IVF index into 2 partitions (a
     full scan on every query; measured), so the vector index is rebuilt after every compaction —
     here, or by the caller when `build_vectors` is False (it is slow on large tables; the engine
-    does it in the background). `compaction_lock` keeps a compaction from racing such a build.
+    does it in the background). The caller keeps two refreshes (or a refresh and a vector-index
+    build) of one table apart; writes may run meanwhile (see `_compact`).
     """
     stale = 1 if force else await _stale_rows(table, policy)
     indexes = {index.name: index for index in await table.list_indices()}
@@ -160,7 +154,7 @@ async def refresh_indexes(
         await _build_scalar(table, name, column, config)
     # after the rebuilds: Lance compacts fragments an index covers apart from those it does not
     # (measured: 3 fragments, 2 of them indexed, became 2), and compaction keeps them indexed
-    compacted = await _compact(table, policy, due=due, lock=compaction_lock)
+    compacted = await _compact(table, policy, due=due)
     rows = int(await table.count_rows())
     if vectors is None:
         rebuild_vectors = rows >= policy.vector_index_min_rows
@@ -176,16 +170,29 @@ async def refresh_indexes(
     return Refreshed(await vector_index_rows(table), rebuild_vectors and not build_vectors)
 
 
-async def _compact(
-    table: Any, policy: IndexPolicy, *, due: bool, lock: asyncio.Lock | None
-) -> bool:
+async def _compact(table: Any, policy: IndexPolicy, *, due: bool) -> bool:
     """Merge the data fragments when indexes are rebuilt anyway or once there are too many;
-    whether it did. `lock` is taken only to compact."""
+    whether it did.
+
+    A write may commit while the compaction runs (the background refresh does not hold the write
+    lock). Lance resolves the race in the write's favour (measured with lance 13: appends,
+    merge-inserts, deletes and added columns all commit; a compaction that overlapped an update,
+    a delete or a new column fails with a retryable commit conflict): the compaction is then
+    given up, the write stands, and the refresh after the next pause in writes compacts again.
+    """
     fragments = int((await table.stats())["fragment_stats"]["num_fragments"])
     if fragments < 2 or (not due and fragments < policy.max_fragments):
         return False
-    async with lock or contextlib.nullcontext():
+    try:
         stats = await table.optimize(cleanup_older_than=timedelta(seconds=policy.keep_versions_s))
+    except RuntimeError as error:
+        if not is_commit_conflict(error):
+            raise
+        log.info(
+            "compaction preempted by a concurrent write",
+            extra={"table": table.name, "fragments": fragments},
+        )
+        return False
     log.info(
         "collection compacted",
         extra={
@@ -196,6 +203,11 @@ async def _compact(
         },
     )
     return True
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    """Whether Lance refused a commit because another transaction committed first."""
+    return "Retryable commit conflict" in str(error)
 
 
 async def _stale_rows(table: Any, policy: IndexPolicy) -> int:

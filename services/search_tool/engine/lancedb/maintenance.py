@@ -6,7 +6,8 @@ thresholds (`IndexPolicy`), so a collection fed only through `UpsertDocuments` u
 partly unindexed — KEYWORD 31–58 ms p50 instead of 18–22 ms once refreshed — and no client can ask
 for a refresh. Here, once a collection has had no write for `quiet_s`, a background task runs the
 same refresh bulk loaders call (compact, fold every row into every index); a write that lands
-meanwhile makes it run again once writes quiesce again. Searches never wait for it.
+meanwhile makes it run again once writes quiesce again. Neither searches nor writes wait for it
+(`LanceDBEngine.refresh` holds no write lock).
 """
 
 from __future__ import annotations

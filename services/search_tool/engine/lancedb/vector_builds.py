@@ -10,9 +10,10 @@ stops before it finishes leaves the marker, and the next one to open the collect
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,24 @@ class VectorIndexBuilds:
         self._covered: dict[str, int | None] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
-        self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        """Held by a build and by compaction (they conflict)."""
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._claims: defaultdict[str, int] = defaultdict(int)
+
+    @contextlib.asynccontextmanager
+    async def index_work(self, name: str) -> AsyncIterator[None]:
+        """Exclusive index work on a collection: a vector-index build, a refresh, the write
+        path's threshold rebuilds (two of them would race on the same indexes)."""
+        self._claims[name] += 1
+        try:
+            async with self._locks[name]:
+                yield
+        finally:
+            self._claims[name] -= 1
+
+    def index_work_claimed(self, name: str) -> bool:
+        """Whether index work on `name` runs or waits to run (a write must not queue behind it:
+        a lock that was just released may still have waiters)."""
+        return self._claims[name] > 0
 
     def covered_rows(self, name: str) -> int | None:
         """Rows the collection's vector index covers; None: it has none."""
@@ -87,7 +104,7 @@ class VectorIndexBuilds:
 
     async def _build(self, name: str, table: Any) -> None:
         try:
-            async with self.locks[name]:
+            async with self.index_work(name):
                 while True:
                     self._again.discard(name)
                     rows = int(await table.count_rows())
