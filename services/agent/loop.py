@@ -91,7 +91,6 @@ from services.agent.run import (
 from services.agent.search import (
     CollectionInfo,
     SearchHit,
-    SearchRequest,
 )
 from services.agent.tools import (
     ASK_USER,
@@ -268,7 +267,10 @@ class _Run:
         yield Done(result, step=len(self.steps))
 
     async def _prepare(self) -> None:
-        try:  # the facts the model is told are those the caller's filter lets it see
+        """The collection's facts under the caller's filter: the facts the model is told are those
+        the filter lets the caller see, and the search tool decides the filter there, so a bad one
+        ends the run before the first model call."""
+        try:
             self.collection = await self.loop.search.get_collection(
                 self.request.collection,
                 caller_filter=self.request.caller_filter,
@@ -276,23 +278,9 @@ class _Run:
             )
         except InvalidArgument as error:
             raise as_callers_error(error) from None
-        if self.request.caller_filter.groups:
-            await self._check_caller_filter()
         self.window = self.executor.window = await self._context_window()
         for turn in self.request.history:
             self.history += [user(turn.question), assistant(turn.answer)]
-
-    async def _check_caller_filter(self) -> None:
-        """Ask the search tool, before the first model call, whether the caller's filter holds."""
-        probe = SearchRequest(
-            collection=self.request.collection,
-            primary=self.request.query,
-            caller_filter=self.request.caller_filter,
-        )
-        try:
-            await self.loop.search.validate(probe, remaining_s=self.deadline.remaining())
-        except InvalidArgument as error:
-            raise as_callers_error(error) from None
 
     async def _context_window(self) -> int:
         if self.loop.context_window_tokens:

@@ -120,11 +120,6 @@ class SearchClient(Protocol):
         """Raises `InvalidArgument` (with violations) for a filter the search tool rejects."""
         ...
 
-    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
-        """Check `request` as `search` would, without searching: `InvalidArgument` naming
-        `caller_filter.…` or `filter.…`, `NotFound` for an unknown collection."""
-        ...
-
     async def get_collection(
         self,
         name: str,

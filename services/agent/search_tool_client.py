@@ -45,14 +45,6 @@ class SearchToolClient:
             took_ms=reply.took_ms,
         )
 
-    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
-        message = convert.search_request(request)
-        message.validate_only = True
-        try:
-            await self._stub.Search(message, **call_options(remaining_s))
-        except grpc.aio.AioRpcError as error:
-            raise dependency_error(error, self._channel, "search tool") from error
-
     async def get_collection(
         self,
         name: str,

@@ -111,7 +111,6 @@ class FakeSearch:
         self.latency_s = latency_s
         self.gate = gate
         self.requests: list[SearchRequest] = []
-        self.validated: list[SearchRequest] = []
         self.reads: list[ReadRequest] = []
         self.counts: list[CountRequest] = []
         self.collections: list[search_pb2.Filter] = []
@@ -131,10 +130,6 @@ class FakeSearch:
             if error is not None:
                 raise error
         return self.search_message(convert.search_request(request))
-
-    async def validate(self, request: SearchRequest, *, remaining_s: float | None) -> None:
-        self.validated.append(request)
-        self.validate_message(convert.search_request(request))
 
     def search_message(self, message: search_tool_pb2.SearchRequest) -> SearchPage:
         """A search as the search tool receives it (for fake gRPC servicers too)."""

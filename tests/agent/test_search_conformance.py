@@ -167,7 +167,6 @@ def _request(
 
 async def _outcome(search: SearchClient, request: SearchRequest) -> Outcome:
     try:
-        await search.validate(request, remaining_s=30)
         page = await search.search(request, remaining_s=30)
     except InvalidArgument as error:
         return ("INVALID_ARGUMENT", sorted(v.field for v in error.violations))
