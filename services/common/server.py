@@ -100,10 +100,6 @@ class QuarryServer:
     async def start(self) -> None:
         await self.listen()
         await self.mark_live()
-        await self.announce_serving()
-
-    async def announce_serving(self) -> None:
-        """Readiness SERVING, and the log line that says where."""
         await self.set_serving(True)
         log.info(
             "serving",

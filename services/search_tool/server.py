@@ -52,7 +52,15 @@ class SearchToolServer(QuarryServer):
             self.search_settings, self.embedder_factory, telemetry=self.telemetry
         )
         self.servicer.attach(self.service)
-        await self.announce_serving()
+        await self.set_serving(True)
+        log.info(
+            "serving",
+            extra={
+                "address": self.address,
+                "services": self.service_names,
+                "health_port": self.health_port,
+            },
+        )
 
     async def stop(self, grace_s: float | None = None) -> None:
         await super().stop(grace_s)
