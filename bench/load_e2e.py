@@ -53,6 +53,7 @@ RUN_TIMEOUT_S = 30.0
 BACKOFF_MULTIPLIER = 1.6
 PROBE_INTERVAL_S = 0.25
 MAX_BACKOFF_S = 10.0
+LAG_TICK_S = 0.01
 """A refused caller waits the RetryInfo delay, longer after each refusal in a row (gRPC's retry
 backoff: ×1.6 up to 10 s, with ±50 % jitter), as a well-behaved backend does."""
 QUESTIONS = (
@@ -200,24 +201,38 @@ def warm_up() -> None:
 
 def run_callers(
     address: str, callers: int, start_at: float, duration_s: float, seed: int
-) -> list[Outcome]:
+) -> tuple[list[Outcome], list[float]]:
     """`callers` concurrent callers from wall-clock `start_at` for `duration_s` (then their last
-    runs finish)."""
+    runs finish); their outcomes and how late the process's own event loop ran (its lag)."""
     time.sleep(max(0.0, start_at - time.time()))
     return asyncio.run(_callers(address, callers, duration_s, seed))
 
 
-async def _callers(address: str, callers: int, duration_s: float, seed: int) -> list[Outcome]:
+async def _callers(
+    address: str, callers: int, duration_s: float, seed: int
+) -> tuple[list[Outcome], list[float]]:
     outcomes: list[Outcome] = []
     stop_at = time.monotonic() + duration_s
     options = [("grpc.max_receive_message_length", 32 * 2**20)]
+    lags: list[float] = []
+    lag = asyncio.create_task(_loop_lag(stop_at, lags))
     async with grpc.aio.insecure_channel(address, options=options) as channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         rng = random.Random(seed)
         await asyncio.gather(
             *(_caller(stub, stop_at, random.Random(rng.random()), outcomes) for _ in range(callers))
         )
-    return outcomes
+    await lag
+    return outcomes, lags
+
+
+async def _loop_lag(stop_at: float, lags: list[float]) -> None:
+    """How late a 10 ms timer fires on this process's loop: the time any reply waits before its
+    caller sees it (a refusal's latency as a caller measures it includes this)."""
+    while time.monotonic() < stop_at:
+        due = time.perf_counter() + LAG_TICK_S
+        await asyncio.sleep(LAG_TICK_S)
+        lags.append(max(0.0, time.perf_counter() - due))
 
 
 async def _caller(
@@ -355,7 +370,9 @@ def offer(
         pool.submit(run_callers, address, share, start_at, duration_s, seed)
         for seed, share in enumerate(shares)
     ]
-    outcomes = [o for f in futures for o in f.result()]
+    results = [f.result() for f in futures]
+    outcomes = [o for caller_outcomes, _ in results for o in caller_outcomes]
+    lags = [lag for _, caller_lags in results for lag in caller_lags]
     wall = max((o.ended_at for o in outcomes), default=start_at) - start_at
     cpu = {
         name: round((sum(p.cpu_times()[:2]) - cpu_before[name]) / wall, 2)
@@ -366,6 +383,11 @@ def offer(
     )
     return {
         **summarize(callers, outcomes, wall, load_before),
+        "client_loop_lag_ms": {
+            "p50": _ms(percentile(lags, 50)),
+            "p95": _ms(percentile(lags, 95)),
+            "max": _ms(max(lags, default=float("nan"))),
+        },
         "probe": probe.result(),
         "cpu_cores_used": cpu,
     }
@@ -409,7 +431,7 @@ def main() -> None:
     )
     parser.add_argument("--documents", type=int, default=400, help="demo documents to ingest")
     parser.add_argument(
-        "--client-processes", type=int, default=4, help="processes the callers are spread over"
+        "--client-processes", type=int, default=8, help="processes the callers are spread over"
     )
     parser.add_argument("--idle", type=float, default=15.0, help="seconds before the after-RSS")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "load_e2e.json")

@@ -3,10 +3,11 @@
     python -m services.<name> [--config FILE] [--host H] [--port N] [service flags]
 
 Settings come from `load_settings` (defaults < YAML section < `QUARRY_*` environment < flags), so a
-flag always wins. Logging carries the service's short name; traces carry `tracing_name(name)`.
-The server is built inside the running loop (its channels belong to that loop) and served until
-SIGTERM. Exit status: 0 after a clean stop, 2 for an invalid configuration, 1 when the server
-cannot bind.
+flag always wins. The process takes its CPU priority (`server.cpu_nice`) before any thread of
+gRPC, the engine or the embedder starts. Logging carries the service's short name; traces carry
+`tracing_name(name)`. The server is built inside the running loop (its channels belong to that
+loop) and served until SIGTERM. Exit status: 0 after a clean stop, 2 for an invalid
+configuration, 1 when the server cannot bind.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from services.common.cpu import lower_cpu_priority
 from services.common.log import configure_logging
 from services.common.server import QuarryServer, serve
 from services.common.settings import QuarrySettings, ServerSettings, load_settings
@@ -60,6 +62,7 @@ def run_service(
         print(f"{service}: invalid configuration:\n{error}", file=sys.stderr)
         return 2
     configure_logging(service, settings.log_level, settings.log_format)
+    lower_cpu_priority(settings.server.cpu_nice)
     telemetry = setup_telemetry(tracing_name(service), install_global=True)
     try:
         asyncio.run(_serve(build, settings, telemetry))

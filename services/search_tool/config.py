@@ -17,6 +17,10 @@ from services.search_tool.limits import RequestLimits
 DEFAULT_PORT = 50051
 DEFAULT_MAX_CONCURRENT_CALLS = 128
 """Calls the search tool accepts at once by default (searches then queue in `admission`)."""
+DEFAULT_CPU_NICE = 10
+"""The search tool is the services' heavy worker (embedding, BM25, vector scans): where the three
+share a machine it yields the CPU, so the agent's admission refusals and health answers are not
+queued behind it (`python -m bench.load_e2e`, README.md "Priorities")."""
 
 
 class SearchToolServerSettings(ServerSettings):
@@ -25,6 +29,7 @@ class SearchToolServerSettings(ServerSettings):
 
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     max_concurrent_rpcs: int | None = Field(default=DEFAULT_MAX_CONCURRENT_CALLS, ge=1)
+    cpu_nice: int = Field(default=DEFAULT_CPU_NICE, ge=0, le=19)
 
 
 class ChunkingSettings(BaseModel):
