@@ -12,15 +12,26 @@ from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 from quarry.searchtool.v1 import search_tool_pb2
 from rich.console import Console
 
+from quarry_cli.connection import (
+    API_KEY_ENV,
+    ConnectionOptionsError,
+    add_tls_arguments,
+    api_key,
+    channel_tls,
+)
 from quarry_cli.output import message_json, print_json
+from services.common.auth import StaticKey
 from services.common.channels import open_channel
 from services.common.errors import QuarryError
+from services.common.status import code_of
+from services.common.tls import ChannelTls
 from services.search_tool.client import SearchToolClient
 
 EPILOG = """examples:
   quarry status
   quarry status --json
-  quarry status --agent 127.0.0.1:6003   # services started on other ports"""
+  quarry status --agent 127.0.0.1:6003   # services started on other ports
+  QUARRY_API_KEY=qk-... quarry status --ca-file ca.pem   # services with TLS and auth on"""
 SERVICES = (
     ("search_tool", "quarry.searchtool.v1.SearchToolService", "127.0.0.1:50051"),
     ("llm_gateway", "quarry.llmgateway.v1.LlmGatewayService", "127.0.0.1:50052"),
@@ -34,19 +45,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, default=address, help=f"HOST:PORT (default {address})")
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per call (3)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
+    add_tls_arguments(parser, "the services")
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_run(args))
+    try:
+        tls = channel_tls(args)
+    except ConnectionOptionsError as error:
+        Console(stderr=True, soft_wrap=True).print(f"TLS options: {error}", markup=False)
+        return 2
+    return asyncio.run(_run(args, tls))
 
 
-async def _run(args: argparse.Namespace) -> int:
+async def _run(args: argparse.Namespace, tls: ChannelTls) -> int:
     addresses = {name: getattr(args, name) for name, _, _ in SERVICES}
     health = await asyncio.gather(
-        *(_health(addresses[name], service, args.timeout) for name, service, _ in SERVICES)
+        *(_health(addresses[name], service, args.timeout, tls) for name, service, _ in SERVICES)
     )
-    gateway = await _gateway(addresses["llm_gateway"], args.timeout)
-    collections = await _collections(addresses["search_tool"], args.timeout)
+    gateway, gateway_error = await _gateway(addresses["llm_gateway"], args.timeout, tls)
+    collections, collections_error = await _collections(addresses["search_tool"], args.timeout, tls)
+    refused = [
+        f"{name}: {code.name}"
+        for name, code in (("llm_gateway", gateway_error), ("search_tool", collections_error))
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+    ]
+    if refused:
+        hint = f". Set {API_KEY_ENV} to an API key that may read." if not api_key() else ""
+        Console(stderr=True).print(" · ".join(refused) + hint, markup=False)
     report: dict[str, Any] = {
         "services": [
             {"name": name, "address": addresses[name], "status": status}
@@ -68,9 +93,9 @@ async def _run(args: argparse.Namespace) -> int:
     return 0 if all(status == "SERVING" for status in health) else 1
 
 
-async def _health(address: str, service: str, timeout_s: float) -> str:
+async def _health(address: str, service: str, timeout_s: float, tls: ChannelTls) -> str:
     """SERVING, NOT_SERVING (loading or draining), UNREACHABLE, or what else answers there."""
-    async with open_channel(address) as channel:
+    async with open_channel(address, tls=tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = await stub.Check(
@@ -83,24 +108,34 @@ async def _health(address: str, service: str, timeout_s: float) -> str:
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
-async def _gateway(address: str, timeout_s: float) -> llm_gateway_pb2.GetStatusResponse | None:
-    async with open_channel(address) as channel:
+async def _gateway(
+    address: str, timeout_s: float, tls: ChannelTls
+) -> tuple[llm_gateway_pb2.GetStatusResponse | None, grpc.StatusCode | None]:
+    """The gateway's routes and breakers, or the status code that refused them."""
+    key = api_key()
+    interceptors = [StaticKey(key)] if key else []
+    async with open_channel(address, tls=tls, interceptors=interceptors) as channel:
         stub = llm_gateway_pb2_grpc.LlmGatewayServiceStub(channel)
         try:
             reply: llm_gateway_pb2.GetStatusResponse = await stub.GetStatus(
                 llm_gateway_pb2.GetStatusRequest(), timeout=timeout_s
             )
-        except grpc.aio.AioRpcError:
-            return None
-    return reply
+        except grpc.aio.AioRpcError as error:
+            return None, error.code()
+    return reply, None
 
 
-async def _collections(address: str, timeout_s: float) -> list[search_tool_pb2.Collection] | None:
+async def _collections(
+    address: str, timeout_s: float, tls: ChannelTls
+) -> tuple[list[search_tool_pb2.Collection] | None, grpc.StatusCode | None]:
+    """The collections this caller may see, or the status code that refused them."""
     try:
-        async with SearchToolClient(address, timeout_s=timeout_s) as client:
-            return await client.list_collections()
-    except QuarryError:
-        return None
+        async with SearchToolClient(
+            address, timeout_s=timeout_s, api_key=api_key(), tls=tls
+        ) as client:
+            return await client.list_collections(), None
+    except QuarryError as error:
+        return None, code_of(error)
 
 
 def _print(

@@ -253,3 +253,37 @@ async def test_ingest_and_collections_speak_mutual_tls_and_send_the_api_key_from
     missing = await quarry(*args, "--ca-file", str(tmp_path / "nope.crt"))
     assert missing.returncode == 2
     assert f"TLS options: --ca-file: no such file: {tmp_path / 'nope.crt'}" in missing.stderr
+
+
+async def test_status_speaks_mutual_tls_and_says_when_the_api_key_is_missing(
+    secured_search_tool: tuple[SearchToolServer, Authority, Pem], tmp_path: Path
+) -> None:
+    server, ca, client = secured_search_tool
+    (tmp_path / "a.txt").write_text("Descale the kettle with vinegar.")
+    tls = ["--ca-file", str(ca.cert_file), "--cert-file", str(client.cert_file)]
+    tls += ["--key-file", str(client.key_file)]
+    ingest = ["ingest", str(tmp_path / "a.txt"), "--collection", "mine"]
+    done = await quarry(*ingest, "--address", server.address, *tls, env={"QUARRY_API_KEY": API_KEY})
+    assert done.returncode == 0, done.stderr
+    status = ["status", "--search-tool", server.address, "--llm-gateway", "127.0.0.1:1"]
+    status += ["--agent", "127.0.0.1:1", "--timeout", "2", "--json"]
+
+    keyed = await quarry(*status, *tls, env={"QUARRY_API_KEY": API_KEY})
+    report = json.loads(keyed.stdout)
+    assert {s["name"]: s["status"] for s in report["services"]}["search_tool"] == "SERVING"
+    assert [c["name"] for c in report["collections"]] == ["mine"]
+
+    anonymous = await quarry(*status, *tls, env={"QUARRY_API_KEY": ""})
+    assert json.loads(anonymous.stdout)["collections"] is None
+    assert "search_tool: UNAUTHENTICATED" in anonymous.stderr
+    assert "Set QUARRY_API_KEY to an API key that may read." in anonymous.stderr
+
+    plaintext = await quarry(*status, env={"QUARRY_API_KEY": API_KEY})
+    assert {s["name"]: s["status"] for s in json.loads(plaintext.stdout)["services"]} == {
+        "search_tool": "UNREACHABLE",
+        "llm_gateway": "UNREACHABLE",
+        "agent": "UNREACHABLE",
+    }
+    half = await quarry(*status, "--cert-file", str(client.cert_file))
+    assert half.returncode == 2
+    assert "TLS options: tls.cert_file and tls.key_file go together" in half.stderr
