@@ -14,10 +14,10 @@ three paths back to back, the order rotating, so the machine's drift hits all al
 Added latency = p50 through the path - p50 direct; ratio = Quarry's added / LiteLLM's added (below
 1: Quarry adds less; at or below 0: Quarry's path is no slower than the direct SDK call, which
 happens on the agent-shaped request: the gateway posts the body through the SDK client without
-`chat.completions.create`'s ~1 ms walk of the parameters, which the direct call and LiteLLM pay).
-The ratio is left out (null) only when LiteLLM's added p50 is not positive. Note that Quarry's
-path includes a gRPC hop to another process and LiteLLM's does not; LiteLLM's proxy server (the
-like-for-like comparison) is not measured: `litellm[proxy]` pins `rich==13.9.4` against the
+`chat.completions.create`'s walk of the parameters (~2.6 ms CPU), which the direct call and LiteLLM
+pay). The ratio is left out (null) only when LiteLLM's added p50 is not positive. Note that
+Quarry's path includes a gRPC hop to another process and LiteLLM's does not; LiteLLM's proxy server
+(the like-for-like comparison) is not measured: `litellm[proxy]` pins `rich==13.9.4` against the
 product's `rich==15.0.0`, so it cannot be installed beside Quarry from one pinned `pyproject.toml`.
 
 Prints one JSON object. Exits 2 when the peer is not installed.
