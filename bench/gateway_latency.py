@@ -8,7 +8,9 @@ StreamGenerate, direct vs. through the gateway (interleaved), plus the round tri
 an offline route: the whole gRPC hop and gateway processing with no upstream call, and the floor
 any gRPC service pays on this machine: a bare health check to the same gateway process after the
 processes sat idle as long as a direct call takes (on a VM, waking grpc's threads after idle costs
-far more than the back-to-back round trip).
+far more than the back-to-back round trip). Last, CPU time per call, which a loaded machine moves
+far less than latency: the gateway process's for each request through it, and this process's for
+the same request made directly with the SDK (what the gateway's own upstream call replaces).
 Targets: Generate p50 ≤ 2 ms extra, bare and agent-shaped (the median of `ROUNDS` rounds' added
 p50s; the direct and gateway p50/p95 are over the samples of all rounds); first delta p50 ≤ 3 ms
 extra.
@@ -25,6 +27,7 @@ from typing import Any
 
 import grpc
 import openai
+import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as pb_grpc
@@ -247,6 +250,16 @@ async def run(requests: int, rounds: int = ROUNDS) -> dict[str, object]:
             {"direct_first_delta": sdk_first_delta, "gateway_first_delta": gateway_first_delta},
             requests,
         )
+        cpu = await _cpu_per_call(
+            psutil.Process(processes.gateway_pid),
+            {
+                "direct_generate": sdk_generate,
+                "gateway_generate": gateway_generate,
+                "direct_agent_generate": sdk_agent_generate,
+                "gateway_agent_generate": gateway_agent_generate,
+            },
+            requests,
+        )
         results = {
             **generate,
             **first,
@@ -269,6 +282,7 @@ async def run(requests: int, rounds: int = ROUNDS) -> dict[str, object]:
     for name, samples in results.items():
         summary[f"{name}_p50_ms"] = round(percentile(samples, 0.5), 3)
         summary[f"{name}_p95_ms"] = round(percentile(samples, 0.95), 3)
+    summary.update(cpu)
     added["first_delta"] = _added(results, "first_delta")
     summary["added_first_delta_p50_ms"] = round(added["first_delta"], 3)
     summary["added_beyond_bare_grpc_hop_p50_ms"] = round(
@@ -279,6 +293,33 @@ async def run(requests: int, rounds: int = ROUNDS) -> dict[str, object]:
     )
     summary["machine"] = machine()
     return summary
+
+
+async def _cpu_per_call(
+    gateway: psutil.Process, calls: Mapping[str, Call], count: int
+) -> dict[str, float]:
+    """CPU milliseconds per call, `count` calls of each: for a direct call this process's (the SDK
+    client's), for a call through the gateway the gateway process's and this process's (the gRPC
+    client's)."""
+    cpu: dict[str, float] = {}
+    for name, call in calls.items():
+        for _ in range(20):
+            await call()
+        own, theirs = time.process_time(), _cpu_s(gateway)
+        for _ in range(count):
+            await call()
+        own_ms = (time.process_time() - own) * 1000 / count
+        if name.startswith("gateway_"):
+            cpu[f"{name}_gateway_cpu_ms"] = round((_cpu_s(gateway) - theirs) * 1000 / count, 3)
+            cpu[f"{name}_client_cpu_ms"] = round(own_ms, 3)
+        else:
+            cpu[f"{name}_client_cpu_ms"] = round(own_ms, 3)
+    return cpu
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def _added(samples: dict[str, list[float]], case: str) -> float:

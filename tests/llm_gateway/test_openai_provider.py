@@ -7,6 +7,8 @@ import asyncio
 import socket
 from collections.abc import Callable
 
+import httpx2
+import openai
 import pytest
 
 from services.llm_gateway.errors import (
@@ -22,11 +24,16 @@ from services.llm_gateway.model import (
     Role,
     StopReason,
     TextDelta,
+    Tool,
+    ToolCall,
     ToolCallDelta,
+    ToolChoice,
+    ToolChoiceMode,
 )
 from services.llm_gateway.providers.base import Provider
-from services.llm_gateway.providers.openai import ENDPOINT_PRESETS, OpenAIProvider
+from services.llm_gateway.providers.openai import ENDPOINT_PRESETS, OpenAIProvider, OpenAIQuirks
 from services.llm_gateway.testing import FakeOpenAIServer, Reply, ScriptedError, ScriptedToolCall
+from services.llm_gateway.translate.openai import to_openai_request
 from tests.llm_gateway.conftest import FAKE_API_KEY, both_paths, collect
 
 REQUEST = ChatRequest(messages=(Message(Role.USER, "hello"),))
@@ -240,3 +247,133 @@ async def test_a_refusal_is_a_content_filter_stop_with_its_message(
     response, _ = await both_paths(make_openai_provider(), fake_openai, reply, REQUEST)
     assert response.stop_reason is StopReason.CONTENT_FILTER
     assert response.text == "I can't help with that."
+
+
+# -- the request on the wire is the one `chat.completions.create` would send ------------------
+
+_SEARCH = Tool(
+    name="search",
+    description="Search the collection.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}], "enum": [1, 5, None]},
+        },
+        "required": ["query"],
+    },
+)
+_CONVERSATION = (
+    Message(Role.SYSTEM, "You answer by searching."),
+    Message(Role.USER, 'When was the Royal Society founded? ✓ «quotes» "escaped" \\ \u2028'),
+    Message(
+        Role.ASSISTANT,
+        tool_calls=(ToolCall("functions.search:0", "search", '{"query": "Royal Society"}'),),
+    ),
+    Message(Role.TOOL, "[1] founded 1660", tool_call_id="functions.search:0"),
+    Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c2", "search", "not json"),)),
+    Message(Role.TOOL, "no results", tool_call_id="c2", is_error=True),
+    Message(Role.SYSTEM, "Answer now."),
+)
+_WIRE_CASES: dict[str, tuple[ChatRequest, OpenAIQuirks]] = {
+    "bare": (REQUEST, OpenAIQuirks()),
+    "agent-turn": (
+        ChatRequest(messages=_CONVERSATION, tools=(_SEARCH,), temperature=0.2, seed=7),
+        OpenAIQuirks(),
+    ),
+    "named-choice-strict-parallel": (
+        ChatRequest(
+            messages=_CONVERSATION,
+            tools=(_SEARCH,),
+            tool_choice=ToolChoice(ToolChoiceMode.NAMED, "search"),
+            parallel_tool_calls=False,
+            max_output_tokens=64,
+        ),
+        ENDPOINT_PRESETS["openai"].quirks,
+    ),
+    "collapsed-unions-max-tokens": (
+        ChatRequest(messages=_CONVERSATION, tools=(_SEARCH,), parallel_tool_calls=True),
+        ENDPOINT_PRESETS["cerebras"].quirks,
+    ),
+    "structured-json-schema": (
+        ChatRequest(
+            messages=(REQUEST.messages[0],),
+            response_schema={"type": "array", "items": {"type": "number"}},
+            response_schema_name="numbers",
+        ),
+        ENDPOINT_PRESETS["openai"].quirks,
+    ),
+    "structured-json-object": (
+        ChatRequest(
+            messages=(REQUEST.messages[0],),
+            response_schema={"type": "object", "properties": {"a": {"type": "string"}}},
+        ),
+        ENDPOINT_PRESETS["ollama"].quirks,
+    ),
+    "tool-calls-in-text": (
+        ChatRequest(messages=_CONVERSATION, tools=(_SEARCH,)),
+        OpenAIQuirks(tool_calls_in_text=True, supports_seed=False),
+    ),
+}
+
+
+class _Wire:
+    """Every HTTP request a client sends: method, URL, headers and body bytes."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, list[tuple[str, str]], bytes]] = []
+
+    async def __call__(self, request: httpx2.Request) -> None:
+        self.sent.append(
+            (request.method, str(request.url), list(request.headers.items()), request.content)
+        )
+
+    def client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(verify=False, event_hooks={"request": [self]})
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["generate", "stream"])
+@pytest.mark.parametrize("case", list(_WIRE_CASES))
+async def test_the_request_sent_is_byte_for_byte_the_one_the_sdk_create_sends(
+    make_openai_provider: Callable[..., OpenAIProvider],
+    fake_openai: FakeOpenAIServer,
+    case: str,
+    streamed: bool,
+) -> None:
+    """The provider posts its body through the SDK client without `create`'s parameter walk: the
+    method, URL, headers (auth included) and body bytes must still be exactly `create`'s."""
+    request, quirks = _WIRE_CASES[case]
+    ours, sdks = _Wire(), _Wire()
+    provider = make_openai_provider(quirks=quirks, http_client=ours.client())
+    fake_openai.push(Reply(text="ok"), Reply(text="ok"))
+    await _call_with(provider, request, streamed)
+    wire = to_openai_request(
+        request, model=provider.model, quirks=quirks, default_max_output_tokens=512
+    )
+    async with openai.AsyncOpenAI(
+        api_key=FAKE_API_KEY,
+        base_url=fake_openai.base_url,
+        max_retries=0,
+        timeout=5.0,
+        http_client=sdks.client(),
+    ) as sdk:
+        if streamed:
+            chunks = await sdk.chat.completions.create(
+                **wire.params, stream=True, stream_options={"include_usage": True}
+            )
+            async with chunks:
+                async for _ in chunks:
+                    pass
+        else:
+            await sdk.chat.completions.create(**wire.params)
+    assert len(ours.sent) == len(sdks.sent) == 1
+    assert ours.sent == sdks.sent
+    assert fake_openai.requests[0].body == fake_openai.requests[1].body
+    assert fake_openai.requests[0].sent_api_key(FAKE_API_KEY)
+
+
+async def _call_with(provider: Provider, request: ChatRequest, streamed: bool) -> None:
+    if streamed:
+        await collect(provider.stream(request))
+    else:
+        await provider.generate(request)
