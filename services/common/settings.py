@@ -70,7 +70,7 @@ class ServerSettings(BaseModel):
     it unchanged). Only lowers priority, so no privilege is needed. On a machine the services
     share, the heavy worker yields the CPU under contention and the front door keeps answering
     (admission refusals, health, streams); in a container of its own it changes nothing. The
-    search tool defaults to 10 (README.md, "Priorities"), the others to 0."""
+    search tool defaults to 10 (README.md, "Measured performance"), the others to 0."""
     health_port: int | None = Field(default=None, ge=0, le=65535)
     """A second, plaintext port serving only the gRPC health service (no other service, no
     reflection), for probes that cannot speak TLS (the kubelet's); 0 picks a free one. None: off."""

@@ -20,7 +20,7 @@ DEFAULT_MAX_CONCURRENT_CALLS = 128
 DEFAULT_CPU_NICE = 10
 """The search tool is the services' heavy worker (embedding, BM25, vector scans): where the three
 share a machine it yields the CPU, so the agent's admission refusals and health answers are not
-queued behind it (`python -m bench.load_e2e`, README.md "Priorities")."""
+queued behind it (`python -m bench.load_e2e`, README.md "Measured performance")."""
 
 
 class SearchToolServerSettings(ServerSettings):
