@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 
 from services.common.auth import OPEN_SERVICES
-from services.common.errors import ResourceExhausted
+from services.common.errors import ResourceExhausted, Unavailable
 from services.common.status import to_grpc_status
 
 log = logging.getLogger(__name__)
@@ -229,3 +229,54 @@ class WorkQueue:
                 turn.set_result(None)  # the slot passes directly to the next in line
                 return
         self._busy -= 1
+
+
+CLOSING = "CLOSING"
+"""ErrorInfo reason of a call refused because the server has stopped accepting calls."""
+
+
+class ClosingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Once the server stops accepting calls, refuses those that still reach it UNAVAILABLE.
+
+    A call can still arrive on a connection opened before the listener closed. If gRPC core's
+    shutdown finds it not yet handed to Python, core cancels it, and the client sees CANCELLED —
+    which gRPC retry policies do not retry. So `QuarryServer.stop` first closes this gate and
+    keeps taking calls for `CLOSE_S`, refusing each at once with UNAVAILABLE (reason `CLOSING`,
+    RetryInfo): retryable, and a load balancer sends the retry to another replica. Health and
+    reflection always pass."""
+
+    def __init__(self, *, retry_after_s: float) -> None:
+        self.closed = False
+        self.refused = 0
+        """Calls refused since the gate closed."""
+        self._status = to_grpc_status(
+            Unavailable(
+                "the server is shutting down and takes no new calls; retry (another replica "
+                "will take it)",
+                retry_after_s=retry_after_s,
+                reason=CLOSING,
+            )
+        )
+        self._refusal = grpc.stream_stream_rpc_method_handler(self._refuse_call)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        if self.closed and handler_call_details.method.split("/")[1] not in OPEN_SERVICES:
+            return self._refusal
+        return await continuation(handler_call_details)
+
+    async def _refuse_call(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        self.refused += 1
+        context.set_code(self._status.code)
+        context.set_details(self._status.details)
+        context.set_trailing_metadata(self._status.trailing_metadata)
+        nothing: tuple[Any, ...] = ()
+        for item in nothing:
+            yield item

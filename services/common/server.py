@@ -5,7 +5,10 @@ servicers a service registers. `serve` runs it until SIGTERM/SIGINT, then drains
 
     readiness NOT_SERVING         new and in-flight calls are still served for `drain_window_s`
                                   (SIGTERM only), so health-checking load balancers see the drain
-    stop accepting                in-flight calls finish for `grace_s`
+    stop accepting                in-flight calls finish for `grace_s`; for its first `CLOSE_S` the
+                                  server still takes calls, only to refuse each UNAVAILABLE (reason
+                                  `CLOSING`, RetryInfo), so a call racing the listener's close is
+                                  refused retryably, not cancelled by gRPC core's shutdown
     grace over                    `on_grace_end` callbacks let streaming calls end with a message
                                   of their own (the agent's `error` event), then the rest is cut
 
@@ -40,7 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from services.common.admission import AdmissionInterceptor
+from services.common.admission import AdmissionInterceptor, ClosingInterceptor
 from services.common.auth import AuthInterceptor, MethodRule, check_rules
 from services.common.interceptors import ErrorMappingInterceptor
 from services.common.keepalive import KEEPALIVE, KeepalivePolicy
@@ -54,6 +57,9 @@ _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 _HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 LIVENESS_SERVICE = "quarry.liveness"
 """The health name a liveness probe checks: never flipped by a drain (see the module docstring)."""
+CLOSE_S = 0.25
+"""How long a stopping server refuses new calls itself (UNAVAILABLE) before gRPC core closes the
+listener (taken from `grace_s`)."""
 CUT_S = 1.0
 """After `grace_s`, how long calls cut by an `on_grace_end` callback have to send their last
 message before the server cancels them."""
@@ -87,6 +93,8 @@ class QuarryServer:
     """The port it is bound to (the chosen one when `health_port` is 0)."""
     admission: AdmissionInterceptor | None = None
     """The concurrency bound (`settings.max_concurrent_rpcs`), when one is set."""
+    closing: ClosingInterceptor | None = None
+    """The gate that refuses new calls once the server stops accepting."""
     on_grace_end: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Run when `grace_s` is over with calls still in flight, `CUT_S` before they are cancelled."""
 
@@ -135,6 +143,12 @@ class QuarryServer:
         """NOT_SERVING, then let in-flight calls finish for the grace period, then stop."""
         grace = self.settings.grace_s if grace_s is None else grace_s
         await self.begin_drain()
+        if self.closing is not None:
+            self.closing.closed = True
+            close = min(CLOSE_S, grace)
+            if close:
+                await asyncio.sleep(close)
+                grace -= close
         if not self.on_grace_end:
             await self.server.stop(grace)
         else:
@@ -168,7 +182,10 @@ def build_server(
         if settings.max_concurrent_rpcs
         else None
     )
-    chain: list[grpc.aio.ServerInterceptor[Any, Any]] = [admission] if admission else []
+    closing = ClosingInterceptor(retry_after_s=settings.overload_retry_after_s)
+    chain: list[grpc.aio.ServerInterceptor[Any, Any]] = [closing]
+    if admission:
+        chain.append(admission)
     if telemetry is not None:
         chain.extend(telemetry.server_interceptors())
     chain.extend(interceptors)
@@ -220,6 +237,7 @@ def build_server(
         health_server=health_server,
         health_port=health_port,
         admission=admission,
+        closing=closing,
     )
 
 

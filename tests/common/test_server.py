@@ -272,3 +272,39 @@ async def test_one_connection_carries_more_concurrent_calls_than_http2s_usual_10
             assert await asyncio.gather(*calls) == [b"done"] * 150
     finally:
         await built.stop(0)
+
+
+async def test_a_call_arriving_as_the_server_stops_accepting_is_refused_unavailable() -> None:
+    """Not CANCELLED, which is what gRPC core's shutdown makes of a call it finds not yet handed
+    to Python, and which retry policies do not retry; the call in flight still finishes."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: bytes, context: Any) -> bytes:
+        entered.set()
+        await release.wait()
+        return b"done"
+
+    def register(server: grpc.aio.Server) -> None:
+        _register(server)
+        handlers = {"Slow": grpc.unary_unary_rpc_method_handler(slow)}
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
+
+    built = build_server([ServiceRegistration(SERVICE, register)], ServerSettings(grace_s=10))
+    await built.start()
+    async with grpc.aio.insecure_channel(built.address) as channel:
+        held = asyncio.ensure_future(channel.unary_unary(f"/{SERVICE}/Slow", None, None)(b""))
+        await entered.wait()
+        stopping = asyncio.ensure_future(built.stop())
+        while built.closing is None or not built.closing.closed:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)  # the gate has no event to wait on
+        refused = await _call(channel, "Missing")
+        liveness = await _status(channel, LIVENESS_SERVICE)
+        release.set()
+        answered = await held
+    await stopping
+    details = details_of_rpc_error(refused)
+    assert details.code == grpc.StatusCode.UNAVAILABLE
+    assert (details.reason, details.retry_after_s) == ("CLOSING", 1.0)
+    assert "shutting down" in details.message
+    assert liveness == health_pb2.HealthCheckResponse.SERVING
+    assert answered == b"done"
