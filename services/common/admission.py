@@ -12,6 +12,9 @@ their normal latency.
     WorkQueue              at most `workers` holders of a scarce resource (the search tool's
                            embedder and engine) and at most `waiting` callers queued for it; the
                            next caller is refused instead of queued
+    ClosingInterceptor     once a stopping server takes no new calls, refuses those still
+                           reaching it UNAVAILABLE (reason `CLOSING`) rather than let gRPC core
+                           cancel them
 
 Both refuse with `errors.ResourceExhausted` naming the limit (ErrorInfo reason `OVERLOADED`, the
 setting in its metadata). The interceptor writes the status itself, without the error mapper's
