@@ -17,14 +17,20 @@ DEFAULT_MAX_CONCURRENT_RUNS = 16
 """Runs (Run and StreamRun) the agent takes on at once by default (chosen with `bench/load_e2e.py`:
 the same goodput as 32 at half the latency on 2 cores); each holds a model call or a
 search most of its life, so this bounds the load the agent puts on its two dependencies."""
+DEFAULT_OVERLOAD_RETRY_AFTER_S = 4.0
+"""The RetryInfo delay of a run refused over the bound. A run lasts about 0.3–0.5 s, but once the
+bound is reached it stays reached while callers keep coming, so a retry after 1 s is mostly
+refused again: at 500 callers on 2 cores, 1 s made callers retry ~140 times a second and lowered
+goodput to 85 % of peak; 4 s kept it at 97 % with no loss at 50 callers (`bench/load_e2e.py`)."""
 
 
 class AgentServerSettings(ServerSettings):
-    """`ServerSettings` with this service's port and admission bound as defaults (also when the
-    YAML `server` section sets only some keys)."""
+    """`ServerSettings` with this service's port, admission bound and refusal delay as defaults
+    (also when the YAML `server` section sets only some keys)."""
 
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     max_concurrent_rpcs: int | None = Field(default=DEFAULT_MAX_CONCURRENT_RUNS, ge=1)
+    overload_retry_after_s: float = Field(default=DEFAULT_OVERLOAD_RETRY_AFTER_S, gt=0)
 
 
 class LoopSettings(BaseModel):

@@ -16,7 +16,7 @@ from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from services.agent.config import AgentSettings
+from services.agent.config import AgentServerSettings, AgentSettings
 from services.agent.loop import AgentLoop
 from services.agent.ports import ModelRequest, ModelResponse
 from services.agent.server import SERVICE_NAME, build_agent_server
@@ -81,7 +81,8 @@ def embedder() -> Embedder:
 
 
 async def _agent_server(model: FunctionModel, limit: int) -> QuarryServer:
-    settings = AgentSettings(server=ServerSettings(port=0, grace_s=0, max_concurrent_rpcs=limit))
+    server_settings = AgentServerSettings(port=0, grace_s=0, max_concurrent_rpcs=limit)
+    settings = AgentSettings(server=server_settings)  # the agent's own defaults otherwise
     search = FakeSearch([], collection="docs")
     servicer = AgentServicer(AgentLoop(model, search), settings)
 
@@ -130,7 +131,7 @@ async def test_a_stream_run_over_the_agents_limit_is_refused_with_retry_info_nam
         await server.stop(0)
     details = details_of_rpc_error(caught.value)
     assert details.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert details.retry_after_s == 1.0
+    assert details.retry_after_s == 4.0  # the agent's default: runs stay refused longer than 1 s
     assert details.reason == OVERLOADED
     assert details.metadata == {"limit": "2", "setting": "server.max_concurrent_rpcs"}
     assert "limit of 2 (server.max_concurrent_rpcs)" in details.message
