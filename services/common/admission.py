@@ -34,7 +34,7 @@ from typing import Any
 
 import grpc
 
-from services.common.auth import OPEN_SERVICES
+from services.common.auth import is_open_method
 from services.common.errors import ResourceExhausted, Unavailable
 from services.common.status import to_grpc_status
 
@@ -107,7 +107,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         if method in self._bounded and self.in_flight >= self.limit:
             return self._refusal  # the rest of the chain (tracing, auth, the servicer) never runs
         handler = await continuation(handler_call_details)
-        if handler is None or method.split("/")[1] in OPEN_SERVICES:
+        if handler is None or is_open_method(method):
             return handler
         if handler.unary_unary is not None:
             self._bounded.add(method)
@@ -275,7 +275,7 @@ class ClosingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        if self.closed and handler_call_details.method.split("/")[1] not in OPEN_SERVICES:
+        if self.closed and not is_open_method(handler_call_details.method):
             return self._refusal
         return await continuation(handler_call_details)
 

@@ -40,6 +40,13 @@ from services.common.errors import PermissionDenied, Unauthenticated
 ALL_COLLECTIONS = "*"
 OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection")
 """Services every caller may use without a key (probes, grpcurl's reflection)."""
+
+
+def is_open_method(method: str) -> bool:
+    """Whether `method` (`/package.Service/Method`) belongs to one of `OPEN_SERVICES`."""
+    return method.split("/")[1] in OPEN_SERVICES
+
+
 _HEADER = "authorization"
 _SCHEME = "bearer "
 
@@ -209,7 +216,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.split("/")[1] in OPEN_SERVICES:
+        if handler is None or is_open_method(method):
             return handler
         rule = self._rules.get(method, _UNDECLARED)
         if handler.unary_unary is not None:
