@@ -112,9 +112,7 @@ async def _gateway(
     address: str, timeout_s: float, tls: ChannelTls
 ) -> tuple[llm_gateway_pb2.GetStatusResponse | None, grpc.StatusCode | None]:
     """The gateway's routes and breakers, or the status code that refused them."""
-    key = api_key()
-    interceptors = [StaticKey(key)] if key else []
-    async with open_channel(address, tls=tls, interceptors=interceptors) as channel:
+    async with open_channel(address, tls=tls, interceptors=[StaticKey(api_key())]) as channel:
         stub = llm_gateway_pb2_grpc.LlmGatewayServiceStub(channel)
         try:
             reply: llm_gateway_pb2.GetStatusResponse = await stub.GetStatus(
