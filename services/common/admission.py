@@ -8,13 +8,12 @@ their normal latency.
 
     AdmissionInterceptor   at most `server.max_concurrent_rpcs` calls of a service's own methods
                            run at once; the next is refused before its handler runs (health and
-                           reflection are never counted or refused: probes must see the process)
+                           reflection are never counted or refused: probes must see the process);
+                           once the server stops accepting, every new call is refused UNAVAILABLE
+                           (reason `CLOSING`) rather than left for gRPC core to cancel
     WorkQueue              at most `workers` holders of a scarce resource (the search tool's
                            embedder and engine) and at most `waiting` callers queued for it; the
                            next caller is refused instead of queued
-    ClosingInterceptor     once a stopping server takes no new calls, refuses those still
-                           reaching it UNAVAILABLE (reason `CLOSING`) rather than let gRPC core
-                           cancel them
 
 Both refuse with `errors.ResourceExhausted` naming the limit (ErrorInfo reason `OVERLOADED`, the
 setting in its metadata). The interceptor writes the status itself, without the error mapper's
@@ -41,7 +40,9 @@ from services.common.status import to_grpc_status
 log = logging.getLogger(__name__)
 
 OVERLOADED = "OVERLOADED"
-"""ErrorInfo reason of every admission refusal."""
+"""ErrorInfo reason of a call refused over the concurrency limit."""
+CLOSING = "CLOSING"
+"""ErrorInfo reason of a call refused because the server has stopped accepting calls."""
 _REFUSAL_LOG_INTERVAL_S = 10.0
 
 
@@ -56,7 +57,7 @@ def overloaded(what: str, limit: int, setting: str, retry_after_s: float) -> Res
 
 
 def refusing_handler(
-    status: grpc.Status, count: Callable[[], None]
+    status: grpc.Status, count: Callable[[], None] = lambda: None
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler that ends any call with `status`, whatever the method's kind. A streaming
     handler never reads the request, so gRPC does not wait for it (a unary one would), and setting
@@ -78,23 +79,55 @@ def refusing_handler(
 
 
 class AdmissionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Runs at most `limit` calls of the service's methods at once and refuses the rest."""
+    """Decides, before any other interceptor runs, whether a call of the service's methods is
+    taken: refused UNAVAILABLE once the server has `closed` (stopped accepting), refused
+    RESOURCE_EXHAUSTED over `limit` calls at once (None: no bound). Health and reflection always
+    pass and never count.
+
+    Closed: a call can still arrive on a connection opened before the listener closed. If gRPC
+    core's shutdown finds it not yet handed to Python, core cancels it, and the client sees
+    CANCELLED — which gRPC retry policies do not retry. So `QuarryServer.stop` first sets `closed`
+    and keeps taking calls for `CLOSE_S`, refusing each at once with UNAVAILABLE (reason
+    `CLOSING`, RetryInfo): retryable, and a load balancer sends the retry to another replica."""
 
     def __init__(
-        self, limit: int, *, retry_after_s: float, setting: str = "server.max_concurrent_rpcs"
+        self,
+        limit: int | None,
+        *,
+        retry_after_s: float,
+        setting: str = "server.max_concurrent_rpcs",
     ) -> None:
         self.limit = limit
+        self.closed = False
+        """Set when the server stops accepting calls."""
         self.in_flight = 0
         """Admitted calls that have not finished yet."""
         self.refused = 0
-        """Calls refused since the server started."""
-        self._status = to_grpc_status(overloaded("the service", limit, setting, retry_after_s))
+        """Calls refused over the limit since the server started."""
+        self._overloaded = (
+            to_grpc_status(overloaded("the service", limit, setting, retry_after_s))
+            if limit is not None
+            else None
+        )
         self._logged_at = 0.0
         self._bounded: set[str] = set()
         """Methods seen before that count against the limit: over it, a call of one is refused
         before any other interceptor or the request's parsing costs anything."""
-        self._refusal = refusing_handler(self._status, self._count_refusal)
-        """The handler of a refused call, whatever the method's kind."""
+        self._refusal = (
+            refusing_handler(self._overloaded, self._count_refusal) if self._overloaded else None
+        )
+        """The handler of a call refused over the limit, whatever the method's kind."""
+        self._closing = refusing_handler(
+            to_grpc_status(
+                Unavailable(
+                    "the server is shutting down and takes no new calls; retry (another "
+                    "replica will take it)",
+                    retry_after_s=retry_after_s,
+                    reason=CLOSING,
+                )
+            )
+        )
+        """The handler of a call that arrives once the server has closed."""
 
     async def intercept_service(
         self,
@@ -103,12 +136,18 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
+        # the rest of the chain (tracing, auth, the servicer) never runs for a refused call
         method = handler_call_details.method
-        if method in self._bounded and self.in_flight >= self.limit:
-            return self._refusal  # the rest of the chain (tracing, auth, the servicer) never runs
+        if method in self._bounded:
+            if self.closed:
+                return self._closing
+            if self._refusal is not None and self._over_limit():
+                return self._refusal
         handler = await continuation(handler_call_details)
         if handler is None or is_open_method(method):
             return handler
+        if self.closed:
+            return self._closing
         if handler.unary_unary is not None:
             self._bounded.add(method)
             return grpc.unary_unary_rpc_method_handler(
@@ -154,15 +193,15 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg
         return stream
 
     async def _enter(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        if self.in_flight < self.limit:
+        if self._overloaded is None or not self._over_limit():
             self.in_flight += 1
             return
-        await self._refuse(context)
-
-    async def _refuse(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._count_refusal()
-        status = self._status
+        status = self._overloaded
         await context.abort(status.code, status.details, status.trailing_metadata)
+
+    def _over_limit(self) -> bool:
+        return self.limit is not None and self.in_flight >= self.limit
 
     def _count_refusal(self) -> None:
         self.refused += 1
@@ -238,46 +277,3 @@ class WorkQueue:
                 turn.set_result(None)  # the slot passes directly to the next in line
                 return
         self._busy -= 1
-
-
-CLOSING = "CLOSING"
-"""ErrorInfo reason of a call refused because the server has stopped accepting calls."""
-
-
-class ClosingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Once the server stops accepting calls, refuses those that still reach it UNAVAILABLE.
-
-    A call can still arrive on a connection opened before the listener closed. If gRPC core's
-    shutdown finds it not yet handed to Python, core cancels it, and the client sees CANCELLED —
-    which gRPC retry policies do not retry. So `QuarryServer.stop` first closes this gate and
-    keeps taking calls for `CLOSE_S`, refusing each at once with UNAVAILABLE (reason `CLOSING`,
-    RetryInfo): retryable, and a load balancer sends the retry to another replica. Health and
-    reflection always pass."""
-
-    def __init__(self, *, retry_after_s: float) -> None:
-        self.closed = False
-        self.refused = 0
-        """Calls refused since the gate closed."""
-        self._status = to_grpc_status(
-            Unavailable(
-                "the server is shutting down and takes no new calls; retry (another replica "
-                "will take it)",
-                retry_after_s=retry_after_s,
-                reason=CLOSING,
-            )
-        )
-        self._refusal = refusing_handler(self._status, self._count_refusal)
-
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        if self.closed and not is_open_method(handler_call_details.method):
-            return self._refusal
-        return await continuation(handler_call_details)
-
-    def _count_refusal(self) -> None:
-        self.refused += 1

@@ -43,7 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from services.common.admission import AdmissionInterceptor, ClosingInterceptor
+from services.common.admission import AdmissionInterceptor
 from services.common.auth import AuthInterceptor, MethodRule, check_rules
 from services.common.interceptors import ErrorMappingInterceptor
 from services.common.keepalive import KEEPALIVE, KeepalivePolicy
@@ -92,9 +92,8 @@ class QuarryServer:
     health_port: int | None = None
     """The port it is bound to (the chosen one when `health_port` is 0)."""
     admission: AdmissionInterceptor | None = None
-    """The concurrency bound (`settings.max_concurrent_rpcs`), when one is set."""
-    closing: ClosingInterceptor | None = None
-    """The gate that refuses new calls once the server stops accepting."""
+    """The first interceptor: the concurrency bound (`settings.max_concurrent_rpcs`, when one is
+    set) and the refusal of new calls once the server stops accepting."""
     on_grace_end: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Run when `grace_s` is over with calls still in flight, `CUT_S` before they are cancelled."""
 
@@ -143,8 +142,8 @@ class QuarryServer:
         """NOT_SERVING, then let in-flight calls finish for the grace period, then stop."""
         grace = self.settings.grace_s if grace_s is None else grace_s
         await self.begin_drain()
-        if self.closing is not None:
-            self.closing.closed = True
+        if self.admission is not None:
+            self.admission.closed = True
             close = min(CLOSE_S, grace)
             if close:
                 await asyncio.sleep(close)
@@ -175,17 +174,10 @@ def build_server(
     keepalive: KeepalivePolicy = KEEPALIVE,
 ) -> QuarryServer:
     """A server with health, reflection, tracing and error mapping; bound but not started."""
-    admission = (
-        AdmissionInterceptor(
-            settings.max_concurrent_rpcs, retry_after_s=settings.overload_retry_after_s
-        )
-        if settings.max_concurrent_rpcs
-        else None
+    admission = AdmissionInterceptor(
+        settings.max_concurrent_rpcs, retry_after_s=settings.overload_retry_after_s
     )
-    closing = ClosingInterceptor(retry_after_s=settings.overload_retry_after_s)
-    chain: list[grpc.aio.ServerInterceptor[Any, Any]] = [closing]
-    if admission:
-        chain.append(admission)
+    chain: list[grpc.aio.ServerInterceptor[Any, Any]] = [admission]
     if telemetry is not None:
         chain.extend(telemetry.server_interceptors())
     chain.extend(interceptors)
@@ -237,7 +229,6 @@ def build_server(
         health_server=health_server,
         health_port=health_port,
         admission=admission,
-        closing=closing,
     )
 
 

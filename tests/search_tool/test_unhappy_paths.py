@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeAlias
 
 import grpc
@@ -9,6 +10,7 @@ import pytest
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
+from services.search_tool.server import SearchToolServer
 from tests.search_tool.grpc_helpers import Op, condition, document, fails, fields_of, search, where
 
 Stub: TypeAlias = Any
@@ -228,3 +230,19 @@ async def test_the_first_and_last_instants_of_the_calendar_are_stored_and_filter
     for found, expected in ((early, "first"), (late, "last")):
         reply = await loaded.Search(search("docs", "day second", filter=found))
         assert [r.chunk.document_id for r in reply.results] == [expected]
+
+
+async def test_a_search_tool_that_stops_accepting_refuses_new_calls_unavailable(
+    server: SearchToolServer, stub: Stub
+) -> None:
+    """The search tool's server (built from the common one) closes the same gate: a call racing
+    the listener's close is refused retryably, not cancelled."""
+    stopping = asyncio.ensure_future(server.stop(0.5))
+    while not stopping.done() and not (server.admission and server.admission.closed):  # noqa: ASYNC110
+        await asyncio.sleep(0.005)  # the gate has no event to wait on
+    details = await fails(
+        stub.ListCollections(search_tool_pb2.ListCollectionsRequest()),
+        grpc.StatusCode.UNAVAILABLE,
+    )
+    await stopping
+    assert (details.reason, details.retry_after_s) == ("CLOSING", 1.0)
