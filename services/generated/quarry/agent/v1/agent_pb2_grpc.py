@@ -5,7 +5,7 @@ import warnings
 
 from quarry.agent.v1 import agent_pb2 as quarry_dot_agent_dot_v1_dot_agent__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.83.2'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

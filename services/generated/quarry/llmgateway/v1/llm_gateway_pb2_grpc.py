@@ -5,7 +5,7 @@ import warnings
 
 from quarry.llmgateway.v1 import llm_gateway_pb2 as quarry_dot_llmgateway_dot_v1_dot_llm__gateway__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.83.2'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -5,7 +5,7 @@ import warnings
 
 from quarry.searchtool.v1 import search_tool_pb2 as quarry_dot_searchtool_dot_v1_dot_search__tool__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.83.2'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
