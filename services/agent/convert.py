@@ -287,7 +287,6 @@ def search_hit(result: search_pb2.SearchResult) -> SearchHit:
         score=result.score,
         dense_score=result.dense_score if result.HasField("dense_score") else None,
         keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
-        message=result,
     )
 
 
@@ -297,7 +296,6 @@ def chunk_hit(
     score: float = 0.0,
     dense_score: float | None = None,
     keyword_score: float | None = None,
-    message: search_pb2.SearchResult | None = None,
 ) -> SearchHit:
     return SearchHit(
         id=chunk.id,
@@ -315,7 +313,6 @@ def chunk_hit(
         metadata={k: _metadata_value(v) for k, v in chunk.metadata.items()},
         dense_score=dense_score,
         keyword_score=keyword_score,
-        message=message,
     )
 
 
@@ -349,8 +346,6 @@ def _datetime(stamp: timestamp_pb2.Timestamp) -> datetime:
 
 
 def search_result(hit: SearchHit) -> search_pb2.SearchResult:
-    if hit.message is not None:  # as the search tool sent it: the same fields, not rebuilt
-        return hit.message
     chunk = search_pb2.Chunk(
         id=hit.id,
         document_id=hit.document_id,

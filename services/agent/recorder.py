@@ -47,9 +47,6 @@ class RunRecorder:
         )
         self._events: list[agent_pb2.StreamRunResponse] = []
         self._steps: list[agent_pb2.StepRecord] = []
-        self._every_step: list[agent_pb2.StepRecord] = []
-        """Every step's full message, built once as the step ends; the final response reuses
-        them."""
         self._written_events = 0
         self.finished = False
 
@@ -61,26 +58,15 @@ class RunRecorder:
         self._events.append(message)
 
     def step(self, step: StepRecord) -> None:
-        message = convert.step_message(step)
-        self._steps.append(message)
-        self._every_step.append(message)
+        self._steps.append(convert.step_message(step))
         if self._store is not None:
             self._store.append(self.run_id, self._written_events, self._events, self._steps)
         self._written_events += len(self._events)
         self._events, self._steps = [], []
 
-    async def completed(self, result: RunResult, sent: agent_pb2.RunResponse) -> None:
-        """The run answered; `sent` is the response its `done` event carried (its steps without
-        their calls' output and results). The history keeps that response with the full steps,
-        the messages `step` built: nothing is converted twice."""
+    async def completed(self, result: RunResult) -> None:
         self._record.status = COMPLETED
-        response = self._record.response
-        if [s.index for s in self._every_step] == [s.index for s in result.steps]:
-            response.CopyFrom(sent)
-            del response.steps[:]
-            response.steps.extend(self._every_step)
-        else:  # a step that never reached `step` (not expected): convert them all
-            response.CopyFrom(convert.run_response(result, full_steps=True))
+        self._record.response.CopyFrom(convert.run_response(result, full_steps=True))
         self._record.context_window_tokens = result.context_window_tokens
         await self._finish()
 

@@ -41,10 +41,6 @@ class SearchHit:
     metadata: dict[str, Scalar] = field(default_factory=dict)
     dense_score: float | None = None
     keyword_score: float | None = None
-    message: search_pb2.SearchResult | None = field(default=None, compare=False, repr=False)
-    """The search tool's own message for this hit, when it came from one: the agent sends it
-    back as it came (in events, the response and the run history) instead of building it again
-    field by field. The hit is frozen, so the two can never disagree."""
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
                     message = convert.event_message(event)
                     recorder.event(message)
                     if isinstance(event, Done):
-                        await recorder.completed(event.result, message.done.response)
+                        await recorder.completed(event.result)
                     yield message
         except QuarryError as error:
             failed = failed_event(error)

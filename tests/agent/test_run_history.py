@@ -145,24 +145,6 @@ async def test_a_streamed_run_is_recorded_with_request_steps_events_and_response
     assert run.context_window_tokens == 32_000
 
 
-async def test_the_recorded_response_is_the_streamed_one_with_every_steps_calls_in_full(
-    serve: Start, search: FakeSearch
-) -> None:
-    agent = await serve(_model(), search)
-    client = agent.client()
-    events = await _stream(client, mode="thinking")
-    streamed = events[-1].done.response
-
-    recorded = (await client.get_run(events[0].started.run_id)).response
-
-    assert list(recorded.steps) == list((await client.get_run(recorded.run_id)).steps)
-    assert recorded.steps[0].tool_calls[0].results  # the stream leaves them out, GetRun has them
-    assert not streamed.steps[0].tool_calls[0].results
-    assert [s.index for s in recorded.steps] == [s.index for s in streamed.steps]
-    del recorded.steps[:], streamed.steps[:]
-    assert recorded == streamed
-
-
 async def test_the_unary_run_is_recorded_and_its_response_names_the_run(
     serve: Start, search: FakeSearch
 ) -> None:
