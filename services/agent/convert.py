@@ -25,8 +25,8 @@ from services.agent.events import (
 )
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
 from services.agent.questions import QuestionOutcome, QuestionWindows
-from services.agent.records import StepRecord, ToolCallRecord
-from services.agent.run import AnsweredBy, Mode, RunRequest, RunResult, StopReason, Turn
+from services.agent.records import AnsweredBy, StepRecord, ToolCallRecord
+from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
     Breadcrumb,
     Breakdown,

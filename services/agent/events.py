@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from services.agent.filters import FilterGroup
 from services.agent.questions import QuestionOutcome
-from services.agent.run import AnsweredBy, Mode, RunResult
+from services.agent.records import AnsweredBy
+from services.agent.run import Mode, RunResult
 from services.agent.search import Strategy
 
 

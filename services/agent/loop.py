@@ -72,6 +72,7 @@ from services.agent.ports import (
 from services.agent.prompt import FORCE_ANSWER, system_prompt, task_message
 from services.agent.questions import QuestionChannel
 from services.agent.records import (
+    AnsweredBy,
     StepBuilder,
     StepRecord,
     ToolCallRecord,
@@ -79,7 +80,6 @@ from services.agent.records import (
     transcript,
 )
 from services.agent.run import (
-    AnsweredBy,
     Deadline,
     FinalAnswer,
     Mode,

@@ -15,9 +15,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from services.agent.ports import TokenUsage
-from services.agent.run import AnsweredBy
 from services.agent.search import SearchHit
 from services.agent.tools import SUBMIT_ANSWER
+
+
+@dataclass(frozen=True)
+class AnsweredBy:
+    """The provider and model behind a model turn, and whether the gateway fell back to them."""
+
+    provider: str
+    model: str
+    fallback_reason: str = ""
+    """Empty without a fallback."""
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.fallback_reason)
 
 
 @dataclass(frozen=True)

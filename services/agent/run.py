@@ -6,15 +6,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from quarry.common.v1 import search_pb2
 
+from services.agent.records import AnsweredBy, StepRecord
 from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded
-
-if TYPE_CHECKING:
-    from services.agent.records import StepRecord
 
 
 class Mode(Enum):
@@ -89,20 +86,6 @@ class RunUsage:
     cache_write_tokens: int = 0
     model_calls: int = 0
     searches: int = 0
-
-
-@dataclass(frozen=True)
-class AnsweredBy:
-    """The provider and model behind a model turn, and whether the gateway fell back to them."""
-
-    provider: str
-    model: str
-    fallback_reason: str = ""
-    """Empty without a fallback."""
-
-    @property
-    def fallback(self) -> bool:
-        return bool(self.fallback_reason)
 
 
 @dataclass(frozen=True)

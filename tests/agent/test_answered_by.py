@@ -12,7 +12,8 @@ from services.agent.events import Done, Thinking
 from services.agent.gateway_client import fallback_reason
 from services.agent.loop import AgentLoop
 from services.agent.ports import ModelResponse
-from services.agent.run import AnsweredBy, Mode
+from services.agent.records import AnsweredBy
+from services.agent.run import Mode
 from services.agent.testing import ScriptedModel, answer_call, search_call
 from tests.agent.conftest import result_of, run_events
 from tests.agent.fake_search import FakeSearch
