@@ -146,7 +146,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "scifact-chunking-lab.json")
     parser.add_argument(
-        "--chunking", action="append", default=None, help="SIZE/OVERLAP (repeatable)"
+        "--chunking",
+        action="append",
+        default=None,
+        help="SIZE/OVERLAP (repeatable; the first is the baseline of the intervals)",
     )
     args = parser.parse_args()
     chunkings = (
