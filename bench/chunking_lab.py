@@ -1,0 +1,162 @@
+"""Chunk size chosen on SciFact train together with the fusion, reported on test.
+
+    nice -n 19 python bench/chunking_lab.py --out bench/results/scifact-chunking-lab.json
+
+Issue 10 §1: the fusion lab (`bench/fusion_lab.py`) found that document-level keyword evidence is
+the only signal that lifts HYBRID on SciFact; the chunk size decides how much of a document one
+chunk holds, on both sides. For each chunking of the grid the corpus is ingested through the
+product's ingest (the configured chunker, each chunk embedded after its title) into its own
+collection under `var/eval/chunking/<size>-<overlap>` (the embedder's vector cache is shared with
+`make eval`: a chunk whose text is the same under two chunkings is embedded once). The engine's
+scored candidates of every train and test query are then replayed through `fusion.fuse` for the
+92 fusion settings `make eval` chooses from (`eval_scifact.fusion_grid`); the (chunking, fusion)
+pair with the best train nDCG@10 is chosen; every chunking's train-best fusion is reported on
+test with a paired bootstrap 95 % interval of its per-query difference to the configured default
+(200 / 40 with its train-best fusion). Nothing is chosen on test.
+
+The replays are kept (`var/eval/chunking/<size>-<overlap>/replays.pkl`) for
+`bench/learned_fusion_lab.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.eval_scifact import (
+    Replay,
+    fusion_grid,
+    index_everything,
+    ndcg_at,
+    replay_splits,
+    replayed,
+    scores,
+)
+from bench.fusion_lab import bootstrap
+from bench.harness import (
+    RESULTS_DIR,
+    VAR_DIR,
+    SciFact,
+    emit,
+    load_scifact,
+    machine,
+    note,
+    settings_for,
+)
+from bench.scifact_collection import build_collection, cached_embedder
+from services.search_tool.config import ChunkingSettings, SearchToolSettings
+
+CHUNKINGS = [(200, 40), (256, 48), (128, 24)]
+"""(chunk_tokens, overlap_tokens): the configured default first, then the alternatives."""
+LAB_DIR = VAR_DIR / "eval" / "chunking"
+
+
+def chunking_settings(data_dir: Path, size: int, overlap: int) -> SearchToolSettings:
+    settings = settings_for(data_dir)
+    chunking = ChunkingSettings(chunk_tokens=size, overlap_tokens=overlap)
+    return settings.model_copy(update={"chunking": chunking})
+
+
+async def replays_for(
+    size: int, overlap: int, train: SciFact, test: SciFact
+) -> tuple[dict[str, Replay], dict[str, Replay], dict[str, Any]]:
+    """Train and test replays on the collection chunked `size` / `overlap` (built when absent)."""
+    data_dir = LAB_DIR / f"{size}-{overlap}"
+    stored = data_dir / "replays.pkl"
+    embedder = cached_embedder()
+    report = await build_collection(
+        data_dir, test, embedder, chunking_settings(data_dir, size, overlap)
+    )
+    if stored.exists():
+        with stored.open("rb") as f:
+            train_replays, test_replays = pickle.load(f)
+        return train_replays, test_replays, report
+    report["index_refresh_s"] = await index_everything(data_dir)
+    train_replays, test_replays = await replay_splits(data_dir, embedder, train, test)
+    with stored.open("wb") as f:
+        pickle.dump((train_replays, test_replays), f)
+    return train_replays, test_replays, report
+
+
+def per_query_ndcg(rankings: dict[str, list[str]], data: SciFact) -> np.ndarray:
+    return np.array([ndcg_at(rankings.get(q, []), data.qrels[q]) for q in sorted(data.qrels)])
+
+
+async def evaluate(chunkings: list[tuple[int, int]]) -> dict[str, Any]:
+    train, test = load_scifact(split="train"), load_scifact(split="test")
+    grid = fusion_grid()
+    results: dict[str, Any] = {}
+    baseline: np.ndarray | None = None
+    for size, overlap in chunkings:
+        name = f"{size}/{overlap}"
+        train_replays, test_replays, report = await replays_for(size, overlap, train, test)
+        on_train = {
+            label: scores(replayed(train_replays, s.to_fusion()), train)["ndcg@10"]
+            for label, s in grid.items()
+        }
+        chosen = max(on_train, key=lambda label: on_train[label])
+        test_rankings = replayed(test_replays, grid[chosen].to_fusion())
+        entry: dict[str, Any] = {
+            "chunks": report.get("chunks"),
+            "chosen_fusion_on_train": chosen,
+            "train": scores(replayed(train_replays, grid[chosen].to_fusion()), train),
+            "test": scores(test_rankings, test),
+            "sides_on_test": {
+                side: scores(replayed(test_replays, grid[label].to_fusion()), test)
+                for side, label in (
+                    ("dense (linear a1.0)", "linear_a1.0"),
+                    ("keyword (linear a0.0)", "linear_a0.0"),
+                )
+            },
+        }
+        per_query = per_query_ndcg(test_rankings, test)
+        if baseline is None:
+            baseline = per_query
+        else:
+            difference = per_query - baseline
+            entry["test_minus_default"] = {
+                "mean": round(float(difference.mean()), 4),
+                "ci95": bootstrap(difference),
+                "wins": int((difference > 1e-9).sum()),
+                "losses": int((difference < -1e-9).sum()),
+            }
+        results[name] = entry
+        note(f"chunking {name}: {entry}")
+    best = max(results, key=lambda n: results[n]["train"]["ndcg@10"])
+    return {
+        "benchmark": "scifact-chunking-lab",
+        "dataset": "BEIR SciFact: (chunking, fusion) chosen on train (809 queries), "
+        "reported on test (300)",
+        "fusion_grid_points": len(grid),
+        "chunkings": results,
+        "chosen_on_train": best,
+        "machine": machine(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "scifact-chunking-lab.json")
+    parser.add_argument(
+        "--chunking",
+        action="append",
+        default=None,
+        help="SIZE/OVERLAP (repeatable; the first is the baseline of the intervals)",
+    )
+    args = parser.parse_args()
+    chunkings = (
+        [tuple(int(v) for v in c.split("/")) for c in args.chunking] if args.chunking else CHUNKINGS
+    )
+    emit(asyncio.run(evaluate([(s, o) for s, o in chunkings])), args.out)
+
+
+if __name__ == "__main__":
+    main()
