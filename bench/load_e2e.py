@@ -443,6 +443,18 @@ def summarize(
     }
 
 
+def _grpcio_version(extra_env: dict[str, str]) -> str:
+    """The grpcio the services import with `extra_env` (a `PYTHONPATH` in it can swap it)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import grpc; print(grpc.__version__)"],
+        env={**os.environ, **extra_env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
 def _ms(seconds: float) -> float | None:
     return None if seconds != seconds else round(seconds * 1000, 1)
 
@@ -512,6 +524,7 @@ def main() -> None:
             "client_processes": args.client_processes,
             "collection": collection,
             "service_env": extra_env,
+            "service_grpcio": _grpcio_version(extra_env),
             "levels": results,
             "peak_goodput_runs_per_s": peak,
             "rss_mb": {
