@@ -33,7 +33,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -69,7 +68,11 @@ async def _serve(busy_tasks: int, busy_ms: float) -> None:
 
     workers = [asyncio.create_task(busy()) for _ in range(busy_tasks)]
     print(json.dumps({"port": port, "grpcio": grpc.__version__}), flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until stdin closes
+    loop = asyncio.get_running_loop()
+    # each line on stdin asks for the process's CPU time (every thread, nanosecond clock: /proc's
+    # ticks are 10 ms, too coarse for a few dozen calls); end of stdin stops the server
+    while await loop.run_in_executor(None, sys.stdin.readline):
+        print(json.dumps({"cpu_s": time.process_time()}), flush=True)
     for worker in workers:
         worker.cancel()
     await server.stop(None)
@@ -99,9 +102,13 @@ def _client(port: int, calls: int, spread_s: float, out: Any) -> None:
     out.put(asyncio.run(main()))
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_s(server: subprocess.Popen[str]) -> float:
+    """The server process's CPU time so far, as it reports it."""
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdin.write("cpu\n")
+    server.stdin.flush()
+    return float(json.loads(server.stdout.readline())["cpu_s"])
 
 
 def trial(python: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -121,7 +128,7 @@ def trial(python: str, args: argparse.Namespace) -> dict[str, Any]:
             ctx.Process(target=_client, args=(hello["port"], per_client, args.spread_s, out))
             for _ in range(args.clients)
         ]
-        cpu_before = _cpu_s(server.pid)
+        cpu_before = _cpu_s(server)
         for client in clients:
             client.start()
         latencies: list[float] = []
@@ -129,7 +136,7 @@ def trial(python: str, args: argparse.Namespace) -> dict[str, Any]:
             latencies += out.get(timeout=120)
         for client in clients:
             client.join()
-        cpu_ms = (_cpu_s(server.pid) - cpu_before) * 1000
+        cpu_ms = (_cpu_s(server) - cpu_before) * 1000
     finally:
         server.terminate()
         server.wait()
