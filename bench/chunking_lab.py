@@ -40,7 +40,7 @@ from bench.eval_scifact import (
     replayed,
     scores,
 )
-from bench.fusion_lab import bootstrap
+from bench.fusion_lab import paired_difference
 from bench.harness import (
     RESULTS_DIR,
     VAR_DIR,
@@ -121,13 +121,7 @@ async def evaluate(chunkings: list[tuple[int, int]]) -> dict[str, Any]:
         if baseline is None:
             baseline = per_query
         else:
-            difference = per_query - baseline
-            entry["test_minus_default"] = {
-                "mean": round(float(difference.mean()), 4),
-                "ci95": bootstrap(difference),
-                "wins": int((difference > 1e-9).sum()),
-                "losses": int((difference < -1e-9).sum()),
-            }
+            entry["test_minus_default"] = paired_difference(per_query - baseline)
         results[name] = entry
         note(f"chunking {name}: {entry}")
     best = max(results, key=lambda n: results[n]["train"]["ndcg@10"])

@@ -300,6 +300,17 @@ def bootstrap(difference: Floats, seed: int = 0) -> list[float]:
     return [round(float(v), 4) for v in np.percentile(means, [2.5, 97.5])]
 
 
+def paired_difference(difference: Floats) -> dict[str, Any]:
+    """A variant's per-query difference to its baseline on test: mean, 95 % interval, and how many
+    queries it ranks better and worse."""
+    return {
+        "mean": round(float(difference.mean()), 4),
+        "ci95": bootstrap(difference),
+        "wins": int((difference > 1e-9).sum()),
+        "losses": int((difference < -1e-9).sum()),
+    }
+
+
 async def evaluate(data_dir: Path) -> dict[str, Any]:
     queries, names = await load_queries(data_dir)
     note(f"features of {len(queries)} queries ready")
@@ -319,13 +330,7 @@ async def evaluate(data_dir: Path) -> dict[str, Any]:
         if name == "linear":
             baseline = test
         elif baseline is not None:
-            difference = test - baseline
-            entry["test_minus_linear"] = {
-                "mean": round(float(difference.mean()), 4),
-                "ci95": bootstrap(difference),
-                "wins": int((difference > 1e-9).sum()),
-                "losses": int((difference < -1e-9).sum()),
-            }
+            entry["test_minus_linear"] = paired_difference(test - baseline)
         results[name] = entry
         note(f"{name}: chosen {best}, train {entry['train']}, test {entry['test']}")
     return {

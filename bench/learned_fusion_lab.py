@@ -45,7 +45,7 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.eval_scifact import Replay
-from bench.fusion_lab import bootstrap
+from bench.fusion_lab import paired_difference
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note
 
 FEATURES = ["cos", "kw", "doc_cos", "doc_kw", "doc_chunks", "rr_dense", "rr_kw", "z_cos", "z_kw"]
@@ -271,7 +271,6 @@ def evaluate(chunkings: list[str]) -> dict[str, Any]:
             weights = fit_softmax(train, features, l2)
             columns = [FEATURES.index(n) for n in features]
             on_test = per_query_ndcg(test, weights, columns)
-            difference = on_test - baseline
             entry: dict[str, Any] = {
                 "features": features,
                 "cv_train_ndcg@10": {str(v): round(f, 4) for v, f in cv.items()},
@@ -279,12 +278,7 @@ def evaluate(chunkings: list[str]) -> dict[str, Any]:
                 "weights": {n: round(float(w), 3) for n, w in zip(features, weights, strict=True)},
                 "train_ndcg@10": round(float(per_query_ndcg(train, weights, columns).mean()), 4),
                 "test_ndcg@10": round(float(on_test.mean()), 4),
-                "test_minus_default": {
-                    "mean": round(float(difference.mean()), 4),
-                    "ci95": bootstrap(difference),
-                    "wins": int((difference > 1e-9).sum()),
-                    "losses": int((difference < -1e-9).sum()),
-                },
+                "test_minus_default": paired_difference(on_test - baseline),
             }
             models[name] = entry
             note(f"{chunking} {name}: {entry}")

@@ -55,14 +55,14 @@ RUN_TIMEOUT_S = 30.0
 BACKOFF_MULTIPLIER = 1.6
 PROBE_INTERVAL_S = 0.25
 MAX_BACKOFF_S = 10.0
+"""A refused caller waits the RetryInfo delay, longer after each refusal in a row (gRPC's retry
+backoff: ×1.6 up to 10 s, with ±50 % jitter), as a well-behaved backend does."""
 LAG_TICK_S = 0.01
 ARRIVAL_S = 0.5
 """The callers of a level arrive over this long (500 callers: 1,000 new runs a second)."""
 SETTLED_AFTER_S = 2.0
 """Refusals of runs started this long after a level began are also reported on their own: the
 arrival burst is over by then (`refused_after_arrival`)."""
-"""A refused caller waits the RetryInfo delay, longer after each refusal in a row (gRPC's retry
-backoff: ×1.6 up to 10 s, with ±50 % jitter), as a well-behaved backend does."""
 QUESTIONS = (
     "How do I create a temporary directory that is removed automatically?",
     "How can I serialize an object to a JSON string?",
