@@ -85,15 +85,15 @@ class QuarryServer:
     health: HealthServicer
     service_names: list[str]
     settings: ServerSettings
+    admission: AdmissionInterceptor
+    """The first interceptor: the concurrency bound (`settings.max_concurrent_rpcs`, when one is
+    set) and the refusal of new calls once the server stops accepting."""
     port: int = 0
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     health_server: grpc.aio.Server | None = None
     """The plaintext health-only listener (`server.health_port`), when configured."""
     health_port: int | None = None
     """The port it is bound to (the chosen one when `health_port` is 0)."""
-    admission: AdmissionInterceptor | None = None
-    """The first interceptor: the concurrency bound (`settings.max_concurrent_rpcs`, when one is
-    set) and the refusal of new calls once the server stops accepting."""
     on_grace_end: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Run when `grace_s` is over with calls still in flight, `CUT_S` before they are cancelled."""
 
@@ -142,12 +142,11 @@ class QuarryServer:
         """NOT_SERVING, then let in-flight calls finish for the grace period, then stop."""
         grace = self.settings.grace_s if grace_s is None else grace_s
         await self.begin_drain()
-        if self.admission is not None:
-            self.admission.closed = True
-            close = min(CLOSE_S, grace)
-            if close:
-                await asyncio.sleep(close)
-                grace -= close
+        self.admission.closed = True
+        close = min(CLOSE_S, grace)
+        if close:
+            await asyncio.sleep(close)
+            grace -= close
         if not self.on_grace_end:
             await self.server.stop(grace)
         else:

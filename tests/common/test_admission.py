@@ -345,7 +345,7 @@ async def test_calls_over_the_gateways_bound_are_refused_at_once_not_left_queued
                 messages=[llm_gateway_pb2.Message(role=llm_gateway_pb2.ROLE_USER, text="hi")]
             )
             held = stub.Generate(request, timeout=600)
-            while gateway.admission is None or gateway.admission.in_flight < 1:  # noqa: ASYNC110
+            while gateway.admission.in_flight < 1:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)  # the counter has no event to wait on
             burst = await asyncio.gather(
                 *(stub.Generate(request, timeout=600) for _ in range(20)), return_exceptions=True

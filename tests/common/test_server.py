@@ -295,7 +295,7 @@ async def test_a_call_arriving_as_the_server_stops_accepting_is_refused_unavaila
         held = asyncio.ensure_future(channel.unary_unary(f"/{SERVICE}/Slow", None, None)(b""))
         await entered.wait()
         stopping = asyncio.ensure_future(built.stop())
-        while built.admission is None or not built.admission.closed:  # noqa: ASYNC110
+        while not built.admission.closed:  # noqa: ASYNC110
             await asyncio.sleep(0.005)  # the gate has no event to wait on
         refused = await _call(channel, "Missing")
         liveness = await _status(channel, LIVENESS_SERVICE)

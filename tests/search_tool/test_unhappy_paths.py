@@ -238,7 +238,7 @@ async def test_a_search_tool_that_stops_accepting_refuses_new_calls_unavailable(
     """The search tool's server (built from the common one) closes the same gate: a call racing
     the listener's close is refused retryably, not cancelled."""
     stopping = asyncio.ensure_future(server.stop(0.5))
-    while not stopping.done() and not (server.admission and server.admission.closed):  # noqa: ASYNC110
+    while not stopping.done() and not server.admission.closed:  # noqa: ASYNC110
         await asyncio.sleep(0.005)  # the gate has no event to wait on
     details = await fails(
         stub.ListCollections(search_tool_pb2.ListCollectionsRequest()),
