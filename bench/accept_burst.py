@@ -4,6 +4,8 @@
     python bench/accept_burst.py --compare-python /tmp/g185/bin/python
         # the same trials, interleaved, with the server under another interpreter (another
         # grpcio): python -m venv /tmp/g185 && /tmp/g185/bin/pip install grpcio==1.85.1
+    python bench/accept_burst.py --loop uvloop --compare-loop asyncio --busy-tasks 0
+        # the same interpreter, the server on uvloop vs asyncio's own loop (`server.event_loop`)
 
 Why it exists: Quarry's agent refuses the excess of an arrival burst (issue 17: every refused run
 refused within 100 ms), and each refusal first has to be *accepted* by grpc.aio's accept loop.
@@ -20,7 +22,7 @@ admitted runs' work). `--clients` client processes start `--calls` calls spread 
 `--spread-s` seconds and time each until its status arrives. Printed: one JSON object with, per
 server interpreter, the grpcio version, the refusal latency p50/p95/max over all trials, how many
 took longer than 100 ms, the server's CPU per call (with `--busy-tasks 0`: otherwise it is
-mostly the busy tasks'), and the ratio of the p95s.
+mostly the busy tasks'), and the ratios of the p95s and of the CPU per call (this over other).
 """
 
 from __future__ import annotations
@@ -38,6 +40,17 @@ from typing import Any
 import grpc
 
 SERVICE, METHOD = "bench.Burst", "Run"
+LOOPS = ("asyncio", "uvloop")
+
+
+def _loop_factory(loop: str) -> Any:
+    """The server's event loop: asyncio's own (None) or uvloop's (imported only when asked for,
+    so an interpreter without uvloop can still serve the asyncio side)."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
 
 
 async def _serve(busy_tasks: int, busy_ms: float) -> None:
@@ -67,8 +80,13 @@ async def _serve(busy_tasks: int, busy_ms: float) -> None:
             await asyncio.sleep(0)
 
     workers = [asyncio.create_task(busy()) for _ in range(busy_tasks)]
-    print(json.dumps({"port": port, "grpcio": grpc.__version__}), flush=True)
     loop = asyncio.get_running_loop()
+    print(
+        json.dumps(
+            {"port": port, "grpcio": grpc.__version__, "loop": type(loop).__module__.split(".")[0]}
+        ),
+        flush=True,
+    )
     # each line on stdin asks for the process's CPU time (every thread, nanosecond clock: /proc's
     # ticks are 10 ms, too coarse for a few dozen calls); end of stdin stops the server
     while await loop.run_in_executor(None, sys.stdin.readline):
@@ -111,9 +129,9 @@ def _cpu_s(server: subprocess.Popen[str]) -> float:
     return float(json.loads(server.stdout.readline())["cpu_s"])
 
 
-def trial(python: str, args: argparse.Namespace) -> dict[str, Any]:
+def trial(python: str, loop: str, args: argparse.Namespace) -> dict[str, Any]:
     server = subprocess.Popen(
-        [python, __file__, "--serve", "--busy-tasks", str(args.busy_tasks),
+        [python, __file__, "--serve", "--loop", loop, "--busy-tasks", str(args.busy_tasks),
          "--busy-ms", str(args.busy_ms)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -140,7 +158,12 @@ def trial(python: str, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         server.terminate()
         server.wait()
-    return {"grpcio": hello["grpcio"], "latencies": latencies, "cpu_ms": cpu_ms}
+    return {
+        "grpcio": hello["grpcio"],
+        "loop": hello["loop"],
+        "latencies": latencies,
+        "cpu_ms": cpu_ms,
+    }
 
 
 def summary(trials: list[dict[str, Any]], busy: bool) -> dict[str, Any]:
@@ -151,6 +174,7 @@ def summary(trials: list[dict[str, Any]], busy: bool) -> dict[str, Any]:
 
     result = {
         "grpcio": trials[0]["grpcio"],
+        "loop": trials[0]["loop"],
         "refusals": len(latencies),
         "p50_ms": pct(0.5),
         "p95_ms": pct(0.95),
@@ -173,16 +197,21 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--spread-s", type=float, default=0.5)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio", help="the server's loop")
     parser.add_argument("--compare-python", help="a second interpreter for the server side")
+    parser.add_argument("--compare-loop", choices=LOOPS, help="a second loop for the server side")
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(_serve(args.busy_tasks, args.busy_ms))
+        with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
+            runner.run(_serve(args.busy_tasks, args.busy_ms))
         return
-    sides = [sys.executable] + ([args.compare_python] if args.compare_python else [])
+    sides = [(sys.executable, args.loop)]
+    if args.compare_python or args.compare_loop:
+        sides.append((args.compare_python or sys.executable, args.compare_loop or args.loop))
     runs: list[list[dict[str, Any]]] = [[] for _ in sides]
     for _ in range(args.trials):
-        for side, python in enumerate(sides):  # interleaved: both sides see the same machine
-            runs[side].append(trial(python, args))
+        for side, (python, loop) in enumerate(sides):  # interleaved: both see the same machine
+            runs[side].append(trial(python, loop, args))
     result: dict[str, Any] = {
         "bench": "accept_burst",
         "calls_per_trial": args.calls,
@@ -197,6 +226,10 @@ def main() -> None:
     if len(sides) == 2:
         this, other = result["sides"]
         result["p95_ratio_this_over_other"] = round(this["p95_ms"] / other["p95_ms"], 3)
+        if "server_cpu_ms_per_call" in this:
+            result["cpu_per_call_ratio_this_over_other"] = round(
+                this["server_cpu_ms_per_call"] / other["server_cpu_ms_per_call"], 3
+            )
     print(json.dumps(result))
 
 

@@ -65,13 +65,23 @@ def run_service(
     lower_cpu_priority(settings.server.cpu_nice)
     telemetry = setup_telemetry(tracing_name(service), install_global=True)
     try:
-        asyncio.run(_serve(build, settings, telemetry))
+        with asyncio.Runner(loop_factory=loop_factory(settings.server.event_loop)) as runner:
+            runner.run(_serve(build, settings, telemetry))
     except OSError as error:
         print(f"{service}: {error}", file=sys.stderr)
         return 1
     finally:
         telemetry.shutdown()
     return 0
+
+
+def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """What makes the service's event loop (`server.event_loop`); None: asyncio's own."""
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
 
 
 def _parser(service: str, flags: Sequence[Flag]) -> argparse.ArgumentParser:

@@ -114,6 +114,7 @@ class QuarryServer:
                 "address": self.address,
                 "services": self.service_names,
                 "health_port": self.health_port,
+                "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             },
         )
 

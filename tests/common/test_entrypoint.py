@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import grpc
 import pytest
+import uvloop
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.agent.__main__ import FLAGS as AGENT_FLAGS
 from services.agent.config import AgentSettings
@@ -62,6 +71,69 @@ def test_an_invalid_config_file_exits_2_and_says_what_is_wrong(
     )
     assert code == 2
     assert expected in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("setting", "loop_type"),
+    [("uvloop", uvloop.Loop), ("asyncio", asyncio.SelectorEventLoop), (None, uvloop.Loop)],
+)
+def test_a_service_is_built_and_served_on_the_event_loop_its_settings_name(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None, loop_type: type
+) -> None:
+    if setting is not None:
+        monkeypatch.setenv("QUARRY_AGENT_SERVER__EVENT_LOOP", setting)
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def build(settings: AgentSettings, telemetry: Telemetry) -> QuarryServer:
+        loops.append(asyncio.get_running_loop())
+        raise OSError("cannot bind 127.0.0.1:1")  # stops run_service: exit status 1
+
+    assert run_service("agent", AgentSettings, build, flags=AGENT_FLAGS, argv=[]) == 1
+    assert [type(loop) for loop in loops] == [loop_type]
+    assert loops[0].is_closed()  # the service's loop ends with it
+
+
+def test_an_unknown_event_loop_exits_2_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("QUARRY_AGENT_SERVER__EVENT_LOOP", "trio")
+    assert run_service("agent", AgentSettings, _never_built, flags=AGENT_FLAGS, argv=[]) == 2
+    err = capsys.readouterr().err
+    assert "event_loop" in err
+    assert "uvloop" in err
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_service_process_serves_health_on_its_event_loop_and_stops_cleanly_on_sigterm(
+    loop: str,
+) -> None:
+    env = {**os.environ, "QUARRY_LLM_GATEWAY_SERVER__EVENT_LOOP": loop}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.llm_gateway", "--port", "0"],
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert process.stderr is not None
+    try:
+        serving: dict[str, object] = {}
+        for line in process.stderr:
+            entry = json.loads(line)
+            if entry.get("message") == "serving":
+                serving = entry
+                break
+        assert serving["event_loop"] == loop
+        with grpc.insecure_channel(str(serving["address"])) as channel:
+            answer = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=30
+            )
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        process.send_signal(signal.SIGTERM)
+        rest = process.communicate(timeout=60)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert '"message": "stopped"' in rest
 
 
 def test_every_service_traces_under_one_quarry_name_scheme() -> None:
