@@ -10,19 +10,23 @@ The callers live in `--client-processes` separate processes, so the client side 
 saturates first.
 
     python -m bench.load_e2e [--levels 10,50,200,500] [--duration 30] [--documents 400]
+                             [--gc-probe]
 
 Prints one JSON object: per level the goodput (answered runs per second), refusals and how fast
 they came (p50/p95/max ms; also only those of runs started after the arrival burst), errors by
 code, p50/p95 latency of answered runs, runs lost to timeouts; how late each client process's
 own event loop ran; a probe's view from an idle client process (health-check latency, refusal
 latency); each service's RSS at start, after ingest, at peak and after `--idle` seconds; the
-machine's load.
+machine's load. With `--gc-probe`, per level each service's garbage collections while the level
+was offered: how many were full (generation 2) and their longest pause, which stops the event
+loop (`bench/gc_probe/`, loaded into the service processes).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import socket
@@ -443,6 +447,33 @@ def summarize(
     }
 
 
+def _gc_probe_env(root: Path, extra_env: dict[str, str]) -> dict[str, str]:
+    """The services' environment additions that load `bench/gc_probe/sitecustomize.py`."""
+    (root / "gc").mkdir()
+    paths = [str(REPO_ROOT / "bench" / "gc_probe"), extra_env.get("PYTHONPATH", "")]
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        "QUARRY_BENCH_GC_PROBE_DIR": str(root / "gc"),
+    }
+
+
+def gc_pauses(probe_dir: Path, began: float, ended: float) -> dict[str, dict[str, Any]]:
+    """Per service, its collections that ended between `began` and `ended` (wall clock): how
+    many, how many were full (generation 2), and the longest pause of each kind."""
+    pauses: dict[str, dict[str, Any]] = {}
+    for path in sorted(probe_dir.glob("*.json")):
+        probe = json.loads(path.read_text())
+        inside = [(g, ms) for g, ms, at in probe["collections"] if began <= at <= ended]
+        full = [ms for g, ms in inside if g == 2]
+        pauses[probe["service"]] = {
+            "collections": len(inside),
+            "full_collections": len(full),
+            "longest_full_ms": round(max(full), 1) if full else None,
+            "longest_young_ms": round(max((ms for g, ms in inside if g < 2), default=0.0), 1),
+        }
+    return pauses
+
+
 def _grpcio_version(extra_env: dict[str, str]) -> str:
     """The grpcio the services import with `extra_env` (a `PYTHONPATH` in it can swap it)."""
     done = subprocess.run(
@@ -472,6 +503,11 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=15.0, help="seconds before the after-RSS")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "load_e2e.json")
     parser.add_argument(
+        "--gc-probe",
+        action="store_true",
+        help="record the services' garbage-collection pauses (bench/gc_probe/)",
+    )
+    parser.add_argument(
         "--env",
         action="append",
         default=[],
@@ -483,8 +519,10 @@ def main() -> None:
     extra_env = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory(prefix="quarry-load-") as workdir:
         root = Path(workdir)
+        service_env = {**extra_env, **(_gc_probe_env(root, extra_env) if args.gc_probe else {})}
+        spans: list[tuple[float, float]] = []
         note(f"starting the three services (logs under {root}) ...")
-        with running_services(root, extra_env) as stack:
+        with running_services(root, service_env) as stack:
             pids = {name: p.pid for name, p in stack.processes.items()}
             sampler = RssSampler(pids)
             rss_started = sampler.now_mb()
@@ -501,15 +539,20 @@ def main() -> None:
                     done.result()
                 for callers in levels:
                     note(f"{callers} concurrent callers for {args.duration:g} s ...")
+                    began = time.time()
                     results.append(
                         offer(
                             pool, stack.agent, callers, args.duration, processes, sampler.processes
                         )
                     )
+                    spans.append((began, time.time()))
                     note(f"  {results[-1]}")
                 note(f"idle for {args.idle:g} s ...")
                 time.sleep(args.idle)
             rss_after = sampler.now_mb()
+        if args.gc_probe:  # the services wrote their collections as they exited
+            for result, (began, ended) in zip(results, spans, strict=True):
+                result["gc_pauses"] = gc_pauses(root / "gc", began, ended)
     peak = max((r["goodput_runs_per_s"] for r in results), default=0.0)
     for result in results:
         result["share_of_peak_goodput"] = (
@@ -524,6 +567,7 @@ def main() -> None:
             "client_processes": args.client_processes,
             "collection": collection,
             "service_env": extra_env,
+            "gc_probe": args.gc_probe,
             "service_grpcio": _grpcio_version(extra_env),
             "levels": results,
             "peak_goodput_runs_per_s": peak,

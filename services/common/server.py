@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,12 +264,29 @@ def _rules(services: Sequence[ServiceRegistration], *, check: bool) -> dict[str,
     return rules
 
 
+def freeze_startup_heap() -> int:
+    """Collect garbage, then move every object alive now to the permanent generation, which no
+    later collection walks (`server.gc_freeze`); returns how many objects that is. Refcounting
+    still frees them; only cycles among them are never reclaimed."""
+    started = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    log.info(
+        "startup heap frozen",
+        extra={"objects": frozen, "collect_ms": round((time.perf_counter() - started) * 1000, 1)},
+    )
+    return frozen
+
+
 async def serve(server: QuarryServer) -> None:
     """Start, run until SIGTERM or SIGINT, then drain (see the module docstring) and stop."""
     received: asyncio.Queue[signal.Signals] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, received.put_nowait, sig)
+    if server.settings.gc_freeze:
+        freeze_startup_heap()
     await server.start()
     sig = await received.get()
     window = server.settings.drain_window_s if sig == signal.SIGTERM else 0.0

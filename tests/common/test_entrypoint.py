@@ -103,11 +103,15 @@ def test_an_unknown_event_loop_exits_2_naming_the_setting(
     assert "uvloop" in err
 
 
-@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
-def test_a_service_process_serves_health_on_its_event_loop_and_stops_cleanly_on_sigterm(
-    loop: str,
+@pytest.mark.parametrize(("loop", "gc_freeze"), [("uvloop", "true"), ("asyncio", "false")])
+def test_a_service_process_runs_on_its_loop_freezes_its_startup_heap_when_set_and_stops_on_sigterm(
+    loop: str, gc_freeze: str
 ) -> None:
-    env = {**os.environ, "QUARRY_LLM_GATEWAY_SERVER__EVENT_LOOP": loop}
+    env = {
+        **os.environ,
+        "QUARRY_LLM_GATEWAY_SERVER__EVENT_LOOP": loop,
+        "QUARRY_LLM_GATEWAY_SERVER__GC_FREEZE": gc_freeze,
+    }
     process = subprocess.Popen(
         [sys.executable, "-m", "services.llm_gateway", "--port", "0"],
         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
@@ -115,12 +119,19 @@ def test_a_service_process_serves_health_on_its_event_loop_and_stops_cleanly_on_
     assert process.stderr is not None
     try:
         serving: dict[str, object] = {}
+        frozen: list[dict[str, object]] = []
         for line in process.stderr:
             entry = json.loads(line)
+            if entry.get("message") == "startup heap frozen":
+                frozen.append(entry)
             if entry.get("message") == "serving":
                 serving = entry
                 break
         assert serving["event_loop"] == loop
+        if gc_freeze == "true":  # the SDKs and descriptors: well over 10,000 objects
+            assert [int(str(entry["objects"])) > 10_000 for entry in frozen] == [True]
+        else:
+            assert frozen == []
         with grpc.insecure_channel(str(serving["address"])) as channel:
             answer = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=30
