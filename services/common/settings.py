@@ -81,9 +81,10 @@ class ServerSettings(BaseModel):
     """Once started, collect garbage and move every object then alive (modules, descriptors,
     SDK and model state) to the garbage collector's permanent generation, so each later full
     collection walks only what the service allocated since. A full collection stops the event
-    loop: under load without it the agent paused 31–35 ms, the search tool 70 ms, the gateway's
-    whole heap takes 60–100 ms; with it 1–7 ms (`bench/load_e2e.py`, README "Measured
-    performance"). Startup objects that later become cyclic garbage are not reclaimed."""
+    loop: under load without it the agent paused 31–52 ms and the search tool 65–106 ms (the
+    gateway's start-up heap alone takes 57–98 ms), with it 5–9 and 2–4 ms (`bench/load_e2e.py
+    --gc-probe`, README "Measured performance"). Startup objects that later become cyclic
+    garbage are not reclaimed."""
     health_port: int | None = Field(default=None, ge=0, le=65535)
     """A second, plaintext port serving only the gRPC health service (no other service, no
     reflection), for probes that cannot speak TLS (the kubelet's); 0 picks a free one. None: off."""
