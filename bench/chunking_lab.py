@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.eval_scifact import (
     Replay,
+    choose_fusion,
     fusion_grid,
     index_everything,
     ndcg_at,
@@ -90,6 +91,25 @@ def per_query_ndcg(rankings: dict[str, list[str]], data: SciFact) -> np.ndarray:
     return np.array([ndcg_at(rankings.get(q, []), data.qrels[q]) for q in sorted(data.qrels)])
 
 
+def train_chosen_fusion(
+    train_replays: dict[str, Replay],
+    test_replays: dict[str, Replay],
+    train: SciFact,
+    test: SciFact,
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The grid's fusion chosen on train (`eval_scifact.choose_fusion`), its train and test
+    scores, and its per-query test nDCG@10 (for paired intervals between variants)."""
+    chosen, _, _ = choose_fusion(train_replays, train)
+    fusion = fusion_grid()[chosen].to_fusion()
+    test_rankings = replayed(test_replays, fusion)
+    entry = {
+        "chosen_fusion_on_train": chosen,
+        "train": scores(replayed(train_replays, fusion), train),
+        "test": scores(test_rankings, test),
+    }
+    return entry, per_query_ndcg(test_rankings, test)
+
+
 async def evaluate(chunkings: list[tuple[int, int]]) -> dict[str, Any]:
     train, test = load_scifact(split="train"), load_scifact(split="test")
     grid = fusion_grid()
@@ -98,17 +118,10 @@ async def evaluate(chunkings: list[tuple[int, int]]) -> dict[str, Any]:
     for size, overlap in chunkings:
         name = f"{size}/{overlap}"
         train_replays, test_replays, report = await replays_for(size, overlap, train, test)
-        on_train = {
-            label: scores(replayed(train_replays, s.to_fusion()), train)["ndcg@10"]
-            for label, s in grid.items()
-        }
-        chosen = max(on_train, key=lambda label: on_train[label])
-        test_rankings = replayed(test_replays, grid[chosen].to_fusion())
+        chosen, per_query = train_chosen_fusion(train_replays, test_replays, train, test)
         entry: dict[str, Any] = {
             "chunks": report.get("chunks"),
-            "chosen_fusion_on_train": chosen,
-            "train": scores(replayed(train_replays, grid[chosen].to_fusion()), train),
-            "test": scores(test_rankings, test),
+            **chosen,
             "sides_on_test": {
                 side: scores(replayed(test_replays, grid[label].to_fusion()), test)
                 for side, label in (
@@ -117,7 +130,6 @@ async def evaluate(chunkings: list[tuple[int, int]]) -> dict[str, Any]:
                 )
             },
         }
-        per_query = per_query_ndcg(test_rankings, test)
         if baseline is None:
             baseline = per_query
         else:

@@ -30,7 +30,7 @@ import numpy as np
 from lancedb.index import FTS
 
 from bench.chunking_lab import LAB_DIR as CHUNKING_DIR
-from bench.chunking_lab import per_query_ndcg, replays_for
+from bench.chunking_lab import replays_for, train_chosen_fusion
 from bench.eval_scifact import collect_replays, fusion_grid, replayed, scores
 from bench.fusion_lab import paired_difference
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note, settings_for
@@ -82,23 +82,15 @@ async def evaluate(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     baseline: np.ndarray | None = None
     for name, tokenizer in variants.items():
         train_replays, test_replays = await replays_with(tokenizer, train, test)
-        on_train = {
-            label: scores(replayed(train_replays, s.to_fusion()), train)["ndcg@10"]
-            for label, s in grid.items()
-        }
-        chosen = max(on_train, key=lambda label: on_train[label])
-        test_rankings = replayed(test_replays, grid[chosen].to_fusion())
+        chosen, per_query = train_chosen_fusion(train_replays, test_replays, train, test)
         entry: dict[str, Any] = {
             "fts_overrides": tokenizer,
-            "chosen_fusion_on_train": chosen,
-            "train": scores(replayed(train_replays, grid[chosen].to_fusion()), train),
-            "test": scores(test_rankings, test),
+            **chosen,
             "keyword_alone": {
                 "train": scores(replayed(train_replays, grid["linear_a0.0"].to_fusion()), train),
                 "test": scores(replayed(test_replays, grid["linear_a0.0"].to_fusion()), test),
             },
         }
-        per_query = per_query_ndcg(test_rankings, test)
         if baseline is None:
             baseline = per_query
         else:
