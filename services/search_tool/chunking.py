@@ -4,6 +4,14 @@ Sizes are counted in the configured embedder's own tokens (`Embedder.tokenizer`:
 pieces, OpenAI's cl100k BPE), so a chunk always fits the model. Chunks are slices of the original
 text (by the tokenizer's character spans), cut preferably at a paragraph break, then at a sentence
 end, then between words.
+
+Each chunk also carries the text its keyword (BM25) index sees: with `context_chunks` n > 0, the
+chunk's own text followed by the document's text from n chunks before it to n chunks after it.
+Keyword evidence of a document is often spread over neighbouring chunks (a claim's words in the
+title, the method and the result); counting the window lets a chunk match words its neighbours
+hold, and counting the chunk's own text twice keeps the chunk that holds a word ahead of the
+neighbours that only see it (BM25F-style weights 2 and 1). Chosen on SciFact train
+(`bench/context_lab.py`).
 """
 
 from __future__ import annotations
@@ -23,19 +31,30 @@ class TextChunk:
     """Position of the chunk in its document, from 0."""
     text: str
     """The chunk's text, a verbatim slice of the document (stripped of outer whitespace)."""
+    keyword_text: str = ""
+    """What the keyword index sees of the chunk (after its title): its text, then its
+    neighbourhood when the chunker has `context_chunks`; empty means `text`."""
 
 
 class Chunker:
     """Splits text into chunks of at most `chunk_tokens` tokens of `tokenizer`, `overlap_tokens`
-    shared."""
+    shared; each chunk's keyword text reaches `context_chunks` chunks to either side."""
 
     def __init__(
-        self, tokenizer: Tokenizer, *, chunk_tokens: int = 200, overlap_tokens: int = 40
+        self,
+        tokenizer: Tokenizer,
+        *,
+        chunk_tokens: int = 200,
+        overlap_tokens: int = 40,
+        context_chunks: int = 0,
     ) -> None:
         if chunk_tokens < 8:
             raise ValueError("chunk_tokens must be at least 8")
         if not 0 <= overlap_tokens <= chunk_tokens // 2:
             raise ValueError("overlap_tokens must be between 0 and chunk_tokens / 2")
+        if context_chunks < 0:
+            raise ValueError("context_chunks must not be negative")
+        self._context_chunks = context_chunks
         self._chunk_tokens = chunk_tokens
         self._overlap_tokens = overlap_tokens
         self._tokenizer = tokenizer
@@ -46,9 +65,21 @@ class Chunker:
             return []
         offsets = self._tokenizer.spans(text)
         if len(offsets) <= self._chunk_tokens:
-            return [TextChunk(0, text.strip())]
-        pieces = [text[offsets[a][0] : offsets[b - 1][1]] for a, b in self._spans(text, offsets)]
-        return [TextChunk(i, piece.strip()) for i, piece in enumerate(pieces) if piece.strip()]
+            spans = [(0, len(text))]
+        else:
+            spans = [(offsets[a][0], offsets[b - 1][1]) for a, b in self._spans(text, offsets)]
+        kept = [(i, span) for i, span in enumerate(spans) if text[span[0] : span[1]].strip()]
+        n = self._context_chunks
+        chunks: list[TextChunk] = []
+        for position, (index, (start, end)) in enumerate(kept):
+            piece = text[start:end].strip()
+            keyword = ""
+            if n:
+                first = kept[max(0, position - n)][1][0]
+                last = kept[min(len(kept) - 1, position + n)][1][1]
+                keyword = f"{piece}\n{text[first:last].strip()}"
+            chunks.append(TextChunk(index, piece, keyword))
+        return chunks
 
     def _spans(self, text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Token ranges `[start, end)` of the chunks."""

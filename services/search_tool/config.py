@@ -41,11 +41,17 @@ class ChunkingSettings(BaseModel):
     """Word pieces per chunk (MiniLM reads at most 256)."""
     overlap_tokens: int = Field(default=40, ge=0)
     """Word pieces shared by neighbouring chunks (at most half a chunk)."""
+    keyword_context_chunks: int = Field(default=1, ge=0, le=8)
+    """Neighbouring chunks on each side whose text a chunk's keyword (BM25) index also sees,
+    after the chunk's own (0: the chunk alone). Chosen on SciFact train (`bench/context_lab.py`)."""
 
     @property
     def recipe(self) -> str:
         """Identifies the chunking in content fingerprints."""
-        return f"chunks={self.chunk_tokens}/overlap={self.overlap_tokens}"
+        recipe = f"chunks={self.chunk_tokens}/overlap={self.overlap_tokens}"
+        if self.keyword_context_chunks:
+            recipe += f"/keyword_context={self.keyword_context_chunks}"
+        return recipe
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> ChunkingSettings:
@@ -64,7 +70,7 @@ class FusionSettings(BaseModel):
     of min-max scaled or standardised sides; `rrf`: reciprocal-rank fusion (`fusion.py`)."""
     rrf_k: int = Field(default=60, ge=1)
     """RRF constant."""
-    alpha: float = Field(default=0.75, ge=0.0, le=1.0)
+    alpha: float = Field(default=0.7, ge=0.0, le=1.0)
     """Weight of the dense side in linear fusion."""
     candidates: int = Field(default=100, ge=10, le=1000)
     """Candidates each side contributes to a HYBRID fusion (at least offset + limit)."""

@@ -177,3 +177,12 @@ class ChunkRecord:
     """L2-normalised embedding of the chunk, shape `(dimensions,)`."""
     content_hash: str = ""
     """Fingerprint of the document version the chunk came from; unchanged documents skip work."""
+    keyword_text: str = ""
+    """What the keyword (BM25) index sees after the title: the chunk's text and its neighbourhood
+    (`chunking.TextChunk.keyword_text`); empty means the chunk's text alone."""
+
+    @property
+    def indexed_text(self) -> str:
+        """The text the keyword index scores: the title, then the keyword text."""
+        body = self.keyword_text or self.chunk.text
+        return f"{self.chunk.title}\n{body}" if self.chunk.title else body

@@ -21,6 +21,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from services.common.errors import FieldViolation, InvalidArgument
 from services.search_tool.chunking import Chunker
@@ -71,11 +72,18 @@ class IngestResult:
     """Chunks of earlier versions removed."""
 
 
+class _Split(NamedTuple):
+    """One chunk of a document and the text its keyword index sees after the title."""
+
+    chunk: Chunk
+    keyword_text: str
+
+
 @dataclass(frozen=True)
 class _Prepared:
     """A batch chunked and embedded, waiting for the write lock."""
 
-    pending: list[tuple[Document, list[Chunk], str]]
+    pending: list[tuple[Document, list[_Split], str]]
     """Changed documents with their chunks and content fingerprints."""
     records: list[ChunkRecord]
     """The embedded chunks of `pending`."""
@@ -134,7 +142,7 @@ class Ingestor:
         """Chunk and embed the documents of a batch that changed (no lock held)."""
         generation = self._generations[collection]
         stored = await self._engine.stored_versions(collection, [d.id for d in batch])
-        pending: list[tuple[Document, list[Chunk], str]] = []
+        pending: list[tuple[Document, list[_Split], str]] = []
         # Tokenising is CPU work (seconds for a megabyte of text): never on the event loop.
         chunked = await asyncio.to_thread(self._chunk_batch, batch)
         for document, (chunks, fingerprint) in zip(batch, chunked, strict=True):
@@ -142,7 +150,7 @@ class Ingestor:
             if (
                 previous is not None
                 and previous.content_hash == fingerprint
-                and previous.chunk_ids == {c.id for c in chunks}
+                and previous.chunk_ids == {c.chunk.id for c in chunks}
             ):
                 continue
             pending.append((document, chunks, fingerprint))
@@ -161,26 +169,27 @@ class Ingestor:
                 chunk
                 for document, chunks, _ in prepared.pending
                 if document.id in current
-                for chunk in sorted(current[document.id].chunk_ids - {c.id for c in chunks})
+                for chunk in sorted(current[document.id].chunk_ids - {c.chunk.id for c in chunks})
             ]
             self._generations[collection] += 1
             absent = {
-                chunk.id
+                split.chunk.id
                 for document, chunks, _ in prepared.pending
                 if document.id not in current
-                for chunk in chunks
+                for split in chunks
             }
             await self._engine.upsert(collection, prepared.records, absent=absent)
             deleted = await self._engine.delete_chunks(collection, stale)
         return len(prepared.records), deleted
 
-    def _chunk_batch(self, batch: Sequence[Document]) -> list[tuple[list[Chunk], str]]:
+    def _chunk_batch(self, batch: Sequence[Document]) -> list[tuple[list[_Split], str]]:
         """Each document's chunks and content fingerprint (pure CPU: run in a worker thread)."""
         return [(self._chunks(d), self._fingerprint(d)) for d in batch]
 
-    def _chunks(self, document: Document) -> list[Chunk]:
-        return [
-            Chunk(
+    def _chunks(self, document: Document) -> list[_Split]:
+        chunks: list[_Split] = []
+        for piece in self._chunker.split(document.text):
+            chunk = Chunk(
                 id=chunk_id(document.id, piece.index),
                 document_id=document.id,
                 chunk_index=piece.index,
@@ -194,19 +203,24 @@ class Ingestor:
                 breadcrumbs=document.breadcrumbs,
                 metadata=dict(document.metadata),
             )
-            for piece in self._chunker.split(document.text)
-        ]
+            chunks.append(_Split(chunk, piece.keyword_text))
+        return chunks
 
-    async def _embed(self, pending: list[tuple[Document, list[Chunk], str]]) -> list[ChunkRecord]:
+    async def _embed(self, pending: list[tuple[Document, list[_Split], str]]) -> list[ChunkRecord]:
         chunks = [
-            (chunk, fingerprint) for _, doc_chunks, fingerprint in pending for chunk in doc_chunks
+            (split, fingerprint) for _, doc_chunks, fingerprint in pending for split in doc_chunks
         ]
         if not chunks:
             return []
-        vectors = await self._embedder.embed([embedding_text(c) for c, _ in chunks])
+        vectors = await self._embedder.embed([embedding_text(s.chunk) for s, _ in chunks])
         return [
-            ChunkRecord(chunk=c, vector=vectors[i], content_hash=fingerprint)
-            for i, (c, fingerprint) in enumerate(chunks)
+            ChunkRecord(
+                chunk=s.chunk,
+                vector=vectors[i],
+                content_hash=fingerprint,
+                keyword_text=s.keyword_text,
+            )
+            for i, (s, fingerprint) in enumerate(chunks)
         ]
 
     def _fingerprint(self, document: Document) -> str:

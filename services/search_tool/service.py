@@ -127,6 +127,7 @@ class SearchService:
             embedder.tokenizer,
             chunk_tokens=settings.chunking.chunk_tokens,
             overlap_tokens=settings.chunking.overlap_tokens,
+            context_chunks=settings.chunking.keyword_context_chunks,
         )
         limits = IngestLimits(
             max_document_bytes=settings.max_document_bytes,

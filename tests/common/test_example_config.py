@@ -22,7 +22,8 @@ def test_example_config_loads_for_every_service(monkeypatch: pytest.MonkeyPatch)
     agent = load_settings(AgentSettings, EXAMPLE)
     assert search.server.port == 50051
     assert search.fusion.method == "linear"
-    assert search.fusion.alpha == 0.75
+    assert search.fusion.alpha == 0.7
+    assert search.chunking.keyword_context_chunks == 1
     assert gateway.routes["agent"][-1] == "extractive"
     assert [p.name for p in gateway.providers][:2] == [
         "groq/llama-3.3-70b-versatile",

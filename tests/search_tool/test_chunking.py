@@ -165,3 +165,48 @@ async def test_a_chunker_from_the_openai_embedder_sizes_chunks_in_cl100k_tokens(
     assert all(_cl100k_tokens(c.text) <= 60 for c in chunks)
     assert max(_cl100k_tokens(c.text) for c in chunks) > 40  # filled up to the BPE budget
     assert max(_word_pieces(c.text) for c in chunks) > 100  # far more than MiniLM would allow
+
+
+def test_without_keyword_context_a_chunk_keeps_its_own_text_for_bm25(model: _Model) -> None:
+    chunks = model.chunker(chunk_tokens=40, overlap_tokens=8).split(PROSE)
+    assert len(chunks) > 3
+    assert all(c.keyword_text == "" for c in chunks)  # empty: the index sees `text`
+
+
+def test_keyword_text_is_the_chunk_then_the_document_from_its_previous_to_its_next_chunk(
+    model: _Model,
+) -> None:
+    plain = model.chunker(chunk_tokens=40, overlap_tokens=8).split(PROSE)
+    chunks = model.chunker(chunk_tokens=40, overlap_tokens=8, context_chunks=1).split(PROSE)
+    assert [(c.index, c.text) for c in chunks] == [(c.index, c.text) for c in plain]
+    for i, chunk in enumerate(chunks):
+        first, last = chunks[max(0, i - 1)], chunks[min(len(chunks) - 1, i + 1)]
+        start = PROSE.index(first.text)
+        end = PROSE.index(last.text, start) + len(last.text)
+        # the chunk, then a verbatim span of the document: overlaps are not repeated
+        assert chunk.keyword_text == f"{chunk.text}\n{PROSE[start:end]}"
+    middle = chunks[len(chunks) // 2]
+    assert chunks[len(chunks) // 2 - 1].text in middle.keyword_text
+    assert chunks[len(chunks) // 2 + 1].text in middle.keyword_text
+    assert chunks[len(chunks) // 2 + 2].text not in middle.keyword_text
+
+
+def test_a_wider_keyword_context_reaches_further_neighbours(model: _Model) -> None:
+    chunks = model.chunker(chunk_tokens=40, overlap_tokens=0, context_chunks=2).split(PROSE)
+    middle = len(chunks) // 2
+    for neighbour in (-2, -1, 1, 2):
+        assert chunks[middle + neighbour].text in chunks[middle].keyword_text
+    assert chunks[middle + 3].text not in chunks[middle].keyword_text
+
+
+def test_a_one_chunk_document_counts_its_text_twice_like_every_other_chunk(
+    model: _Model,
+) -> None:
+    (chunk,) = model.chunker(context_chunks=1).split("  Aspirin lowers the risk of stroke.  ")
+    assert chunk.text == "Aspirin lowers the risk of stroke."
+    assert chunk.keyword_text == f"{chunk.text}\n{chunk.text}"
+
+
+def test_a_negative_keyword_context_is_refused(model: _Model) -> None:
+    with pytest.raises(ValueError, match="context_chunks"):
+        model.chunker(context_chunks=-1)

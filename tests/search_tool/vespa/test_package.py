@@ -9,15 +9,20 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
+from services.search_tool.documents import Document
+from services.search_tool.engine.vespa.documents import chunk_fields
 from services.search_tool.engine.vespa.package import (
     CONTENT_CLUSTER,
+    KEYWORD_FIELDS,
     MAX_QUERY_VECTORS,
     STRING_ATTRIBUTES,
     TEXT_ATTRIBUTE_COPIES,
     application_package,
 )
+from tests.search_tool.engine_fixtures import record
 
 ROOT = Path(__file__).resolve().parents[3]
 CHECKED_IN = ROOT / "services" / "search_tool" / "vespa" / "app"
@@ -69,6 +74,30 @@ def test_regex_targets_are_attributes_without_an_index() -> None:
     fields = {f.name: f for f in schema.document.fields}  # synthetic copies included
     for name in [*TEXT_ATTRIBUTE_COPIES.values(), "url", "source", "breadcrumb_path"]:
         assert "index" not in (fields[name].indexing or []), name
+
+
+def test_keyword_retrieval_matches_and_scores_the_title_and_the_chunks_keyword_text() -> None:
+    schema = application_package().get_schema("chunk")
+    assert schema.fieldsets["default"].fields == ["title", "keyword_text"]
+    fields = {f.name: f for f in schema.document.fields}
+    for name in KEYWORD_FIELDS:
+        assert fields[name].indexing[0] == "index"
+        assert fields[name].index == "enable-bm25"
+    assert fields["text"].indexing == ["summary"]  # returned (and copied to text_attr), not matched
+    # the keyword profile's first phase and the hybrid profile's `keyword` function
+    assert schema.schema_to_text.count("bm25(title) + bm25(keyword_text)") == 2
+    assert "bm25(text)" not in schema.schema_to_text
+
+
+def test_the_feeder_fills_every_keyword_field_with_the_records_keyword_text() -> None:
+    plain = record(Document(id="d", title="Tides", text="Neap tides are weak."))
+    fields = chunk_fields("c", plain, {})
+    assert set(KEYWORD_FIELDS) <= fields.keys()
+    assert fields["keyword_text"] == "Neap tides are weak."  # no neighbourhood: the chunk alone
+    wide = replace(plain, keyword_text="Neap tides are weak.\nSpring tides are strong.")
+    fields = chunk_fields("c", wide, {})
+    assert fields["keyword_text"] == wide.keyword_text
+    assert fields["text"] == "Neap tides are weak."
 
 
 def test_every_rank_profile_a_search_names_exists() -> None:

@@ -2,8 +2,9 @@
 
 One table per collection. Chunk fields are columns that filters, BM25 and GetCollection read;
 breadcrumbs are filtered through `breadcrumb_terms` (every id and name, for equals/in) and
-`breadcrumb_path` (the names joined by ` > `, for contains); `search_text` (title and text)
-carries the BM25 index; each metadata key is its own typed, nullable column `meta__<key>`, added
+`breadcrumb_path` (the names joined by ` > `, for contains); `search_text` (the title, then the
+chunk's keyword text: its text and its neighbourhood, `ChunkRecord.indexed_text`) carries the
+BM25 index; each metadata key is its own typed, nullable column `meta__<key>`, added
 when first seen.
 
 `chunk_json` holds, as one JSON string, everything a search hit returns: it is the only column a
@@ -158,7 +159,7 @@ def _row(record: ChunkRecord, schema: pa.Schema) -> dict[str, Any]:
         "chunk_index": chunk.chunk_index,
         "title": chunk.title,
         "text": chunk.text,
-        SEARCH_TEXT_COLUMN: f"{chunk.title}\n{chunk.text}" if chunk.title else chunk.text,
+        SEARCH_TEXT_COLUMN: record.indexed_text,
         "source": chunk.source,
         "entity_type": chunk.entity_type,
         "created_at": chunk.created_at,

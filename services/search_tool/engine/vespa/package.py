@@ -9,11 +9,13 @@ One `chunk` document type holds every collection (`collection` is a fast-search 
 query filters on), so a new collection never needs a redeploy; a small `collection` document type
 records each collection's embedding model, dimensions and metadata key types (a collection with
 no chunks still lists). Equality fields are `match: cased` attributes (Quarry's `equals` is
-case-sensitive); `title`/`text` are BM25 indexes, with synthetic attribute copies `title_attr` /
-`text_attr` for `equals` and for `contains`, which compiles to `matches` (a regex, case-insensitive
-substring with `(?i)`) and cannot target a field that is both index and attribute. Metadata lives
-in four typed maps whose keys and values are struct-field attributes (`sameElement` queries), so
-a new key needs no redeploy and a missing key is really missing.
+case-sensitive); `title` and `keyword_text` (the chunk's text and its neighbourhood, what the
+embedded engine's `search_text` holds after the title) are the BM25 indexes of the `default`
+fieldset that keyword retrieval matches; `text` is returned, not indexed. Synthetic attribute
+copies `title_attr` / `text_attr` serve `equals` and `contains`, which compiles to `matches` (a
+regex, case-insensitive substring with `(?i)`) and cannot target a field that is both index and
+attribute. Metadata lives in four typed maps whose keys and values are struct-field attributes
+(`sameElement` queries), so a new key needs no redeploy and a missing key is really missing.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ DEFAULT_DIMENSIONS = 384
 STRING_ATTRIBUTES = ("collection", "chunk_id", "document_id", "source", "entity_type", "url")
 """Cased, fast-search string attributes compared whole."""
 TEXT_ATTRIBUTE_COPIES = {"title": "title_attr", "text": "text_attr"}
-"""Index fields and their synthetic attribute copies (for `equals` and `matches`)."""
+"""Text fields and their synthetic attribute copies (for `equals` and `matches`)."""
+KEYWORD_FIELDS = ("title", "keyword_text")
+"""BM25 indexes of the `default` fieldset: what keyword retrieval matches and scores."""
 METADATA_MAPS = {
     "string": "meta_str",
     "integer": "meta_long",
@@ -92,10 +96,9 @@ def chunk_schema(dimensions: int) -> Schema:
                 attribute=["fast-search"],
                 rank="filter",
             ),
-            *(
-                Field(name, "string", indexing=["index", "summary"], index="enable-bm25")
-                for name in TEXT_ATTRIBUTE_COPIES
-            ),
+            Field("title", "string", indexing=["index", "summary"], index="enable-bm25"),
+            Field("text", "string", indexing=["summary"]),
+            Field("keyword_text", "string", indexing=["index"], index="enable-bm25"),
             *(
                 Field(
                     name,
@@ -178,7 +181,7 @@ def chunk_schema(dimensions: int) -> Schema:
     schema = Schema(
         CHUNK,
         document,
-        fieldsets=[FieldSet("default", list(TEXT_ATTRIBUTE_COPIES))],
+        fieldsets=[FieldSet("default", list(KEYWORD_FIELDS))],
         rank_profiles=_rank_profiles(dimensions),
     )
     for field in synthetic:
@@ -208,7 +211,7 @@ def query_inputs(dimensions: int) -> list[tuple[str, str]]:
 
 def _rank_profiles(dimensions: int) -> list[RankProfile]:
     dense = f"closeness(field, {EMBEDDING})"
-    keyword = "bm25(title) + bm25(text)"
+    keyword = " + ".join(f"bm25({name})" for name in KEYWORD_FIELDS)
     return [
         RankProfile(
             "semantic",
