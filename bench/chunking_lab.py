@@ -60,23 +60,31 @@ CHUNKINGS = [(200, 40), (256, 48), (128, 24)]
 LAB_DIR = VAR_DIR / "eval" / "chunking"
 
 
-def chunking_settings(data_dir: Path, size: int, overlap: int) -> SearchToolSettings:
+def chunking_settings(
+    data_dir: Path, size: int, overlap: int, context: int = 0
+) -> SearchToolSettings:
     settings = settings_for(data_dir)
-    chunking = ChunkingSettings(chunk_tokens=size, overlap_tokens=overlap)
+    chunking = ChunkingSettings(
+        chunk_tokens=size, overlap_tokens=overlap, keyword_context_chunks=context
+    )
     return settings.model_copy(update={"chunking": chunking})
 
 
 async def replays_for(
-    size: int, overlap: int, train: SciFact, test: SciFact
+    size: int, overlap: int, train: SciFact, test: SciFact, *, context: int = 0
 ) -> tuple[dict[str, Replay], dict[str, Replay], dict[str, Any]]:
-    """Train and test replays on the collection chunked `size` / `overlap` (built when absent)."""
-    data_dir = LAB_DIR / f"{size}-{overlap}"
+    """Train and test replays on the collection chunked `size` / `overlap`, each chunk's keyword
+    text reaching `context` chunks to either side (built when absent; kept replays are reused
+    only while the collection needed no rewrite). This lab compares chunk sizes with the keyword
+    side on the chunk alone (`context` 0), as its recorded results were measured;
+    `bench/context_lab.py` varies the context."""
+    data_dir = LAB_DIR / (f"{size}-{overlap}" + (f"-context{context}" if context else ""))
     stored = data_dir / "replays.pkl"
     embedder = cached_embedder()
     report = await build_collection(
-        data_dir, test, embedder, chunking_settings(data_dir, size, overlap)
+        data_dir, test, embedder, chunking_settings(data_dir, size, overlap, context)
     )
-    if stored.exists():
+    if stored.exists() and report["chunks_written"] == 0:
         with stored.open("rb") as f:
             train_replays, test_replays = pickle.load(f)
         return train_replays, test_replays, report

@@ -9,8 +9,10 @@ split over its chunks. Each variant is replayed over engine-like candidates, cho
 train queries and reported on the 300 test queries, with a paired bootstrap of its per-query
 difference to the chunk-level baseline on test.
 
-Inputs (built by `make eval` and reused; built here the same way when absent): the collection
-under `var/eval/scifact` and its cached vectors. Per query, exactly as a HYBRID search does: the
+Inputs (built by `bench/chunking_lab.py` and reused; built here the same way when absent): the
+200 / 40 collection with the chunk alone as keyword text (`keyword_context_chunks` 0, as these
+results were measured; the product now adds the neighbours, `bench/context_lab.py`) under
+`var/eval/chunking/200-40`, and the cached vectors. Per query, exactly as a HYBRID search does: the
 top 100 chunks by exact cosine ∪ the top 100 by the engine's own BM25 (`keyword_candidates`), every
 candidate scored on both sides. Document-level BM25 (`bm25(doc)`) comes from a LanceDB FTS index
 built with the engine's configuration over each abstract's full text (title and body) in
@@ -52,8 +54,9 @@ from lancedb.index import FTS
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.eval_scifact import ndcg_at, recall_at
-from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note
+from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note, settings_for
 from bench.scifact_collection import COLLECTION, build_collection, cached_embedder
+from services.search_tool.config import ChunkingSettings
 from services.search_tool.engine.lancedb.retrieval import keyword_candidates
 from services.search_tool.engine.lancedb.rows import VECTOR_COLUMN
 
@@ -132,7 +135,9 @@ async def _document_table(corpus: Sequence[dict[str, Any]]) -> Any:
 async def load_queries(data_dir: Path) -> tuple[list[Query], list[str]]:
     train, test = load_scifact(split="train"), load_scifact(split="test")
     embedder = cached_embedder()
-    await build_collection(data_dir, test, embedder)
+    chunk_alone = ChunkingSettings(chunk_tokens=200, overlap_tokens=40, keyword_context_chunks=0)
+    settings = settings_for(data_dir).model_copy(update={"chunking": chunk_alone})
+    await build_collection(data_dir, test, embedder, settings)
     chunks = await (await lancedb.connect_async(str(data_dir))).open_table(COLLECTION)
     stored = await chunks.query().select(["document_id", VECTOR_COLUMN]).with_row_id().to_arrow()
     rows = np.array(stored.column("_rowid").to_pylist(), dtype=np.int64)
@@ -345,7 +350,7 @@ async def evaluate(data_dir: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "scifact-fusion-lab.json")
-    parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "eval" / "scifact")
+    parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "eval" / "chunking" / "200-40")
     args = parser.parse_args()
     emit(asyncio.run(evaluate(args.data_dir)), args.out)
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from bench.embedding_cache import CachedEmbedder
 from bench.harness import VAR_DIR, SciFact, note, settings_for
-from services.common.errors import NotFound
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.documents import Document
 from services.search_tool.embedding import build_embedder
@@ -37,18 +36,14 @@ async def build_collection(
     embedder: CachedEmbedder,
     settings: SearchToolSettings | None = None,
 ) -> dict[str, Any]:
-    """Ingest the corpus into the engine of `settings` (LanceDB under `data_dir` by default)
-    unless the collection already holds all of it."""
+    """Ingest the corpus into the engine of `settings` (LanceDB under `data_dir` by default).
+
+    Always through the product's upsert, which skips every document whose stored version has the
+    same content fingerprint (text, fields, embedding model and chunking recipe): a collection
+    built under other chunking settings is rewritten, never silently reused."""
     settings = settings or settings_for(data_dir)
     service = SearchService(await open_engine(settings), embedder, settings)
     try:
-        try:
-            stats = await service.get_collection(COLLECTION)
-            if stats.document_count == len(data.corpus):
-                note(f"reusing collection {COLLECTION!r}: {stats.chunk_count} chunks")
-                return {"reused": True, "chunks": stats.chunk_count}
-        except NotFound:
-            pass
         started = time.monotonic()
         chunks = 0
         for start in range(0, len(data.corpus), INGEST_BATCH):
@@ -65,9 +60,17 @@ async def build_collection(
             ]
             result = await service.upsert_documents(COLLECTION, documents)
             chunks += result.chunks_upserted
-            note(f"ingested {start + len(batch)}/{len(data.corpus)} abstracts, {chunks} chunks")
+            if result.chunks_upserted:
+                note(f"ingested {start + len(batch)}/{len(data.corpus)} abstracts, {chunks} chunks")
         embedder.save()
+        stats = await service.get_collection(COLLECTION)
         seconds = time.monotonic() - started
-        return {"reused": False, "chunks": chunks, "seconds": round(seconds, 1)}
+        note(f"collection {COLLECTION!r}: {stats.chunk_count} chunks, {chunks} written")
+        return {
+            "reused": chunks == 0,
+            "chunks": stats.chunk_count,
+            "chunks_written": chunks,
+            "seconds": round(seconds, 1),
+        }
     finally:
         await service.close()

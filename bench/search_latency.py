@@ -1,6 +1,6 @@
 """Filtered hybrid search over 100,000 chunks through gRPC, query embedding included.
 
-    python bench/search_latency.py [--out bench/results/search_latency.json]
+    python bench/search_latency.py [--out bench/results/search_latency.json] [--keyword-context N]
 
 Setup (once, cached under `var/bench/search_latency/`): 100,000 chunks are bulk-loaded through the
 engine interface with precomputed vectors, so the setup takes a minute instead of half an hour.
@@ -8,6 +8,9 @@ Chunk texts are real: windows of three consecutive sentences from SciFact abstra
 cycled to reach 100k rows. Vectors: `REAL_VECTORS` distinct texts are embedded by MiniLM; every
 chunk gets one of those vectors plus Gaussian noise (sigma 0.02 per dimension), re-normalised.
 Metadata varies (source, entity type, year, category, review flag, created_at over five years).
+Every four consecutive chunks are one document, and each chunk's keyword (BM25) text is what
+ingest would store with `chunking.keyword_context_chunks` (`--keyword-context`, default the
+product's): its text, then its neighbours' (one cached collection per context).
 
 Measured: a search tool subprocess (`python -m services.search_tool`) on that data; SciFact
 queries as HYBRID searches with the filter `source = "pubmed" AND metadata.year >= 2015` (about
@@ -47,6 +50,7 @@ from bench.harness import (
     search_tool_process,
     settings_for,
 )
+from services.search_tool.config import ChunkingSettings
 from services.search_tool.documents import Chunk, ChunkRecord, chunk_id
 from services.search_tool.embedding.minilm import MiniLmEmbedder
 from services.search_tool.engine.base import CollectionSpec
@@ -89,7 +93,20 @@ async def real_vectors(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]
         embedder.close()
 
 
-def records(texts: list[str], titles: list[str], base: np.ndarray[Any, Any]) -> list[ChunkRecord]:
+def keyword_text(texts: list[str], i: int, context: int) -> str:
+    """What ingest gives chunk `i` as keyword text with `keyword_context_chunks` = `context`: its
+    own text, then its document (four consecutive chunks) from `context` chunks before it to
+    `context` after it ("" for 0: the chunk alone)."""
+    if not context:
+        return ""
+    first = i - i % 4
+    window = texts[max(first, i - context) : min(first + 4, i + context + 1)]
+    return f"{texts[i]}\n{' '.join(window)}"
+
+
+def records(
+    texts: list[str], titles: list[str], base: np.ndarray[Any, Any], context: int
+) -> list[ChunkRecord]:
     rng = np.random.default_rng(7)
     noise = rng.normal(0.0, 0.02, size=(len(texts), base.shape[1])).astype(np.float32)
     vectors = base[np.arange(len(texts)) % len(base)] + noise
@@ -118,12 +135,13 @@ def records(texts: list[str], titles: list[str], base: np.ndarray[Any, Any]) -> 
                     },
                 ),
                 vector=vectors[i],
+                keyword_text=keyword_text(texts, i, context),
             )
         )
     return out
 
 
-async def ensure_loaded(data_dir: Path) -> dict[str, Any]:
+async def ensure_loaded(data_dir: Path, context: int) -> dict[str, Any]:
     """Bulk-load the 100k chunks unless the cached data directory already holds them."""
     engine = await open_engine(settings_for(data_dir))
     try:
@@ -136,7 +154,7 @@ async def ensure_loaded(data_dir: Path) -> dict[str, Any]:
                     await engine.refresh(COLLECTION)
                 return {"reused": True, "index_refresh_s": round(time.monotonic() - started, 1)}
             await engine.drop_collection(COLLECTION)
-        return await _load(engine)
+        return await _load(engine, context)
     finally:
         await engine.close()
 
@@ -151,7 +169,7 @@ async def _current_layout(data_dir: Path) -> bool:
         db.close()  # type: ignore[no-untyped-call]
 
 
-async def _load(engine: Any) -> dict[str, Any]:
+async def _load(engine: Any, context: int) -> dict[str, Any]:
     started = time.monotonic()
     scifact = load_scifact()
     texts = sentence_windows([d["text"] for d in scifact.corpus], ROWS)
@@ -159,7 +177,7 @@ async def _load(engine: Any) -> dict[str, Any]:
     note(f"embedding {REAL_VECTORS} distinct chunk texts with MiniLM")
     base = await real_vectors(texts[:REAL_VECTORS])
     embedded_s = time.monotonic() - started
-    rows = records(texts, titles, base)
+    rows = records(texts, titles, base, context)
     await engine.ensure_collection(
         COLLECTION, CollectionSpec("sentence-transformers/all-MiniLM-L6-v2", 384)
     )
@@ -253,8 +271,8 @@ async def measure(address: str, queries: list[str]) -> dict[str, Any]:
     }
 
 
-async def run(data_dir: Path) -> dict[str, Any]:
-    setup = await ensure_loaded(data_dir)
+async def run(data_dir: Path, context: int) -> dict[str, Any]:
+    setup = await ensure_loaded(data_dir, context)
     queries = list(load_scifact().queries.values())
     async with search_tool_process(data_dir) as address:
         figures = await measure(address, queries)
@@ -264,6 +282,7 @@ async def run(data_dir: Path) -> dict[str, Any]:
         "strategy": "HYBRID",
         "filter": 'source = "pubmed" AND metadata.year >= 2015',
         "limit": 10,
+        "keyword_context_chunks": context,
         **figures,
         "targets": {"p50_ms": 35, "p95_ms": 80},
         "setup": {**setup, "real_vectors": REAL_VECTORS, "vector_noise_sigma": 0.02},
@@ -274,9 +293,23 @@ async def run(data_dir: Path) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "search_latency.json")
-    parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench" / "search_latency")
+    parser.add_argument(
+        "--keyword-context",
+        type=int,
+        default=ChunkingSettings().keyword_context_chunks,
+        help="neighbouring chunks on each side in a chunk's keyword text (default: the product's)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="default: var/bench/search_latency[-context<n>] (one cached collection per context)",
+    )
     args = parser.parse_args()
-    emit(asyncio.run(run(args.data_dir)), args.out)
+    context = args.keyword_context
+    suffix = f"-context{context}" if context else ""
+    data_dir = args.data_dir or VAR_DIR / "bench" / f"search_latency{suffix}"
+    emit(asyncio.run(run(data_dir, context)), args.out)
 
 
 if __name__ == "__main__":

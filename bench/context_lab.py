@@ -1,0 +1,96 @@
+"""How far a chunk's keyword text reaches into its neighbours, chosen on SciFact train together
+with the fusion, reported on test.
+
+    nice -n 19 python bench/context_lab.py --out bench/results/scifact-context-lab.json
+
+Issue 10 §1: the fusion lab (`bench/fusion_lab.py`) found document-level keyword evidence the one
+signal that lifts HYBRID: a claim's words are spread over an abstract's chunks. The product's
+form of it needs no second index: each chunk's keyword (BM25) text is its own text followed by
+the document's text from `n` chunks before it to `n` chunks after it
+(`chunking.keyword_context_chunks`, `chunking.Chunker`), so the chunk that holds a word still
+outranks the neighbours that only see it. For each `n` of the grid the corpus is ingested through
+the product's ingest (200 / 40 chunks; the dense side is the same for every `n`) into its own
+collection under `var/eval/chunking/200-40[-context<n>]`, and the engine's scored candidates of
+every train and test query are replayed through the 92 fusion settings `make eval` chooses from.
+The (n, fusion) pair with the best train nDCG@10 is chosen; every `n`'s train-best fusion is
+reported on test with a paired bootstrap 95 % interval of its per-query difference to `n` = 0
+(the chunk alone). Nothing is chosen on test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.chunking_lab import replays_for, train_chosen_fusion
+from bench.eval_scifact import fusion_grid, replayed, scores
+from bench.fusion_lab import paired_difference
+from bench.harness import RESULTS_DIR, emit, load_scifact, machine, note
+
+CONTEXTS = [0, 1, 2, 3]
+"""Neighbouring chunks on each side in a chunk's keyword text; the chunk alone (0) first."""
+
+
+async def evaluate(contexts: list[int]) -> dict[str, Any]:
+    train, test = load_scifact(split="train"), load_scifact(split="test")
+    grid = fusion_grid()
+    results: dict[str, Any] = {}
+    baseline: np.ndarray | None = None
+    for context in contexts:
+        train_replays, test_replays, report = await replays_for(
+            200, 40, train, test, context=context
+        )
+        chosen, per_query = train_chosen_fusion(train_replays, test_replays, train, test)
+        entry: dict[str, Any] = {
+            "keyword_context_chunks": context,
+            "chunks": report.get("chunks"),
+            **chosen,
+            "keyword_alone": {
+                split: scores(replayed(replays, grid["linear_a0.0"].to_fusion()), data)
+                for split, replays, data in (
+                    ("train", train_replays, train),
+                    ("test", test_replays, test),
+                )
+            },
+        }
+        if baseline is None:
+            baseline = per_query
+        else:
+            entry["test_minus_chunk_alone"] = paired_difference(per_query - baseline)
+        results[str(context)] = entry
+        note(f"keyword context {context}: {entry}")
+    best = max(results, key=lambda n: results[n]["train"]["ndcg@10"])
+    return {
+        "benchmark": "scifact-context-lab",
+        "dataset": "BEIR SciFact, 200 / 40 chunks: (keyword context, fusion) chosen on train "
+        "(809 queries), reported on test (300)",
+        "fusion_grid_points": len(grid),
+        "contexts": results,
+        "chosen_on_train": int(best),
+        "machine": machine(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "scifact-context-lab.json")
+    parser.add_argument(
+        "--context",
+        type=int,
+        action="append",
+        default=None,
+        help="neighbouring chunks on each side (repeatable; the first is the intervals' baseline)",
+    )
+    args = parser.parse_args()
+    emit(asyncio.run(evaluate(args.context or CONTEXTS)), args.out)
+
+
+if __name__ == "__main__":
+    main()
