@@ -1,7 +1,7 @@
 """How far a chunk's keyword text reaches into its neighbours, chosen on SciFact train together
 with the fusion, reported on test.
 
-    nice -n 19 python bench/context_lab.py --out bench/results/scifact-context-lab.json
+    nice -n 19 python bench/context_lab.py --chunking 200/40 --chunking 128/24 --chunking 256/48
 
 Issue 10 §1: the fusion lab (`bench/fusion_lab.py`) found document-level keyword evidence the one
 signal that lifts HYBRID: a claim's words are spread over an abstract's chunks. The product's
@@ -15,6 +15,12 @@ every train and test query are replayed through the 92 fusion settings `make eva
 The (n, fusion) pair with the best train nDCG@10 is chosen; every `n`'s train-best fusion is
 reported on test with a paired bootstrap 95 % interval of its per-query difference to `n` = 0
 (the chunk alone). Nothing is chosen on test.
+
+`--chunking SIZE/OVERLAP` (repeatable) runs the same grid on other chunk sizes (collections under
+`var/eval/chunking/<size>-<overlap>[-context<n>]`, shared with `bench/chunking_lab.py`) and
+reports the joint train choice of (chunking, n, fusion) beside the choice at the configured
+chunking: whether the lift holds when a document is split into more or fewer chunks, and what
+train would pick if the chunk size were tuned with it.
 """
 
 from __future__ import annotations
@@ -33,19 +39,52 @@ from bench.chunking_lab import replays_for, train_chosen_fusion
 from bench.eval_scifact import fusion_grid, replayed, scores
 from bench.fusion_lab import paired_difference
 from bench.harness import RESULTS_DIR, emit, load_scifact, machine, note
+from services.search_tool.config import ChunkingSettings
 
 CONTEXTS = [0, 1, 2, 3]
 """Neighbouring chunks on each side in a chunk's keyword text; the chunk alone (0) first."""
+CONFIGURED = ChunkingSettings()
 
 
-async def evaluate(contexts: list[int]) -> dict[str, Any]:
+async def evaluate(contexts: list[int], chunkings: list[tuple[int, int]]) -> dict[str, Any]:
+    results = {
+        f"{size}/{overlap}": await _chunking(size, overlap, contexts) for size, overlap in chunkings
+    }
+    runs = [(c, n) for c, by_context in results.items() for n in by_context]
+    joint = max(runs, key=lambda run: results[run[0]][run[1]]["train"]["ndcg@10"])
+    configured = f"{CONFIGURED.chunk_tokens}/{CONFIGURED.overlap_tokens}"
+    report: dict[str, Any] = {
+        "benchmark": "scifact-context-lab",
+        "dataset": "BEIR SciFact: (keyword context, fusion) chosen on train (809 queries), "
+        "reported on test (300)",
+        "fusion_grid_points": len(fusion_grid()),
+        "configured_chunking": configured,
+        "contexts": results.get(configured),
+        "chosen_on_train": None,
+        "other_chunkings": {c: r for c, r in results.items() if c != configured},
+        "joint_choice_on_train": {
+            "chunking": joint[0],
+            "keyword_context_chunks": int(joint[1]),
+            **results[joint[0]][joint[1]],
+        },
+        "machine": machine(),
+    }
+    if configured in results:
+        by_context = results[configured]
+        report["chosen_on_train"] = int(
+            max(by_context, key=lambda n: by_context[n]["train"]["ndcg@10"])
+        )
+    return report
+
+
+async def _chunking(size: int, overlap: int, contexts: list[int]) -> dict[str, Any]:
     train, test = load_scifact(split="train"), load_scifact(split="test")
     grid = fusion_grid()
     results: dict[str, Any] = {}
     baseline: np.ndarray | None = None
     for context in contexts:
         train_replays, test_replays, report = await replays_for(
-            200, 40, train, test, context=context
+            size, overlap, train, test, context=context
         )
         chosen, per_query = train_chosen_fusion(train_replays, test_replays, train, test)
         entry: dict[str, Any] = {
@@ -65,17 +104,8 @@ async def evaluate(contexts: list[int]) -> dict[str, Any]:
         else:
             entry["test_minus_chunk_alone"] = paired_difference(per_query - baseline)
         results[str(context)] = entry
-        note(f"keyword context {context}: {entry}")
-    best = max(results, key=lambda n: results[n]["train"]["ndcg@10"])
-    return {
-        "benchmark": "scifact-context-lab",
-        "dataset": "BEIR SciFact, 200 / 40 chunks: (keyword context, fusion) chosen on train "
-        "(809 queries), reported on test (300)",
-        "fusion_grid_points": len(grid),
-        "contexts": results,
-        "chosen_on_train": int(best),
-        "machine": machine(),
-    }
+        note(f"{size}/{overlap}, keyword context {context}: {entry}")
+    return results
 
 
 def main() -> None:
@@ -88,8 +118,21 @@ def main() -> None:
         default=None,
         help="neighbouring chunks on each side (repeatable; the first is the intervals' baseline)",
     )
+    parser.add_argument(
+        "--chunking",
+        action="append",
+        default=None,
+        help="SIZE/OVERLAP (repeatable; default: the configured chunking only)",
+    )
     args = parser.parse_args()
-    emit(asyncio.run(evaluate(args.context or CONTEXTS)), args.out)
+    chunkings = [
+        (int(size), int(overlap))
+        for size, overlap in (
+            c.split("/")
+            for c in args.chunking or [f"{CONFIGURED.chunk_tokens}/{CONFIGURED.overlap_tokens}"]
+        )
+    ]
+    emit(asyncio.run(evaluate(args.context or CONTEXTS, chunkings)), args.out)
 
 
 if __name__ == "__main__":
