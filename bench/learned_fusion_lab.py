@@ -20,8 +20,9 @@ by full-batch Adam. The model's complexity — which nested feature set, which p
 by 5-fold cross-validation on the train queries (held-out nDCG@10), and so is the chunking
 when several are given (one per `--chunking`): the (chunking, feature set, penalty) with the best
 cross-validated figure is the lab's choice. Each set is refitted on all of train and reported on
-test, with a paired bootstrap 95 % interval of its per-query difference to the configured
-default (chunking 200 / 40, `linear` α 0.75). Coordinate ascent on nDCG@10 itself (Metzler &
+test, with a paired bootstrap 95 % interval of its per-query difference to the default of the
+time (chunking 200 / 40, the chunk alone as keyword text, `linear` α 0.75; the product now adds
+the neighbours, `bench/context_lab.py`). Coordinate ascent on nDCG@10 itself (Metzler &
 Croft 2007, from the `linear` default, cos weight fixed) was tried first: it stalled at a
 `linear` blend (kw weight 0.4; no single document-feature weight moved from 0 gains on train),
 so it was dropped.
