@@ -50,6 +50,7 @@ from bench.harness import (
     search_tool_process,
     settings_for,
 )
+from services.search_tool.chunking import keyword_text
 from services.search_tool.config import ChunkingSettings
 from services.search_tool.documents import Chunk, ChunkRecord, chunk_id
 from services.search_tool.embedding.minilm import MiniLmEmbedder
@@ -93,7 +94,7 @@ async def real_vectors(texts: list[str]) -> np.ndarray[Any, np.dtype[np.float32]
         embedder.close()
 
 
-def keyword_text(texts: list[str], i: int, context: int) -> str:
+def chunk_keyword_text(texts: list[str], i: int, context: int) -> str:
     """What ingest gives chunk `i` as keyword text with `keyword_context_chunks` = `context`: its
     own text, then its document (four consecutive chunks) from `context` chunks before it to
     `context` after it ("" for 0: the chunk alone)."""
@@ -101,7 +102,7 @@ def keyword_text(texts: list[str], i: int, context: int) -> str:
         return ""
     first = i - i % 4
     window = texts[max(first, i - context) : min(first + 4, i + context + 1)]
-    return f"{texts[i]}\n{' '.join(window)}"
+    return keyword_text(texts[i], " ".join(window))
 
 
 def records(
@@ -135,7 +136,7 @@ def records(
                     },
                 ),
                 vector=vectors[i],
-                keyword_text=keyword_text(texts, i, context),
+                keyword_text=chunk_keyword_text(texts, i, context),
             )
         )
     return out

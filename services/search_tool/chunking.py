@@ -77,7 +77,7 @@ class Chunker:
             if n:
                 first = kept[max(0, position - n)][1][0]
                 last = kept[min(len(kept) - 1, position + n)][1][1]
-                keyword = f"{piece}\n{text[first:last].strip()}"
+                keyword = keyword_text(piece, text[first:last].strip())
             chunks.append(TextChunk(index, piece, keyword))
         return chunks
 
@@ -96,6 +96,12 @@ class Chunker:
                 offsets, max(end - self._overlap_tokens, start + 1), floor=start, limit=end
             )
         return spans
+
+
+def keyword_text(chunk: str, neighbourhood: str) -> str:
+    """A chunk's keyword text: its own text, then the document's text around it (which holds the
+    chunk again, so the chunk's words count twice and its neighbours' once)."""
+    return f"{chunk}\n{neighbourhood}"
 
 
 def _best_cut(text: str, offsets: list[tuple[int, int]], *, low: int, high: int) -> int:

@@ -182,7 +182,13 @@ class ChunkRecord:
     (`chunking.TextChunk.keyword_text`); empty means the chunk's text alone."""
 
     @property
+    def keyword_body(self) -> str:
+        """The keyword text, or the chunk's own text when it has none (what every engine
+        indexes beside the title)."""
+        return self.keyword_text or self.chunk.text
+
+    @property
     def indexed_text(self) -> str:
-        """The text the keyword index scores: the title, then the keyword text."""
-        body = self.keyword_text or self.chunk.text
+        """The text the keyword index scores: the title, then the keyword body."""
+        body = self.keyword_body
         return f"{self.chunk.title}\n{body}" if self.chunk.title else body

@@ -48,7 +48,7 @@ def chunk_fields(
         "chunk_index": chunk.chunk_index,
         "title": chunk.title,
         "text": chunk.text,
-        "keyword_text": record.keyword_text or chunk.text,
+        "keyword_text": record.keyword_body,
         "source": chunk.source,
         "entity_type": chunk.entity_type,
         "url": chunk.url,
