@@ -118,40 +118,90 @@ def train_chosen_fusion(
     return entry, per_query_ndcg(test_rankings, test)
 
 
+class TrainChoices:
+    """Variants compared the same way by every lab: each one's fusion chosen on train
+    (`train_chosen_fusion`) and reported on test, with a paired bootstrap interval of its
+    per-query difference to the first variant added (under `difference_key`)."""
+
+    def __init__(self, train: SciFact, test: SciFact, difference_key: str) -> None:
+        self._train = train
+        self._test = test
+        self._difference_key = difference_key
+        self._baseline: np.ndarray | None = None
+        self.results: dict[str, dict[str, Any]] = {}
+        """Variant name → its entry, in the order added."""
+
+    def add(
+        self,
+        name: str,
+        train_replays: dict[str, Replay],
+        test_replays: dict[str, Replay],
+        *,
+        describe: dict[str, Any],
+        measures: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Choose the variant's fusion on train and record it: `describe` (what the variant is)
+        first, then the choice and its scores, then `measures`."""
+        chosen, per_query = train_chosen_fusion(
+            train_replays, test_replays, self._train, self._test
+        )
+        entry: dict[str, Any] = {**describe, **chosen, **measures}
+        if self._baseline is None:
+            self._baseline = per_query
+        else:
+            entry[self._difference_key] = paired_difference(per_query - self._baseline)
+        self.results[name] = entry
+        return entry
+
+    def best_on_train(self) -> str:
+        """The variant with the best train nDCG@10 (its train-chosen fusion's)."""
+        return max(self.results, key=lambda n: self.results[n]["train"]["ndcg@10"])
+
+
+def keyword_alone(
+    train_replays: dict[str, Replay],
+    test_replays: dict[str, Replay],
+    train: SciFact,
+    test: SciFact,
+) -> dict[str, Any]:
+    """The keyword side on its own (`linear` α 0), on train and on test."""
+    keyword = fusion_grid()["linear_a0.0"].to_fusion()
+    return {
+        "train": scores(replayed(train_replays, keyword), train),
+        "test": scores(replayed(test_replays, keyword), test),
+    }
+
+
 async def evaluate(chunkings: list[tuple[int, int]]) -> dict[str, Any]:
     train, test = load_scifact(split="train"), load_scifact(split="test")
     grid = fusion_grid()
-    results: dict[str, Any] = {}
-    baseline: np.ndarray | None = None
+    choices = TrainChoices(train, test, "test_minus_default")
     for size, overlap in chunkings:
         name = f"{size}/{overlap}"
         train_replays, test_replays, report = await replays_for(size, overlap, train, test)
-        chosen, per_query = train_chosen_fusion(train_replays, test_replays, train, test)
-        entry: dict[str, Any] = {
-            "chunks": report.get("chunks"),
-            **chosen,
-            "sides_on_test": {
-                side: scores(replayed(test_replays, grid[label].to_fusion()), test)
-                for side, label in (
-                    ("dense (linear a1.0)", "linear_a1.0"),
-                    ("keyword (linear a0.0)", "linear_a0.0"),
-                )
+        entry = choices.add(
+            name,
+            train_replays,
+            test_replays,
+            describe={"chunks": report.get("chunks")},
+            measures={
+                "sides_on_test": {
+                    side: scores(replayed(test_replays, grid[label].to_fusion()), test)
+                    for side, label in (
+                        ("dense (linear a1.0)", "linear_a1.0"),
+                        ("keyword (linear a0.0)", "linear_a0.0"),
+                    )
+                },
             },
-        }
-        if baseline is None:
-            baseline = per_query
-        else:
-            entry["test_minus_default"] = paired_difference(per_query - baseline)
-        results[name] = entry
+        )
         note(f"chunking {name}: {entry}")
-    best = max(results, key=lambda n: results[n]["train"]["ndcg@10"])
     return {
         "benchmark": "scifact-chunking-lab",
         "dataset": "BEIR SciFact: (chunking, fusion) chosen on train (809 queries), "
         "reported on test (300)",
         "fusion_grid_points": len(grid),
-        "chunkings": results,
-        "chosen_on_train": best,
+        "chunkings": choices.results,
+        "chosen_on_train": choices.best_on_train(),
         "machine": machine(),
     }
 

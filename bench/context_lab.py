@@ -31,13 +31,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.chunking_lab import replays_for, train_chosen_fusion
-from bench.eval_scifact import fusion_grid, replayed, scores
-from bench.fusion_lab import paired_difference
+from bench.chunking_lab import TrainChoices, keyword_alone, replays_for
+from bench.eval_scifact import fusion_grid
 from bench.harness import RESULTS_DIR, emit, load_scifact, machine, note
 from services.search_tool.config import ChunkingSettings
 
@@ -47,9 +44,10 @@ CONFIGURED = ChunkingSettings()
 
 
 async def evaluate(contexts: list[int], chunkings: list[tuple[int, int]]) -> dict[str, Any]:
-    results = {
+    choices = {
         f"{size}/{overlap}": await _chunking(size, overlap, contexts) for size, overlap in chunkings
     }
+    results = {chunking: by_context.results for chunking, by_context in choices.items()}
     runs = [(c, n) for c, by_context in results.items() for n in by_context]
     joint = max(runs, key=lambda run: results[run[0]][run[1]]["train"]["ndcg@10"])
     configured = f"{CONFIGURED.chunk_tokens}/{CONFIGURED.overlap_tokens}"
@@ -69,43 +67,28 @@ async def evaluate(contexts: list[int], chunkings: list[tuple[int, int]]) -> dic
         },
         "machine": machine(),
     }
-    if configured in results:
-        by_context = results[configured]
-        report["chosen_on_train"] = int(
-            max(by_context, key=lambda n: by_context[n]["train"]["ndcg@10"])
-        )
+    if configured in choices:
+        report["chosen_on_train"] = int(choices[configured].best_on_train())
     return report
 
 
-async def _chunking(size: int, overlap: int, contexts: list[int]) -> dict[str, Any]:
+async def _chunking(size: int, overlap: int, contexts: list[int]) -> TrainChoices:
+    """Every context at one chunking, each against the chunk alone (the first context)."""
     train, test = load_scifact(split="train"), load_scifact(split="test")
-    grid = fusion_grid()
-    results: dict[str, Any] = {}
-    baseline: np.ndarray | None = None
+    choices = TrainChoices(train, test, "test_minus_chunk_alone")
     for context in contexts:
         train_replays, test_replays, report = await replays_for(
             size, overlap, train, test, context=context
         )
-        chosen, per_query = train_chosen_fusion(train_replays, test_replays, train, test)
-        entry: dict[str, Any] = {
-            "keyword_context_chunks": context,
-            "chunks": report.get("chunks"),
-            **chosen,
-            "keyword_alone": {
-                split: scores(replayed(replays, grid["linear_a0.0"].to_fusion()), data)
-                for split, replays, data in (
-                    ("train", train_replays, train),
-                    ("test", test_replays, test),
-                )
-            },
-        }
-        if baseline is None:
-            baseline = per_query
-        else:
-            entry["test_minus_chunk_alone"] = paired_difference(per_query - baseline)
-        results[str(context)] = entry
+        entry = choices.add(
+            str(context),
+            train_replays,
+            test_replays,
+            describe={"keyword_context_chunks": context, "chunks": report.get("chunks")},
+            measures={"keyword_alone": keyword_alone(train_replays, test_replays, train, test)},
+        )
         note(f"{size}/{overlap}, keyword context {context}: {entry}")
-    return results
+    return choices
 
 
 def main() -> None:

@@ -26,13 +26,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np
 from lancedb.index import FTS
 
 from bench.chunking_lab import LAB_DIR as CHUNKING_DIR
-from bench.chunking_lab import replays_for, train_chosen_fusion
-from bench.eval_scifact import collect_replays, fusion_grid, replayed, scores
-from bench.fusion_lab import paired_difference
+from bench.chunking_lab import TrainChoices, keyword_alone, replays_for
+from bench.eval_scifact import collect_replays, fusion_grid
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note, settings_for
 from bench.scifact_collection import COLLECTION, cached_embedder
 from services.search_tool.engine.lancedb.engine import LanceDBEngine
@@ -77,34 +75,24 @@ async def evaluate(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if LAB_DIR.exists():
         shutil.rmtree(LAB_DIR)
     shutil.copytree(CHUNKING_DIR / "200-40", LAB_DIR)
-    grid = fusion_grid()
-    results: dict[str, Any] = {}
-    baseline: np.ndarray | None = None
+    choices = TrainChoices(train, test, "test_minus_product")
     for name, tokenizer in variants.items():
         train_replays, test_replays = await replays_with(tokenizer, train, test)
-        chosen, per_query = train_chosen_fusion(train_replays, test_replays, train, test)
-        entry: dict[str, Any] = {
-            "fts_overrides": tokenizer,
-            **chosen,
-            "keyword_alone": {
-                "train": scores(replayed(train_replays, grid["linear_a0.0"].to_fusion()), train),
-                "test": scores(replayed(test_replays, grid["linear_a0.0"].to_fusion()), test),
-            },
-        }
-        if baseline is None:
-            baseline = per_query
-        else:
-            entry["test_minus_product"] = paired_difference(per_query - baseline)
-        results[name] = entry
+        entry = choices.add(
+            name,
+            train_replays,
+            test_replays,
+            describe={"fts_overrides": tokenizer},
+            measures={"keyword_alone": keyword_alone(train_replays, test_replays, train, test)},
+        )
         note(f"tokenizer {name}: {entry}")
-    best = max(results, key=lambda n: results[n]["train"]["ndcg@10"])
     return {
         "benchmark": "scifact-tokenizer-lab",
         "dataset": "BEIR SciFact, 200 / 40 chunks: (BM25 tokenizer, fusion) chosen on train "
         "(809 queries), reported on test (300)",
-        "fusion_grid_points": len(grid),
-        "tokenizers": results,
-        "chosen_on_train": best,
+        "fusion_grid_points": len(fusion_grid()),
+        "tokenizers": choices.results,
+        "chosen_on_train": choices.best_on_train(),
         "machine": machine(),
     }
 
