@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
+from quarry_cli.addresses import AGENT, SEARCH_TOOL
 from quarry_cli.collections import (
     COLLECTIONS_EPILOG,
     SEARCH_EPILOG,
@@ -53,8 +54,6 @@ from services.common.errors import QuarryError
 from services.common.tls import ChannelTls
 from services.search_tool.client import SearchToolClient
 
-DEFAULT_AGENT = "127.0.0.1:50053"
-DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
 BUILDING_CHECK_S = 2.0
 """How long `quarry ask` waits for the search tool to say whether the collection is building."""
 STOP_REASONS = {
@@ -127,13 +126,13 @@ def _parser() -> argparse.ArgumentParser:
         "--mode", choices=["fast", "thinking"], default="fast", help="default %(default)s"
     )
     ask_parser.add_argument(
-        "--address", default=DEFAULT_AGENT, help="agent HOST:PORT (default %(default)s)"
+        "--address", default=AGENT.address(), help=f"agent HOST:PORT (default {AGENT.help()})"
     )
     ask_parser.add_argument(
         "--search-tool",
-        default=DEFAULT_SEARCH_TOOL,
+        default=SEARCH_TOOL.address(),
         help="search tool HOST:PORT, asked whether the collection is still being built "
-        "(default %(default)s; skipped when it does not answer)",
+        f"(default {SEARCH_TOOL.help()}; skipped when it does not answer)",
     )
     ask_parser.add_argument("--filter", help="caller filter, see below")
     ask_parser.add_argument(
