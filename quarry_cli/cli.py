@@ -45,7 +45,7 @@ from quarry_cli.connection import (
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
 from quarry_cli.probe import wrong_service_hint
-from quarry_cli.questions import OUTCOMES, TerminalQuestions
+from quarry_cli.questions import OUTCOMES, SKIPPED, TerminalQuestions
 from quarry_cli.status import EPILOG as STATUS_EPILOG
 from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
@@ -54,6 +54,7 @@ from services.common.errors import QuarryError
 from services.common.tls import ChannelTls
 from services.search_tool.client import SearchToolClient
 
+INTERRUPTED_EXIT = 130
 BUILDING_CHECK_S = 2.0
 """How long `quarry ask` waits for the search tool to say whether the collection is building."""
 STOP_REASONS = {
@@ -81,11 +82,15 @@ RUN_EPILOG = """examples:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run one command; a reader that closes our output early (`| head`) ends it quietly."""
+    """Run one command; a reader that closes our output early (`| head`) ends it quietly, and
+    Ctrl-C ends it with one line and exit status 130 (the shell's for SIGINT), no traceback."""
     try:
         _main(argv)
     except BrokenPipeError:
         exit_quietly_on_closed_pipe()
+    except KeyboardInterrupt:
+        print("quarry: interrupted", file=sys.stderr, flush=True)
+        sys.exit(INTERRUPTED_EXIT)
 
 
 def _main(argv: Sequence[str] | None) -> None:
@@ -404,8 +409,8 @@ class _Renderer:
             self.console.print(f"[yellow bold]question[/] {escape(event.question.text)}")
         elif kind == "question_closed":
             c = event.question_closed
-            answer = f" [italic]{escape(c.answer)}[/]" if c.answer else ""
-            outcome = OUTCOMES.get(c.outcome, "closed")
+            answer = f" [italic]{escape(c.answer)}[/]" if c.answer and c.answer != SKIPPED else ""
+            outcome = "skipped" if c.answer == SKIPPED else OUTCOMES.get(c.outcome, "closed")
             self.console.print(f"[yellow]question {outcome}[/]{answer}")
         elif kind == "done":
             self._done(event.done.response)
