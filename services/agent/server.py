@@ -24,7 +24,8 @@ AGENT_NAME = "quarry-agent"
 
 def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = None) -> QuarryServer:
     """The agent's server, bound but not started; its channels close when it stops."""
-    store = RunStore(settings.history) if settings.history.enabled else None
+    meter = telemetry.meter("services.agent") if telemetry else None
+    store = RunStore(settings.history, meter=meter) if settings.history.enabled else None
     if store is not None:
         try:
             store.open()
