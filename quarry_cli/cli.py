@@ -389,7 +389,11 @@ class _Renderer:
 
     def __call__(self, event: agent_pb2.StreamRunResponse) -> None:
         kind = event.WhichOneof("event")
-        if kind == "started":
+        error = _tool_error(event, kind)
+        if error:
+            name = TOOL_OF_EVENT.get(kind or "", kind)
+            self.console.print(f"[cyan]{name}[/] [red]refused:[/] {escape(error)}")
+        elif kind == "started":
             s = event.started
             mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
             self.console.print(
@@ -458,11 +462,23 @@ class _Renderer:
         if response.HasField("answered_by"):
             self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage
+        cost = f" · ${usage.cost_usd:.4f}" if usage.HasField("cost_usd") else ""
         self.console.print(
             f"[dim]{STOP_REASONS.get(response.stop_reason, 'done')} · "
             f"{response.iterations} searches · {usage.model_calls} model calls · "
-            f"{usage.input_tokens} in / {usage.output_tokens} out tokens[/]"
+            f"{usage.input_tokens} in / {usage.output_tokens} out tokens{cost}[/]"
         )
+
+
+TOOL_OF_EVENT = {"searching": "search", "reading": "read", "counting": "count"}
+"""Tool events that carry an `error` when the call failed (calculating prints its own)."""
+
+
+def _tool_error(event: agent_pb2.StreamRunResponse, kind: str | None) -> str:
+    """The error of a failed tool call's event, or ""."""
+    if kind not in TOOL_OF_EVENT:
+        return ""
+    return str(getattr(event, kind).error)
 
 
 if __name__ == "__main__":

@@ -424,6 +424,8 @@ def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.Ru
             cache_write_tokens=usage.cache_write_tokens,
             model_calls=usage.model_calls,
             searches=usage.searches,
+            tool_calls=usage.tool_calls,
+            cost_usd=usage.cost_usd,
         ),
         iterations=result.iterations,
         run_id=result.run_id,

@@ -67,6 +67,8 @@ class TokenUsage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    """What the call cost, when the gateway priced it (0: not priced)."""
 
 
 @dataclass(frozen=True)
