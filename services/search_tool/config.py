@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.common.postgres import PostgresSettings
 from services.common.settings import QuarrySettings, ServerSettings
 from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
@@ -114,9 +115,14 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["embedded", "lancedb", "vespa"] = "embedded"
-    """`embedded` (also called `lancedb`): LanceDB in this process, under `data_dir`;
-    `vespa`: a Vespa deployment at `vespa.url` running `services/search_tool/vespa/app`."""
+    kind: Literal["embedded", "lancedb", "postgres", "vespa"] = "embedded"
+    """`embedded` (also called `lancedb`): LanceDB in this process, under `data_dir` (one
+    writer); `postgres`: PostgreSQL with pgvector and pg_trgm (any number of replicas; the DSN
+    from the environment or a Secret file, `postgres`); `vespa`: a Vespa deployment at
+    `vespa.url` running `services/search_tool/vespa/app`."""
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    """The PostgreSQL engine's database: where the DSN comes from, pool, TLS, timeouts (read only
+    when `kind` is `postgres`)."""
     vespa: VespaSettings = Field(default_factory=VespaSettings)
     """The Vespa engine's endpoint and limits (read only when `kind` is `vespa`)."""
     fts_refresh_rows: int = Field(default=20_000, ge=1)

@@ -22,6 +22,7 @@ from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder, build_embedder
 from services.search_tool.engine.base import SearchEngine
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.postgres import PostgresEngine
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.service import SearchService
 from services.search_tool.servicer import ACCESS_RULES, SERVICE_NAME, SearchToolServicer
@@ -41,6 +42,7 @@ class SearchToolServer(QuarryServer):
     embedder_factory: EmbedderFactory | None = None
     telemetry: Telemetry | None = None
     service: SearchService | None = None
+    _draining: bool = False
 
     async def start(self) -> None:
         await self.set_serving(False)
@@ -52,7 +54,12 @@ class SearchToolServer(QuarryServer):
             self.search_settings, self.embedder_factory, telemetry=self.telemetry
         )
         self.servicer.attach(self.service)
-        await self.set_serving(True)
+        engine = self.service.engine
+        if isinstance(engine, PostgresEngine):
+            # readiness follows the database: NOT_SERVING while it cannot be reached
+            engine.watch(self._database_changed)
+        else:
+            await self.set_serving(True)
         log.info(
             "serving",
             extra={
@@ -61,6 +68,14 @@ class SearchToolServer(QuarryServer):
                 "health_port": self.health_port,
             },
         )
+
+    async def _database_changed(self, reachable: bool) -> None:
+        if not self._draining:
+            await self.set_serving(reachable)
+
+    async def begin_drain(self) -> None:
+        self._draining = True
+        await super().begin_drain()
 
     async def stop(self, grace_s: float | None = None) -> None:
         await super().stop(grace_s)
@@ -115,8 +130,14 @@ async def open_search_service(
 
 
 async def open_engine(settings: SearchToolSettings) -> SearchEngine:
-    """The engine `settings.engine.kind` names: Vespa at `engine.vespa.url`, or LanceDB opened on
-    `settings.data_dir`."""
+    """The engine `settings.engine.kind` names: PostgreSQL at the DSN `engine.postgres` points
+    to, Vespa at `engine.vespa.url`, or LanceDB opened on `settings.data_dir`."""
+    if settings.engine.kind == "postgres":
+        return await PostgresEngine.open(
+            settings.engine.postgres,
+            hybrid_candidates=settings.fusion.candidates,
+            keyword_count_cap=settings.engine.keyword_count_cap,
+        )
     if settings.engine.kind == "vespa":
         vespa = settings.engine.vespa
         return await VespaEngine.open(
