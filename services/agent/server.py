@@ -12,6 +12,7 @@ from services.agent.gateway_client import GatewayModelClient
 from services.agent.history import RunStore
 from services.agent.history_postgres import PostgresRunHistory
 from services.agent.loop import AgentLoop
+from services.agent.questions_postgres import PostgresQuestionBoard
 from services.agent.run_history import RunHistory
 from services.agent.search_tool_client import SearchToolClient
 from services.agent.servicer import AgentServicer
@@ -50,7 +51,11 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
         tracer=telemetry.tracer("services.agent") if telemetry else None,
         agent_name=AGENT_NAME,
     )
-    servicer = AgentServicer(loop, settings, store)
+    board = None
+    if isinstance(store, PostgresRunHistory):  # questions go where the runs are: every replica
+        board = PostgresQuestionBoard(store, settings.questions)
+        board.start()
+    servicer = AgentServicer(loop, settings, store, board)
 
     def register(server: grpc.aio.Server) -> None:
         agent_pb2_grpc.add_AgentServiceServicer_to_server(servicer, server)
@@ -64,6 +69,8 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
     async def close_channels() -> None:
         await gateway.close(None)
         await search.close(None)
+        if board is not None:
+            await board.close()
         if store is not None:
             await store.close()
 
