@@ -119,6 +119,9 @@ class EngineSettings(BaseModel):
     `vespa`: a Vespa deployment at `vespa.url` running `services/search_tool/vespa/app`."""
     vespa: VespaSettings = Field(default_factory=VespaSettings)
     """The Vespa engine's endpoint and limits (read only when `kind` is `vespa`)."""
+    readiness_interval_s: float = Field(default=5.0, gt=0)
+    """How often an engine behind a server (Vespa) is asked whether it can answer; the search
+    tool's readiness follows the answer."""
     fts_refresh_rows: int = Field(default=20_000, ge=1)
     """Rebuild the BM25 index once this many rows were written since the last build."""
     vector_index_min_rows: int = Field(default=50_000, ge=1)

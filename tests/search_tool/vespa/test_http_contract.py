@@ -52,16 +52,17 @@ from tests.search_tool.vespa.conftest import fixture_fields
 from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
 from tests.search_tool.vespa.yql_reference import And, Retrieval, parse_query
 
-REGISTRY_HIT = {
-    "id": "id:quarry:collection::fixture",
-    "relevance": 0.0,
-    "fields": {
-        "name": "fixture",
-        "embedding_model": "test-model",
-        "dimensions": DIMENSIONS,
-        "metadata_types": json.dumps({"year": "integer", "team": "string"}),
-    },
+REGISTRY_FIELDS = {
+    "name": "fixture",
+    "embedding_model": "test-model",
+    "dimensions": DIMENSIONS,
+    "metadata_types": json.dumps({"year": "integer", "team": "string"}),
+    "revision": 3,
 }
+REGISTRY_PATH = "/document/v1/quarry/collection/docid/fixture"
+REGISTRY_HIT = {"id": "id:quarry:collection::fixture", "relevance": 0.0, "fields": REGISTRY_FIELDS}
+"""The fixture collection's registry entry: as a document get answers it (`{"pathId", "id",
+"fields"}`, `en/reference/api/document-v1.html` "Get") and as a query hit."""
 FULL = {"coverage": 100, "documents": 5, "full": True, "nodes": 1, "results": 1, "resultsFull": 1}
 DEGRADED = {
     "coverage": 99,
@@ -121,6 +122,11 @@ def _hit(chunk_id: str, relevance: float) -> dict[str, Any]:
 
 def _routed(search: Callable[[Recorded], Reply]) -> Callable[[Recorded], Reply]:
     def respond(request: Recorded) -> Reply:
+        if request.method == "GET" and request.path == REGISTRY_PATH:
+            return Reply(
+                200,
+                {"pathId": request.path, "id": REGISTRY_HIT["id"], "fields": REGISTRY_FIELDS},
+            )
         if request.path.startswith("/document/v1/"):
             return Reply(200, {"pathId": request.path, "id": "id:quarry:chunk::x"})
         if "from collection" in request.json()["yql"]:
@@ -504,7 +510,8 @@ async def test_delete_collection_is_a_selection_delete_that_follows_continuation
     assert all(r.query["timeout"] == "30s" for r in rounds)  # a continuation well before 180 s
     registry = [r for r in server.requests if r.path.startswith("/document/v1/quarry/collection/")]
     assert [(r.method, r.path) for r in registry] == [
-        ("DELETE", "/document/v1/quarry/collection/docid/fixture")
+        ("GET", REGISTRY_PATH),  # it exists (a get: the newest acknowledged entry)
+        ("DELETE", REGISTRY_PATH),
     ]
 
 
@@ -649,7 +656,7 @@ async def test_a_count_past_max_offset_without_a_selection_fails_instead_of_clai
         )
     assert raised.value.reason == "VESPA_MAX_OFFSET"
     assert "maxOffset" in raised.value.message
-    assert not [r for r in server.requests if r.method == "GET"]
+    assert not [r for r in server.requests if r.method == "GET" and "selection" in r.query]
 
 
 def _grouping(children: list[dict[str, Any]], root_fields: dict[str, Any], total: int) -> Reply:

@@ -20,6 +20,9 @@ attribute. Metadata lives in four typed maps whose keys and values are struct-fi
 
 from __future__ import annotations
 
+import functools
+import hashlib
+
 from vespa.package import (
     HNSW,
     ApplicationPackage,
@@ -74,7 +77,28 @@ _MAP_VALUE_TYPES = {
 
 
 def application_package(dimensions: int = DEFAULT_DIMENSIONS) -> ApplicationPackage:
-    """The whole package for `dimensions`-d embeddings."""
+    """The whole package for `dimensions`-d embeddings, marked with `package_profile()`."""
+    package = _unmarked_package(dimensions)
+    package.get_schema(CHUNK).add_rank_profile(RankProfile(package_profile(), inherits="default"))
+    return package
+
+
+@functools.cache
+def package_profile() -> str:
+    """The name of a rank profile only this shape of the package has: `quarry_` and the first
+    12 hex digits of the SHA-256 of its schemas and query profile (rendered without the marker,
+    for any one dimension count: the embedding size is checked per collection). Readiness asks
+    Vespa for it; a query naming a rank profile the deployed schema lacks is refused ("Requested
+    rank profile '…' is undefined for document type", Vespa's ClusterSearcher), so an older or
+    foreign package is told apart from this one."""
+    package = _unmarked_package(1)
+    text = "\n".join(
+        [*(schema.schema_to_text for schema in package.schemas), package.query_profile_to_text]
+    )
+    return "quarry_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _unmarked_package(dimensions: int) -> ApplicationPackage:
     return ApplicationPackage(
         name=APPLICATION,
         schema=[chunk_schema(dimensions), collection_schema()],
@@ -199,6 +223,8 @@ def collection_schema() -> Schema:
                 Field("embedding_model", "string", indexing=["attribute", "summary"]),
                 Field("dimensions", "int", indexing=["attribute", "summary"]),
                 Field("metadata_types", "string", indexing=["summary"]),
+                # bumped by every write; the test-and-set condition of the next one
+                Field("revision", "long", indexing=["attribute", "summary"]),
             ]
         ),
     )

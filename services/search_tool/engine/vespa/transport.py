@@ -3,13 +3,17 @@ running event loop, with our own time limits, concurrency bound and retries, and
 mapped to `services.common.errors`.
 
 pyvespa's defaults do not fit an RPC with a deadline: queries retry up to five times over about a
-minute, document/v1 calls retry 429 forever, and `feed_async_iterable` starts its own event loop.
-So every query is sent with `NO_RETRY` under `asyncio.timeout`, and document writes go through a
-semaphore (`feed_concurrency`) with a bounded retry on 429/503 (`feed_retries`).
+minute, document/v1 calls retry 429 forever (`THROTTLE_RETRY`, `stop_never`) inside three tries
+on 503 (`DOCV1_RETRY`), and `feed_async_iterable` starts its own event loop. So the client is built
+with `docv1_retry_policy=NO_RETRY` (pyvespa then sends each document/v1 call exactly once), every
+query is sent with `NO_RETRY` under `asyncio.timeout`, and document writes go through a semaphore
+(`feed_concurrency`) with our own retry on 429/503: at most `feed_retries` attempts in all, then
+Unavailable naming the status Vespa last answered.
 
 Mapping (`en/querying/query-api.html`, `en/reference/api/document-v1.html`): unreachable, 429,
 503 and other 5xx → Unavailable with a retry hint; 504 or our own timer → DeadlineExceeded; 400 →
-`QueryRejected`, which the search names as a filter field when Vespa's message names one.
+`QueryRejected`, which the search names as a filter field when Vespa's message names one; 412 on a
+conditional write (test-and-set `condition`) → `ConditionFailed`, which the caller re-reads on.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ _HTTP_MARGIN_S = 0.5
 """The HTTP call may take this much longer than the `timeout` Vespa itself enforces."""
 
 
+class ConditionFailed(Exception):
+    """Vespa answered 412: the write's test-and-set `condition` did not hold (or, without
+    `create`, the document does not exist): `en/reference/api/document-v1.html`."""
+
+
 class QueryRejected(Exception):
     """Vespa answered 400: the query is not acceptable to the deployed application."""
 
@@ -63,7 +72,10 @@ class Endpoint:
     feed_concurrency: int = 16
     """Document writes in flight at once."""
     feed_retries: int = 3
-    """Attempts of one document write answered 429 or 503."""
+    """Attempts of one document write in all (the first included) while Vespa answers 429 or
+    503; then Unavailable."""
+    retry_pause_s: float = 0.25
+    """Pause before the second attempt of a write; the n-th retry waits n times as long."""
     query_timeout_s: float = 5.0
     """Longest a query may run when the caller allows more (Vespa's own `timeout`)."""
 
@@ -85,7 +97,12 @@ class VespaTransport:
         tls: dict[str, Any] = {}
         if self.endpoint.ca_path is not None:  # handed to pyvespa's httpr.AsyncClient as is
             tls["ca_cert_file"] = str(self.endpoint.ca_path)
-        client = VespaAsync(self._app, timeout=self.endpoint.query_timeout_s + 60, **tls)
+        client = VespaAsync(
+            self._app,
+            timeout=self.endpoint.query_timeout_s + 60,
+            docv1_retry_policy=NO_RETRY,  # one HTTP request per call: `_write` retries, bounded
+            **tls,
+        )
         await client.__aenter__()  # type: ignore[no-untyped-call]
         self._client = client
 
@@ -120,13 +137,61 @@ class VespaTransport:
             raise QueryRejected(message)
         raise _status_error(status, message)
 
-    async def put(self, schema: str, document_id: str, fields: dict[str, Any]) -> None:
-        """Create or replace one document (idempotent by id)."""
-        await self._write("put", schema, document_id, fields)
+    async def put(
+        self,
+        schema: str,
+        document_id: str,
+        fields: dict[str, Any],
+        *,
+        condition: str | None = None,
+        create: bool = False,
+    ) -> None:
+        """Create or replace one document (idempotent by id). With `condition` (a document
+        selection over this document), only if it holds (else `ConditionFailed`); with `create`
+        as well, a missing document is written whatever the condition
+        (`en/writing/document-v1-api-guide.html`, "Conditional updates and puts with create")."""
+        params: dict[str, Any] = {}  # document/v1 query parameters, as pyvespa sends kwargs
+        if condition is not None:
+            params["condition"] = condition
+            if create:
+                params["create"] = "true"
+        await self._write("put", schema, document_id, fields, params)
+
+    async def get(self, schema: str, document_id: str) -> dict[str, Any] | None:
+        """The fields of one document, or None when it does not exist: `GET
+        /document/v1/<ns>/<schema>/docid/<id>` (200 with `fields`, 404 when absent). A get reads
+        the newest acknowledged version, unlike a query (`en/reference/api/document-v1.html`)."""
+        client = self._connected()
+        try:
+            async with asyncio.timeout(self.endpoint.query_timeout_s + _HTTP_MARGIN_S):
+                response = await client.get_data(schema, document_id, NAMESPACE)
+        except TimeoutError:
+            raise DeadlineExceeded(f"Vespa did not return {schema} {document_id!r}") from None
+        except Exception as error:
+            raise _unreachable(self.endpoint.url, error) from None
+        status = response.status_code
+        body = response.json if isinstance(response.json, dict) else {}
+        if status == 404:
+            return None
+        if status == 200:
+            fields = body.get("fields")
+            return dict(fields) if isinstance(fields, dict) else {}
+        message = str(body.get("message", ""))[:500]
+        if status == 400:
+            raise FailedPrecondition(
+                f"Vespa refused the get of {schema} {document_id!r}: {message}",
+                reason="VESPA_REJECTED",
+            )
+        raise _status_error(status, message)
 
     async def delete(self, schema: str, document_id: str) -> None:
         """Remove one document (200 also when it did not exist)."""
-        await self._write("delete", schema, document_id, None)
+        await self._write("delete", schema, document_id, None, {})
+
+    @property
+    def writes_in_flight(self) -> int:
+        """Document writes holding a slot of `feed_concurrency` now (0 when none is running)."""
+        return self.endpoint.feed_concurrency - self._writes._value
 
     async def delete_where(self, schema: str, selection: str) -> int:
         """Remove every `schema` document `selection` selects (a document selection, see
@@ -211,37 +276,50 @@ class VespaTransport:
         raise _status_error(status, message)
 
     async def _write(
-        self, operation: str, schema: str, document_id: str, fields: dict[str, Any] | None
+        self,
+        operation: str,
+        schema: str,
+        document_id: str,
+        fields: dict[str, Any] | None,
+        params: dict[str, Any],
     ) -> None:
+        """One document write, sent at most `feed_retries` times: again only on 429 (too many
+        operations in flight) or 503 (no answer now), after a short growing pause."""
         client = self._connected()
         for attempt in range(1, self.endpoint.feed_retries + 1):
             try:
                 async with self._writes:
                     if fields is None:
-                        response = await client.delete_data(schema, document_id, NAMESPACE)
+                        response = await client.delete_data(
+                            schema, document_id, NAMESPACE, **params
+                        )
                     else:
                         response = await client.feed_data_point(
-                            schema, document_id, fields, NAMESPACE
+                            schema, document_id, fields, NAMESPACE, **params
                         )
             except Exception as error:
                 raise _unreachable(self.endpoint.url, error) from None
             status = response.status_code
             if status == 200:
                 return
-            message = str(response.json.get("message", ""))[:500]
+            body = response.json if isinstance(response.json, dict) else {}
+            message = str(body.get("message", ""))[:500]
+            if status == 412:
+                raise ConditionFailed(message)
             if status in (429, 503) and attempt < self.endpoint.feed_retries:
                 log.info(
                     "vespa write throttled, retrying",
                     extra={"status": status, "attempt": attempt},
                 )
-                await asyncio.sleep(RETRY_AFTER_S * attempt / 4)
+                await asyncio.sleep(self.endpoint.retry_pause_s * attempt)
                 continue
             if status == 400:
                 raise FailedPrecondition(
                     f"Vespa refused the {operation} of {schema} {document_id!r}: {message}",
                     reason="VESPA_REJECTED",
                 )
-            raise _status_error(status, message)
+            tries = f"attempt {attempt} of {self.endpoint.feed_retries}"
+            raise _status_error(status, f"{message} ({operation} of {schema}, {tries})")
 
     def _connected(self) -> VespaAsync:
         if self._client is None:
