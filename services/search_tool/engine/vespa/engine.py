@@ -19,13 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from services.common.errors import (
     DeadlineExceeded,
@@ -60,11 +59,16 @@ from services.search_tool.engine.vespa.documents import (
     chunk_from_json,
 )
 from services.search_tool.engine.vespa.package import (
+    BM25_FEATURE,
     CHUNK,
     COLLECTION,
+    KEYWORD_PROFILE,
     MAX_HITS,
     MAX_OFFSET,
+    MAX_QUERY_VECTORS,
     METADATA_MAPS,
+    SEMANTIC_PROFILE,
+    cosine_feature,
     package_profile,
 )
 from services.search_tool.engine.vespa.queries import (
@@ -110,7 +114,24 @@ READINESS_TIMEOUT_S = 2.0
 CREATE_ONLY = "false"
 """The registry entry's condition at creation: with `create`, a missing document is written
 whatever the condition, an existing one only if it holds, and `false` never does."""
+COUNT_CACHE_SIZE = 256
+"""Filter counts remembered (the oldest goes first)."""
 _T = TypeVar("_T")
+
+
+class _NoSearchableWord(Exception):
+    """Vespa refused a query whose text has no searchable word (a null item)."""
+
+
+class _Scored(NamedTuple):
+    """One hit of a ranked request with both sides' scores (`matchfeatures`)."""
+
+    chunk_id: str
+    chunk_json: str
+    cosines: tuple[float, ...]
+    """Cosine to each query vector (`cosine_q<i>`; 0 beyond the query's vectors)."""
+    bm25: float
+    """`bm25(search_text)`: 0 when no word of the text occurs."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +163,7 @@ class VespaEngine:
         self._facts_ttl_s = facts_ttl_s
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._registered: dict[str, tuple[float, Registered | None]] = {}
+        self._counts: dict[tuple[str, str], tuple[float, int]] = {}
 
     @classmethod
     async def open(cls, endpoint: Endpoint, **limits: Any) -> VespaEngine:
@@ -322,6 +344,9 @@ class VespaEngine:
         return deleted
 
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
+        """At most two ranked requests at once (`queries`: the dense side with each hit's BM25,
+        the keyword side with each hit's cosines) and, when the total is not cached, a count
+        beside them; the sides are fused by `fusion.py`, as in the embedded engine."""
         await self._spec(name)
         depth = query.offset + query.limit
         if depth > MAX_HITS:
@@ -330,48 +355,50 @@ class VespaEngine:
             )
         hybrid = query.strategy is Strategy.HYBRID
         hits = max(depth, self._hybrid_candidates) if hybrid else depth
-        dense_task = asyncio.gather(
-            *(
-                self._ranked(dense_body(name, query.filter, v, i, hits), query, cosine=True)
-                for i, v in enumerate(query.vectors)
-            )
-            if query.strategy is not Strategy.KEYWORD
-            else ()
-        )
+        dense = query.strategy is not Strategy.KEYWORD and len(query.vectors) > 0
         keyword = query.strategy is not Strategy.SEMANTIC
+        vectors = query.vectors if dense else query.vectors[:0]
+        dense_task = (
+            self._dense(name, query, hits, query.keyword_text if keyword else None)
+            if dense
+            else _nothing()
+        )
         keyword_task = (
-            self._ranked(keyword_body(name, query.filter, query.keyword_text, hits), query)
+            self._ranked(
+                keyword_body(
+                    name, query.filter, query.keyword_text, hits, vectors if dense else None
+                ),
+                query,
+                keyword=True,
+            )
             if keyword
             else _nothing()
         )
         count_text = query.keyword_text if query.strategy is Strategy.KEYWORD else None
-        count_task = self._count(name, query, count_text)
-        dense_sides, keyword_side, (total, count_coverage) = await asyncio.gather(
-            dense_task, keyword_task, count_task
+        dense_side, keyword_side, (total, count_coverage) = await asyncio.gather(
+            dense_task, keyword_task, self._count(name, query, count_text)
         )
-        chunks: dict[str, str] = {}
         coverage = count_coverage
+        scored: dict[str, _Scored] = {}
         dense_lists: list[list[Candidate]] = []
-        for ranked, found, side_coverage in dense_sides:
-            dense_lists.append(ranked)
-            chunks.update(found)
+        if dense_side is not None:
+            found, side_coverage = dense_side
             coverage = coverage.merged(side_coverage)
+            scored.update(found)
+            dense_lists = [_by_cosine(found.values(), i, hits) for i in range(len(vectors))]
         keyword_list = None
         if keyword_side is not None:
-            keyword_list, found, side_coverage = keyword_side
-            chunks.update(found)
+            found, side_coverage = keyword_side
             coverage = coverage.merged(side_coverage)
-        dense_lists = [d for d in dense_lists if d] or dense_lists[:1]
+            keyword_list = [Candidate(s.chunk_id, s.bm25) for s in found.values()][:hits]
+            for chunk_id, hit in found.items():
+                scored.setdefault(chunk_id, hit)
         completion = None
         if keyword_list is not None and dense_lists:
-            completion, found, side_coverage = await self._completion(
-                name, query, dense_lists, keyword_list
-            )
-            chunks.update(found)
-            coverage = coverage.merged(side_coverage)
+            completion = _completion(dense_lists, keyword_list, scored, len(vectors))
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
-            Hit(chunk_from_json(chunks[f.id]), f.score, f.dense_score, f.keyword_score)
+            Hit(chunk_from_json(scored[f.id].chunk_json), f.score, f.dense_score, f.keyword_score)
             for f in fused[query.offset : depth]
         ]
         if count_text is not None:
@@ -420,78 +447,65 @@ class VespaEngine:
         found = await self._read(name, where, whole=True, limit=limit)
         return [chunk_from_json(f["chunk_json"]) for f in found]
 
+    async def _dense(
+        self, name: str, query: EngineQuery, hits: int, keyword_text: str | None
+    ) -> tuple[dict[str, _Scored], Coverage]:
+        """The dense request; when its rank-only text has no searchable word (Vespa refuses a
+        null item), again without it (every BM25 is then 0 anyway)."""
+        vectors = query.vectors
+        limit = min(MAX_HITS, hits * len(vectors))
+        try:
+            return await self._ranked(
+                dense_body(name, query.filter, vectors, hits, limit, keyword_text),
+                query,
+                keyword=keyword_text is not None,
+            )
+        except _NoSearchableWord:
+            return await self._ranked(dense_body(name, query.filter, vectors, hits, limit), query)
+
     async def _ranked(
-        self, body: dict[str, Any], query: EngineQuery, *, cosine: bool = False
-    ) -> tuple[list[Candidate], dict[str, str], Coverage]:
-        """(candidates best first, chunk id → chunk_json, coverage) of one ranked request."""
+        self, body: dict[str, Any], query: EngineQuery, *, keyword: bool = False
+    ) -> tuple[dict[str, _Scored], Coverage]:
+        """(chunk id → the hit and both sides' scores, best first; coverage) of one request."""
         try:
             root = await self._transport.query(body, query.timeout_s)
         except QueryRejected as rejected:
-            if not cosine and "null" in rejected.message.lower():
-                return [], {}, FULL_COVERAGE  # text without a searchable word: nothing matches
+            if keyword and "null" in rejected.message.lower():
+                if body["ranking"] == SEMANTIC_PROFILE:
+                    raise _NoSearchableWord from None
+                return {}, FULL_COVERAGE  # text without a searchable word: nothing matches
             raise _rejected(rejected, query.filter) from None
-        ranked, found = [], {}
+        found: dict[str, _Scored] = {}
         for hit in root.get("children", []):
             fields = hit.get("fields", {})
             if "chunk_id" not in fields:
                 continue
-            score = float(hit["relevance"])
-            if cosine:  # closeness = 1 / (1 + angle); the cosine of that angle
-                score = math.cos(1.0 / score - 1.0) if score > 0 else -1.0
-            ranked.append(Candidate(fields["chunk_id"], score))
-            found[fields["chunk_id"]] = fields["chunk_json"]
-        return ranked, found, _coverage(root)
-
-    async def _completion(
-        self,
-        name: str,
-        query: EngineQuery,
-        dense_lists: list[list[Candidate]],
-        keyword_list: list[Candidate],
-    ) -> tuple[Completion, dict[str, str], Coverage]:
-        """Each side's score of the candidates only the other side found: the same ranked
-        requests, restricted to those chunk ids (a nearestNeighbor over a few ids is exact)."""
-        keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
-        dense_task = asyncio.gather(
-            *(
-                self._ranked(
-                    dense_body(name, _in("id", keyword_only), v, i, len(keyword_only)),
-                    query,
-                    cosine=True,
-                )
-                for i, v in enumerate(query.vectors)
+            features = fields.get("matchfeatures") or {}
+            found[fields["chunk_id"]] = _Scored(
+                fields["chunk_id"],
+                fields["chunk_json"],
+                tuple(
+                    float(features.get(cosine_feature(i), 0.0)) for i in range(MAX_QUERY_VECTORS)
+                ),
+                # the keyword profile ranks by BM25: its relevance is the score itself
+                float(hit["relevance"])
+                if body["ranking"] == KEYWORD_PROFILE
+                else float(features.get(BM25_FEATURE, 0.0)),
             )
-            if keyword_only
-            else ()
-        )
-        keyword_task = (
-            self._ranked(
-                keyword_body(name, _in("id", dense_only), query.keyword_text, len(dense_only)),
-                query,
-            )
-            if dense_only
-            else _nothing()
-        )
-        dense_sides, keyword_side = await asyncio.gather(dense_task, keyword_task)
-        cosines: dict[str, float] = {}
-        found: dict[str, str] = {}
-        coverage = FULL_COVERAGE
-        for ranked, chunks, side_coverage in dense_sides:
-            found.update(chunks)
-            coverage = coverage.merged(side_coverage)
-            for c in ranked:
-                cosines[c.id] = max(c.score, cosines.get(c.id, -1.0))
-        bm25: dict[str, float] = {}
-        if keyword_side is not None:
-            ranked, chunks, side_coverage = keyword_side
-            found.update(chunks)
-            coverage = coverage.merged(side_coverage)
-            bm25 = {c.id: c.score for c in ranked}
-        return Completion(dense=cosines, keyword=bm25), found, coverage
+        return found, _coverage(root)
 
     async def _count(
         self, name: str, query: EngineQuery, keyword_text: str | None
     ) -> tuple[int, Coverage]:
+        """Chunks matching the filter (and, for KEYWORD, any word of the text). A filter's count
+        is cached for `facts_ttl_s` (every search of an agent run repeats its filter); a count
+        under text is not (it changes with every query)."""
+        key = (name, json.dumps(count_body(name, query.filter), sort_keys=True))
+        now = time.monotonic()
+        if keyword_text is None:
+            cached = self._counts.get(key)
+            if cached is not None and now - cached[0] < self._facts_ttl_s:
+                return cached[1], FULL_COVERAGE
         try:
             root = await self._transport.query(
                 count_body(name, query.filter, keyword_text), query.timeout_s
@@ -500,7 +514,12 @@ class VespaEngine:
             if keyword_text is not None and "null" in rejected.message.lower():
                 return 0, FULL_COVERAGE
             raise _rejected(rejected, query.filter) from None
-        return _total(root), _coverage(root)
+        coverage = _coverage(root)
+        if keyword_text is None and not coverage.degraded:
+            self._counts[key] = (now, _total(root))
+            while len(self._counts) > COUNT_CACHE_SIZE:
+                self._counts.pop(next(iter(self._counts)))
+        return _total(root), coverage
 
     async def list_documents(
         self, name: str, *, where: FilterExpression | None
@@ -645,6 +664,27 @@ def _unchanged(revision: int) -> str:
     had one, the field is missing, which only `== null` tests without turning invalid)."""
     value = "null" if revision == 0 else str(revision)
     return f"{COLLECTION}.revision == {value}"
+
+
+def _by_cosine(hits: Iterable[_Scored], index: int, limit: int) -> list[Candidate]:
+    """The dense list of query vector `index`: the hits by their cosine to it, best first."""
+    ranked = sorted(hits, key=lambda hit: -hit.cosines[index])[:limit]
+    return [Candidate(hit.chunk_id, hit.cosines[index]) for hit in ranked]
+
+
+def _completion(
+    dense_lists: list[list[Candidate]],
+    keyword_list: list[Candidate],
+    scored: Mapping[str, _Scored],
+    vectors: int,
+) -> Completion:
+    """Each side's score of the candidates only the other side found, from the scores every hit
+    already carries: the best cosine of a keyword-only chunk, the BM25 of a dense-only one."""
+    keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
+    return Completion(
+        dense={c: max(scored[c].cosines[:vectors]) for c in keyword_only},
+        keyword={c: scored[c].bm25 for c in dense_only if scored[c].bm25 > 0},
+    )
 
 
 def _registered(fields: Mapping[str, Any]) -> Registered:
