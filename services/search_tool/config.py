@@ -86,6 +86,9 @@ class VespaSettings(BaseModel):
 
     url: str = "http://localhost:8080"
     """Container endpoint (search and document/v1), e.g. a Vespa Cloud data-plane URL."""
+    feed_url: str | None = None
+    """The `feed` container cluster's endpoint (document/v1) when feed and query run apart (a
+    multi-node or Vespa Cloud package from `gen_vespa_app.py --topology`); null: `url`."""
     cert_path: Path | None = None
     """Client certificate for mTLS (Vespa Cloud, secured Vespa); with `key_path`."""
     key_path: Path | None = None

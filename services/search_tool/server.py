@@ -153,6 +153,7 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
         return await VespaEngine.open(
             Endpoint(
                 url=vespa.url,
+                feed_url=vespa.feed_url,
                 cert_path=vespa.cert_path,
                 key_path=vespa.key_path,
                 ca_path=vespa.ca_path,

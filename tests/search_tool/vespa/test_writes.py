@@ -289,3 +289,21 @@ async def test_a_registry_changing_under_every_attempt_is_unavailable_not_overwr
     assert len(registry_puts) == 8
     assert all(r.query["condition"] == "collection.revision == 3" for r in registry_puts)
     assert not _chunk_puts(server)
+
+
+async def test_with_a_feed_url_documents_go_to_the_feed_cluster_and_queries_to_the_query_one(
+    vespa: Any,
+) -> None:
+    """A multi-node package (`topology.py`) has the document API on `feed` and search on
+    `query`: writes, gets and visits go to `feed_url`, queries to `url`."""
+    feed, _ = await vespa(lambda r: _registry_get(r) or Reply(200, {"pathId": r.path}))
+    query, _ = await vespa(lambda r: _root([], 0))
+    engine = await VespaEngine.open(Endpoint(query.url, feed_url=feed.url, query_timeout_s=2.0))
+    try:
+        await engine.upsert("fixture", [_record("a")])
+        await engine.list_collections()
+    finally:
+        await engine.close()
+    assert {r.path.split("/")[1] for r in feed.requests} == {"document"}
+    assert {r.path for r in query.requests} == {"/search/"}
+    assert len(_chunk_puts(feed)) == 1

@@ -61,7 +61,10 @@ class Endpoint:
     """Where Vespa is and how to reach it."""
 
     url: str
-    """Container endpoint, e.g. `http://vespa:8080` or a Vespa Cloud URL."""
+    """Container endpoint queries go to, e.g. `http://vespa:8080` or a Vespa Cloud URL."""
+    feed_url: str | None = None
+    """Container endpoint of document/v1 (writes, gets, visits) when feed and query run in
+    separate container clusters (`topology.py`); None: `url`."""
     cert_path: Path | None = None
     """Client certificate (mTLS, Vespa Cloud data plane)."""
     key_path: Path | None = None
@@ -81,35 +84,50 @@ class Endpoint:
 
 
 class VespaTransport:
-    """One open HTTP/2 client for the life of the engine."""
+    """One open HTTP/2 client for the life of the engine (two when feed and query are apart)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        self._app = Vespa(
-            url=endpoint.url,
-            cert=str(endpoint.cert_path) if endpoint.cert_path else None,
-            key=str(endpoint.key_path) if endpoint.key_path else None,
+        self._app = self._application(endpoint.url)
+        self._feed_app = (
+            self._application(endpoint.feed_url)
+            if endpoint.feed_url not in (None, endpoint.url)
+            else self._app
         )
         self._client: VespaAsync | None = None
+        self._feed_client: VespaAsync | None = None
         self._writes = asyncio.Semaphore(endpoint.feed_concurrency)
 
+    def _application(self, url: str | None) -> Vespa:
+        return Vespa(
+            url=url or self.endpoint.url,
+            cert=str(self.endpoint.cert_path) if self.endpoint.cert_path else None,
+            key=str(self.endpoint.key_path) if self.endpoint.key_path else None,
+        )
+
     async def open(self) -> None:
+        self._client = await self._open(self._app)
+        self._feed_client = (
+            self._client if self._feed_app is self._app else await self._open(self._feed_app)
+        )
+
+    async def _open(self, app: Vespa) -> VespaAsync:
         tls: dict[str, Any] = {}
         if self.endpoint.ca_path is not None:  # handed to pyvespa's httpr.AsyncClient as is
             tls["ca_cert_file"] = str(self.endpoint.ca_path)
         client = VespaAsync(
-            self._app,
+            app,
             timeout=self.endpoint.query_timeout_s + 60,
             docv1_retry_policy=NO_RETRY,  # one HTTP request per call: `_write` retries, bounded
             **tls,
         )
         await client.__aenter__()  # type: ignore[no-untyped-call]
-        self._client = client
+        return client
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.__aexit__(None, None, None)  # type: ignore[no-untyped-call]
-            self._client = None
+        for client in {id(c): c for c in (self._client, self._feed_client) if c}.values():
+            await client.__aexit__(None, None, None)  # type: ignore[no-untyped-call]
+        self._client = self._feed_client = None
 
     def budget(self, timeout_s: float | None) -> float:
         """The time one query may take: the caller's budget, capped by the configured limit."""
@@ -161,7 +179,7 @@ class VespaTransport:
         """The fields of one document, or None when it does not exist: `GET
         /document/v1/<ns>/<schema>/docid/<id>` (200 with `fields`, 404 when absent). A get reads
         the newest acknowledged version, unlike a query (`en/reference/api/document-v1.html`)."""
-        client = self._connected()
+        client = self._feeding()
         try:
             async with asyncio.timeout(self.endpoint.query_timeout_s + _HTTP_MARGIN_S):
                 response = await client.get_data(schema, document_id, NAMESPACE)
@@ -247,10 +265,10 @@ class VespaTransport:
         self, method: str, schema: str, params: dict[str, str]
     ) -> dict[str, Any]:
         """One request of a visit (`GET`) or a selection delete (`DELETE`); its JSON body."""
-        http = self._connected().httpr_client  # pyvespa's own client: same TLS and headers
+        http = self._feeding().httpr_client  # pyvespa's own client: same TLS and headers
         if http is None:
             raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
-        url = f"{self._app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
+        url = f"{self._feed_app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
         try:
             async with self._writes:
                 if method == "DELETE":
@@ -285,7 +303,7 @@ class VespaTransport:
     ) -> None:
         """One document write, sent at most `feed_retries` times: again only on 429 (too many
         operations in flight) or 503 (no answer now), after a short growing pause."""
-        client = self._connected()
+        client = self._feeding()
         for attempt in range(1, self.endpoint.feed_retries + 1):
             try:
                 async with self._writes:
@@ -325,6 +343,11 @@ class VespaTransport:
         if self._client is None:
             raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
         return self._client
+
+    def _feeding(self) -> VespaAsync:
+        if self._feed_client is None:
+            raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
+        return self._feed_client
 
 
 def _unreachable(url: str, error: BaseException) -> Unavailable:
