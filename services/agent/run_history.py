@@ -118,6 +118,11 @@ class RunHistory(Protocol):
         """`finish` from a task being cancelled, which cannot wait: queued."""
         ...
 
+    async def forget(self, run_id: str) -> None:
+        """Delete a run that was refused before it started (begun, never stepped), so only runs
+        that started are recorded; awaited, and like every write never raises for storage."""
+        ...
+
     async def get(self, run_id: str) -> agent_pb2.RunRecord | None:
         """The run in full (request, steps, events in order, response with its steps), or None
         for an unknown id or one past retention."""
