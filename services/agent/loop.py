@@ -183,6 +183,9 @@ class _Run:
         self.exchanges: list[Message] = []
         self.collection = CollectionInfo(name=request.collection)
         self.window = loop.settings.default_context_window_tokens
+        self.constrained = False
+        """The route holds tools to their schemas: run-dependent specs (`Tool.spec_for`, e.g. the
+        citable ids as an enum) are offered instead of the static ones."""
         self.summary = ""
         self.answer: FinalAnswer | None = None
         self.stop_reason = StopReason.ANSWERED
@@ -252,6 +255,9 @@ class _Run:
         except InvalidArgument as error:
             raise as_callers_error(error) from None
         self.window = await self._context_window()
+        self.constrained = await self.loop.model.enforces_tool_schemas(
+            self.route, remaining_s=self.deadline.remaining()
+        )
         for turn in self.request.history:
             self.history += [user(turn.question), assistant(turn.answer)]
 
@@ -641,7 +647,9 @@ class _Run:
         request = ModelRequest(
             self.route,
             tuple(self._messages()),
-            tuple(t.spec_for(self.seen.by_id.keys()) for t in tools),
+            tuple(
+                t.spec_for(self.seen.by_id.keys()) if self.constrained else t.spec for t in tools
+            ),
             choice,
             temperature=self.request.temperature,
             seed=self.request.seed,

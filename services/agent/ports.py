@@ -114,6 +114,12 @@ class ModelClient(Protocol):
         """Tokens the route's first model holds, or None when unknown."""
         ...
 
+    async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
+        """Whether the route's first model is held to its tools' schemas (tool calls forced by a
+        JSON schema, or strict schemas): an `enum` in a tool's parameters is then a hard
+        constraint, so the loop offers `submit_answer` with the citable ids as one."""
+        ...
+
 
 class SearchClient(Protocol):
     """The search tool, as the loop uses it."""
