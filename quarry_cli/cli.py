@@ -41,6 +41,7 @@ from quarry_cli.connection import (
     add_tls_arguments,
     api_key,
     channel_tls,
+    unreachable_hint,
 )
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
@@ -306,9 +307,10 @@ async def ask(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"error": {"code": error.code, "message": error.message}}))
         else:
-            console.print(f"[red bold]{error.code}[/] {escape(error.message)}")
+            console.print(f"[red bold]{error.code}[/] {escape(error.message)}", soft_wrap=True)
             if error.code == "UNAVAILABLE":
-                console.print(f"[dim]Is the agent running at {args.address}? Try `make run`.[/]")
+                hint = unreachable_hint(error.message, tls, "agent", args.address)
+                console.print(f"[dim]{escape(hint)}[/]", soft_wrap=True)
             if error.code == "UNAUTHENTICATED":
                 console.print(f"[dim]Set {API_KEY_ENV} to your API key.[/]")
             if error.code == "UNIMPLEMENTED":
@@ -393,7 +395,7 @@ class _Renderer:
             s = event.started
             mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
             self.console.print(
-                f"[dim]run {s.run_id[:8]} · {escape(s.collection)} · {mode} · route {s.route}[/]"
+                f"[dim]run {s.run_id} · {escape(s.collection)} · {mode} · route {s.route}[/]"
             )
         elif kind == "thinking":
             self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")

@@ -20,6 +20,7 @@ from quarry_cli.connection import (
     add_tls_arguments,
     api_key,
     channel_tls,
+    unreachable_hint,
 )
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import describe_error, error_json, print_json
@@ -103,30 +104,30 @@ async def _with_client(
     as_json = getattr(args, "json", False)
     try:
         tls = channel_tls(args)
+    except ConnectionOptionsError as error:
+        Console(stderr=True, soft_wrap=True).print(f"TLS options: {error}", markup=False)
+        return 2
+    try:
         async with SearchToolClient(
             address, timeout_s=getattr(args, "timeout", 30.0), api_key=api_key(), tls=tls
         ) as client:
             return await action(client, args)
-    except ConnectionOptionsError as error:
-        Console(stderr=True, soft_wrap=True).print(f"TLS options: {error}", markup=False)
-        return 2
     except FilterError as error:
         Console(stderr=True).print(f"--filter: {error}", markup=False)
         return 2
     except QuarryError as error:
         if as_json:
             print_json(error_json(error))
-        else:
-            Console(stderr=True, highlight=False).print(describe_error(error), markup=False)
-            if code_of(error) is grpc.StatusCode.UNIMPLEMENTED:
-                hint = await wrong_service_hint(address, SEARCH_TOOL_SERVICE)
-                Console(stderr=True).print(hint, markup=False)
-            elif code_of(error) is grpc.StatusCode.UNAUTHENTICATED:
-                Console(stderr=True).print(f"Set {API_KEY_ENV} to an API key.", markup=False)
-            elif code_of(error) is grpc.StatusCode.UNAVAILABLE:
-                Console(stderr=True).print(
-                    f"Is the search tool running at {address}? Try `make run`.", markup=False
-                )
+            return 1
+        errors = Console(stderr=True, highlight=False, soft_wrap=True)
+        errors.print(describe_error(error), markup=False)
+        if code_of(error) is grpc.StatusCode.UNIMPLEMENTED:
+            errors.print(await wrong_service_hint(address, SEARCH_TOOL_SERVICE), markup=False)
+        elif code_of(error) is grpc.StatusCode.UNAUTHENTICATED:
+            errors.print(f"Set {API_KEY_ENV} to an API key.", markup=False)
+        elif code_of(error) is grpc.StatusCode.UNAVAILABLE:
+            hint = unreachable_hint(error.message, tls, "search tool", address)
+            errors.print(hint, markup=False)
         return 1
 
 
