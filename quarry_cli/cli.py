@@ -96,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _main(argv: Sequence[str] | None) -> None:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in _COMMANDS:
         sys.exit(_COMMANDS[args.command](args))
     if args.command == "ask":
@@ -111,6 +113,22 @@ def _main(argv: Sequence[str] | None) -> None:
         sys.exit(keygen(args))
     parser.print_help()
     sys.exit(2)
+
+
+def command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` ran, e.g. `quarry runs list`'s: a mistyped flag is
+    reported with that command's usage, not the top-level one."""
+    for dest in ("command", "action"):
+        subparsers = next(
+            (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
+        chosen = getattr(args, dest, None)
+        if subparsers is None or chosen not in subparsers.choices:
+            break
+        parser = subparsers.choices[chosen]
+    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
