@@ -12,6 +12,7 @@ the table on the deserialized request, where the collection is known, before the
     missing or unknown key                   UNAUTHENTICATED
     collection outside the key's grant       PERMISSION_DENIED naming the collection
     gateway method, key without `gateway`    PERMISSION_DENIED
+    web search, key with `web_search: false` PERMISSION_DENIED
 
 Health and reflection stay open. The caller of the running RPC is kept in a context variable:
 `visible_collections` filters `ListCollections`, and `ForwardCallerKey` (a client interceptor)
@@ -71,6 +72,10 @@ class ApiKey(BaseModel):
     """Collections the key may write to and delete (and read); `*` is every collection."""
     gateway: bool = False
     """Whether the key may call the LLM gateway directly (the agent's own key does)."""
+    web_search: bool = True
+    """Whether the key may search the web (the search tool's `WebSearch`, the agent's
+    `web_search` tool). Web results ignore every collection grant and caller filter, so an
+    operator who must keep a key's answers inside its collections sets this to false."""
 
     @field_validator("sha256")
     @classmethod
@@ -146,6 +151,7 @@ class Access(Enum):
     READ = "read"
     WRITE = "write"
     GATEWAY = "gateway"
+    WEB_SEARCH = "web_search"
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,7 @@ READ = MethodRule(Access.READ, collection_field)
 WRITE = MethodRule(Access.WRITE, collection_field)
 AUTHENTICATED = MethodRule(Access.AUTHENTICATED)
 GATEWAY = MethodRule(Access.GATEWAY)
+WEB_SEARCH = MethodRule(Access.WEB_SEARCH)
 
 
 @dataclass(frozen=True)
@@ -264,6 +271,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             raise PermissionDenied("this method declares no access rule")
         if rule.access is Access.GATEWAY and not key.gateway:
             raise PermissionDenied(f"API key '{key.name}' may not call the LLM gateway directly")
+        if rule.access is Access.WEB_SEARCH and not key.web_search:
+            raise PermissionDenied(
+                f"API key '{key.name}' may not search the web", metadata={"tool": "web_search"}
+            )
         if rule.access in (Access.READ, Access.WRITE) and rule.collection is not None:
             collection = rule.collection(request)
             allowed = key.may_write if rule.access is Access.WRITE else key.may_read
