@@ -32,12 +32,7 @@ from services.agent.events import (
 )
 from services.agent.messages import ToolCall
 from services.agent.ports import SearchClient
-from services.agent.questions import (
-    ClosedQuestion,
-    PendingQuestion,
-    QuestionChannel,
-    QuestionOutcome,
-)
+from services.agent.questions import ClosedQuestion, QuestionChannel, QuestionOutcome
 from services.agent.run import Deadline, RunRequest
 from services.agent.search import CountRequest, ReadRequest, SearchHit, SearchRequest
 from services.agent.tools import (
@@ -324,9 +319,9 @@ class ToolExecutor:
             arguments=Calculation(expression=expression).model_dump_json(),
         )
 
-    def post_question(
+    async def post_question(
         self, call: ToolCall, channel: QuestionChannel | None, iteration: int
-    ) -> tuple[PendingQuestion, Question] | ToolOutcome:
+    ) -> tuple[str, Question] | ToolOutcome:
         """An `ask_user` call: the question posted to the caller and the event that shows it,
         or the tool error when it cannot be asked. Call in the call's span; then `answer_of`."""
         try:
@@ -342,26 +337,26 @@ class ToolExecutor:
                 "Go on with the most likely reading of the question.",
             )
         acknowledge_s, answer_s = channel.acknowledge_window_s(), channel.answer_window_s()
-        question = channel.post(text)
+        question_id = await channel.ask(text)
         event = Question(
             iteration=iteration,
             run_id=channel.run_id,
-            question_id=question.id,
+            question_id=question_id,
             text=text,
             acknowledge_within_ms=_ms(acknowledge_s),
             answer_within_ms=_ms(answer_s),
         )
-        log.info("question asked", extra={**self.log_fields, "question_id": question.id})
-        return question, event
+        log.info("question asked", extra={**self.log_fields, "question_id": question_id})
+        return question_id, event
 
     async def answer_of(
-        self, call: ToolCall, channel: QuestionChannel, question: PendingQuestion
+        self, call: ToolCall, channel: QuestionChannel, question_id: str
     ) -> ToolOutcome:
         """Wait (two phases, within the run's deadline) for the answer to a posted question."""
-        closed = await channel.wait(question)
+        closed = await channel.wait(question_id)
         log.info(
             "question closed",
-            extra={**self.log_fields, "question_id": question.id, "outcome": closed.outcome.value},
+            extra={**self.log_fields, "question_id": question_id, "outcome": closed.outcome.value},
         )
         event = QuestionClosed(closed.question_id, closed.outcome, closed.answer, closed.waited_ms)
         return ToolOutcome(call, _answer_text(closed), event=event)

@@ -12,39 +12,39 @@ thread; the final write is awaited before the caller is told the run is done, so
 after a run sees it complete. Retention (`max_age_days`, `max_runs`) is enforced on the same
 thread when the store opens and then at most every `sweep_interval_s`, after a run ends.
 
-The rows hold protobuf messages (`quarry.agent.v1`): this module is the persistence edge, as
-`convert.py` is the wire edge. Several agent replicas need a shared database instead: see the
-agent README ("Run history").
+This is the first implementation of `run_history.RunHistory` (its contract: that module). The rows
+hold protobuf messages (`quarry.agent.v1`): this module is a persistence edge, as `convert.py` is
+the wire edge. Several agent replicas need a shared database instead: see the agent README ("Run
+history").
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import concurrent.futures
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from quarry.agent.v1 import agent_pb2
 
 from services.agent.config import HistorySettings
-from services.common.errors import InvalidArgument
+from services.agent.run_history import (
+    INTERRUPTED,
+    INTERRUPTED_MESSAGE,
+    RUNNING,
+    RunQuery,
+    decode_page_token,
+    encode_page_token,
+)
+from services.common.errors import Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RUNNING = agent_pb2.RUN_STATUS_RUNNING
-COMPLETED = agent_pb2.RUN_STATUS_COMPLETED
-FAILED = agent_pb2.RUN_STATUS_FAILED
-CANCELLED = agent_pb2.RUN_STATUS_CANCELLED
-INTERRUPTED = agent_pb2.RUN_STATUS_INTERRUPTED
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 500
+__all__ = ["RunQuery", "RunStore", "decode_page_token"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -85,21 +85,9 @@ CREATE TABLE IF NOT EXISTS run_events (
 """
 
 
-@dataclass(frozen=True)
-class RunQuery:
-    """A page of `ListRuns`."""
-
-    collections: Sequence[str] | None = None
-    """Runs on these collections only; None: every collection."""
-    started_after: float | None = None
-    started_before: float | None = None
-    status: int = 0
-    page_size: int = DEFAULT_PAGE_SIZE
-    page_token: str = ""
-
-
 class RunStore:
-    """The run history database; `open` before use, `close` when done (see module docstring)."""
+    """The run history in SQLite, a `RunHistory`; `open` before use, `close` when done (see the
+    module docstring)."""
 
     def __init__(self, settings: HistorySettings, *, clock: Callable[[], float] = time.time):
         self.settings = settings
@@ -130,15 +118,25 @@ class RunStore:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
         self._db = db
+        interrupted = self._mark_interrupted()
+        self._sweep()
+        return interrupted
+
+    def _mark_interrupted(self) -> int:
+        """One process owns the file: every run still `running` belonged to a stopped agent."""
         with self._transaction() as tx:
             interrupted = tx.execute(
                 "UPDATE runs SET status = ?, ended_at = ?, error_message = ? WHERE status = ?",
-                (INTERRUPTED, self._clock(), "the agent process stopped during the run", RUNNING),
+                (INTERRUPTED, self._clock(), INTERRUPTED_MESSAGE, RUNNING),
             ).rowcount
         if interrupted:
             log.warning("runs interrupted by a stopped agent", extra={"runs": interrupted})
-        self._sweep()
         return int(interrupted)
+
+    async def mark_interrupted(self) -> int:
+        """Mark the runs left `running` by a stopped agent `interrupted`; returns how many. Only
+        while no run of this process is going (the store opens with it)."""
+        return await self._call(self._mark_interrupted)
 
     def _close(self) -> None:
         if self._db is not None:
@@ -168,8 +166,12 @@ class RunStore:
         events: Sequence[agent_pb2.StreamRunResponse],
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
-        """The run's end (status, response, error) with its last events and steps; awaited."""
-        await self._call(self._finish, run, first_seq, list(events), list(steps))
+        """The run's end (status, response, error) with its last events and steps; awaited. A
+        storage failure is logged, not raised (the run has its answer; see `RunHistory`)."""
+        try:
+            await self._call(self._finish, run, first_seq, list(events), list(steps))
+        except (sqlite3.Error, OSError, RuntimeError):
+            log.exception("run history write failed", extra={"run_id": run.run_id})
 
     def finish_soon(
         self,
@@ -298,15 +300,23 @@ class RunStore:
     # --- reads ---------------------------------------------------------------------------------
 
     async def get(self, run_id: str) -> agent_pb2.RunRecord | None:
-        return await self._call(self._get, run_id)
+        return await self._read(self._get, run_id)
 
     async def list_runs(self, query: RunQuery) -> tuple[list[agent_pb2.RunSummary], str]:
         """A page of summaries, newest first, and the next page's token ("" on the last)."""
-        return await self._call(self._list, query)
+        return await self._read(self._list, query)
 
     async def collections(self) -> list[str]:
         """Every collection with a recorded run."""
-        return await self._call(self._collections)
+        return await self._read(self._collections)
+
+    async def _read(self, function: Callable[..., T], *args: Any) -> T:
+        """A read; UNAVAILABLE when the database cannot answer (see `RunHistory`)."""
+        try:
+            return await self._call(function, *args)
+        except (sqlite3.Error, OSError, RuntimeError) as error:
+            log.exception("run history read failed")
+            raise Unavailable(f"the run history cannot be read: {error}") from error
 
     def _get(self, run_id: str) -> agent_pb2.RunRecord | None:
         db = self._connection()
@@ -425,21 +435,6 @@ class _Transaction:
 
     def __exit__(self, kind: object, *rest: object) -> None:
         self._db.execute("ROLLBACK" if kind is not None else "COMMIT")
-
-
-def encode_page_token(started_at: float, run_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{started_at!r}|{run_id}".encode()).decode()
-
-
-def decode_page_token(token: str) -> tuple[float, str]:
-    """The position a page token names; INVALID_ARGUMENT naming `page_token` otherwise."""
-    try:
-        started_at, run_id = base64.urlsafe_b64decode(token.encode()).decode().split("|", 1)
-        return float(started_at), run_id
-    except (ValueError, UnicodeError, binascii.Error):
-        raise InvalidArgument.for_field(
-            "page_token", "is not a token this service issued (pass next_page_token as is)"
-        ) from None
 
 
 def _copy(run: agent_pb2.RunRecord) -> agent_pb2.RunRecord:

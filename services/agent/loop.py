@@ -383,7 +383,7 @@ class _Run:
     async def _ask(self, call: ToolCall) -> AsyncIterator[AgentEvent]:
         """An `ask_user` call: the question is streamed, then the run waits for its answer."""
         with self.executor.span(call):
-            posted = self.executor.post_question(call, self.questions, self.searches)
+            posted = await self.executor.post_question(call, self.questions, self.searches)
             if isinstance(posted, ToolOutcome):
                 outcome = posted
             else:
