@@ -11,7 +11,9 @@ from quarry.searchtool.v1 import search_tool_pb2 as st
 from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 
 from services.common.auth import ApiKey, AuthSettings, key_digest
+from services.common.errors import FailedPrecondition
 from services.common.settings import ServerSettings
+from services.search_tool.client import SearchToolClient
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
 from services.search_tool.server import SearchToolServer, build_search_tool_server
@@ -137,3 +139,21 @@ async def test_an_operator_can_forbid_web_search_per_api_key(
     assert "inside-only" in denied.message
     assert "search the web" in denied.message
     assert len(searxng.requests) == 1
+
+
+async def test_the_public_client_searches_the_web(web_server: SearchToolServer) -> None:
+    async with SearchToolClient(web_server.address) as client:
+        reply = await client.web_search("zig", limit=1)
+    assert [r.url for r in reply.results] == [PAGES[0].url]
+
+
+async def test_the_public_client_reports_web_search_off_as_failed_precondition(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    server = await started(settings_for(tmp_path, WebSearchSettings()), embedder)
+    try:
+        async with SearchToolClient(server.address) as client:
+            with pytest.raises(FailedPrecondition, match="not configured"):
+                await client.web_search("zig")
+    finally:
+        await server.stop(0)
