@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
+from quarry_cli.addresses import AGENT, SEARCH_TOOL
 from quarry_cli.collections import (
     COLLECTIONS_EPILOG,
     SEARCH_EPILOG,
@@ -44,7 +45,7 @@ from quarry_cli.connection import (
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
 from quarry_cli.probe import wrong_service_hint
-from quarry_cli.questions import OUTCOMES, TerminalQuestions
+from quarry_cli.questions import OUTCOMES, SKIPPED, TerminalQuestions
 from quarry_cli.status import EPILOG as STATUS_EPILOG
 from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
@@ -53,8 +54,7 @@ from services.common.errors import QuarryError
 from services.common.tls import ChannelTls
 from services.search_tool.client import SearchToolClient
 
-DEFAULT_AGENT = "127.0.0.1:50053"
-DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
+INTERRUPTED_EXIT = 130
 BUILDING_CHECK_S = 2.0
 """How long `quarry ask` waits for the search tool to say whether the collection is building."""
 STOP_REASONS = {
@@ -82,11 +82,15 @@ RUN_EPILOG = """examples:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run one command; a reader that closes our output early (`| head`) ends it quietly."""
+    """Run one command; a reader that closes our output early (`| head`) ends it quietly, and
+    Ctrl-C ends it with one line and exit status 130 (the shell's for SIGINT), no traceback."""
     try:
         _main(argv)
     except BrokenPipeError:
         exit_quietly_on_closed_pipe()
+    except KeyboardInterrupt:
+        print("quarry: interrupted", file=sys.stderr, flush=True)
+        sys.exit(INTERRUPTED_EXIT)
 
 
 def _main(argv: Sequence[str] | None) -> None:
@@ -127,13 +131,13 @@ def _parser() -> argparse.ArgumentParser:
         "--mode", choices=["fast", "thinking"], default="fast", help="default %(default)s"
     )
     ask_parser.add_argument(
-        "--address", default=DEFAULT_AGENT, help="agent HOST:PORT (default %(default)s)"
+        "--address", default=AGENT.address(), help=f"agent HOST:PORT (default {AGENT.help()})"
     )
     ask_parser.add_argument(
         "--search-tool",
-        default=DEFAULT_SEARCH_TOOL,
+        default=SEARCH_TOOL.address(),
         help="search tool HOST:PORT, asked whether the collection is still being built "
-        "(default %(default)s; skipped when it does not answer)",
+        f"(default {SEARCH_TOOL.help()}; skipped when it does not answer)",
     )
     ask_parser.add_argument("--filter", help="caller filter, see below")
     ask_parser.add_argument(
@@ -405,8 +409,8 @@ class _Renderer:
             self.console.print(f"[yellow bold]question[/] {escape(event.question.text)}")
         elif kind == "question_closed":
             c = event.question_closed
-            answer = f" [italic]{escape(c.answer)}[/]" if c.answer else ""
-            outcome = OUTCOMES.get(c.outcome, "closed")
+            answer = f" [italic]{escape(c.answer)}[/]" if c.answer and c.answer != SKIPPED else ""
+            outcome = "skipped" if c.answer == SKIPPED else OUTCOMES.get(c.outcome, "closed")
             self.console.print(f"[yellow]question {outcome}[/]{answer}")
         elif kind == "done":
             self._done(event.done.response)

@@ -13,6 +13,7 @@ from quarry.searchtool.v1 import search_tool_pb2
 from rich.console import Console
 from rich.table import Table
 
+from quarry_cli.addresses import SEARCH_TOOL
 from quarry_cli.connection import (
     API_KEY_ENV,
     ConnectionOptionsError,
@@ -27,7 +28,6 @@ from services.common.errors import QuarryError
 from services.common.status import code_of
 from services.search_tool.client import SearchToolClient
 
-DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
 SEARCH_TOOL_SERVICE = "quarry.searchtool.v1.SearchToolService"
 STRATEGIES = {
     "hybrid": search_pb2.RETRIEVAL_STRATEGY_HYBRID,
@@ -72,7 +72,7 @@ def _connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--address",
         default=argparse.SUPPRESS,
-        help=f"search tool HOST:PORT (default {DEFAULT_SEARCH_TOOL})",
+        help=f"search tool HOST:PORT (default {SEARCH_TOOL.help()})",
     )
     parser.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds (30)")
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
@@ -99,7 +99,7 @@ async def _with_client(
     args: argparse.Namespace,
     action: Callable[[SearchToolClient, argparse.Namespace], Awaitable[int]],
 ) -> int:
-    address = getattr(args, "address", DEFAULT_SEARCH_TOOL)
+    address = getattr(args, "address", None) or SEARCH_TOOL.address()
     as_json = getattr(args, "json", False)
     try:
         tls = channel_tls(args)

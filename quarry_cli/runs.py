@@ -18,13 +18,12 @@ from quarry.agent.v1 import agent_pb2
 from rich.console import Console
 from rich.table import Table
 
+from quarry_cli.addresses import AGENT, SEARCH_TOOL
 from quarry_cli.output import describe_error, error_json, print_json
 from quarry_cli.replay import Replay, ReplayError, replay_run
 from services.agent.client import AgentClient, AgentError
 from services.common.errors import FieldViolation, InvalidArgument, QuarryError
 
-DEFAULT_AGENT = "127.0.0.1:50053"
-DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
 API_KEY_ENV = "QUARRY_API_KEY"
 STATUSES = {
     "running": agent_pb2.RUN_STATUS_RUNNING,
@@ -62,11 +61,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     replay.add_argument(
         "--search-tool",
-        default=DEFAULT_SEARCH_TOOL,
-        help="search tool HOST:PORT for a live replay (default %(default)s)",
+        default=SEARCH_TOOL.address(),
+        help=f"search tool HOST:PORT for a live replay (default {SEARCH_TOOL.help()})",
     )
     for sub in actions.choices.values():
-        sub.add_argument("--address", default=DEFAULT_AGENT, help="agent HOST:PORT")
+        sub.add_argument(
+            "--address", default=AGENT.address(), help=f"agent HOST:PORT (default {AGENT.help()})"
+        )
         sub.add_argument("--timeout", type=float, default=30.0, help="seconds (default 30)")
         sub.add_argument("--json", action="store_true", help="protobuf JSON mapping")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 from rich.console import Console
 
+from quarry_cli.addresses import SEARCH_TOOL
 from quarry_cli.connection import (
     API_KEY_ENV,
     ConnectionOptionsError,
@@ -25,7 +26,6 @@ from services.common.errors import QuarryError
 from services.common.status import code_of
 from services.search_tool.client import SearchToolClient
 
-DEFAULT_SEARCH_TOOL = "127.0.0.1:50051"
 EPILOG = """formats: text (.txt, no suffix), Markdown (front matter -> metadata, one document per
 heading section, headings -> breadcrumbs), reStructuredText, HTML (main text, title), PDF (one
 document per page, page in metadata), DOCX, JSON Lines records (id/_id, title, text; other keys ->
@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files and folders")
     parser.add_argument("--collection", required=True, help="collection to fill (created if new)")
     parser.add_argument(
-        "--address", default=DEFAULT_SEARCH_TOOL, help="search tool HOST:PORT (default %(default)s)"
+        "--address",
+        default=SEARCH_TOOL.address(),
+        help=f"search tool HOST:PORT (default {SEARCH_TOOL.help()})",
     )
     parser.add_argument(
         "--source", default="", help="documents' source (default: each folder's name)"

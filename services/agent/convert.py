@@ -6,26 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.agent.events import (
-    AgentEvent,
-    Calculating,
-    Counting,
-    Done,
-    Failed,
-    Question,
-    QuestionClosed,
-    Reading,
-    Searching,
-    Started,
-    Thinking,
-)
+from services.agent.events import AgentEvent, Done, Failed, Started, Thinking
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
-from services.agent.questions import QuestionOutcome, QuestionWindows
+from services.agent.questions import QuestionWindows
 from services.agent.records import AnsweredBy, StepRecord, ToolCallRecord
 from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
@@ -41,7 +29,7 @@ from services.agent.search import (
     SearchRequest,
     WebOrigin,
 )
-from services.agent.tools import ASK_USER, REQUESTABLE_TOOL_NAMES, SUBMIT_ANSWER
+from services.agent.tools import DEFAULT_TOOLS, ToolEvent
 from services.common.errors import FieldViolation, InvalidArgument
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
@@ -68,11 +56,6 @@ _STOP_REASONS = {
     StopReason.FORCED_ANSWER: agent_pb2.STOP_REASON_FORCED_ANSWER,
     StopReason.BUDGET_EXHAUSTED: agent_pb2.STOP_REASON_BUDGET_EXHAUSTED,
     StopReason.FALLBACK_ANSWER: agent_pb2.STOP_REASON_FALLBACK_ANSWER,
-}
-_QUESTION_OUTCOMES = {
-    QuestionOutcome.ANSWERED: agent_pb2.QUESTION_OUTCOME_ANSWERED,
-    QuestionOutcome.NOT_ACKNOWLEDGED: agent_pb2.QUESTION_OUTCOME_NOT_ACKNOWLEDGED,
-    QuestionOutcome.NOT_ANSWERED: agent_pb2.QUESTION_OUTCOME_NOT_ANSWERED,
 }
 _FIELD_TYPES = {
     search_tool_pb2.FIELD_TYPE_STRING: "string",
@@ -127,16 +110,17 @@ def run_request(
     if message.HasField("temperature") and not 0 <= message.temperature <= 2:
         violations.append(FieldViolation("temperature", "must be between 0 and 2"))
     for i, name in enumerate(message.tools):
-        if name not in REQUESTABLE_TOOL_NAMES:
-            names = ", ".join(REQUESTABLE_TOOL_NAMES)
+        tool = DEFAULT_TOOLS.get(name)
+        if tool is None:
+            names = ", ".join(DEFAULT_TOOLS.names)
             violations.append(
                 FieldViolation(f"tools[{i}]", f"unknown tool {name!r}; one of {names}")
             )
-        elif name == ASK_USER and isinstance(message, agent_pb2.RunRequest):
+        elif tool.needs_caller and isinstance(message, agent_pb2.RunRequest):
             violations.append(
                 FieldViolation(
                     f"tools[{i}]",
-                    "ask_user needs StreamRun: a unary Run cannot ask the caller anything",
+                    f"{name} needs StreamRun: a unary Run cannot ask the caller anything",
                 )
             )
     for t, turn in enumerate(message.history):
@@ -155,7 +139,7 @@ def run_request(
         max_iterations=message.budget.max_iterations,
         max_tokens=message.budget.max_tokens,
         route=message.route,
-        allowed_tools=frozenset(message.tools) - {SUBMIT_ANSWER},
+        allowed_tools=frozenset(message.tools) - {DEFAULT_TOOLS.answer_tool.name},
         temperature=message.temperature if message.HasField("temperature") else None,
         seed=message.seed if message.HasField("seed") else None,
     )
@@ -518,81 +502,14 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 step=event.step,
             )
         )
-    if isinstance(event, Searching):
-        return agent_pb2.StreamRunResponse(searching=_searching(event))
-    if isinstance(event, Reading):
-        return agent_pb2.StreamRunResponse(
-            reading=agent_pb2.ReadingEvent(
-                iteration=event.iteration,
-                result_id=event.result_id,
-                document_id=event.document_id,
-                first_chunk=event.first_chunk,
-                chunks_shown=event.chunks_shown,
-                chunk_count=event.chunk_count,
-                duration_ms=event.duration_ms,
-                step=event.step,
-            )
-        )
-    if isinstance(event, Counting):
-        return agent_pb2.StreamRunResponse(
-            counting=agent_pb2.CountingEvent(
-                iteration=event.iteration,
-                filter=filter_message(event.filter_groups),
-                group_by=event.group_by,
-                document_count=event.document_count,
-                exact=event.exact,
-                duration_ms=event.duration_ms,
-                step=event.step,
-            )
-        )
-    if isinstance(event, Calculating):
-        return agent_pb2.StreamRunResponse(
-            calculating=agent_pb2.CalculatingEvent(
-                iteration=event.iteration,
-                expression=event.expression,
-                result=event.result,
-                error=event.error,
-                step=event.step,
-            )
-        )
-    if isinstance(event, Question):
-        return agent_pb2.StreamRunResponse(
-            question=agent_pb2.QuestionEvent(
-                run_id=event.run_id,
-                question_id=event.question_id,
-                text=event.text,
-                iteration=event.iteration,
-                acknowledge_within_ms=event.acknowledge_within_ms,
-                answer_within_ms=event.answer_within_ms,
-            )
-        )
-    if isinstance(event, QuestionClosed):
-        return agent_pb2.StreamRunResponse(
-            question_closed=agent_pb2.QuestionClosedEvent(
-                question_id=event.question_id,
-                outcome=_QUESTION_OUTCOMES[event.outcome],
-                answer=event.answer,
-                waited_ms=event.waited_ms,
-            )
-        )
+    if isinstance(event, ToolEvent):
+        message = agent_pb2.StreamRunResponse()
+        return json_format.ParseDict({event.WIRE_FIELD: event.wire()}, message)
     if isinstance(event, Done):
         return agent_pb2.StreamRunResponse(
             done=agent_pb2.DoneEvent(response=run_response(event.result), step=event.step)
         )
     return agent_pb2.StreamRunResponse(error=_error(event))
-
-
-def _searching(event: Searching) -> agent_pb2.SearchingEvent:
-    return agent_pb2.SearchingEvent(
-        iteration=event.iteration,
-        query=search_pb2.SearchQuery(primary=event.primary, variations=event.variations),
-        strategy=_STRATEGIES[event.strategy],  # type: ignore[arg-type]
-        filter=filter_message(event.filter_groups),
-        result_count=event.result_count,
-        total_count=event.total_count,
-        duration_ms=event.duration_ms,
-        step=event.step,
-    )
 
 
 def _error(event: Failed) -> agent_pb2.ErrorEvent:

@@ -2,8 +2,8 @@
 
 Every failed call becomes the `services.common.errors` exception of the same status code (by
 `services.common.status.domain_error`); the gateway's CONTEXT_WINDOW_EXCEEDED becomes
-`ContextWindowExceeded`, so the loop never sees grpc. Calls wait for the channel to connect within
-the caller's deadline (`services.agent.dependencies`).
+`ContextWindowExceeded`, so the loop never sees grpc. A call waits briefly for the channel to
+connect, then names the gateway as unreachable (`services.agent.dependencies`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ class GatewayModelClient:
         if request.seed is not None:
             message.seed = request.seed
         try:
-            reply = await self._stub.Generate(message, **call_options(remaining_s))
+            reply = await self._stub.Generate(
+                message, **await call_options(self._channel, "llm gateway", remaining_s)
+            )
         except grpc.aio.AioRpcError as error:
             raise _gateway_error(error, self._channel) from error
         if reply.context_window_exceeded:
@@ -95,7 +97,9 @@ class GatewayModelClient:
             schema_name=request.schema_name,
         )
         try:
-            reply = await self._stub.GenerateStructured(message, **call_options(remaining_s))
+            reply = await self._stub.GenerateStructured(
+                message, **await call_options(self._channel, "llm gateway", remaining_s)
+            )
         except grpc.aio.AioRpcError as error:
             raise _gateway_error(error, self._channel) from error
         return StructuredResponse(json_text=reply.json, usage=_usage(reply.usage))
@@ -106,7 +110,8 @@ class GatewayModelClient:
             if route not in self._windows:
                 try:
                     status = await self._stub.GetStatus(
-                        gw.GetStatusRequest(), **call_options(remaining_s)
+                        gw.GetStatusRequest(),
+                        **await call_options(self._channel, "llm gateway", remaining_s),
                     )
                 except grpc.aio.AioRpcError as error:
                     raise _gateway_error(error, self._channel) from error

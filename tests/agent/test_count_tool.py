@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.agent.events import Counting
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role
 from services.agent.run import Mode, StopReason
 from services.agent.testing import ScriptedModel, answer_call, raw_call, turn
+from services.agent.tools import Counting
 from tests.agent.conftest import caller_filter, result_of, run_events
 from tests.agent.fake_search import FakeDocument, FakeSearch
 

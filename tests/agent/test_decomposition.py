@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 
 from services.agent.config import LoopSettings
-from services.agent.events import Searching
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role
 from services.agent.prompt import system_prompt
 from services.agent.run import Mode, StopReason
 from services.agent.search import SearchPage, SearchRequest
 from services.agent.testing import ScriptedModel, answer_call, search_call, turn
+from services.agent.tools import Searching
 from tests.agent.conftest import DOCUMENTS, result_of, run_events
 from tests.agent.fake_search import FakeSearch
 

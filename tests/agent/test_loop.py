@@ -7,7 +7,7 @@ import json
 import pytest
 
 from services.agent.config import LoopSettings
-from services.agent.events import Done, Searching, Started, Thinking
+from services.agent.events import Done, Started, Thinking
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role, unpaired_calls
 from services.agent.ports import ContextWindowExceeded
@@ -20,7 +20,7 @@ from services.agent.testing import (
     search_call,
     turn,
 )
-from services.agent.tools import TOOL_NAMES
+from services.agent.tools import TOOL_NAMES, Searching
 from services.common.errors import InvalidArgument, NotFound, Unavailable
 from tests.agent.conftest import caller_filter, result_of, run_events
 from tests.agent.fake_search import FakeSearch

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from services.agent.events import Reading
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role
 from services.agent.run import Mode, StopReason
@@ -18,6 +17,7 @@ from services.agent.testing import (
     search_call,
     turn,
 )
+from services.agent.tools import Reading
 from tests.agent.conftest import caller_filter, result_of, run_events
 from tests.agent.fake_search import FakeDocument, FakeSearch
 

@@ -8,7 +8,9 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 from quarry.searchtool.v1 import search_tool_pb2
 
@@ -287,3 +289,43 @@ async def test_status_speaks_mutual_tls_and_says_when_the_api_key_is_missing(
     half = await quarry(*status, "--cert-file", str(client.cert_file))
     assert half.returncode == 2
     assert "TLS options: tls.cert_file and tls.key_file go together" in half.stderr
+
+
+class _Stalling(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """Answers no call: every method waits for ever, and `called` is set at the first."""
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+
+    def service(self, details: grpc.HandlerCallDetails) -> Any:
+        async def stall(request: bytes, context: object) -> bytes:
+            self.called.set()
+            await asyncio.Event().wait()
+            return b""
+
+        return grpc.unary_unary_rpc_method_handler(stall)
+
+
+async def test_ctrl_c_during_ingest_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
+    stalling = _Stalling()
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([stalling])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    root = _folder(tmp_path)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "quarry_cli.cli", "ingest", str(root), "--collection", "mine",
+            "--address", f"127.0.0.1:{port}",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        async with asyncio.timeout(60):
+            await stalling.called.wait()
+            process.send_signal(signal.SIGINT)
+            out, _ = await process.communicate()
+    finally:
+        await server.stop(0)
+    text = out.decode()
+    assert process.returncode == 130, text
+    assert "Traceback" not in text
+    assert text.strip().splitlines()[-1] == "quarry: interrupted"

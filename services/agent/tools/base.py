@@ -1,246 +1,191 @@
-"""The tools the model gets: `search`, `read`, `count`, `calculate` and `submit_answer`, and the
-opt-in `ask_user`.
+"""What a tool is: one object that owns its name, its argument model (= its JSON schema), its
+prompt line, its execution, the event it emits and how its output is shown to the model.
 
-A request may name the tools a run may use (`allowed_tools`); `submit_answer` is always offered,
-`ask_user` only when named.
-Their JSON schemas are generated from the same pydantic models that validate the arguments, so
-what the model is told and what is accepted cannot drift apart. Search results are formatted for
-the model within the Layer-1 budget: lowest-ranked results are dropped whole, a result is never cut.
+A tool is a `Tool` subclass in a module of its own (`tools/<name>.py`); the `ToolRegistry`
+(`registry.py`) offers the tools a run allows and finds a call's tool by name. The loop never
+names a tool: it asks the registry, reads the tool's flags (`uses_search`, `parallel`,
+`answers`, `needs_caller`) and calls `run`. See `README.md` (how to add a tool).
+
+A tool changes no state of the run: each call returns a `ToolOutcome` (the tool result for the
+model, the event for the caller, the results it showed) that the loop applies. So several calls
+can run at once, and every outcome is a record of what the call did. Failures the run cannot
+continue after (a dependency unavailable, the deadline, cancellation, refused credentials, a bad
+caller filter) are raised; every other failure is a tool error the model can act on, and still
+emits the tool's event, with its error.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from functools import cached_property
+from importlib import resources
+from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from opentelemetry import trace
+from pydantic import BaseModel, ValidationError
 
-from services.agent.calculator import FUNCTION_NAMES, MAX_EXPRESSION_CHARS
-from services.agent.filters import FilterGroup
-from services.agent.messages import CHARS_PER_TOKEN
-from services.agent.ports import ToolSpec
-from services.agent.search import DocumentCount, SearchHit, Strategy
+from services.agent.config import LoopSettings
+from services.agent.messages import ToolCall
+from services.agent.ports import ModelClient, SearchClient, ToolSpec
+from services.agent.questions import QuestionChannel
+from services.agent.run import Deadline, RunRequest
+from services.agent.search import SearchHit
+from services.common import semconv
+from services.common.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    FieldViolation,
+    InvalidArgument,
+    PermissionDenied,
+    QuarryError,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
 
+log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
-SEARCH = "search"
-READ = "read"
-COUNT = "count"
-CALCULATE = "calculate"
-SUBMIT_ANSWER = "submit_answer"
-ASK_USER = "ask_user"
-MAX_QUESTION_CHARS = 500
-
-
-class SearchQuery(BaseModel):
-    """What to search for."""
-
-    primary: str = Field(
-        min_length=1, description="The main query; feeds keyword and semantic retrieval."
-    )
-    variations: list[str] = Field(
-        default_factory=list,
-        max_length=9,
-        description="Up to 9 rephrasings; semantic retrieval only.",
-    )
-
-
-class SearchPlan(BaseModel):
-    """Arguments of the `search` tool."""
-
-    query: SearchQuery
-    filter_groups: list[FilterGroup] = Field(
-        default_factory=list,
-        description="OR of groups, each an AND of conditions; combined with the caller's filter "
-        "(you can narrow the search, never widen it). Empty: no extra filter.",
-    )
-    limit: int = Field(default=10, ge=1, le=200, description="Results to return.")
-    offset: int = Field(default=0, ge=0, le=1000, description="Results to skip (paging).")
-    retrieval_strategy: Strategy = Field(
-        default="hybrid",
-        description="semantic (meaning), keyword (exact terms, BM25) or hybrid (both, fused).",
-    )
-
-
-class CitationRef(BaseModel):
-    """One source the answer relies on."""
-
-    result_id: str = Field(
-        min_length=1, description="Id of a search result you saw, e.g. doc-7__chunk_0."
-    )
-
-
-class Answer(BaseModel):
-    """Arguments of the `submit_answer` tool."""
-
-    text: str = Field(min_length=1, description="The answer; cite sources as [1], [2], ...")
-    citations: list[CitationRef] = Field(
-        default_factory=list,
-        description="The results the answer relies on, in the order of their [n] markers.",
-    )
-    confidence: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="How sure you are that the results fully answer the question, from 0 to 1.",
-    )
-    unanswered: list[str] = Field(
-        default_factory=list,
-        max_length=10,
-        description="Parts of the question the results do not answer (empty when none).",
-    )
-
-
-MAX_NEIGHBOURS = 10
-MAX_READ_CHUNKS = 200
-
-
-class ReadPlan(BaseModel):
-    """Arguments of the `read` tool."""
-
-    result_id: str = Field(
-        min_length=1,
-        description="Id of a result you saw (the id in `### [result_id] title`); its document is "
-        "read.",
-    )
-    scope: Literal["around", "document"] = Field(
-        default="around",
-        description="around: the result's chunk with `neighbours` chunks before and after it; "
-        "document: the whole document from its first chunk, as far as the budget allows.",
-    )
-    neighbours: int = Field(
-        default=2, ge=0, le=MAX_NEIGHBOURS, description="around: chunks on each side."
-    )
-
-
-class CountPlan(BaseModel):
-    """Arguments of the `count` tool."""
-
-    filter_groups: list[FilterGroup] = Field(
-        default_factory=list,
-        description="What to count, as in `search` (combined with the caller's filter). Empty: "
-        "the whole collection.",
-    )
-    group_by: list[str] = Field(
-        default_factory=list,
-        max_length=3,
-        description="Break the count down by up to 3 fields: source, entity_type, title, "
-        "metadata.<key>, or created_at / updated_at (a date histogram).",
-    )
-    date_interval: Literal["year", "month", "day"] = Field(
-        default="month", description="Bucket width of a created_at / updated_at breakdown."
-    )
-    max_buckets: int = Field(default=20, ge=1, le=100, description="Values listed per breakdown.")
-
-
-class Calculation(BaseModel):
-    """Arguments of the `calculate` tool."""
-
-    expression: str = Field(
-        min_length=1,
-        max_length=MAX_EXPRESSION_CHARS,
-        description="Arithmetic over numbers you read, e.g. (1250 - 980) / 980 * 100. "
-        "Operators + - * / // % ** and parentheses; functions " + ", ".join(FUNCTION_NAMES) + ".",
-    )
-
-
-class UserQuestion(BaseModel):
-    """Arguments of the `ask_user` tool."""
-
-    question: str = Field(
-        min_length=1,
-        max_length=MAX_QUESTION_CHARS,
-        description="One short, specific question for the person who asked, e.g. which version "
-        "or which meaning of a term they mean.",
-    )
-
-
-def tool_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """`model`'s JSON schema, `$ref`s inlined and titles removed, ready for any provider."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-    return _inline(schema, definitions)  # type: ignore[no-any-return]
-
-
-def _inline(node: Any, definitions: dict[str, Any]) -> Any:
-    if isinstance(node, dict):
-        if "$ref" in node:
-            target = definitions[node["$ref"].rsplit("/", 1)[-1]]
-            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-            return _inline(merged, definitions)
-        return {
-            k: _inline(v, definitions)
-            for k, v in node.items()
-            if not (k == "title" and isinstance(v, str))
-        }
-    if isinstance(node, list):
-        return [_inline(item, definitions) for item in node]
-    return node
-
-
-SEARCH_TOOL = ToolSpec(
-    name=SEARCH,
-    description="Search the collection for relevant passages. Use different retrieval strategies, "
-    "rephrasings and filters to refine results.",
-    parameters=tool_schema(SearchPlan),
+FAILURES_THAT_END_THE_RUN = (
+    Unavailable,
+    DeadlineExceeded,
+    ResourceExhausted,
+    Cancelled,
+    Unauthenticated,
+    PermissionDenied,
 )
-SUBMIT_ANSWER_TOOL = ToolSpec(
-    name=SUBMIT_ANSWER,
-    description="Submit the final answer with citations. Call this when you have enough "
-    "information to answer the user's query, or when further searching would not improve it.",
-    parameters=tool_schema(Answer),
-)
-CALCULATE_TOOL = ToolSpec(
-    name=CALCULATE,
-    description="Evaluate an arithmetic expression exactly (sums, differences, ratios, "
-    "percentages) over numbers found in the results. Use it instead of computing in your head.",
-    parameters=tool_schema(Calculation),
-)
-READ_TOOL = ToolSpec(
-    name=READ,
-    description="Read more of a document a result came from: the passage around the result, or "
-    "the whole document. Use it when a result is cut off, refers to text before or after it, or "
-    "the answer needs the full context.",
-    parameters=tool_schema(ReadPlan),
-)
-COUNT_TOOL = ToolSpec(
-    name=COUNT,
-    description="Count the documents matching a filter, optionally broken down by source, entity "
-    "type, a metadata key or a date histogram. Use it for how-many / which-sources / over-time "
-    "questions instead of counting search results.",
-    parameters=tool_schema(CountPlan),
-)
-ASK_USER_TOOL = ToolSpec(
-    name=ASK_USER,
-    description="Ask the person who asked a clarifying question and wait for the answer. Use it "
-    "only when the question is ambiguous in a way the collection cannot settle; the person may "
-    "not answer.",
-    parameters=tool_schema(UserQuestion),
-)
-OPTIONAL_TOOLS: dict[str, ToolSpec] = {
-    SEARCH: SEARCH_TOOL,
-    READ: READ_TOOL,
-    COUNT: COUNT_TOOL,
-    CALCULATE: CALCULATE_TOOL,
-}
-"""Every tool a run offers unless its request names others, in the order they are offered."""
-OPT_IN_TOOLS: dict[str, ToolSpec] = {ASK_USER: ASK_USER_TOOL}
-"""Tools offered only when a request names them (after the others)."""
-TOOL_NAMES = (*OPTIONAL_TOOLS, SUBMIT_ANSWER)
-"""The tools of a run whose request names none."""
-REQUESTABLE_TOOL_NAMES = (*OPTIONAL_TOOLS, *OPT_IN_TOOLS, SUBMIT_ANSWER)
-"""Every name a request's tool list may hold."""
+"""A dependency's failures a run cannot continue after: raised, never shown to the model."""
+
+Offer = Literal["standard", "opt_in", "always"]
 
 
-def offered_tools(allowed: frozenset[str]) -> tuple[ToolSpec, ...]:
-    """The tools of a run: the standard tools allowed (all when `allowed` names none of them),
-    the opt-in tools named, then `submit_answer`."""
-    standard = allowed & OPTIONAL_TOOLS.keys()
-    chosen = [spec for name, spec in OPTIONAL_TOOLS.items() if not standard or name in allowed]
-    opted_in = [spec for name, spec in OPT_IN_TOOLS.items() if name in allowed]
-    return (*chosen, *opted_in, SUBMIT_ANSWER_TOOL)
+class ToolEvent:
+    """The base of every tool's event (a frozen dataclass with `iteration` and `step`).
+
+    `WIRE_FIELD` names the `StreamRunResponse` field that carries it; `wire()` is the event in
+    the protobuf JSON mapping of that message (field names as in the proto), so the API edge
+    (`convert.event_message`) converts a new tool's event without knowing it."""
+
+    WIRE_FIELD: ClassVar[str]
+
+    def wire(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tool call produced."""
+
+    call: ToolCall
+    text: str
+    """The tool result the model reads."""
+    is_error: bool = False
+    event: ToolEvent | None = None
+    """What the caller is told; None for a call refused before its tool ran."""
+    shown: tuple[SearchHit, ...] = ()
+    """Results the model was shown (they become citable)."""
+    previewed: tuple[SearchHit, ...] = ()
+    """Results shown only as previews (goal-aware context)."""
+    read_in_full: tuple[str, ...] = ()
+    """Ids of results whose full text the model has now read (a `read`)."""
+    found: tuple[SearchHit, ...] = ()
+    """Every result a search returned, shown or not (fills the caller's `limit`)."""
+    arguments: str = ""
+    """The validated arguments (JSON, defaults filled in); empty when they did not validate."""
+    duration_ms: int = 0
+    """Time spent in a dependency (0 for local or refused calls)."""
+    total_count: int = 0
+    """Search: matching results; read: chunks of the document; count: documents counted."""
+    ran: bool = False
+    """The tool did its work (a search that reached the search tool and returned): only such
+    calls count against the search cap and in the usage."""
+    answer: BaseModel | None = None
+    """An answering tool's validated answer, for the loop's answer acceptance."""
+    then: Callable[[], Awaitable[ToolOutcome]] | None = field(default=None, compare=False)
+    """A call that goes on after its event is streamed (`ask_user`: the question is shown,
+    then the run waits for the answer): the loop streams `event`, then awaits `then()`."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may use during one call."""
+
+    request: RunRequest
+    deadline: Deadline
+    search: SearchClient
+    model: ModelClient
+    settings: LoopSettings
+    budget_chars: int
+    """Layer 1: the most characters one tool result may take."""
+    seen: Mapping[str, SearchHit]
+    """The results the model has been shown so far, by id."""
+    questions: QuestionChannel | None
+    """The caller's question channel; None when the caller cannot be asked."""
+    log_fields: Mapping[str, object]
+    iteration: int = 0
+    """Search tools: this search's number (from 1); others: the searches done before."""
+
+    def failed(self, call: ToolCall, text: str, event: ToolEvent | None = None) -> ToolOutcome:
+        """A tool error for the model: logged, and marked on the current span."""
+        log.info("tool error", extra={**self.log_fields, "tool": call.name, "error": text[:200]})
+        trace.get_current_span().set_attribute(semconv.ERROR_TYPE, "tool_error")
+        return ToolOutcome(call, text, is_error=True, event=event)
+
+    def search_tool_error(
+        self, call: ToolCall, error: QuarryError, what: str, event: ToolEvent | None = None
+    ) -> ToolOutcome:
+        """A failed search tool call: raised when the run cannot go on, else a tool error."""
+        if isinstance(error, FAILURES_THAT_END_THE_RUN):
+            raise error
+        if isinstance(error, InvalidArgument) and names_caller_filter(error):
+            raise as_callers_error(error) from None
+        return self.failed(call, search_error_text(error, what=what), event)
+
+
+class Tool(ABC):
+    """One tool (see the module docstring). Subclasses set the class attributes and `run`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    """What the model reads in the tool list of its request."""
+    arguments: ClassVar[type[BaseModel]]
+    """Validates the arguments; its JSON schema is the tool's parameters."""
+    prompt_line: ClassVar[str]
+    """The tool's line in the system prompt's tool list (`- `name`: ...`)."""
+    offer: ClassVar[Offer] = "standard"
+    """standard: offered unless the request names others; opt_in: only when named; always:
+    whatever the request names (the answering tool)."""
+    uses_search: ClassVar[bool] = False
+    """A call is one search attempt: it counts against the run's search cap."""
+    parallel: ClassVar[bool] = False
+    """Consecutive calls of one turn may run concurrently (THINKING mode)."""
+    answers: ClassVar[bool] = False
+    """The tool submits the final answer: the answer-only call offers only it."""
+    needs_caller: ClassVar[bool] = False
+    """The tool talks to the caller while the run waits: offered on a stream only."""
+
+    @cached_property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, tool_schema(self.arguments))
+
+    def spec_for(self, seen: Collection[str]) -> ToolSpec:
+        """The spec offered in a turn where the model has seen the results `seen`; a tool whose
+        schema depends on the run (e.g. an enum of citable ids) overrides it."""
+        return self.spec
+
+    @cached_property
+    def guidance(self) -> str:
+        """Extra guidance for the system prompt (`prompts/tool_<name>.md`, when there is one)."""
+        path = resources.files("services.agent.prompts").joinpath(f"tool_{self.name}.md")
+        return path.read_text("utf-8") if path.is_file() else ""
+
+    @abstractmethod
+    async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
+        """Execute one call (the loop has opened its `execute_tool` span)."""
 
 
 class ToolArgumentsError(ValueError):
@@ -268,114 +213,76 @@ def parse_arguments(model: type[M], arguments_json: str) -> M:
         ) from error
 
 
-@dataclass(frozen=True)
-class FormattedResults:
-    """A search tool result as the model sees it."""
-
-    text: str
-    shown: list[SearchHit]
-    """The hits that fit the budget, best first; only these count as seen."""
-    previewed: list[SearchHit] = field(default_factory=list)
-    """The shown hits whose text was cut to a preview."""
+def tool_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema, `$ref`s inlined and titles removed, ready for any provider."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+    return _inline(schema, definitions)  # type: ignore[no-any-return]
 
 
-def result_budget_chars(context_window_tokens: int, share: float) -> int:
-    return int(context_window_tokens * share * CHARS_PER_TOKEN)
+def _inline(node: Any, definitions: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = definitions[node["$ref"].rsplit("/", 1)[-1]]
+            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+            return _inline(merged, definitions)
+        return {
+            k: _inline(v, definitions)
+            for k, v in node.items()
+            if not (k == "title" and isinstance(v, str))
+        }
+    if isinstance(node, list):
+        return [_inline(item, definitions) for item in node]
+    return node
 
 
-def format_results(
-    hits: Sequence[SearchHit], total: int, *, max_chars: int, preview_chars: int = 0
-) -> FormattedResults:
-    """Results best first until the budget is spent; lower-ranked ones are dropped whole. With
-    `preview_chars`, longer texts are cut to a preview at a word boundary (goal-aware context)."""
-    blocks: list[str] = []
-    used = len(_header(total, len(hits)))
-    for hit in hits:
-        block = result_block(hit, preview_chars)
-        if used + len(block) > max_chars:
-            break
-        blocks.append(block)
-        used += len(block)
-    shown = list(hits[: len(blocks)])
-    text = _header(total, len(shown)) + "".join(blocks)
-    if not hits:
-        text += "\nNo results. Try other words, another retrieval strategy or fewer filters.\n"
-    previewed = [h for h in shown if preview_chars and len(h.text) > preview_chars]
-    return FormattedResults(text=text, shown=shown, previewed=previewed)
+def search_error_text(error: QuarryError, *, what: str = "search") -> str:
+    text = f"The {what} failed: {error.message}."
+    if isinstance(error, InvalidArgument) and error.violations:
+        fixes = "; ".join(f"{v.field}: {v.description}" for v in error.violations)
+        text += f" Fix these and {what} again: {fixes}."
+    return text
 
 
-def _header(total: int, shown: int) -> str:
-    return f"Found {total} results; showing {shown}.\n"
+_CALLER_FILTER = "caller_filter"
+_REQUEST_FILTER = "filter"
+"""The run request's field that carries the caller's filter."""
 
 
-def result_block(hit: SearchHit, preview_chars: int = 0) -> str:
-    """One result as the model sees it; with `preview_chars`, a longer text is cut to a preview."""
-    meta = (
-        f"source: {hit.source} | entity_type: {hit.entity_type} | "
-        f"score: {hit.score:.4f} | url: {hit.url}"
-    )
-    return f"\n### [{hit.id}] {hit.title}\n{meta}\n{preview(hit.text, preview_chars)}\n"
+def names_caller_filter(error: InvalidArgument) -> bool:
+    return any(v.field.startswith(_CALLER_FILTER) for v in error.violations)
 
 
-def preview(text: str, chars: int) -> str:
-    """`text` itself, or its first `chars` characters (cut at a word) and what was left out."""
-    if chars <= 0 or len(text) <= chars:
-        return text
-    cut = text[:chars].rsplit(" ", 1)[0] or text[:chars]
-    return f"{cut} … [preview: {len(text) - len(cut)} more characters]"
-
-
-def full_texts(hits: Sequence[SearchHit], *, max_chars: int) -> tuple[str, list[SearchHit]]:
-    """The full text of `hits` in order until the budget is spent, and the hits included."""
-    header = "Full text of the results you are about to cite (they were shown as previews):\n"
-    blocks: list[str] = []
-    used = len(header)
-    for hit in hits:
-        block = result_block(hit)
-        if used + len(block) > max_chars:
-            break
-        blocks.append(block)
-        used += len(block)
-    return header + "".join(blocks), list(hits[: len(blocks)])
-
-
-def format_read(
-    document_id: str, chunks: Sequence[SearchHit], chunk_count: int, *, max_chars: int
-) -> FormattedResults:
-    """A read's chunks in order until the budget is spent; a chunk is never cut."""
-    blocks: list[str] = []
-    used = 0
-    for chunk in chunks:
-        block = _read_block(chunk)
-        if used + len(block) > max_chars:
-            break
-        blocks.append(block)
-        used += len(block)
-    shown = list(chunks[: len(blocks)])
-    if shown:
-        span = f"chunks {shown[0].chunk_index}-{shown[-1].chunk_index} of {chunk_count}"
-    else:
-        span = f"no chunk fits the budget ({chunk_count} chunks)"
-    return FormattedResults(text=f"Read {document_id}: {span}.\n" + "".join(blocks), shown=shown)
-
-
-def _read_block(hit: SearchHit) -> str:
-    meta = f"source: {hit.source} | entity_type: {hit.entity_type} | url: {hit.url}"
-    return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"
-
-
-def format_count(count: DocumentCount) -> str:
-    """A count as the model sees it: totals, then each breakdown's `value: documents` lines."""
-    bound = "" if count.exact else " at least"
-    lines = [
-        f"Counted{bound} {count.document_count} documents ({count.chunk_count} chunks) "
-        "matching the filter."
+def as_callers_error(error: InvalidArgument) -> InvalidArgument:
+    """The search tool's verdict on the caller's filter, in the caller's terms: its request field
+    is `filter`. Violations of the model's own filter are not the caller's concern."""
+    violations = [
+        FieldViolation(_REQUEST_FILTER + v.field.removeprefix(_CALLER_FILTER), v.description)
+        for v in error.violations
+        if v.field.startswith(_CALLER_FILTER)
     ]
-    if not count.exact:
-        lines.append("The count stopped early: these numbers are lower bounds.")
-    for breakdown in count.breakdowns:
-        lines.append(f"\n### Documents by {breakdown.field}")
-        lines += [f"{f.value}: {f.count}" for f in breakdown.buckets]
-        if breakdown.omitted:
-            lines.append(f"({breakdown.omitted} more values not listed)")
-    return "\n".join(lines) + "\n"
+    return InvalidArgument(
+        "; ".join(f"{v.field}: {v.description}" for v in violations) or error.message,
+        violations=violations,
+        reason=error.reason,
+        metadata=error.metadata,
+    )
+
+
+def filter_wire(groups: Collection[Any]) -> dict[str, Any]:
+    """The model's filter groups in the JSON mapping of `quarry.common.v1.Filter`."""
+    return {
+        "groups": [
+            {
+                "conditions": [
+                    {
+                        "field": c.field,
+                        "operator": "FILTER_OPERATOR_" + c.operator.upper(),
+                        "value": c.value,
+                    }
+                    for c in g.conditions
+                ]
+            }
+            for g in groups
+        ]
+    }

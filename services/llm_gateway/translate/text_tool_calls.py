@@ -32,8 +32,11 @@ class TextToolCall:
     """The arguments as sent; invalid JSON when the model wrote a broken call."""
 
 
-def instruction(tools: Sequence[Tool], mode: ToolChoiceMode, named: str) -> str:
-    """The system message that replaces native tools: the tools, their schemas, the format."""
+def instruction(
+    tools: Sequence[Tool], mode: ToolChoiceMode, named: str, *, key: str = "tool"
+) -> str:
+    """The system message that replaces native tools: the tools, their schemas, the format
+    (`key` names the tool in a call: `tool`, or `name` where a schema forces the reply)."""
     listed = "\n".join(
         f"- {t.name}: {t.description}\n  arguments schema: {json.dumps(t.parameters)}"
         for t in tools
@@ -42,24 +45,26 @@ def instruction(tools: Sequence[Tool], mode: ToolChoiceMode, named: str) -> str:
         when = f"You must call the tool {named} now."
     elif mode is ToolChoiceMode.REQUIRED:
         when = "You must call one of the tools now."
+    elif mode is ToolChoiceMode.NONE:
+        when = "Do not call a tool now: answer in plain text."
     else:
         when = "Call a tool when you need one; otherwise answer in plain text."
     return (
         "You can call these tools:\n"
         f"{listed}\n\n"
         "To call a tool, reply with only a JSON object (several calls: a JSON list of them):\n"
-        '{"tool": "<tool name>", "arguments": {<arguments matching its schema>}}\n'
+        f'{{"{key}": "<tool name>", "arguments": {{<arguments matching its schema>}}}}\n'
         f"{when} Tool results come back in messages starting `Tool result`."
     )
 
 
-def call_text(name: str, arguments_json: str) -> str:
+def call_text(name: str, arguments_json: str, *, key: str = "tool") -> str:
     """A past call as the model would have written it."""
     try:
         arguments: Any = json.loads(arguments_json or "{}")
     except json.JSONDecodeError:
         arguments = {}
-    return json.dumps({"tool": name, "arguments": arguments}, ensure_ascii=False)
+    return json.dumps({key: name, "arguments": arguments}, ensure_ascii=False)
 
 
 def result_text(call_id: str, text: str, *, is_error: bool) -> str:
