@@ -92,7 +92,9 @@ class SearchToolClient:
     async def web_search(self, query: str, limit: int, *, remaining_s: float | None) -> WebPage:
         request = search_tool_pb2.WebSearchRequest(query=query, limit=limit)
         try:
-            reply = await self._stub.WebSearch(request, **call_options(remaining_s))
+            reply = await self._stub.WebSearch(
+                request, **await call_options(self._channel, "search tool", remaining_s)
+            )
         except grpc.aio.AioRpcError as error:
             raise dependency_error(error, self._channel, "search tool") from error
         return WebPage(

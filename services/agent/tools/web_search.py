@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, Field
 
 from services.agent.search import SearchHit, WebPage
-from services.agent.tools.base import FormattedResults
+from services.agent.tools.results import FormattedResults
 
 WEB_SEARCH = "web_search"
 MAX_WEB_QUERY_CHARS = 400
