@@ -30,6 +30,7 @@ from services.agent.search import (
     WebOrigin,
 )
 from services.agent.tools import DEFAULT_TOOLS, ToolEvent
+from services.common.auth import require_caller_permission
 from services.common.errors import FieldViolation, InvalidArgument
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
@@ -123,6 +124,10 @@ def run_request(
                     f"{name} needs StreamRun: a unary Run cannot ask the caller anything",
                 )
             )
+    for name in dict.fromkeys(message.tools):
+        tool = DEFAULT_TOOLS.get(name)
+        if tool is not None and tool.permission:
+            require_caller_permission(tool.permission, f"use the tool {name}")
     for t, turn in enumerate(message.history):
         for name in ("question", "answer"):
             if not getattr(turn, name).strip():

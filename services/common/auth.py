@@ -203,6 +203,19 @@ def visible_collections(names: Sequence[str]) -> list[str]:
     return [n for n in names if key.may_read(n)]
 
 
+def require_caller_permission(permission: str, what: str) -> None:
+    """Refuse (PERMISSION_DENIED naming the key) when the running RPC's caller holds a key whose
+    boolean `permission` (an `ApiKey` field, e.g. `web_search`) is false; nothing when auth is
+    off. `what` completes "API key '<name>' may not …"."""
+    caller = _CALLER.get()
+    if caller is None or caller.key is None:
+        return
+    if not getattr(caller.key, permission, False):
+        raise PermissionDenied(
+            f"API key '{caller.key.name}' may not {what}", metadata={"permission": permission}
+        )
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Authenticates and authorises every RPC by its `MethodRule` (see the module docstring).
 

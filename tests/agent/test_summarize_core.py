@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from services.agent.context import condense_results
 from services.agent.messages import Role, assistant, tool_result, user
 from services.agent.messages import ToolCall as AgentToolCall
 from services.agent.search import SearchHit
@@ -16,7 +17,6 @@ from services.agent.tools.summarize import (
     Summary,
     SummaryPoint,
     check_summary,
-    condense_results,
     format_summary,
     summary_input,
 )
@@ -103,7 +103,7 @@ def test_condensing_keeps_each_result_citable_and_the_calls_paired() -> None:
     messages = [user("## Query\nq"), assistant("", [call]), tool_result("c1", search_text)]
     condensed = condense_results(messages, ["doc-1__chunk_0"], "c2")
     text = condensed[2].text
-    assert "### [doc-1__chunk_0] Photosynthesis\n(summarised by summarize call c2" in text
+    assert "### [doc-1__chunk_0] Photosynthesis\n(condensed: see the result of call c2" in text
     assert "Photosynthesis converts light." not in text
     assert "Steam locomotives." in text
     assert condensed[2].tool_call_id == "c1"

@@ -7,20 +7,35 @@ out and named) to the gateway's `GenerateStructured` with the schema of `Summary
 it with the sentences closest to the focus). Every id the summary cites is checked against the
 results sent: unknown ids are dropped and named. The summary is shown in place of the full texts:
 earlier tool results keep each summarised result's `### [id] title` line (still citable) with its
-text replaced by a pointer to the summary, and `read` still gives the full text. The summary's
+text replaced by a pointer to the summary (`ToolOutcome.condensed`, applied by the loop through
+`context.condense_results`), and `read` still gives the full text. The summary's
 tokens count in the run's budget and usage, and the call is recorded in its step.
 """
 
 from __future__ import annotations
 
-import re
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from services.agent.messages import Message, Role
+from services.agent.messages import ToolCall, system, user
+from services.agent.ports import ContextWindowExceeded, StructuredRequest, StructuredResponse
 from services.agent.search import SearchHit
+from services.agent.tools.base import (
+    FAILURES_THAT_END_THE_RUN,
+    Tool,
+    ToolArgumentsError,
+    ToolContext,
+    ToolEvent,
+    ToolOutcome,
+    parse_arguments,
+    tool_schema,
+)
+from services.common.errors import QuarryError
 
 SUMMARIZE = "summarize"
 SUMMARY_SCHEMA_NAME = "summary"
@@ -159,26 +174,134 @@ def format_summary(
     return "\n".join(lines) + "\n"
 
 
-_BLOCK = re.compile(r"(^### \[(?P<id>[^\]\n]+)\][^\n]*\n)(?P<body>.*?)(?=^### \[|\Z)", re.M | re.S)
+@dataclass(frozen=True)
+class Summarizing(ToolEvent):
+    """A `summarize` call, as executed (or refused)."""
+
+    WIRE_FIELD: ClassVar[str] = "summarizing"
+
+    iteration: int
+    """Searches done before the call."""
+    result_ids: tuple[str, ...]
+    focus: str
+    point_count: int = 0
+    cited_ids: tuple[str, ...] = ()
+    input_chars: int = 0
+    duration_ms: int = 0
+    error: str = ""
+    step: int = dc_field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "result_ids": list(self.result_ids),
+            "focus": self.focus,
+            "point_count": self.point_count,
+            "cited_ids": list(self.cited_ids),
+            "input_chars": self.input_chars,
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "step": self.step,
+        }
 
 
-def condense_results(
-    messages: Sequence[Message], ids: Sequence[str], call_id: str
-) -> list[Message]:
-    """`messages` with the text of each result in `ids` replaced, in tool results and full-text
-    messages, by a pointer to the summary of call `call_id`: its `### [id] title` line stays, so
-    the result stays citable and every call stays paired with its result."""
-    wanted = set(ids)
-    pointer = f"(summarised by summarize call {call_id}; `read` gives the full text)\n\n"
+class SummarizeTool(Tool):
+    name = SUMMARIZE
+    description = DESCRIPTION
+    arguments = SummarizePlan
+    prompt_line = (
+        "- `summarize`: condense results you have seen into a short summary focused on what you "
+        "need; it replaces their full texts in the conversation (`read` still gives them)."
+    )
+    offer = "opt_in"
 
-    def replace(match: re.Match[str]) -> str:
-        if match.group("id").strip() not in wanted:
-            return match.group(0)
-        return match.group(1) + pointer
+    async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
+        iteration = context.iteration
+        try:
+            plan = parse_arguments(SummarizePlan, call.arguments_json)
+        except ToolArgumentsError as error:
+            return context.failed(
+                call, str(error), Summarizing(iteration, (), "", error=str(error))
+            )
+        named = tuple(dict.fromkeys(plan.result_ids))
+        unseen = [i for i in named if i not in context.seen]
+        if unseen:
+            text = (
+                f"Not results you have seen in this conversation: {', '.join(unseen)}. "
+                "Summarise only ids shown in results (`### [result_id] title`)."
+            )
+            return context.failed(call, text, Summarizing(iteration, named, plan.focus, error=text))
+        sent = summary_input(
+            plan.focus,
+            [context.seen[i] for i in named],
+            max_chars=context.settings.summarize_max_chars,
+        )
+        request = StructuredRequest(
+            route=context.settings.summarize_route or context.route,
+            messages=(system(SYSTEM_PROMPT), user(sent.text)),
+            schema=tool_schema(Summary),
+            schema_name=SUMMARY_SCHEMA_NAME,
+        )
+        started = time.perf_counter()
+        try:
+            response = await context.model.generate_structured(
+                request, remaining_s=context.deadline.remaining()
+            )
+        except ContextWindowExceeded:
+            text = "The results are too long for the model to summarise at once: name fewer ids."
+            event = Summarizing(iteration, named, plan.focus, error=text)
+            return context.failed(call, text, event)
+        except FAILURES_THAT_END_THE_RUN:
+            raise
+        except QuarryError as error:
+            text = f"The summary failed: {error.message}. Go on without it."
+            event = Summarizing(iteration, named, plan.focus, error=text)
+            return context.failed(call, text, event)
+        duration_ms = int((time.perf_counter() - started) * 1000)
+        return self._summarised(call, context, plan, sent, response, duration_ms)
 
-    condensed = []
-    for message in messages:
-        if message.role in (Role.TOOL, Role.USER) and "### [" in message.text:
-            message = message.with_text(_BLOCK.sub(replace, message.text))
-        condensed.append(message)
-    return condensed
+    @staticmethod
+    def _summarised(
+        call: ToolCall,
+        context: ToolContext,
+        plan: SummarizePlan,
+        sent: SummaryInput,
+        response: StructuredResponse,
+        duration_ms: int,
+    ) -> ToolOutcome:
+        named = tuple(dict.fromkeys(plan.result_ids))
+        included = [h.id for h in sent.included]
+        try:
+            summary = Summary.model_validate_json(response.json_text)
+        except ValidationError as error:
+            text = (
+                f"The summary could not be read ({error.error_count()} problems); go on without it."
+            )
+            event = Summarizing(context.iteration, named, plan.focus, error=text)
+            failed = context.failed(call, text, event)
+            return replace(failed, usage=response.usage, duration_ms=duration_ms)
+        checked = check_summary(summary, included)
+        event = Summarizing(
+            iteration=context.iteration,
+            result_ids=named,
+            focus=plan.focus,
+            point_count=len(checked.points),
+            cited_ids=checked.cited,
+            input_chars=sent.chars,
+            duration_ms=duration_ms,
+        )
+        cited = {i: context.seen[i] for i in checked.cited}
+        return ToolOutcome(
+            call,
+            format_summary(checked, plan.focus, included, sent.left_out),
+            event=event,
+            shown=tuple(cited.values()),
+            arguments=plan.model_dump_json(),
+            duration_ms=duration_ms,
+            total_count=len(included),
+            ran=True,
+            usage=response.usage,
+            condensed=tuple(included),
+        )

@@ -12,12 +12,25 @@ after, an outage of the search tool itself ends the run as every search does.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from services.agent.messages import ToolCall
 from services.agent.search import SearchHit, WebPage
+from services.agent.tools.base import (
+    Tool,
+    ToolArgumentsError,
+    ToolContext,
+    ToolEvent,
+    ToolOutcome,
+    parse_arguments,
+)
 from services.agent.tools.results import FormattedResults
+from services.common.errors import FailedPrecondition, QuarryError, Unavailable
 
 WEB_SEARCH = "web_search"
 MAX_WEB_QUERY_CHARS = 400
@@ -83,3 +96,112 @@ def web_block(hit: SearchHit) -> str:
 
 def web_ids(hits: Sequence[SearchHit]) -> list[str]:
     return [h.id for h in hits if h.web is not None]
+
+
+@dataclass(frozen=True)
+class WebSearching(ToolEvent):
+    """A `web_search` call, as executed (or failed)."""
+
+    WIRE_FIELD: ClassVar[str] = "web_searching"
+
+    iteration: int
+    """This search's number (a web search counts against the run's search cap)."""
+    query: str
+    result_count: int = 0
+    provider: str = ""
+    cached: bool = False
+    duration_ms: int = 0
+    error: str = ""
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "query": self.query,
+            "result_count": self.result_count,
+            "provider": self.provider,
+            "cached": self.cached,
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "step": self.step,
+        }
+
+
+class WebSearchTool(Tool):
+    name = WEB_SEARCH
+    description = DESCRIPTION
+    arguments = WebSearchPlan
+    prompt_line = (
+        "- `web_search`: search the public web (not the collection; the caller's filter does "
+        "not apply to it) for what the collection cannot hold."
+    )
+    offer = "opt_in"
+    uses_search = True
+    permission = "web_search"
+
+    async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
+        try:
+            plan = parse_arguments(WebSearchPlan, call.arguments_json)
+        except ToolArgumentsError as error:
+            event = WebSearching(context.iteration, call.arguments_json[:200], error=str(error))
+            return context.failed(call, str(error), event)
+        started = time.perf_counter()
+        try:
+            page = await context.search.web_search(
+                plan.query, plan.limit, remaining_s=context.deadline.remaining()
+            )
+        except QuarryError as error:
+            return self._failed(call, context, plan, error, _ms_since(started))
+        duration_ms = _ms_since(started)
+        formatted = format_web_results(page, max_chars=context.budget_chars)
+        event = WebSearching(
+            iteration=context.iteration,
+            query=plan.query,
+            result_count=len(formatted.shown),
+            provider=page.provider,
+            cached=page.cached,
+            duration_ms=duration_ms,
+        )
+        return ToolOutcome(
+            call,
+            formatted.text,
+            event=event,
+            shown=tuple(formatted.shown),
+            arguments=plan.model_dump_json(),
+            duration_ms=duration_ms,
+            total_count=len(page.hits),
+            ran=True,
+        )
+
+    @staticmethod
+    def _failed(
+        call: ToolCall,
+        context: ToolContext,
+        plan: WebSearchPlan,
+        error: QuarryError,
+        duration_ms: int,
+    ) -> ToolOutcome:
+        """The web's own failures (no provider, every provider failing, a query it refuses) are
+        tool errors; the search tool's outages, the deadline and refused keys end the run."""
+        event = WebSearching(
+            context.iteration, plan.query, duration_ms=duration_ms, error=error.message
+        )
+        if isinstance(error, FailedPrecondition) and error.reason == WEB_DISABLED_REASON:
+            text = (
+                "Web search is not available: the operator has configured no web search "
+                "provider. Go on with the collection."
+            )
+            return context.failed(call, text, event)
+        if isinstance(error, Unavailable) and error.reason == WEB_FAILED_REASON:
+            text = (
+                f"The web search failed: {error.message}. Go on with the collection, or try "
+                "the web again later in the run."
+            )
+            return context.failed(call, text, event)
+        return context.search_tool_error(call, error, "web search", event)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
