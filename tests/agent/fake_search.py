@@ -197,11 +197,16 @@ class FakeSearch:
 
     async def web_search(self, query: str, limit: int, *, remaining_s: float | None) -> WebPage:
         """The search tool's own `WebSearchService` (validation, retries, cache) over the
-        in-memory provider, its answer carried through the wire shape as the real client's."""
+        in-memory provider, its answer carried through the wire shape as the real client's;
+        `errors` are the search tool's own failures, as for `search`."""
         self.web_requests.append((query, limit))
         self.remaining_s.append(remaining_s)
         self.called.set()
         await self._wait()
+        if self.errors:
+            error = self.errors.popleft()
+            if error is not None:
+                raise error
         message = web_search_to_proto(await self.web.search(query, limit, deadline_s=remaining_s))
         return WebPage(
             hits=[convert.web_hit(r) for r in message.results],
