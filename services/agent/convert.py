@@ -463,6 +463,7 @@ def _call_message(call: ToolCallRecord, *, full: bool) -> agent_pb2.ToolCallReco
         error=call.error,
         total_count=call.total_count,
         previewed_ids=call.previewed_ids,
+        web=any(h.web is not None for h in call.results),
     )
     if full:
         message.output = call.output

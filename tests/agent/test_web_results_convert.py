@@ -9,8 +9,9 @@ from quarry.searchtool.v1 import search_tool_pb2
 
 from services.agent import convert
 from services.agent.answers import SeenResults, accept_answer
+from services.agent.records import StepRecord, ToolCallRecord
 from services.agent.search import WEB_SOURCE
-from services.agent.tools import Answer, CitationRef
+from services.agent.tools import Answer, CitationRef, Summarizing, WebSearching
 
 
 def web_result() -> search_tool_pb2.WebResult:
@@ -60,3 +61,42 @@ def test_a_citation_of_a_web_result_is_marked_as_web_on_the_wire() -> None:
     (citation,) = accept_answer(answer, seen).citations
     assert citation.web
     assert citation.url == "https://example.org/zig"
+
+
+def test_the_web_search_and_summarize_events_reach_their_stream_fields() -> None:
+    searching = convert.event_message(
+        WebSearching(3, "zig", result_count=2, provider="brave", cached=True, duration_ms=7, step=2)
+    )
+    assert searching.WhichOneof("event") == "web_searching"
+    web = searching.web_searching
+    assert (web.iteration, web.query, web.result_count, web.provider, web.cached) == (
+        3,
+        "zig",
+        2,
+        "brave",
+        True,
+    )
+    assert (web.duration_ms, web.step, web.error) == (7, 2, "")
+    summarizing = convert.event_message(
+        Summarizing(1, ("a__chunk_0", "b__chunk_1"), "focus", 2, ("a__chunk_0",), 900, 12, "", 3)
+    )
+    assert summarizing.WhichOneof("event") == "summarizing"
+    event = summarizing.summarizing
+    assert list(event.result_ids) == ["a__chunk_0", "b__chunk_1"]
+    assert list(event.cited_ids) == ["a__chunk_0"]
+    assert (event.focus, event.point_count, event.input_chars, event.step) == ("focus", 2, 900, 3)
+
+
+def test_a_step_record_of_a_web_search_is_marked_as_web() -> None:
+    hit = convert.web_hit(web_result())
+    step = StepRecord(
+        index=1,
+        text="",
+        tool_calls=(
+            ToolCallRecord(call_id="w", name="web_search", arguments_json="{}", results=(hit,)),
+            ToolCallRecord(call_id="c", name="calculate", arguments_json="{}"),
+        ),
+    )
+    web, local = convert.step_message(step, full=False).tool_calls
+    assert web.web
+    assert not local.web
