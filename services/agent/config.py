@@ -64,6 +64,9 @@ class LoopSettings(BaseModel):
     """Longest question a run accepts (INVALID_ARGUMENT naming `query` and this limit)."""
     max_history_turns: int = Field(default=20, ge=0)
     """Most prior conversation turns a run accepts (INVALID_ARGUMENT naming `history`)."""
+    max_history_chars: int = Field(default=32_000, ge=0)
+    """Most characters of all prior turns together (INVALID_ARGUMENT naming `history`); each
+    turn's question is also bounded by `max_query_chars`."""
     keep_last_exchanges: int = Field(default=2, ge=1)
     """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
     summarize_max_chars: int = Field(default=24_000, ge=1_000, le=400_000)

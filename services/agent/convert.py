@@ -3,6 +3,8 @@ and events. The caller's filter passes through untouched; the search tool valida
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -31,7 +33,7 @@ from services.agent.search import (
 )
 from services.agent.tools import DEFAULT_TOOLS, ToolEvent
 from services.common.auth import require_caller_permission
-from services.common.errors import FieldViolation, InvalidArgument
+from services.common.errors import FieldViolation, InvalidArgument, shown
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
     "equals": search_pb2.FILTER_OPERATOR_EQUALS,
@@ -78,6 +80,7 @@ def run_request(
     default_limit: int = 10,
     max_query_chars: int = 4_000,
     max_history_turns: int = 20,
+    max_history_chars: int = 32_000,
 ) -> RunRequest:
     """Validate a request and turn it into the domain's, naming every bad field."""
     violations: list[FieldViolation] = []
@@ -115,7 +118,7 @@ def run_request(
         if tool is None:
             names = ", ".join(DEFAULT_TOOLS.names)
             violations.append(
-                FieldViolation(f"tools[{i}]", f"unknown tool {name!r}; one of {names}")
+                FieldViolation(f"tools[{i}]", f"unknown tool {shown(name)}; one of {names}")
             )
         elif tool.needs_caller and isinstance(message, agent_pb2.RunRequest):
             violations.append(
@@ -128,10 +131,7 @@ def run_request(
         tool = DEFAULT_TOOLS.get(name)
         if tool is not None and tool.permission:
             require_caller_permission(tool.permission, f"use the tool {name}")
-    for t, turn in enumerate(message.history):
-        for name in ("question", "answer"):
-            if not getattr(turn, name).strip():
-                violations.append(FieldViolation(f"history[{t}].{name}", "must not be empty"))
+    violations += _history_violations(message.history, max_query_chars, max_history_chars)
     if violations:
         raise InvalidArgument.for_violations(violations)
     return RunRequest(
@@ -148,6 +148,34 @@ def run_request(
         temperature=message.temperature if message.HasField("temperature") else None,
         seed=message.seed if message.HasField("seed") else None,
     )
+
+
+def _history_violations(
+    history: Sequence[agent_pb2.ConversationTurn], max_query_chars: int, max_history_chars: int
+) -> list[FieldViolation]:
+    """Each turn's question is bounded as the query is, and all turns together by
+    `max_history_chars` (a turn of 10 MB was read whole into every prompt of the run)."""
+    violations: list[FieldViolation] = []
+    for t, turn in enumerate(history):
+        for name in ("question", "answer"):
+            if not getattr(turn, name).strip():
+                violations.append(FieldViolation(f"history[{t}].{name}", "must not be empty"))
+        if len(turn.question) > max_query_chars:
+            violations.append(
+                FieldViolation(
+                    f"history[{t}].question",
+                    f"is {len(turn.question)} characters; max_query_chars is {max_query_chars}",
+                )
+            )
+    total = sum(len(turn.question) + len(turn.answer) for turn in history)
+    if total > max_history_chars:
+        violations.append(
+            FieldViolation(
+                "history",
+                f"has {total} characters in all; max_history_chars is {max_history_chars}",
+            )
+        )
+    return violations
 
 
 def question_windows(
@@ -170,6 +198,8 @@ def question_windows(
 
 def _window_violations(name: str, asked: float, configured: float | None) -> list[FieldViolation]:
     path = f"question_windows.{name}"
+    if not math.isfinite(asked):
+        return [FieldViolation(path, "must be a finite number of seconds (0: the configured)")]
     if asked < 0:
         return [FieldViolation(path, "must not be negative")]
     if configured is not None and asked > configured:

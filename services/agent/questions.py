@@ -46,6 +46,7 @@ from services.common.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    shown,
 )
 
 
@@ -273,7 +274,7 @@ class LocalQuestionChannel:
         question = self.questions.get(question_id)
         if question is None:
             raise NotFound(
-                f"run {self.run_id} asked no question {question_id!r}",
+                f"run {self.run_id} asked no question {shown(question_id)}",
                 reason="QUESTION_NOT_FOUND",
                 metadata={"run_id": self.run_id, "question_id": question_id},
             )
@@ -357,8 +358,8 @@ class QuestionRegistry:
         channel = self._runs.get(run_id)
         if channel is None:
             raise NotFound(
-                f"no live run {run_id!r} that takes questions on this agent replica (it ended, "
-                "did not allow ask_user, or runs on another replica: answer on the channel "
+                f"no live run {shown(run_id)} that takes questions on this agent replica (it "
+                "ended, did not allow ask_user, or runs on another replica: answer on the channel "
                 "that carries the run's stream)",
                 reason="RUN_NOT_FOUND",
                 metadata={"run_id": run_id},

@@ -54,6 +54,7 @@ from services.common.errors import (
     QuarryError,
     Retryable,
     Unavailable,
+    shown,
 )
 from services.common.status import code_of, is_retryable
 
@@ -227,6 +228,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             default_limit=self._settings.loop.default_limit,
             max_query_chars=self._settings.loop.max_query_chars,
             max_history_turns=self._settings.loop.max_history_turns,
+            max_history_chars=self._settings.loop.max_history_chars,
         )
 
     def _recorder(
@@ -253,7 +255,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             raise InvalidArgument.for_field("run_id", "must name a run")
         record = await store.get(request.run_id)
         if record is None:
-            raise NotFound(f"no recorded run {request.run_id!r} (unknown, or past retention)")
+            raise NotFound(f"no recorded run {shown(request.run_id)} (unknown, or past retention)")
         if not visible_collections([record.collection]):
             raise _may_not_read(record.collection)
         return agent_pb2.GetRunResponse(run=record)
