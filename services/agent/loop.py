@@ -33,6 +33,7 @@ from services.agent.config import LoopSettings
 from services.agent.context import (
     SUMMARY_SYSTEM_PROMPT,
     ConversationSummary,
+    condense_results,
     prune_tool_results,
     split_for_compaction,
     summary_prompt,
@@ -382,6 +383,7 @@ class _Run:
             questions=self.questions,
             log_fields=self._log(),
             iteration=self.searches if iteration is None else iteration,
+            route=self.route,
         )
 
     @property
@@ -416,6 +418,10 @@ class _Run:
         """Record what a tool call produced: its result in the conversation and in the step's
         record, the results it showed (citable from now on); returns the event the caller is
         told of, with its step."""
+        if outcome.condensed:
+            self.exchanges = condense_results(self.exchanges, outcome.condensed, outcome.call.id)
+        if outcome.usage is not None:
+            self._count(outcome.usage)
         self.exchanges.append(tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error))
         self.seen.add(outcome.shown)
         self.previews.update({h.id: h for h in outcome.previewed})

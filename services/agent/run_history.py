@@ -68,6 +68,9 @@ class RunQuery:
 class RunHistory(Protocol):
     """Where the agent keeps its runs (see the module docstring for the write contract)."""
 
+    failed_writes: int
+    """Writes lost to a storage failure since the history opened (each a gap in one record)."""
+
     def open(self) -> int:
         """Prepare the storage (schema, migrations), mark `interrupted` the runs left `running`
         by an agent that stopped (`mark_interrupted`), and apply retention; returns how many

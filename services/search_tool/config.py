@@ -14,6 +14,7 @@ from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.limits import RequestLimits
+from services.search_tool.web.config import WebSearchSettings
 
 DEFAULT_PORT = 50051
 DEFAULT_MAX_CONCURRENT_CALLS = 128
@@ -218,3 +219,5 @@ class SearchToolSettings(QuarrySettings):
     """How large each part of a request may be (see `limits.py`)."""
     work_queue: WorkQueueSettings = Field(default_factory=WorkQueueSettings)
     """Admission in front of the embedder and the engine."""
+    web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
+    """Web search providers (`WebSearch`); off unless one is listed."""

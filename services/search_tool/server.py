@@ -31,6 +31,7 @@ from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.service import SearchService
 from services.search_tool.servicer import ACCESS_RULES, SERVICE_NAME, SearchToolServicer
 from services.search_tool.traced import TracedEmbedder
+from services.search_tool.web import build_web_search
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class SearchToolServer(QuarryServer):
                 await self._readiness
             self._readiness = None
         await super().stop(grace_s)
+        await self.servicer.web.aclose()
         if self.service is not None:
             await self.service.close()
             self.service = None
@@ -121,7 +123,7 @@ def build_search_tool_server(
     embedder_factory: EmbedderFactory | None = None,
 ) -> SearchToolServer:
     """A bound, not started server; `start()` opens the engine and loads the embedder."""
-    servicer = SearchToolServicer()
+    servicer = SearchToolServicer(web=build_web_search(settings.web_search))
 
     def register(server: grpc.aio.Server) -> None:
         search_tool_pb2_grpc.add_SearchToolServiceServicer_to_server(servicer, server)
