@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.common.errors import FieldViolation, InvalidArgument, NotFound
+from services.common.errors import FieldViolation, InvalidArgument, NotFound, shown
 from services.search_tool.documents import Chunk
 from services.search_tool.filters import (
     Condition,
@@ -80,7 +80,8 @@ async def read_document(
     visible = await engine.scan(request.collection, where, limit=MAX_DOCUMENT_CHUNKS)
     if not visible:
         raise NotFound(
-            f"document {request.document_id!r} not found in collection {request.collection!r}",
+            f"document {shown(request.document_id)} not found in collection "
+            f"{shown(request.collection)}",
             metadata={"collection": request.collection, "document_id": request.document_id},
         )
     ordered = sorted(visible, key=lambda chunk: chunk.chunk_index)

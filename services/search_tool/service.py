@@ -6,6 +6,9 @@ validated here before anything is read or written, with InvalidArgument naming t
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,7 +65,8 @@ class DocumentPage:
     documents: list[DocumentSummary]
     """Ordered by id."""
     next_page_token: str
-    """The last id of this page when more follow, else empty."""
+    """Where the next page starts (`page_token_after` of this page's last id) when more follow,
+    else empty."""
 
 
 @dataclass(frozen=True)
@@ -184,8 +188,10 @@ class SearchService:
         page_size: int = 0,
         page_token: str = "",
     ) -> DocumentPage:
-        """Documents ordered by id, after `page_token` (the last id of the previous page)."""
+        """Documents ordered by id, after the position `page_token` names (a token this
+        service issued; anything else is INVALID_ARGUMENT naming `page_token`)."""
         validate_collection_name(collection)
+        after_id = id_of_page_token(page_token, self._settings.limits) if page_token else ""
         size = page_size or DEFAULT_PAGE_SIZE
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise InvalidArgument.for_field(
@@ -198,10 +204,10 @@ class SearchService:
         summaries = await self._engine.list_documents(
             collection, where=None if where.is_empty else where
         )
-        after = sorted((s for s in summaries if s.id > page_token), key=lambda s: s.id)
+        after = sorted((s for s in summaries if s.id > after_id), key=lambda s: s.id)
         page = after[:size]
         more = len(after) > size
-        return DocumentPage(page, page[-1].id if more else "")
+        return DocumentPage(page, page_token_after(page[-1].id) if more else "")
 
     async def delete_documents(
         self,
@@ -336,6 +342,29 @@ def validate_collection_name(name: str) -> None:
     problem = collection_name_problem(name)
     if problem is not None:
         raise InvalidArgument.for_field("collection", problem)
+
+
+def page_token_after(document_id: str) -> str:
+    """The opaque `ListDocuments` page token of the page after `document_id`."""
+    payload = json.dumps({"after": document_id}, ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(payload).decode()
+
+
+def id_of_page_token(token: str, limits: RequestLimits) -> str:
+    """The document id a page token names; INVALID_ARGUMENT naming `page_token` for any token
+    this service did not issue (a garbage token used to return the first page)."""
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()).decode())
+        document_id = decoded["after"] if isinstance(decoded, dict) else None
+    except (ValueError, UnicodeError, binascii.Error, KeyError):
+        document_id = None
+    if not isinstance(document_id, str) or document_id_problem(
+        document_id, limits.document_id_bytes
+    ):
+        raise InvalidArgument.for_field(
+            "page_token", "is not a token this service issued (pass next_page_token as is)"
+        )
+    return document_id
 
 
 def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -> None:
