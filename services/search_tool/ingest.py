@@ -261,6 +261,13 @@ def validate_documents(
             "documents",
             f"at most {limits.max_documents} documents per request (max_documents_per_request)",
         )
+    total, budget = sum(len(d.text.encode()) for d in documents), limits.sizes.upsert_total_bytes
+    if total > budget:
+        raise InvalidArgument.for_field(
+            "documents",
+            f"{total} bytes of text in all; search_tool.limits.upsert_total_bytes is {budget} "
+            "(send fewer documents per call)",
+        )
     violations: list[FieldViolation] = []
     seen: dict[str, int] = {}
     stored = {

@@ -321,6 +321,13 @@ class SearchService:
                 raise InvalidArgument.for_field(
                     f"texts[{i}]", f"{len(text)} characters; the limit is {longest}"
                 )
+        total, budget = sum(len(t) for t in texts), self._settings.limits.embed_total_chars
+        if total > budget:
+            raise InvalidArgument.for_field(
+                "texts",
+                f"{total} characters in all; search_tool.limits.embed_total_chars is {budget} "
+                "(split the texts over several calls)",
+            )
         async with self._queue.slot():
             vectors = await self._embedder.embed(list(texts))
         return Embeddings(vectors, self._embedder.model_name, self._embedder.dimensions)
