@@ -1,12 +1,52 @@
-"""Test-wide guards: no test reaches beyond the loopback interface."""
+"""Test-wide guards: no test reaches beyond the loopback interface, and under CI no PostgreSQL test
+is skipped (a skipped one fails the run). The PostgreSQL fixtures live in `tests/postgres_server.py`
+and are registered here for every test package."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+from collections.abc import Generator
 from typing import Any
 
 import pytest
+
+from tests.postgres_server import postgres_dsn, postgres_server
+
+__all__ = ["postgres_dsn", "postgres_server"]
+
+POSTGRES_MARK = "postgres"
+_POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that uses a PostgreSQL fixture is marked `postgres`."""
+    for item in items:
+        if _POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(POSTGRES_MARK)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """Under CI a skipped `postgres` test is a failure: the live PostgreSQL suite must run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("CI") and item.get_closest_marker(POSTGRES_MARK):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid}: a PostgreSQL test was skipped under CI ({reason}); "
+            "these tests must run against the embedded PostgreSQL"
+        )
+
+
+REAL_MODEL_ENV = "QUARRY_REAL_MODEL"
+# The real-model proof needs the model `make local-model` prepares and minutes of CPU: it runs in
+# `make real-model-proof` (QUARRY_REAL_MODEL=1), which CI calls after `make test`.
+collect_ignore = [] if os.environ.get(REAL_MODEL_ENV) == "1" else ["real_model"]
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex

@@ -12,28 +12,27 @@ thread; the final write is awaited before the caller is told the run is done, so
 after a run sees it complete. Retention (`max_age_days`, `max_runs`) is enforced on the same
 thread when the store opens and then at most every `sweep_interval_s`, after a run ends.
 
+This is the first implementation of `run_history.RunHistory` (its contract: that module).
+
 Faults never fail a run. A write that fails (a full disk, a damaged page) is logged with the run's
 id and counted (`failed_writes`, and the `quarry.agent.run_history.failed_writes` counter): the run
 still answers, only its record has a gap. `open` runs SQLite's `quick_check` and logs what it
 found; a damaged record answers DATA_LOSS naming the run (`GetRun`) or the history (`ListRuns`),
 and every other run keeps working.
 
-The rows hold protobuf messages (`quarry.agent.v1`): this module is the persistence edge, as
-`convert.py` is the wire edge. Several agent replicas need a shared database instead: see the
-agent README ("Run history").
+The rows hold protobuf messages (`quarry.agent.v1`): this module is a persistence edge, as
+`convert.py` is the wire edge. Several agent replicas need a shared database instead: see the agent
+README ("Run history").
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import concurrent.futures
 import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from google.protobuf.message import DecodeError
@@ -41,18 +40,21 @@ from opentelemetry import metrics
 from quarry.agent.v1 import agent_pb2
 
 from services.agent.config import HistorySettings
-from services.common.errors import DataLoss, InvalidArgument
+from services.agent.run_history import (
+    INTERRUPTED,
+    INTERRUPTED_MESSAGE,
+    RUNNING,
+    RunQuery,
+    decode_page_token,
+    encode_page_token,
+)
+from services.common.errors import DataLoss, Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RUNNING = agent_pb2.RUN_STATUS_RUNNING
-COMPLETED = agent_pb2.RUN_STATUS_COMPLETED
-FAILED = agent_pb2.RUN_STATUS_FAILED
-CANCELLED = agent_pb2.RUN_STATUS_CANCELLED
-INTERRUPTED = agent_pb2.RUN_STATUS_INTERRUPTED
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 500
+__all__ = ["RunQuery", "RunStore", "decode_page_token"]
+
 QUICK_CHECK_FINDINGS = 20
 """Most problems `quick_check` reports at open (it stops there)."""
 _DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
@@ -96,21 +98,9 @@ CREATE TABLE IF NOT EXISTS run_events (
 """
 
 
-@dataclass(frozen=True)
-class RunQuery:
-    """A page of `ListRuns`."""
-
-    collections: Sequence[str] | None = None
-    """Runs on these collections only; None: every collection."""
-    started_after: float | None = None
-    started_before: float | None = None
-    status: int = 0
-    page_size: int = DEFAULT_PAGE_SIZE
-    page_token: str = ""
-
-
 class RunStore:
-    """The run history database; `open` before use, `close` when done (see module docstring)."""
+    """The run history in SQLite, a `RunHistory`; `open` before use, `close` when done (see the
+    module docstring)."""
 
     def __init__(
         self,
@@ -158,18 +148,7 @@ class RunStore:
         self._db = db
         self.findings = self._quick_check()
         try:
-            with self._transaction() as tx:
-                interrupted = tx.execute(
-                    "UPDATE runs SET status = ?, ended_at = ?, error_message = ? WHERE status = ?",
-                    (
-                        INTERRUPTED,
-                        self._clock(),
-                        "the agent process stopped during the run",
-                        RUNNING,
-                    ),
-                ).rowcount
-            if interrupted:
-                log.warning("runs interrupted by a stopped agent", extra={"runs": interrupted})
+            interrupted = self._mark_interrupted()
             self._sweep()
         except sqlite3.Error as error:
             log.error(
@@ -177,7 +156,23 @@ class RunStore:
                 extra={"path": str(path), "error": str(error)},
             )
             return 0
+        return interrupted
+
+    def _mark_interrupted(self) -> int:
+        """One process owns the file: every run still `running` belonged to a stopped agent."""
+        with self._transaction() as tx:
+            interrupted = tx.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, error_message = ? WHERE status = ?",
+                (INTERRUPTED, self._clock(), INTERRUPTED_MESSAGE, RUNNING),
+            ).rowcount
+        if interrupted:
+            log.warning("runs interrupted by a stopped agent", extra={"runs": interrupted})
         return int(interrupted)
+
+    async def mark_interrupted(self) -> int:
+        """Mark the runs left `running` by a stopped agent `interrupted`; returns how many. Only
+        while no run of this process is going (the store opens with it)."""
+        return await self._call(self._mark_interrupted)
 
     def _quick_check(self) -> list[str]:
         """SQLite's `quick_check`, logged: the problems it found, [] when it says ok."""
@@ -398,34 +393,40 @@ class RunStore:
             return await self._call(self._get, run_id)
         except (sqlite3.DatabaseError, DecodeError) as error:
             if isinstance(error, sqlite3.DatabaseError) and not _is_damage(error):
-                raise
+                raise _unavailable(error) from error
             log.error("run record is damaged", extra={"run_id": run_id, "error": str(error)})
             raise DataLoss(
                 f"the record of run {run_id} is damaged in the run history ({error}); "
                 "other runs are not affected",
                 metadata={"run_id": run_id},
             ) from None
+        except (sqlite3.Error, OSError, RuntimeError) as error:
+            raise _unavailable(error) from error
 
     async def list_runs(self, query: RunQuery) -> tuple[list[agent_pb2.RunSummary], str]:
         """A page of summaries, newest first, and the next page's token ("" on the last)."""
-        return await self._damage_is_data_loss(self._list, query)
+        return await self._read(self._list, query)
 
     async def collections(self) -> list[str]:
         """Every collection with a recorded run."""
-        return await self._damage_is_data_loss(self._collections)
+        return await self._read(self._collections)
 
-    async def _damage_is_data_loss(self, read: Callable[..., T], *args: Any) -> T:
+    async def _read(self, read: Callable[..., T], *args: Any) -> T:
+        """A read of the list: DATA_LOSS when the file is damaged, UNAVAILABLE when the database
+        cannot answer (see `RunHistory`)."""
         try:
             return await self._call(read, *args)
         except sqlite3.DatabaseError as error:
             if not _is_damage(error):
-                raise
+                raise _unavailable(error) from error
             log.error("run history index is damaged", extra={"error": str(error)})
             raise DataLoss(
                 f"the run history's list of runs is damaged ({error}); GetRun still reads "
                 "each undamaged run",
                 metadata={"store": "run_history"},
             ) from None
+        except (sqlite3.Error, OSError, RuntimeError) as error:
+            raise _unavailable(error) from error
 
     def _get(self, run_id: str) -> agent_pb2.RunRecord | None:
         db = self._connection()
@@ -557,24 +558,14 @@ class _Transaction:
             self._db.execute("ROLLBACK")
 
 
+def _unavailable(error: BaseException) -> Unavailable:
+    log.error("run history read failed", extra={"error": str(error)})
+    return Unavailable(f"the run history cannot be read: {error}")
+
+
 def _is_damage(error: sqlite3.Error) -> bool:
     """A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB), not a busy or full one."""
     return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in _DAMAGE_CODES
-
-
-def encode_page_token(started_at: float, run_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{started_at!r}|{run_id}".encode()).decode()
-
-
-def decode_page_token(token: str) -> tuple[float, str]:
-    """The position a page token names; INVALID_ARGUMENT naming `page_token` otherwise."""
-    try:
-        started_at, run_id = base64.urlsafe_b64decode(token.encode()).decode().split("|", 1)
-        return float(started_at), run_id
-    except (ValueError, UnicodeError, binascii.Error):
-        raise InvalidArgument.for_field(
-            "page_token", "is not a token this service issued (pass next_page_token as is)"
-        ) from None
 
 
 def _copy(run: agent_pb2.RunRecord) -> agent_pb2.RunRecord:

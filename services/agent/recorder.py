@@ -1,4 +1,4 @@
-"""Records one run in the run history (`history.RunStore`) while it happens.
+"""Records one run in the run history (a `run_history.RunHistory`) while it happens.
 
 The servicer hands every event to `event` and every finished step to `step` (the loop's
 `on_step`); a step's end writes it with the events since the last write (one queued write per
@@ -17,9 +17,9 @@ from google.protobuf import timestamp_pb2
 from quarry.agent.v1 import agent_pb2
 
 from services.agent import convert
-from services.agent.history import CANCELLED, COMPLETED, FAILED, RUNNING, RunStore
 from services.agent.records import StepRecord
 from services.agent.run import RunResult
+from services.agent.run_history import CANCELLED, COMPLETED, FAILED, RUNNING, RunHistory
 
 
 class RunRecorder:
@@ -27,7 +27,7 @@ class RunRecorder:
 
     def __init__(
         self,
-        store: RunStore | None,
+        store: RunHistory | None,
         request: agent_pb2.RunRequest,
         *,
         collection: str,
