@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.common.admission import WorkQueue
-from services.common.errors import FieldViolation, InvalidArgument
+from services.common.errors import DataLoss, FieldViolation, InvalidArgument, NotFound
 from services.common.names import collection_name_problem
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
@@ -32,6 +32,7 @@ from services.search_tool.engine.base import (
     SearchPage,
     Strategy,
 )
+from services.search_tool.faults import StorageFaults
 from services.search_tool.filters import (
     Condition,
     FieldType,
@@ -149,6 +150,9 @@ class SearchService:
             setting="search_tool.work_queue.workers + waiting",
         )
         self._building: dict[str, float] = {}
+        embedded = settings.engine.kind in ("embedded", "lancedb")
+        self.faults = StorageFaults(settings.data_dir if embedded else None)
+        """Storage faults of an operation on a collection, named (see `faults`)."""
 
     @property
     def engine(self) -> SearchEngine:
@@ -301,7 +305,18 @@ class SearchService:
         return await self._engine.describe(collection, where=where)
 
     async def list_collections(self) -> list[CollectionStats]:
-        return [await self._engine.describe(name) for name in await self._engine.list_collections()]
+        """Every collection; a damaged one is listed with `damage` set (its counts 0) instead of
+        failing the list for everyone."""
+        listed = []
+        for name in await self._engine.list_collections():
+            try:
+                with self.faults.on(name):
+                    listed.append(await self._engine.describe(name))
+            except DataLoss as damaged:
+                listed.append(CollectionStats(name, 0, 0, damage=damaged.message))
+            except NotFound:
+                continue  # dropped since it was listed
+        return listed
 
     async def delete_collection(self, collection: str) -> None:
         validate_collection_name(collection)
