@@ -40,11 +40,12 @@ from bench.gateway_processes import (
     write_result,
 )
 from bench.harness import machine
-from services.agent.tools import SEARCH_TOOL, SUBMIT_ANSWER_TOOL
+from services.agent.tools import SearchTool, SubmitAnswerTool
 
 QUESTION = "When was the Royal Society founded?"
 MESSAGES = [{"role": "user", "content": QUESTION}]
-AGENT_TOOLS = (SEARCH_TOOL, SUBMIT_ANSWER_TOOL)
+SEARCH_TOOL = SearchTool().spec
+AGENT_TOOLS = (SEARCH_TOOL, SubmitAnswerTool().spec)
 SEARCH_ROUNDS = 4
 """Searches in the agent-shaped conversation: system, user, then a call and its result each."""
 ROUNDS = 3

@@ -2,9 +2,10 @@
 
 With stdin a terminal, a `question` event is acknowledged at once (the person at the terminal sees
 it, so the run waits the longer answer window) and the next line typed is sent as the answer; an
-empty line asks again, end of input (Ctrl-D) sends none. Without a terminal nobody can answer: the
-question is shown with a note, not acknowledged, and the run goes on without an answer when the
-short acknowledge window closes. `--no-questions` keeps the model from asking at all.
+empty line asks again, end of input (Ctrl-D) skips: it answers `SKIPPED`, so the run goes on at
+once instead of waiting out the answer window it was promised. Without a terminal nobody can
+answer: the question is shown with a note, not acknowledged, and the run goes on without an
+answer when the short acknowledge window closes. `--no-questions` keeps the model from asking.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from rich.markup import escape
 
 from services.agent.client import AgentClient, AgentError
 
+SKIPPED = "(no answer: the user skipped this question; go on with your best judgement)"
+"""Sent as the answer when the user ends the input (Ctrl-D): the question was acknowledged, so
+without an answer the run would wait for one until its answer window or deadline ran out."""
 OUTCOMES = {
     agent_pb2.QUESTION_OUTCOME_ANSWERED: "answered",
     agent_pb2.QUESTION_OUTCOME_NOT_ACKNOWLEDGED: "no answer: not acknowledged in time",
@@ -73,8 +77,9 @@ class TerminalQuestions:
         while True:
             line = await _read_line(self.stdin)
             if line is None:
-                self.console.print("[dim]no answer sent[/]")
-                return
+                self.console.print()
+                line = SKIPPED
+                break
             if line.strip():
                 break
             self.console.print("[bold]your answer[/]: ", end="")

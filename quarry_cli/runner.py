@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 import time
@@ -26,6 +25,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 
+from quarry_cli import service_environment
+from quarry_cli.addresses import AGENT, LLM_GATEWAY, SEARCH_TOOL
 from services.common.channels import open_channel
 from services.common.errors import QuarryError
 from services.common.status import code_of
@@ -50,20 +51,42 @@ class Child:
     log_path: Path | None = None
 
 
+_PORT_FLAGS = {
+    "--search-tool-port": SEARCH_TOOL,
+    "--llm-gateway-port": LLM_GATEWAY,
+    "--agent-port": AGENT,
+}
+"""Each port flag and the service whose address variable gives its default."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--search-tool-port", type=int, default=50051)
-    parser.add_argument("--llm-gateway-port", type=int, default=50052)
-    parser.add_argument("--agent-port", type=int, default=50053)
+    for flag, service in _PORT_FLAGS.items():
+        parser.add_argument(flag, type=int, help=f"port (default: the port of {service.help()})")
     parser.add_argument("--data-dir", type=Path, default=Path("var"), help="engine data and logs")
     parser.add_argument("--collection", default="python-docs", help="demo collection name")
     parser.add_argument("--no-demo", action="store_true", help="do not ingest the demo collection")
-    parser.add_argument("--config", help="YAML config passed to every service")
+    parser.add_argument(
+        "--config", help="YAML config given to every service (search tool, gateway, agent)"
+    )
     parser.add_argument("--startup-timeout", type=float, default=300.0, help="seconds")
 
 
 def run_suite(args: argparse.Namespace) -> int:
+    try:
+        resolve_ports(args)
+    except ValueError as error:
+        _say(str(error))
+        return 2
     return asyncio.run(_run(args))
+
+
+def resolve_ports(args: argparse.Namespace) -> None:
+    """Each port flag left out takes the port of its service's address variable (or default)."""
+    for flag, service in _PORT_FLAGS.items():
+        dest = flag.removeprefix("--").replace("-", "_")
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, service.port())
 
 
 def children(args: argparse.Namespace) -> list[Child]:
@@ -85,6 +108,7 @@ def children(args: argparse.Namespace) -> list[Child]:
                 str(args.search_tool_port),
                 "--data-dir",
                 data,
+                *config,
             ],
         ),
         Child(
@@ -126,7 +150,8 @@ async def _run(args: argparse.Namespace) -> int:
             _say(line)
         _say(
             "stop what holds these ports, or pick others with --search-tool-port, "
-            "--llm-gateway-port and --agent-port"
+            "--llm-gateway-port and --agent-port (or QUARRY_SEARCH_TOOL_ADDRESS, "
+            "QUARRY_LLM_GATEWAY_ADDRESS and QUARRY_AGENT_ADDRESS, which the clients read too)"
         )
         return 1
     _say(f"starting the search tool, the LLM gateway and the agent (logs in {logs}/)")
@@ -156,7 +181,7 @@ async def start(child: Child, logs: Path, *, env: dict[str, str] | None = None) 
             stderr=log_file,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
-            env=env or dict(os.environ),
+            env=env or service_environment(),
         )
     finally:
         log_file.close()
@@ -330,8 +355,8 @@ async def _print_how_to_ask(services: list[Child], collection: str) -> None:
     route = await _route_description(gateway)
     request = f'{{"collection": "{collection}", "query": "{QUESTION}", "mode": "MODE_THINKING"}}'
     quarry = Path(sys.executable).with_name("quarry")
-    address = "" if agent == "127.0.0.1:50053" else f" --address {agent}"
-    address += "" if search == "127.0.0.1:50051" else f" --search-tool {search}"
+    address = "" if agent == AGENT.address() else f" --address {agent}"
+    address += "" if search == SEARCH_TOOL.address() else f" --search-tool {search}"
     print(
         f"""
 Quarry is running.

@@ -12,6 +12,7 @@ from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 from quarry.searchtool.v1 import search_tool_pb2
 from rich.console import Console
 
+from quarry_cli.addresses import AGENT, LLM_GATEWAY, SEARCH_TOOL
 from quarry_cli.connection import (
     API_KEY_ENV,
     ConnectionOptionsError,
@@ -33,16 +34,18 @@ EPILOG = """examples:
   quarry status --agent 127.0.0.1:6003   # services started on other ports
   QUARRY_API_KEY=qk-... quarry status --ca-file ca.pem   # services with TLS and auth on"""
 SERVICES = (
-    ("search_tool", "quarry.searchtool.v1.SearchToolService", "127.0.0.1:50051"),
-    ("llm_gateway", "quarry.llmgateway.v1.LlmGatewayService", "127.0.0.1:50052"),
-    ("agent", "quarry.agent.v1.AgentService", "127.0.0.1:50053"),
+    ("search_tool", "quarry.searchtool.v1.SearchToolService", SEARCH_TOOL),
+    ("llm_gateway", "quarry.llmgateway.v1.LlmGatewayService", LLM_GATEWAY),
+    ("agent", "quarry.agent.v1.AgentService", AGENT),
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, _, address in SERVICES:
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, default=address, help=f"HOST:PORT (default {address})")
+        parser.add_argument(
+            flag, default=address.address(), help=f"HOST:PORT (default {address.help()})"
+        )
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per call (3)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     add_tls_arguments(parser, "the services")

@@ -3,31 +3,23 @@ and events. The caller's filter passes through untouched; the search tool valida
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.agent.events import (
-    AgentEvent,
-    Calculating,
-    Counting,
-    Done,
-    Failed,
-    Question,
-    QuestionClosed,
-    Reading,
-    Searching,
-    Started,
-    Thinking,
-)
+from services.agent.events import AgentEvent, Done, Failed, Started, Thinking
 from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
-from services.agent.questions import QuestionOutcome, QuestionWindows
+from services.agent.questions import QuestionWindows
 from services.agent.records import AnsweredBy, StepRecord, ToolCallRecord
 from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
+    WEB_SOURCE,
     Breadcrumb,
     Breakdown,
     CollectionInfo,
@@ -37,9 +29,12 @@ from services.agent.search import (
     ReadRequest,
     SearchHit,
     SearchRequest,
+    WebOrigin,
 )
-from services.agent.tools import ASK_USER, REQUESTABLE_TOOL_NAMES, SUBMIT_ANSWER
-from services.common.errors import FieldViolation, InvalidArgument
+from services.agent.tools import DEFAULT_TOOLS, ToolEvent
+from services.common.auth import require_caller_permission
+from services.common.errors import FieldViolation, InvalidArgument, shown
+from services.common.names import collection_name_problem
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
     "equals": search_pb2.FILTER_OPERATOR_EQUALS,
@@ -66,11 +61,6 @@ _STOP_REASONS = {
     StopReason.BUDGET_EXHAUSTED: agent_pb2.STOP_REASON_BUDGET_EXHAUSTED,
     StopReason.FALLBACK_ANSWER: agent_pb2.STOP_REASON_FALLBACK_ANSWER,
 }
-_QUESTION_OUTCOMES = {
-    QuestionOutcome.ANSWERED: agent_pb2.QUESTION_OUTCOME_ANSWERED,
-    QuestionOutcome.NOT_ACKNOWLEDGED: agent_pb2.QUESTION_OUTCOME_NOT_ACKNOWLEDGED,
-    QuestionOutcome.NOT_ANSWERED: agent_pb2.QUESTION_OUTCOME_NOT_ANSWERED,
-}
 _FIELD_TYPES = {
     search_tool_pb2.FIELD_TYPE_STRING: "string",
     search_tool_pb2.FIELD_TYPE_INTEGER: "integer",
@@ -91,6 +81,7 @@ def run_request(
     default_limit: int = 10,
     max_query_chars: int = 4_000,
     max_history_turns: int = 20,
+    max_history_chars: int = 32_000,
 ) -> RunRequest:
     """Validate a request and turn it into the domain's, naming every bad field."""
     violations: list[FieldViolation] = []
@@ -113,6 +104,8 @@ def run_request(
     collection = message.collection or default_collection
     if not collection:
         violations.append(FieldViolation("collection", "must name a collection"))
+    elif (problem := collection_name_problem(collection)) is not None:
+        violations.append(FieldViolation("collection", problem))
     if message.mode not in _MODES:
         violations.append(FieldViolation("mode", f"unknown mode {message.mode}"))
     if not 0 <= message.limit <= MAX_LIMIT:
@@ -124,22 +117,24 @@ def run_request(
     if message.HasField("temperature") and not 0 <= message.temperature <= 2:
         violations.append(FieldViolation("temperature", "must be between 0 and 2"))
     for i, name in enumerate(message.tools):
-        if name not in REQUESTABLE_TOOL_NAMES:
-            names = ", ".join(REQUESTABLE_TOOL_NAMES)
+        tool = DEFAULT_TOOLS.get(name)
+        if tool is None:
+            names = ", ".join(DEFAULT_TOOLS.names)
             violations.append(
-                FieldViolation(f"tools[{i}]", f"unknown tool {name!r}; one of {names}")
+                FieldViolation(f"tools[{i}]", f"unknown tool {shown(name)}; one of {names}")
             )
-        elif name == ASK_USER and isinstance(message, agent_pb2.RunRequest):
+        elif tool.needs_caller and isinstance(message, agent_pb2.RunRequest):
             violations.append(
                 FieldViolation(
                     f"tools[{i}]",
-                    "ask_user needs StreamRun: a unary Run cannot ask the caller anything",
+                    f"{name} needs StreamRun: a unary Run cannot ask the caller anything",
                 )
             )
-    for t, turn in enumerate(message.history):
-        for name in ("question", "answer"):
-            if not getattr(turn, name).strip():
-                violations.append(FieldViolation(f"history[{t}].{name}", "must not be empty"))
+    for name in dict.fromkeys(message.tools):
+        tool = DEFAULT_TOOLS.get(name)
+        if tool is not None and tool.permission:
+            require_caller_permission(tool.permission, f"use the tool {name}")
+    violations += _history_violations(message.history, max_query_chars, max_history_chars)
     if violations:
         raise InvalidArgument.for_violations(violations)
     return RunRequest(
@@ -152,10 +147,38 @@ def run_request(
         max_iterations=message.budget.max_iterations,
         max_tokens=message.budget.max_tokens,
         route=message.route,
-        allowed_tools=frozenset(message.tools) - {SUBMIT_ANSWER},
+        allowed_tools=frozenset(message.tools) - {DEFAULT_TOOLS.answer_tool.name},
         temperature=message.temperature if message.HasField("temperature") else None,
         seed=message.seed if message.HasField("seed") else None,
     )
+
+
+def _history_violations(
+    history: Sequence[agent_pb2.ConversationTurn], max_query_chars: int, max_history_chars: int
+) -> list[FieldViolation]:
+    """Each turn's question is bounded as the query is, and all turns together by
+    `max_history_chars` (a turn of 10 MB was read whole into every prompt of the run)."""
+    violations: list[FieldViolation] = []
+    for t, turn in enumerate(history):
+        for name in ("question", "answer"):
+            if not getattr(turn, name).strip():
+                violations.append(FieldViolation(f"history[{t}].{name}", "must not be empty"))
+        if len(turn.question) > max_query_chars:
+            violations.append(
+                FieldViolation(
+                    f"history[{t}].question",
+                    f"is {len(turn.question)} characters; max_query_chars is {max_query_chars}",
+                )
+            )
+    total = sum(len(turn.question) + len(turn.answer) for turn in history)
+    if total > max_history_chars:
+        violations.append(
+            FieldViolation(
+                "history",
+                f"has {total} characters in all; max_history_chars is {max_history_chars}",
+            )
+        )
+    return violations
 
 
 def question_windows(
@@ -178,6 +201,8 @@ def question_windows(
 
 def _window_violations(name: str, asked: float, configured: float | None) -> list[FieldViolation]:
     path = f"question_windows.{name}"
+    if not math.isfinite(asked):
+        return [FieldViolation(path, "must be a finite number of seconds (0: the configured)")]
     if asked < 0:
         return [FieldViolation(path, "must not be negative")]
     if configured is not None and asked > configured:
@@ -282,11 +307,30 @@ def document_count(message: search_tool_pb2.CountDocumentsResponse) -> DocumentC
 
 
 def search_hit(result: search_pb2.SearchResult) -> SearchHit:
-    return chunk_hit(
+    hit = chunk_hit(
         result.chunk,
         score=result.score,
         dense_score=result.dense_score if result.HasField("dense_score") else None,
         keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
+    )
+    if not result.HasField("web"):
+        return hit
+    fetched_at = _datetime(result.web.fetched_at) if result.web.HasField("fetched_at") else None
+    return replace(hit, web=WebOrigin(result.web.provider, fetched_at))
+
+
+def web_hit(result: search_tool_pb2.WebResult) -> SearchHit:
+    """A web page as a result the model can read and cite, marked as web."""
+    fetched_at = _datetime(result.fetched_at) if result.HasField("fetched_at") else None
+    return SearchHit(
+        id=result.id,
+        document_id=result.url,
+        title=result.title,
+        text=result.snippet,
+        score=0.0,
+        source=WEB_SOURCE,
+        url=result.url,
+        web=WebOrigin(result.provider, fetched_at),
     )
 
 
@@ -366,6 +410,10 @@ def search_result(hit: SearchHit) -> search_pb2.SearchResult:
     if hit.updated_at is not None:
         chunk.updated_at.FromDatetime(hit.updated_at)
     result = search_pb2.SearchResult(chunk=chunk, score=hit.score)
+    if hit.web is not None:
+        result.web.provider = hit.web.provider
+        if hit.web.fetched_at is not None:
+            result.web.fetched_at.FromDatetime(hit.web.fetched_at)
     if hit.dense_score is not None:
         result.dense_score = hit.dense_score
     if hit.keyword_score is not None:
@@ -389,7 +437,7 @@ def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.Ru
     answer = agent_pb2.Answer(
         text=result.answer.text,
         citations=[
-            agent_pb2.Citation(result_id=c.result_id, title=c.title, url=c.url)
+            agent_pb2.Citation(result_id=c.result_id, title=c.title, url=c.url, web=c.web)
             for c in result.answer.citations
         ],
         confidence=result.answer.confidence,
@@ -407,6 +455,8 @@ def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.Ru
             cache_write_tokens=usage.cache_write_tokens,
             model_calls=usage.model_calls,
             searches=usage.searches,
+            tool_calls=usage.tool_calls,
+            cost_usd=usage.cost_usd,
         ),
         iterations=result.iterations,
         run_id=result.run_id,
@@ -448,6 +498,7 @@ def _call_message(call: ToolCallRecord, *, full: bool) -> agent_pb2.ToolCallReco
         error=call.error,
         total_count=call.total_count,
         previewed_ids=call.previewed_ids,
+        web=any(h.web is not None for h in call.results),
     )
     if full:
         message.output = call.output
@@ -492,81 +543,14 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
                 step=event.step,
             )
         )
-    if isinstance(event, Searching):
-        return agent_pb2.StreamRunResponse(searching=_searching(event))
-    if isinstance(event, Reading):
-        return agent_pb2.StreamRunResponse(
-            reading=agent_pb2.ReadingEvent(
-                iteration=event.iteration,
-                result_id=event.result_id,
-                document_id=event.document_id,
-                first_chunk=event.first_chunk,
-                chunks_shown=event.chunks_shown,
-                chunk_count=event.chunk_count,
-                duration_ms=event.duration_ms,
-                step=event.step,
-            )
-        )
-    if isinstance(event, Counting):
-        return agent_pb2.StreamRunResponse(
-            counting=agent_pb2.CountingEvent(
-                iteration=event.iteration,
-                filter=filter_message(event.filter_groups),
-                group_by=event.group_by,
-                document_count=event.document_count,
-                exact=event.exact,
-                duration_ms=event.duration_ms,
-                step=event.step,
-            )
-        )
-    if isinstance(event, Calculating):
-        return agent_pb2.StreamRunResponse(
-            calculating=agent_pb2.CalculatingEvent(
-                iteration=event.iteration,
-                expression=event.expression,
-                result=event.result,
-                error=event.error,
-                step=event.step,
-            )
-        )
-    if isinstance(event, Question):
-        return agent_pb2.StreamRunResponse(
-            question=agent_pb2.QuestionEvent(
-                run_id=event.run_id,
-                question_id=event.question_id,
-                text=event.text,
-                iteration=event.iteration,
-                acknowledge_within_ms=event.acknowledge_within_ms,
-                answer_within_ms=event.answer_within_ms,
-            )
-        )
-    if isinstance(event, QuestionClosed):
-        return agent_pb2.StreamRunResponse(
-            question_closed=agent_pb2.QuestionClosedEvent(
-                question_id=event.question_id,
-                outcome=_QUESTION_OUTCOMES[event.outcome],
-                answer=event.answer,
-                waited_ms=event.waited_ms,
-            )
-        )
+    if isinstance(event, ToolEvent):
+        message = agent_pb2.StreamRunResponse()
+        return json_format.ParseDict({event.WIRE_FIELD: event.wire()}, message)
     if isinstance(event, Done):
         return agent_pb2.StreamRunResponse(
             done=agent_pb2.DoneEvent(response=run_response(event.result), step=event.step)
         )
     return agent_pb2.StreamRunResponse(error=_error(event))
-
-
-def _searching(event: Searching) -> agent_pb2.SearchingEvent:
-    return agent_pb2.SearchingEvent(
-        iteration=event.iteration,
-        query=search_pb2.SearchQuery(primary=event.primary, variations=event.variations),
-        strategy=_STRATEGIES[event.strategy],  # type: ignore[arg-type]
-        filter=filter_message(event.filter_groups),
-        result_count=event.result_count,
-        total_count=event.total_count,
-        duration_ms=event.duration_ms,
-        step=event.step,
-    )
 
 
 def _error(event: Failed) -> agent_pb2.ErrorEvent:

@@ -2,8 +2,8 @@
 
 Every failed call becomes the `services.common.errors` exception of the same status code (by
 `services.common.status.domain_error`); the gateway's CONTEXT_WINDOW_EXCEEDED becomes
-`ContextWindowExceeded`, so the loop never sees grpc. Calls wait for the channel to connect within
-the caller's deadline (`services.agent.dependencies`).
+`ContextWindowExceeded`, so the loop never sees grpc. A call waits briefly for the channel to
+connect, then names the gateway as unreachable (`services.agent.dependencies`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class GatewayModelClient:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._channel = channel
         self._stub = gw_grpc.LlmGatewayServiceStub(channel)
-        self._windows: dict[str, int | None] = {}
+        self._windows: dict[str, gw.ProviderStatus | None] = {}
         self._lock = asyncio.Lock()
 
     async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
@@ -70,7 +70,9 @@ class GatewayModelClient:
         if request.seed is not None:
             message.seed = request.seed
         try:
-            reply = await self._stub.Generate(message, **call_options(remaining_s))
+            reply = await self._stub.Generate(
+                message, **await call_options(self._channel, "llm gateway", remaining_s)
+            )
         except grpc.aio.AioRpcError as error:
             raise _gateway_error(error, self._channel) from error
         if reply.context_window_exceeded:
@@ -95,31 +97,46 @@ class GatewayModelClient:
             schema_name=request.schema_name,
         )
         try:
-            reply = await self._stub.GenerateStructured(message, **call_options(remaining_s))
+            reply = await self._stub.GenerateStructured(
+                message, **await call_options(self._channel, "llm gateway", remaining_s)
+            )
         except grpc.aio.AioRpcError as error:
             raise _gateway_error(error, self._channel) from error
         return StructuredResponse(json_text=reply.json, usage=_usage(reply.usage))
 
     async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
         """The first provider of `route`'s window, from `GetStatus`, read once per route."""
+        first = await self._first_provider(route, remaining_s)
+        return (first.context_window_tokens or None) if first is not None else None
+
+    async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
+        """Whether the first provider of `route` holds tool arguments to their schemas."""
+        first = await self._first_provider(route, remaining_s)
+        return first is not None and first.enforces_tool_schemas
+
+    async def _first_provider(
+        self, route: str, remaining_s: float | None
+    ) -> gw.ProviderStatus | None:
+        """The status of `route`'s first provider, from `GetStatus`, read once per route."""
         async with self._lock:
             if route not in self._windows:
                 try:
                     status = await self._stub.GetStatus(
-                        gw.GetStatusRequest(), **call_options(remaining_s)
+                        gw.GetStatusRequest(),
+                        **await call_options(self._channel, "llm gateway", remaining_s),
                     )
                 except grpc.aio.AioRpcError as error:
                     raise _gateway_error(error, self._channel) from error
-                self._windows[route] = _route_window(status, route)
+                self._windows[route] = _route_first(status, route)
             return self._windows[route]
 
 
-def _route_window(status: gw.GetStatusResponse, route: str) -> int | None:
+def _route_first(status: gw.GetStatusResponse, route: str) -> gw.ProviderStatus | None:
     name = route or status.default_route
     chains = {r.name: list(r.chain) for r in status.routes}
-    windows = {p.name: p.context_window_tokens for p in status.providers}
+    providers = {p.name: p for p in status.providers}
     chain = chains.get(name) or []
-    return (windows.get(chain[0]) or None) if chain else None
+    return providers.get(chain[0]) if chain else None
 
 
 def _gateway_error(error: grpc.aio.AioRpcError, channel: grpc.aio.Channel) -> Exception:
@@ -150,6 +167,7 @@ def _usage(usage: gw.Usage) -> TokenUsage:
         output_tokens=usage.output_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd,
     )
 
 

@@ -16,7 +16,8 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
+from contextlib import AbstractContextManager
+from dataclasses import fields, replace
 
 from opentelemetry import trace
 from pydantic import ValidationError
@@ -32,21 +33,12 @@ from services.agent.config import LoopSettings
 from services.agent.context import (
     SUMMARY_SYSTEM_PROMPT,
     ConversationSummary,
+    condense_results,
     prune_tool_results,
     split_for_compaction,
     summary_prompt,
 )
-from services.agent.events import (
-    AgentEvent,
-    Calculating,
-    Counting,
-    Done,
-    Reading,
-    Searching,
-    Started,
-    Thinking,
-)
-from services.agent.executor import ToolExecutor, ToolOutcome, as_callers_error
+from services.agent.events import AgentEvent, Done, Started, Thinking
 from services.agent.messages import (
     CHARS_PER_TOKEN,
     Message,
@@ -67,7 +59,6 @@ from services.agent.ports import (
     StructuredRequest,
     TokenUsage,
     ToolChoice,
-    ToolSpec,
 )
 from services.agent.prompt import FORCE_ANSWER, system_prompt, task_message
 from services.agent.questions import QuestionChannel
@@ -93,22 +84,16 @@ from services.agent.search import (
     SearchHit,
 )
 from services.agent.tools import (
-    ASK_USER,
-    CALCULATE,
-    COUNT,
-    OPT_IN_TOOLS,
-    OPTIONAL_TOOLS,
-    READ,
-    SEARCH,
-    SUBMIT_ANSWER,
-    SUBMIT_ANSWER_TOOL,
-    Answer,
-    ToolArgumentsError,
-    full_texts,
-    offered_tools,
-    parse_arguments,
-    tool_schema,
+    DEFAULT_TOOLS,
+    Tool,
+    ToolContext,
+    ToolEvent,
+    ToolOutcome,
+    ToolRegistry,
 )
+from services.agent.tools.base import as_callers_error, tool_schema
+from services.agent.tools.results import full_texts, result_budget_chars
+from services.agent.tools.submit_answer import Answer
 from services.common import semconv
 from services.common.errors import (
     InvalidArgument,
@@ -117,15 +102,8 @@ from services.common.errors import (
 
 log = logging.getLogger(__name__)
 
-ANSWER_ONLY = (SUBMIT_ANSWER_TOOL,)
 EXTRA_TURNS = 3
 """Turns beyond the search cap a model may spend on invalid or unknown calls before it is forced."""
-
-
-_SCHEMA_CHARS = {
-    t.name: len(json.dumps(t.parameters)) + len(t.description)
-    for t in (*OPTIONAL_TOOLS.values(), *OPT_IN_TOOLS.values(), SUBMIT_ANSWER_TOOL)
-}
 
 
 class _ConversationTooLong(Exception):
@@ -145,7 +123,9 @@ class AgentLoop:
         context_window_tokens: int | None = None,
         tracer: trace.Tracer | None = None,
         agent_name: str = "quarry-agent",
+        tools: ToolRegistry = DEFAULT_TOOLS,
     ) -> None:
+        self.tools = tools
         self.model = model
         self.search = search
         self.settings = settings or LoopSettings()
@@ -189,9 +169,11 @@ class _Run:
         self.run_id = run_id
         self.route = request.route or loop.default_route
         self.cap = _search_cap(request, loop.settings)
-        self.tools = offered_tools(request.allowed_tools)
+        self.registry = loop.tools
+        self.tools = loop.tools.offered(request.allowed_tools)
+        self.answer_only = (loop.tools.answer_tool,)
         self.tool_names = tuple(t.name for t in self.tools)
-        self.system_prompt = system_prompt(self.tool_names)
+        self.system_prompt = system_prompt(self.tools)
         self.seen = SeenResults()
         self.found = SeenResults()
         """Every result the searches returned, shown or not: fills the run's `limit`."""
@@ -202,14 +184,9 @@ class _Run:
         self.exchanges: list[Message] = []
         self.collection = CollectionInfo(name=request.collection)
         self.window = loop.settings.default_context_window_tokens
-        self.executor = ToolExecutor(
-            search=loop.search,
-            settings=loop.settings,
-            tracer=loop.tracer,
-            request=request,
-            deadline=deadline,
-            log_fields=self._log(),
-        )
+        self.constrained = False
+        """The route holds tools to their schemas: run-dependent specs (`Tool.spec_for`, e.g. the
+        citable ids as an enum) are offered instead of the static ones."""
         self.summary = ""
         self.answer: FinalAnswer | None = None
         self.stop_reason = StopReason.ANSWERED
@@ -278,7 +255,10 @@ class _Run:
             )
         except InvalidArgument as error:
             raise as_callers_error(error) from None
-        self.window = self.executor.window = await self._context_window()
+        self.window = await self._context_window()
+        self.constrained = await self.loop.model.enforces_tool_schemas(
+            self.route, remaining_s=self.deadline.remaining()
+        )
         for turn in self.request.history:
             self.history += [user(turn.question), assistant(turn.answer)]
 
@@ -326,7 +306,9 @@ class _Run:
             if self.request.max_tokens and self.usage_total >= self.request.max_tokens:
                 budget_spent = True
                 break
-            response = await self._call(ANSWER_ONLY, ToolChoice("named", SUBMIT_ANSWER))
+            response = await self._call(
+                self.answer_only, ToolChoice("named", self.answer_only[0].name)
+            )
             if response.text.strip():
                 yield Thinking(self.searches + 1, response.text, self.answered_by, self.step_index)
             rejected_before = self.citations_rejected
@@ -346,62 +328,105 @@ class _Run:
     async def _execute(
         self, calls: Sequence[ToolCall], *, allow_tools: bool
     ) -> AsyncIterator[AgentEvent]:
-        """Each call in order, answered by its own tool result; `allow_tools` False: only
-        `submit_answer` runs (the final phase). In THINKING mode consecutive searches of one
-        turn run concurrently (at most `parallel_searches`), their results kept in call order."""
+        """Each call in order, answered by its own tool result; `allow_tools` False: only the
+        answering tool runs (the final phase). In THINKING mode consecutive calls of one
+        parallel tool in a turn run concurrently (at most `parallel_searches`), their results
+        kept in call order."""
         pending = list(calls)
         while pending and self.answer is None:
             call = pending.pop(0)
-            if call.name == SUBMIT_ANSWER:
-                self._submit(call, may_refine=allow_tools)
+            tool = self.registry.get(call.name)
+            refusal = self._refusal(call, tool, allow_tools=allow_tools)
+            if refusal or tool is None:
+                outcomes = [self._refused(call, refusal)]
+            elif tool.answers:
+                with self._span(call):
+                    self._submit(await tool.run(call, self._context()), may_refine=allow_tools)
                 continue
-            refusal = self._refusal(call, allow_tools=allow_tools)
-            if not refusal and call.name == ASK_USER:
-                async for step in self._ask(call):
-                    yield step
-                continue
-            if refusal:
-                outcomes = [self.executor.refused(call, refusal)]
-            elif call.name == SEARCH:
+            elif tool.uses_search:
                 batch = [call]
-                while self._more_in_batch(batch, pending):
+                while self._more_in_batch(tool, batch, pending):
                     batch.append(pending.pop(0))
-                outcomes = await self._search_batch(batch)
-            elif call.name == READ:
-                outcomes = [await self.executor.read(call, self.seen.by_id, self.searches)]
-            elif call.name == COUNT:
-                outcomes = [await self.executor.count(call, self.searches)]
-            elif call.name == CALCULATE:
-                outcomes = [self.executor.calculate(call, self.searches)]
-            else:  # a tool offered here that this loop cannot run: a bug, told to the model
-                outcomes = [self.executor.refused(call, f"The tool {call.name!r} cannot run.")]
-            for outcome in outcomes:
-                event = self._apply(outcome)
-                if event is not None:
-                    yield event
-
-    async def _ask(self, call: ToolCall) -> AsyncIterator[AgentEvent]:
-        """An `ask_user` call: the question is streamed, then the run waits for its answer."""
-        with self.executor.span(call):
-            posted = self.executor.post_question(call, self.questions, self.searches)
-            if isinstance(posted, ToolOutcome):
-                outcome = posted
+                outcomes = await self._search_batch(tool, batch)
             else:
-                question, event = posted
-                yield event
-                assert self.questions is not None
-                outcome = await self.executor.answer_of(call, self.questions, question)
-        event_after = self._apply(outcome)
-        if event_after is not None:
-            yield event_after
+                async for event in self._run_one(tool, call):
+                    yield event
+                continue
+            for outcome in outcomes:
+                applied = self._apply(outcome)
+                if applied is not None:
+                    yield applied
 
-    def _apply(self, outcome: ToolOutcome) -> AgentEvent | None:
+    async def _run_one(self, tool: Tool, call: ToolCall) -> AsyncIterator[AgentEvent]:
+        """One call in its span; a call that goes on after its event (`ToolOutcome.then`, e.g.
+        a question to the caller) streams that event first."""
+        with self._span(call):
+            outcome = await tool.run(call, self._context())
+            while outcome.then is not None:
+                if outcome.event is not None:
+                    yield self._stamped(outcome.event)
+                outcome = await outcome.then()
+        event = self._apply(outcome)
+        if event is not None:
+            yield event
+
+    def _context(self, iteration: int | None = None) -> ToolContext:
+        """What a tool may use in one call (`iteration`: a search's number)."""
+        return ToolContext(
+            request=self.request,
+            deadline=self.deadline,
+            search=self.loop.search,
+            model=self.loop.model,
+            settings=self.loop.settings,
+            budget_chars=self._budget_chars,
+            seen=self.seen.by_id,
+            questions=self.questions,
+            log_fields=self._log(),
+            iteration=self.searches if iteration is None else iteration,
+            route=self.route,
+        )
+
+    @property
+    def _budget_chars(self) -> int:
+        """Layer 1: the most characters one tool result may take."""
+        return result_budget_chars(self.window, self.loop.settings.tool_result_share)
+
+    def _span(self, call: ToolCall) -> AbstractContextManager[trace.Span]:
+        return self.loop.tracer.start_as_current_span(
+            f"{semconv.EXECUTE_TOOL} {call.name}",
+            attributes={
+                semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL,
+                semconv.GEN_AI_TOOL_NAME: call.name,
+                semconv.GEN_AI_TOOL_CALL_ID: call.id,
+                semconv.GEN_AI_TOOL_TYPE: "function",
+                semconv.QUARRY_AGENT_STEP: self.step_index,
+            },
+        )
+
+    def _refused(self, call: ToolCall, text: str) -> ToolOutcome:
+        """A call that may not run now, answered in its own span."""
+        with self._span(call):
+            return self._context().failed(call, text)
+
+    def _stamped(self, event: ToolEvent) -> ToolEvent:
+        """The event with the step it belongs to (events that carry one)."""
+        if "step" in {f.name for f in fields(event)}:  # type: ignore[arg-type]
+            return replace(event, step=self.step_index)  # type: ignore[type-var]
+        return event
+
+    def _apply(self, outcome: ToolOutcome) -> ToolEvent | None:
         """Record what a tool call produced: its result in the conversation and in the step's
         record, the results it showed (citable from now on); returns the event the caller is
         told of, with its step."""
+        if outcome.condensed:
+            self.exchanges = condense_results(self.exchanges, outcome.condensed, outcome.call.id)
+        if outcome.usage is not None:
+            self._count(outcome.usage)
         self.exchanges.append(tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error))
         self.seen.add(outcome.shown)
         self.previews.update({h.id: h for h in outcome.previewed})
+        for result_id in outcome.read_in_full:  # read whole: no full-text round needed
+            self.previews.pop(result_id, None)
         self.found.add(outcome.found)
         self._record_call(
             outcome.call,
@@ -413,12 +438,10 @@ class _Run:
             previewed=tuple(h.id for h in outcome.previewed),
             total_count=outcome.total_count,
         )
-        if isinstance(outcome.event, Searching):
-            self.usage.searches += 1
-        event = outcome.event
-        if isinstance(event, Searching | Reading | Counting | Calculating):
-            return replace(event, step=self.step_index)
-        return event
+        tool = self.registry.get(outcome.call.name)
+        if tool is not None and outcome.ran:
+            self._used(tool)
+        return None if outcome.event is None else self._stamped(outcome.event)
 
     def _record_call(
         self,
@@ -457,10 +480,9 @@ class _Run:
         """The step in progress (from 1), or the last one."""
         return self.step.index if self.step is not None else len(self.steps)
 
-    def _start_step(self, tools: Sequence[ToolSpec]) -> StepBuilder:
+    def _start_step(self, tools: Sequence[Tool]) -> StepBuilder:
         self._finish_step()
         self.step = StepBuilder(len(self.steps) + 1, [t.name for t in tools])
-        self.executor.step = self.step.index
         return self.step
 
     def _finish_step(self) -> None:
@@ -471,81 +493,103 @@ class _Run:
             if self.on_step is not None:
                 self.on_step(record)
 
-    def _more_in_batch(self, batch: list[ToolCall], pending: list[ToolCall]) -> bool:
+    def _more_in_batch(self, tool: Tool, batch: list[ToolCall], pending: list[ToolCall]) -> bool:
         return (
             self.request.mode is Mode.THINKING
+            and tool.parallel
             and bool(pending)
-            and pending[0].name == SEARCH
+            and pending[0].name == tool.name
             and len(batch) < self.loop.settings.parallel_searches
             and self.searches + len(batch) < self.cap
         )
 
-    async def _search_batch(self, batch: list[ToolCall]) -> list[ToolOutcome]:
-        """Run the searches of `batch` concurrently; their outcomes in call order."""
+    async def _search_batch(self, tool: Tool, batch: list[ToolCall]) -> list[ToolOutcome]:
+        """Run the calls of `batch` concurrently, each in its span; outcomes in call order."""
         first = self.searches
-        self.searches += len(batch)
-        if len(batch) == 1:
-            return [await self.executor.search(batch[0], first + 1)]
-        async with asyncio.TaskGroup() as group:
-            tasks = [
-                group.create_task(self.executor.search(call, first + n))
-                for n, call in enumerate(batch, start=1)
-            ]
-        return [task.result() for task in tasks]
 
-    def _refusal(self, call: ToolCall, *, allow_tools: bool) -> str:
+        async def one(call: ToolCall, iteration: int) -> ToolOutcome:
+            with self._span(call):
+                return await tool.run(call, self._context(iteration))
+
+        if len(batch) == 1:
+            outcomes = [await one(batch[0], first + 1)]
+        else:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(one(call, first + n)) for n, call in enumerate(batch, start=1)
+                ]
+            outcomes = [task.result() for task in tasks]
+        return [self._counted(o) for o in outcomes]
+
+    def _counted(self, outcome: ToolOutcome) -> ToolOutcome:
+        """A search attempt counted if it ran (an invalid or refused one is no iteration); its
+        event numbered as counted: a failed one with the number it would have had."""
+        if outcome.ran:
+            self.searches += 1
+        number = self.searches if outcome.ran else self.searches + 1
+        event = outcome.event
+        if event is not None and getattr(event, "iteration", number) != number:
+            event = replace(event, iteration=number)  # type: ignore[type-var]
+        return replace(outcome, event=event)
+
+    def _refusal(self, call: ToolCall, tool: Tool | None, *, allow_tools: bool) -> str:
         """Why `call` may not run now, or "" when it may."""
         offered = ", ".join(self.tool_names)
-        if call.name not in _SCHEMA_CHARS:
+        answer_tool = self.answer_only[0].name
+        if tool is None:
             return f"Unknown tool {call.name!r}. The tools are {offered}."
         if call.name not in self.tool_names:
             return f"The tool {call.name!r} is not available in this run. The tools are {offered}."
-        if call.name == SEARCH and (not allow_tools or self.searches >= self.cap):
+        if tool.uses_search and (not allow_tools or self.searches >= self.cap):
             return (
                 f"No more searches are allowed in this run (limit {self.cap}). "
-                "Call submit_answer now with the best answer you can compose."
+                f"Call {answer_tool} now with the best answer you can compose."
             )
-        if not allow_tools:
-            return f"Only submit_answer is available now: call it instead of {call.name}."
+        if not allow_tools and not tool.answers:
+            return f"Only {answer_tool} is available now: call it instead of {call.name}."
         return ""
 
-    def _submit(self, call: ToolCall, *, may_refine: bool) -> None:
-        with self.executor.span(call):
-            try:
-                answer = parse_arguments(Answer, call.arguments_json)
-            except ToolArgumentsError as error:
-                self._tool_error(call, str(error))
-                return
-            validated = answer.model_dump_json()
-            unknown = unknown_citations(answer, self.seen)
-            if unknown and not self.citations_rejected:
-                self.citations_rejected = True
-                self._tool_error(
-                    call,
-                    validated=validated,
-                    text="These citations name results you have not seen in this conversation: "
-                    + ", ".join(unknown)
-                    + ". Cite only ids shown in search results (`### [result_id] title`) and "
-                    "call submit_answer again.",
-                )
-                return
-            accepted = accept_answer(answer, self.seen)
-            cited_previews = [
-                self.previews[c.result_id]
-                for c in accepted.citations
-                if c.result_id in self.previews
-            ]
-            cited = tuple(c.result_id for c in accepted.citations)
-            if may_refine and cited_previews and not self.full_text_given:
-                self.full_text_given = True
-                self._answer_back(call, self._give_full_text(cited_previews), validated, cited)
-                return
-            if may_refine and self._refine(accepted):
-                self.draft = accepted
-                self._answer_back(call, _refinement_request(accepted), validated, cited)
-                return
-            self._record_call(call, validated=validated, result_ids=cited)
-            self.answer = accepted
+    def _used(self, tool: Tool) -> None:
+        """Usage: a call of `tool` that ran."""
+        self.usage.tool_calls[tool.name] = self.usage.tool_calls.get(tool.name, 0) + 1
+        if tool.uses_search:
+            self.usage.searches += 1
+
+    def _submit(self, outcome: ToolOutcome, *, may_refine: bool) -> None:
+        call = outcome.call
+        if outcome.is_error or not isinstance(outcome.answer, Answer):
+            self._apply(outcome)
+            return
+        self._used(self.answer_only[0])
+        answer = outcome.answer
+        validated = outcome.arguments
+        unknown = unknown_citations(answer, self.seen)
+        if unknown and not self.citations_rejected:
+            self.citations_rejected = True
+            self._tool_error(
+                call,
+                validated=validated,
+                text="These citations name results you have not seen in this conversation: "
+                + ", ".join(unknown)
+                + ". Cite only ids shown in search results (`### [result_id] title`) and "
+                "call submit_answer again.",
+            )
+            return
+        accepted = accept_answer(answer, self.seen)
+        cited_previews = [
+            self.previews[c.result_id] for c in accepted.citations if c.result_id in self.previews
+        ]
+        cited = tuple(c.result_id for c in accepted.citations)
+        if may_refine and cited_previews and not self.full_text_given:
+            self.full_text_given = True
+            self._answer_back(call, self._give_full_text(cited_previews), validated, cited)
+            return
+        if may_refine and self._refine(accepted):
+            self.draft = accepted
+            self._answer_back(call, _refinement_request(accepted), validated, cited)
+            return
+        self._record_call(call, validated=validated, result_ids=cited)
+        self.answer = accepted
 
     def _answer_back(
         self, call: ToolCall, text: str, validated: str, cited: tuple[str, ...]
@@ -556,7 +600,7 @@ class _Run:
 
     def _give_full_text(self, hits: list[SearchHit]) -> str:
         """The full text of `hits` within the Layer-1 budget; they are previews no more."""
-        text, given = full_texts(hits, max_chars=self.executor.budget_chars)
+        text, given = full_texts(hits, max_chars=self._budget_chars)
         for hit in given:
             self.previews.pop(hit.id, None)
         return text
@@ -575,9 +619,9 @@ class _Run:
         return True
 
     def _tool_error(self, call: ToolCall, text: str, *, validated: str = "") -> None:
-        self._apply(replace(self.executor.failed(call, text), arguments=validated))
+        self._apply(replace(self._context().failed(call, text), arguments=validated))
 
-    async def _call(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
+    async def _call(self, tools: Sequence[Tool], choice: ToolChoice) -> ModelResponse:
         """One model turn, a new step: prune (Layer 2), call; on overflow compact (Layer 3) and
         retry once."""
         step = self._start_step(tools)
@@ -605,11 +649,13 @@ class _Run:
             self.exchanges.append(assistant(response.text, response.tool_calls, step=step.index))
         return response
 
-    async def _generate(self, tools: Sequence[ToolSpec], choice: ToolChoice) -> ModelResponse:
+    async def _generate(self, tools: Sequence[Tool], choice: ToolChoice) -> ModelResponse:
         request = ModelRequest(
             self.route,
             tuple(self._messages()),
-            tuple(tools),
+            tuple(
+                t.spec_for(self.seen.by_id.keys()) if self.constrained else t.spec for t in tools
+            ),
             choice,
             temperature=self.request.temperature,
             seed=self.request.seed,
@@ -665,11 +711,11 @@ class _Run:
         )
         return [system(self.system_prompt), *self.history, user(task), *self.exchanges]
 
-    def _fixed_chars(self, tools: Sequence[ToolSpec]) -> int:
-        schemas = sum(_SCHEMA_CHARS[t.name] for t in tools)
+    def _fixed_chars(self, tools: Sequence[Tool]) -> int:
+        schemas = sum(_schema_chars(t) for t in tools)
         return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
 
-    def _over_budget(self, tools: Sequence[ToolSpec]) -> bool:
+    def _over_budget(self, tools: Sequence[Tool]) -> bool:
         if not self.request.max_tokens:
             return False
         chars = total_chars(self._messages()) + self._fixed_chars(tools) - len(self.system_prompt)
@@ -683,6 +729,8 @@ class _Run:
 
     def _count(self, usage: TokenUsage) -> None:
         self.usage.model_calls += 1
+        if usage.cost_usd:
+            self.usage.cost_usd = (self.usage.cost_usd or 0.0) + usage.cost_usd
         if self.step is not None:
             self.step.count(usage)
 
@@ -714,6 +762,11 @@ class _Run:
 
     def _log(self) -> dict[str, object]:
         return {"run_id": self.run_id, "collection": self.request.collection, "route": self.route}
+
+
+def _schema_chars(tool: Tool) -> int:
+    """What a tool's schema and description add to every request."""
+    return len(json.dumps(tool.spec.parameters)) + len(tool.spec.description)
 
 
 def _ms_since(started: float) -> int:

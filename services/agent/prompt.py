@@ -15,6 +15,7 @@ from quarry.common.v1 import search_pb2
 
 from services.agent.run import Mode
 from services.agent.search import CollectionInfo, Facet
+from services.agent.tools import DEFAULT_TOOLS, Tool
 
 MODE_INSTRUCTIONS = {
     Mode.FAST: "FAST — perform exactly ONE search, then immediately call submit_answer.",
@@ -27,39 +28,20 @@ FORCE_ANSWER = (
 SUMMARY_HEADING = "## Previous search history summary"
 
 
-TOOL_LINES = {
-    "search": "- `search`: search the collection with a query, optional rephrasings, filters and a "
-    "retrieval strategy.",
-    "read": "- `read`: read more of a document a result came from: the passage around the "
-    "result, or the whole document.",
-    "count": "- `count`: count the documents matching a filter, with breakdowns by source, entity "
-    "type, a metadata key or date.",
-    "calculate": "- `calculate`: evaluate an arithmetic expression over numbers you read.",
-    "ask_user": "- `ask_user`: ask the person who asked a clarifying question; they may not "
-    "answer.",
-    "submit_answer": "- `submit_answer`: submit your final answer with citations. Calling it ends "
-    "the conversation.",
-}
-"""One line per tool in the prompt's tool list; a tool's guidance is `prompts/tool_<name>.md`."""
-
-
 @cache
-def system_prompt(tools: tuple[str, ...] = tuple(n for n in TOOL_LINES if n != "ask_user")) -> str:
-    """The system prompt for a run offering `tools` (names, in offer order): the tool list and
-    each tool's guidance follow the run's allowlist."""
+def system_prompt(tools: tuple[Tool, ...] | None = None) -> str:
+    """The system prompt for a run offering `tools` (in offer order; None: the default tools):
+    the tool list (each tool's `prompt_line`) and each tool's guidance follow the allowlist."""
+    offered = DEFAULT_TOOLS.offered(frozenset()) if tools is None else tools
     template = _resource("agent_task.md")
-    guidance = "".join(_resource(f"tool_{name}.md") for name in tools if _has_resource(name))
-    return template.replace("{{tool_list}}", "\n".join(TOOL_LINES[n] for n in tools)).replace(
+    guidance = "".join(tool.guidance for tool in offered)
+    return template.replace("{{tool_list}}", "\n".join(t.prompt_line for t in offered)).replace(
         "{{tool_guidance}}", guidance
     )
 
 
 def _resource(name: str) -> str:
     return resources.files("services.agent.prompts").joinpath(name).read_text("utf-8")
-
-
-def _has_resource(tool: str) -> bool:
-    return resources.files("services.agent.prompts").joinpath(f"tool_{tool}.md").is_file()
 
 
 def task_message(

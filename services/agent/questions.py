@@ -16,6 +16,11 @@ bounds both waits. Answers and acknowledgements arrive on other RPCs (`AnswerQue
 `AcknowledgeQuestion`) and reach the run through the `QuestionRegistry` of this process; everything
 happens on one event loop, so a question changes state in one step and never twice.
 
+The channel is two protocols, so a second implementation can carry questions across replicas:
+`QuestionBoard` (the live runs that take questions: open a run's channel, acknowledge, answer) and
+`QuestionChannel` (one run's side: ask, wait, expire). `QuestionRegistry` / `LocalQuestionChannel`
+are the first implementation, in this process's memory.
+
 Who may answer: the run's *owner*, the name of the API key that started it (auth on); with auth off
 there is no identity and anyone who knows the run id (128 random bits, only ever sent on the run's
 own stream) may answer.
@@ -27,10 +32,11 @@ import asyncio
 import secrets
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from services.agent.config import QuestionSettings
 from services.agent.run import Deadline
@@ -40,6 +46,7 @@ from services.common.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    shown,
 )
 
 
@@ -71,6 +78,97 @@ class ClosedQuestion:
     waited_ms: int = 0
 
 
+class QuestionChannel(Protocol):
+    """The questions of one live run, as the run sees them: it asks, waits, and a question it
+    stops waiting for expires. Opened by `QuestionBoard.open` for the life of the run's stream.
+
+    The state of a question is decided exactly once, by whichever comes first: its answer
+    (`QuestionBoard.answer`) or its expiry (`expire`). An implementation makes that one atomic
+    step (one event loop here; one conditional UPDATE in a shared database), so an answer racing
+    the expiry either lands or is refused with QUESTION_CLOSED, never both."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def max_questions(self) -> int:
+        """The most questions the run may ask (`questions.max_per_run`)."""
+        ...
+
+    @property
+    def asked(self) -> int:
+        """Questions asked so far."""
+        ...
+
+    def acknowledge_window_s(self) -> float:
+        """The acknowledge window, capped by the run's deadline."""
+        ...
+
+    def answer_window_s(self) -> float:
+        """The answer window, capped by the run's deadline; `inf`: no limit at all."""
+        ...
+
+    async def ask(self, text: str) -> str:
+        """Post a new open question; returns its id. Its acknowledge window starts now; post it
+        before the caller is told, so an answer racing the event still lands. A storage failure
+        raises `Unavailable` (the run ends: it cannot reach its caller)."""
+        ...
+
+    async def wait(self, question_id: str) -> ClosedQuestion:
+        """Wait for the answer in two phases (acknowledge window, then answer window), then
+        close the question (`expire`) whatever happened. Raises `DeadlineExceeded` when the run's
+        deadline has passed; a cancelled wait expires the question too."""
+        ...
+
+    async def expire(self, question_id: str, outcome: QuestionOutcome) -> ClosedQuestion:
+        """Close the question with `outcome` (NOT_ACKNOWLEDGED / NOT_ANSWERED) unless it is
+        already closed; returns how it did close (ANSWERED, when its answer won the race)."""
+        ...
+
+
+class QuestionBoard(Protocol):
+    """The live runs that take questions, reached by the `AnswerQuestion` and
+    `AcknowledgeQuestion` RPCs. Errors (raised for the caller of those RPCs): `InvalidArgument`
+    naming an empty id or a bad `text`; `NotFound` (`RUN_NOT_FOUND`, `QUESTION_NOT_FOUND`);
+    `FailedPrecondition` (`QUESTION_CLOSED`, with the outcome); `PermissionDenied`
+    (`NOT_THE_RUNS_CALLER`); `Unavailable` when the board's storage cannot be reached."""
+
+    def default_windows(self) -> QuestionWindows:
+        """The configured windows (a stream may ask for shorter ones)."""
+        ...
+
+    def open(
+        self,
+        *,
+        owner: str | None,
+        deadline: Deadline,
+        windows: QuestionWindows | None = None,
+        run_id: str = "",
+    ) -> AbstractAsyncContextManager[QuestionChannel]:
+        """Register a run (by `run_id`, a new id when empty) for the life of its stream;
+        afterwards its id is unknown (NOT_FOUND) and its open questions are closed. `owner`: the
+        API key name that started the run (None with auth off: anyone holding the id answers)."""
+        ...
+
+    async def acknowledge(self, run_id: str, question_id: str, *, caller: str | None) -> float:
+        """The question is shown to someone; returns the answer window in seconds (`inf`: no
+        limit). Idempotent on an open question."""
+        ...
+
+    async def answer(self, run_id: str, question_id: str, text: str, *, caller: str | None) -> None:
+        """Answer an open question (which also acknowledges it); the waiting run gets it."""
+        ...
+
+    @property
+    def live_runs(self) -> int:
+        """Runs registered by this process."""
+        ...
+
+    async def until_idle(self) -> None:
+        """Returns once no run of this process is registered."""
+        ...
+
+
 class PendingQuestion:
     """One question of a run, from posting until it is answered or expires."""
 
@@ -92,8 +190,8 @@ class PendingQuestion:
             self.outcome = outcome
 
 
-class QuestionChannel:
-    """The questions of one live run, and the two-phase wait for each answer."""
+class LocalQuestionChannel:
+    """A `QuestionChannel` in this process's memory (see `QuestionRegistry`)."""
 
     def __init__(
         self,
@@ -104,23 +202,30 @@ class QuestionChannel:
         *,
         max_questions: int,
     ) -> None:
-        self.run_id = run_id
+        self._run_id = run_id
         self.owner = owner
         """The API key name that started the run; None with auth off."""
         self.windows = windows
         self.deadline = deadline
-        self.max_questions = max_questions
+        self._max_questions = max_questions
         self.questions: dict[str, PendingQuestion] = {}
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def max_questions(self) -> int:
+        return self._max_questions
 
     @property
     def asked(self) -> int:
         return len(self.questions)
 
-    def post(self, text: str) -> PendingQuestion:
-        """A new open question; its acknowledge window starts now."""
+    async def ask(self, text: str) -> str:
         question = PendingQuestion(secrets.token_hex(8), text)
         self.questions[question.id] = question
-        return question
+        return question.id
 
     def acknowledge_window_s(self) -> float:
         """The acknowledge window, capped by the run's deadline."""
@@ -130,24 +235,27 @@ class QuestionChannel:
         """The answer window, capped by the run's deadline; `inf`: no limit at all."""
         return _capped(self.windows.answer_s, self.deadline)
 
-    async def wait(self, question: PendingQuestion) -> ClosedQuestion:
-        """Wait for `question`'s answer in two phases; closes it either way. Raises
-        `DeadlineExceeded` when the run's deadline has passed."""
+    async def wait(self, question_id: str) -> ClosedQuestion:
+        question = self.questions[question_id]
         started = time.monotonic()
         try:
-            if not await _set_within(question.acknowledged_signal, self.acknowledge_window_s()):
-                question.close(QuestionOutcome.NOT_ACKNOWLEDGED)
-            elif not await _set_within(question.answered_signal, self.answer_window_s()):
-                question.close(QuestionOutcome.NOT_ANSWERED)
+            if await _set_within(question.acknowledged_signal, self.acknowledge_window_s()):
+                await _set_within(question.answered_signal, self.answer_window_s())
         finally:
-            question.close(
+            unanswered = (
                 QuestionOutcome.NOT_ANSWERED
                 if question.acknowledged
                 else QuestionOutcome.NOT_ACKNOWLEDGED
             )
-        assert question.outcome is not None
+            closed = await self.expire(question_id, unanswered)
         waited_ms = int((time.monotonic() - started) * 1000)
-        return ClosedQuestion(question.id, question.outcome, question.answer, waited_ms)
+        return ClosedQuestion(closed.question_id, closed.outcome, closed.answer, waited_ms)
+
+    async def expire(self, question_id: str, outcome: QuestionOutcome) -> ClosedQuestion:
+        question = self.questions[question_id]
+        question.close(outcome)  # a no-op once closed: the first decision stands
+        assert question.outcome is not None
+        return ClosedQuestion(question.id, question.outcome, question.answer)
 
     def acknowledge(self, question_id: str) -> float:
         """Mark the question seen; the answer window (seconds, `inf`: no limit) now applies."""
@@ -166,7 +274,7 @@ class QuestionChannel:
         question = self.questions.get(question_id)
         if question is None:
             raise NotFound(
-                f"run {self.run_id} asked no question {question_id!r}",
+                f"run {self.run_id} asked no question {shown(question_id)}",
                 reason="QUESTION_NOT_FOUND",
                 metadata={"run_id": self.run_id, "question_id": question_id},
             )
@@ -190,25 +298,26 @@ _CLOSED = {
 
 
 class QuestionRegistry:
-    """The live runs of this agent process that may ask questions, by run id."""
+    """A `QuestionBoard` in this process's memory: the live runs of this agent process that may
+    ask questions, by run id."""
 
     def __init__(self, settings: QuestionSettings | None = None) -> None:
         self.settings = settings or QuestionSettings()
-        self._runs: dict[str, QuestionChannel] = {}
+        self._runs: dict[str, LocalQuestionChannel] = {}
         self._idle = asyncio.Event()
         self._idle.set()
 
-    @contextmanager
-    def open(
+    @asynccontextmanager
+    async def open(
         self,
         *,
         owner: str | None,
         deadline: Deadline,
         windows: QuestionWindows | None = None,
         run_id: str = "",
-    ) -> Iterator[QuestionChannel]:
+    ) -> AsyncIterator[LocalQuestionChannel]:
         """Register a run for the life of its stream; afterwards its id is unknown here."""
-        channel = QuestionChannel(
+        channel = LocalQuestionChannel(
             run_id or uuid.uuid4().hex,
             owner,
             windows or self.default_windows(),
@@ -236,30 +345,21 @@ class QuestionRegistry:
         """Returns once no run is registered (e.g. after a cancelled stream let go)."""
         await self._idle.wait()
 
-    def acknowledge(self, run_id: str, question_id: str, *, caller: str | None) -> float:
+    async def acknowledge(self, run_id: str, question_id: str, *, caller: str | None) -> float:
         """The question is shown to someone; returns the answer window (`inf`: no limit)."""
-        _require_ids(run_id, question_id)
+        require_ids(run_id, question_id)
         return self._run(run_id, caller).acknowledge(question_id)
 
-    def answer(self, run_id: str, question_id: str, text: str, *, caller: str | None) -> None:
-        violations = _id_violations(run_id, question_id)
-        limit = self.settings.max_answer_chars
-        if not text.strip():
-            violations.append(FieldViolation("text", "must not be empty"))
-        elif len(text) > limit:
-            violations.append(
-                FieldViolation("text", f"is {len(text)} characters; max_answer_chars is {limit}")
-            )
-        if violations:
-            raise InvalidArgument.for_violations(violations)
+    async def answer(self, run_id: str, question_id: str, text: str, *, caller: str | None) -> None:
+        require_answer(run_id, question_id, text, max_chars=self.settings.max_answer_chars)
         self._run(run_id, caller).answer(question_id, text)
 
-    def _run(self, run_id: str, caller: str | None) -> QuestionChannel:
+    def _run(self, run_id: str, caller: str | None) -> LocalQuestionChannel:
         channel = self._runs.get(run_id)
         if channel is None:
             raise NotFound(
-                f"no live run {run_id!r} that takes questions on this agent replica (it ended, "
-                "did not allow ask_user, or runs on another replica: answer on the channel "
+                f"no live run {shown(run_id)} that takes questions on this agent replica (it "
+                "ended, did not allow ask_user, or runs on another replica: answer on the channel "
                 "that carries the run's stream)",
                 reason="RUN_NOT_FOUND",
                 metadata={"run_id": run_id},
@@ -281,8 +381,22 @@ def _id_violations(run_id: str, question_id: str) -> list[FieldViolation]:
     ]
 
 
-def _require_ids(run_id: str, question_id: str) -> None:
+def require_ids(run_id: str, question_id: str) -> None:
+    """INVALID_ARGUMENT naming each empty id (every `QuestionBoard` checks the same)."""
     violations = _id_violations(run_id, question_id)
+    if violations:
+        raise InvalidArgument.for_violations(violations)
+
+
+def require_answer(run_id: str, question_id: str, text: str, *, max_chars: int) -> None:
+    """INVALID_ARGUMENT naming each empty id and an empty or too long `text`."""
+    violations = _id_violations(run_id, question_id)
+    if not text.strip():
+        violations.append(FieldViolation("text", "must not be empty"))
+    elif len(text) > max_chars:
+        violations.append(
+            FieldViolation("text", f"is {len(text)} characters; max_answer_chars is {max_chars}")
+        )
     if violations:
         raise InvalidArgument.for_violations(violations)
 

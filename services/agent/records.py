@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from services.agent.ports import TokenUsage
 from services.agent.search import SearchHit
-from services.agent.tools import SUBMIT_ANSWER
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,7 @@ def transcript(steps: Sequence[StepRecord], *, result_chars: int = 1400) -> list
         for call in step.tool_calls:
             arguments = call.validated_arguments_json or call.arguments_json
             parts.append(f"[call {call.name} {arguments}]")
-            if call.name == SUBMIT_ANSWER and not call.error and not call.output:
+            if not call.error and not call.output:  # an accepted answer returns nothing
                 continue
             kind = "tool error" if call.error else "tool result"
             text = call.error or call.output

@@ -1,9 +1,9 @@
 """The search tool as the loop's `SearchClient`, over gRPC, with deadlines passed downstream.
 
 Failed calls become `services.common.errors` exceptions of the same status code, so the loop never
-sees grpc; calls wait for the channel to connect within the caller's deadline
-(`services.agent.dependencies`). The agent sends the caller's filter and the model's filter side
-by side; the search tool validates and combines them.
+sees grpc; a call waits briefly for the channel to connect, then names the search tool as
+unreachable (`services.agent.dependencies`). The agent sends the caller's filter and the model's
+filter side by side; the search tool validates and combines them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from services.agent.search import (
     ReadRequest,
     SearchPage,
     SearchRequest,
+    WebPage,
 )
 
 
@@ -35,7 +36,8 @@ class SearchToolClient:
     async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
         try:
             reply = await self._stub.Search(
-                convert.search_request(request), **call_options(remaining_s)
+                convert.search_request(request),
+                **await call_options(self._channel, "search tool", remaining_s),
             )
         except grpc.aio.AioRpcError as error:
             raise dependency_error(error, self._channel, "search tool") from error
@@ -54,7 +56,9 @@ class SearchToolClient:
     ) -> CollectionInfo:
         request = search_tool_pb2.GetCollectionRequest(collection=name, caller_filter=caller_filter)
         try:
-            reply = await self._stub.GetCollection(request, **call_options(remaining_s))
+            reply = await self._stub.GetCollection(
+                request, **await call_options(self._channel, "search tool", remaining_s)
+            )
         except grpc.aio.AioRpcError as error:
             raise dependency_error(error, self._channel, "search tool") from error
         return convert.collection_info(reply.collection)
@@ -64,7 +68,8 @@ class SearchToolClient:
     ) -> DocumentChunks:
         try:
             reply = await self._stub.ReadDocument(
-                convert.read_request(request), **call_options(remaining_s)
+                convert.read_request(request),
+                **await call_options(self._channel, "search tool", remaining_s),
             )
         except grpc.aio.AioRpcError as error:
             raise dependency_error(error, self._channel, "search tool") from error
@@ -77,8 +82,24 @@ class SearchToolClient:
     ) -> DocumentCount:
         try:
             reply = await self._stub.CountDocuments(
-                convert.count_request(request), **call_options(remaining_s)
+                convert.count_request(request),
+                **await call_options(self._channel, "search tool", remaining_s),
             )
         except grpc.aio.AioRpcError as error:
             raise dependency_error(error, self._channel, "search tool") from error
         return convert.document_count(reply)
+
+    async def web_search(self, query: str, limit: int, *, remaining_s: float | None) -> WebPage:
+        request = search_tool_pb2.WebSearchRequest(query=query, limit=limit)
+        try:
+            reply = await self._stub.WebSearch(
+                request, **await call_options(self._channel, "search tool", remaining_s)
+            )
+        except grpc.aio.AioRpcError as error:
+            raise dependency_error(error, self._channel, "search tool") from error
+        return WebPage(
+            hits=[convert.web_hit(r) for r in reply.results],
+            provider=reply.provider,
+            cached=reply.cached,
+            took_ms=reply.took_ms,
+        )

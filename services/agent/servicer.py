@@ -23,7 +23,7 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 import grpc
@@ -32,11 +32,17 @@ from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from services.agent import convert
 from services.agent.config import AgentSettings
 from services.agent.events import AgentEvent, Done, Failed
-from services.agent.history import MAX_PAGE_SIZE, RunQuery, RunStore, decode_page_token
 from services.agent.loop import AgentLoop
-from services.agent.questions import QuestionChannel, QuestionRegistry
+from services.agent.questions import QuestionBoard, QuestionChannel, QuestionRegistry
 from services.agent.recorder import RunRecorder
 from services.agent.run import Deadline, RunRequest
+from services.agent.run_history import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    RunHistory,
+    RunQuery,
+    decode_page_token,
+)
 from services.agent.tools import ASK_USER
 from services.common.auth import current_caller, visible_collections
 from services.common.errors import (
@@ -48,6 +54,7 @@ from services.common.errors import (
     QuarryError,
     Retryable,
     Unavailable,
+    shown,
 )
 from services.common.status import code_of, is_retryable
 
@@ -62,14 +69,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         self,
         loop: AgentLoop,
         settings: AgentSettings,
-        store: RunStore | None = None,
-        questions: QuestionRegistry | None = None,
+        store: RunHistory | None = None,
+        questions: QuestionBoard | None = None,
     ) -> None:
         self._loop = loop
         self._settings = settings
         self._store = store
         self._loop_settings_json = settings.loop.model_dump_json()
-        self.questions = questions or QuestionRegistry(settings.questions)
+        self.questions: QuestionBoard = questions or QuestionRegistry(settings.questions)
         self._cut = asyncio.Event()
 
     async def cut_runs(self) -> None:
@@ -106,7 +113,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         channel = self._question_channel(request, run, deadline, recorder.run_id)  # validates
         recorder.start()
         try:
-            with channel as questions:
+            async with channel as questions:
                 stream = self._loop.stream(
                     run,
                     deadline=deadline,
@@ -146,7 +153,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         request: agent_pb2.AnswerQuestionRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> agent_pb2.AnswerQuestionResponse:
-        self.questions.answer(
+        await self.questions.answer(
             request.run_id, request.question_id, request.text, caller=_caller_name()
         )
         return agent_pb2.AnswerQuestionResponse()
@@ -156,7 +163,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         request: agent_pb2.AcknowledgeQuestionRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> agent_pb2.AcknowledgeQuestionResponse:
-        answer_s = self.questions.acknowledge(
+        answer_s = await self.questions.acknowledge(
             request.run_id, request.question_id, caller=_caller_name()
         )
         unlimited = answer_s == float("inf")
@@ -170,7 +177,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         run: RunRequest,
         deadline: Deadline,
         run_id: str,
-    ) -> AbstractContextManager[QuestionChannel | None]:
+    ) -> AbstractAsyncContextManager[QuestionChannel | None]:
         """The run's question channel while it streams, when it allows `ask_user` (only a
         stream may: `Run` refuses the tool when it converts the request)."""
         if ASK_USER not in run.allowed_tools or not isinstance(request, agent_pb2.StreamRunRequest):
@@ -221,6 +228,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             default_limit=self._settings.loop.default_limit,
             max_query_chars=self._settings.loop.max_query_chars,
             max_history_turns=self._settings.loop.max_history_turns,
+            max_history_chars=self._settings.loop.max_history_chars,
         )
 
     def _recorder(
@@ -247,7 +255,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
             raise InvalidArgument.for_field("run_id", "must name a run")
         record = await store.get(request.run_id)
         if record is None:
-            raise NotFound(f"no recorded run {request.run_id!r} (unknown, or past retention)")
+            raise NotFound(f"no recorded run {shown(request.run_id)} (unknown, or past retention)")
         if not visible_collections([record.collection]):
             raise _may_not_read(record.collection)
         return agent_pb2.GetRunResponse(run=record)
@@ -277,7 +285,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         )
         return agent_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
-    def _history(self) -> RunStore:
+    def _history(self) -> RunHistory:
         if self._store is None:
             raise FailedPrecondition("run history is off on this agent (agent.history.enabled)")
         return self._store
@@ -307,7 +315,7 @@ def _run_query(request: agent_pb2.ListRunsRequest) -> RunQuery:
         started_after=after,
         started_before=before,
         status=request.status,
-        page_size=request.page_size or 50,
+        page_size=request.page_size or DEFAULT_PAGE_SIZE,
         page_token=request.page_token,
     )
 

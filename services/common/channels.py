@@ -14,6 +14,12 @@ from services.common.telemetry import Telemetry
 from services.common.tls import ChannelTls
 
 _MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+RECONNECT_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+"""A peer that went away is tried again every 0.5-2 s: gRPC's default backoff grows to two
+minutes, so a service restarted after a longer outage was reached 70-90 s after it came back."""
 
 
 def open_channel(
@@ -26,7 +32,8 @@ def open_channel(
     load_balancing: Literal["pick_first", "round_robin"] = "pick_first",
 ) -> grpc.aio.Channel:
     """A grpc.aio channel to `target` (TLS when `tls.enabled`) that propagates the trace context,
-    keeps an idle connection alive within what Quarry servers accept
+    reconnects within seconds of its peer coming back (`RECONNECT_OPTIONS`), keeps an idle
+    connection alive within what Quarry servers accept
     (`services.common.keepalive`), cancels the RPC when its caller is cancelled
     (`services.common.cancel`) and runs `interceptors` (e.g. `services.common.auth.StaticKey`,
     which sends an API key) on every call. `round_robin` spreads calls over every address a
@@ -38,6 +45,7 @@ def open_channel(
         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
         *keepalive.client_options(),
+        *RECONNECT_OPTIONS,
         ("grpc.service_config", json.dumps({"loadBalancingConfig": [{load_balancing: {}}]})),
     ]
     if tls is not None and tls.enabled:

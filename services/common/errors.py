@@ -10,17 +10,32 @@
     ├── ResourceExhausted            RESOURCE_EXHAUSTED + RetryInfo
     ├── Unavailable                  UNAVAILABLE + RetryInfo
     ├── DeadlineExceeded             DEADLINE_EXCEEDED
-    └── Cancelled                    CANCELLED
+    ├── Cancelled                    CANCELLED
+    └── DataLoss                     DATA_LOSS
 
 The status codes on the right are applied at the edge, in both directions, by
 `services.common.status` (the error-mapping interceptor and every client that reads a status back);
 domain code raises these and never imports grpc. Messages are meant for the caller: they never
-contain stack traces or secrets.
+contain stack traces or secrets, and quote a caller's value only through `shown`, a short marked
+prefix, so an error about a 100 KB value stays small enough to reach the caller (gRPC refuses
+trailers over 16 KiB; `services.common.status` also caps whatever reaches it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+MAX_SHOWN_CHARS = 48
+"""The longest prefix of a caller's value an error message quotes."""
+
+
+def shown(value: object, *, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`value` as an error message quotes it: its repr, or past `limit` characters a prefix
+    marked as cut, with the full length (`'aaaa…' (100000 characters)`)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -130,3 +145,9 @@ class DeadlineExceeded(QuarryError):
 
 class Cancelled(QuarryError):
     default_reason = "CANCELLED"
+
+
+class DataLoss(QuarryError):
+    """Stored data is damaged: the message and metadata name what (a collection, a run)."""
+
+    default_reason = "DATA_LOSS"

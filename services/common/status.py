@@ -5,6 +5,11 @@ its code, an `ErrorInfo(reason, domain="quarry.dev", metadata)`, `BadRequest` fi
 `InvalidArgument`, and `RetryInfo` on every UNAVAILABLE and RESOURCE_EXHAUSTED (the error's
 `retry_after_s`, else `DEFAULT_RETRY_AFTER_S`). The error-mapping interceptor is its only user.
 
+Every text of an outbound status is capped (`MAX_MESSAGE_BYTES` and the limits below it) so the
+whole status stays well under gRPC's 16 KiB trailer limit: past it a caller would see
+`RESOURCE_EXHAUSTED "received metadata size exceeds hard limit"` instead of the status. Messages
+quote caller values through `errors.shown` already; the cap is the guard for the one that does not.
+
 Inbound, `details_of_rpc_error` reads those details back from a failed call and `domain_error`
 turns the call into the `QuarryError` of the same code, so code behind a client never sees grpc.
 """
@@ -33,6 +38,16 @@ RETRYABLE_CODES = frozenset(
 )
 """Codes a caller may retry (after the RetryInfo delay, when there is one)."""
 
+MAX_MESSAGE_BYTES = 768
+"""The status message, in UTF-8 bytes (percent-encoded on the wire: up to 2.3 KiB)."""
+MAX_VIOLATIONS = 8
+"""Field violations sent; past it the last one says how many more there were."""
+MAX_FIELD_BYTES = 96
+MAX_DESCRIPTION_BYTES = 192
+MAX_METADATA_ENTRIES = 8
+MAX_METADATA_BYTES = 96
+"""Each ErrorInfo metadata key and value."""
+
 _CODES: dict[type[QuarryError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
@@ -44,6 +59,7 @@ _CODES: dict[type[QuarryError], grpc.StatusCode] = {
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Cancelled: grpc.StatusCode.CANCELLED,
+    errors.DataLoss: grpc.StatusCode.DATA_LOSS,
     QuarryError: grpc.StatusCode.INTERNAL,
 }
 _ERRORS: dict[grpc.StatusCode, type[QuarryError]] = {code: cls for cls, code in _CODES.items()}
@@ -64,21 +80,17 @@ def is_retryable(code: grpc.StatusCode) -> bool:
 def to_rpc_status(error: QuarryError) -> status_pb2.Status:
     """The `google.rpc.Status` (code, message, details) a caller receives for `error`."""
     code = code_of(error)
-    status = status_pb2.Status(code=code.value[0], message=error.message)
+    status = status_pb2.Status(code=code.value[0], message=capped(error.message, MAX_MESSAGE_BYTES))
+    metadata = {
+        capped(key, MAX_METADATA_BYTES): capped(value, MAX_METADATA_BYTES)
+        for key, value in list(error.metadata.items())[:MAX_METADATA_ENTRIES]
+    }
     info = error_details_pb2.ErrorInfo(
-        reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+        reason=capped(error.reason, MAX_METADATA_BYTES), domain=ERROR_DOMAIN, metadata=metadata
     )
     status.details.add().Pack(info)
     if isinstance(error, errors.InvalidArgument) and error.violations:
-        bad_request = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(
-                    field=v.field, description=v.description
-                )
-                for v in error.violations
-            ]
-        )
-        status.details.add().Pack(bad_request)
+        status.details.add().Pack(_bad_request(error.violations))
     if isinstance(error, errors.Retryable):
         delay = duration_pb2.Duration()
         retry_after_s = error.retry_after_s
@@ -87,6 +99,36 @@ def to_rpc_status(error: QuarryError) -> status_pb2.Status:
         delay.FromMilliseconds(int(retry_after_s * 1000))
         status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
     return status
+
+
+def capped(text: str, max_bytes: int) -> str:
+    """`text` within `max_bytes` of UTF-8, cut at a character and marked (`… [cut: N bytes]`)."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    marker = f"… [cut: {len(data)} bytes]"
+    kept = data[: max_bytes - len(marker.encode())].decode(errors="ignore")
+    return kept + marker
+
+
+def _bad_request(violations: list[FieldViolation]) -> error_details_pb2.BadRequest:
+    sent = violations[:MAX_VIOLATIONS]
+    entries = [
+        (capped(v.field, MAX_FIELD_BYTES), capped(v.description, MAX_DESCRIPTION_BYTES))
+        for v in sent
+    ]
+    if len(violations) > len(sent):
+        field, description = entries[-1]
+        more = len(violations) - len(sent)
+        entries[-1] = (
+            field,
+            capped(f"{description} (and {more} more violations)", MAX_DESCRIPTION_BYTES + 64),
+        )
+    return error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=f, description=d) for f, d in entries
+        ]
+    )
 
 
 def to_grpc_status(error: QuarryError) -> grpc.Status:

@@ -25,6 +25,8 @@ DEFAULT_MAX_CONCURRENT_CALLS = 128
 EXTRACTIVE = "extractive"
 ProviderKind = Literal["openai", "anthropic", "extractive", "scripted"]
 
+LOCAL_ENDPOINTS = frozenset({"vllm", "ollama", "llama-cpp-python", "llama-server"})
+"""Endpoint presets of servers that run beside Quarry and need no API key."""
 _DEFAULT_KEY_ENV: dict[str, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 _DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-5"
@@ -104,9 +106,11 @@ class ProviderSettings(BaseModel):
     price: PriceSettings | None = None
     prompt_caching: bool = True
     """Anthropic: cache the static system prompt."""
-    tool_calls: Literal["native", "json_in_text"] = "native"
+    tool_calls: Literal["native", "json_in_text", "json_schema"] = "native"
     """OpenAI-compatible: `json_in_text` for models without native tool calls — the tools are
-    described in a system message and calls are read from JSON in the reply's text."""
+    described in a system message and calls are read from JSON in the reply's text;
+    `json_schema` does the same and sends the tools as one JSON schema in `response_format`,
+    which servers with grammar-constrained sampling (llama.cpp's) enforce: every reply is a call."""
     script: str = ""
     """Scripted: path of the script file to replay (`scripted_reply.ScriptedReplies`)."""
     record_to: str = ""
@@ -124,8 +128,8 @@ class ProviderSettings(BaseModel):
                 raise ValueError("a scripted provider needs `script` (path of its script file)")
         if not self.model:
             raise ValueError(f"a {self.kind} provider needs `model`")
-        if self.tool_calls == "json_in_text" and self.kind != "openai":
-            raise ValueError("`tool_calls: json_in_text` applies to openai providers only")
+        if self.tool_calls != "native" and self.kind != "openai":
+            raise ValueError(f"`tool_calls: {self.tool_calls}` applies to openai providers only")
         if not self.name:
             prefix = self.endpoint or self.kind
             self.name = EXTRACTIVE if self.kind == EXTRACTIVE else f"{prefix}/{self.model}"
@@ -137,8 +141,9 @@ class ProviderSettings(BaseModel):
 
     @property
     def needs_api_key(self) -> bool:
-        """Local OpenAI-compatible servers (vLLM, Ollama) usually run without a key."""
-        return self.kind in _DEFAULT_KEY_ENV and self.endpoint not in ("vllm", "ollama")
+        """Local OpenAI-compatible servers (vLLM, Ollama, llama.cpp's) usually run without a
+        key."""
+        return self.kind in _DEFAULT_KEY_ENV and self.endpoint not in LOCAL_ENDPOINTS
 
 
 class GatewaySettings(QuarrySettings):

@@ -6,9 +6,14 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from services.agent.calculator import (
+    FUNCTION_NAMES,
     MAX_EXPRESSION_CHARS,
+    MAX_MAGNITUDE,
+    MAX_ROUND_DIGITS,
     CalculationError,
     calculate,
     format_number,
@@ -89,3 +94,64 @@ def test_floats_show_twelve_significant_digits_and_integers_exactly() -> None:
     assert format_number(10**20) == "100000000000000000000"
     assert format_number(2 / 3) == "0.666666666667"
     assert format_number(1e20) == "1e+20"
+
+
+def test_round_with_a_billion_digits_is_refused_at_once() -> None:
+    """`round(1, -10**9)` made Python compute 10**(10**9) and held the event loop for minutes."""
+    for expression in ("round(1, -10**9)", "round(10**99, -10**9)", "round(1.5, 10**9)"):
+        started = time.perf_counter()
+        with pytest.raises(CalculationError, match="digits"):
+            calculate(expression)
+        assert time.perf_counter() - started < 0.1
+
+
+def test_round_keeps_its_meaning_within_the_digits_bound() -> None:
+    assert calculate("round(123456, -2)") == 123500
+    assert calculate(f"round(10**99, -{MAX_ROUND_DIGITS})") == 0
+    assert calculate(f"round(2.5, {MAX_ROUND_DIGITS})") == 2.5
+
+
+_EXTREMES = [
+    "10**9",
+    "-10**9",
+    "-(10**7)",
+    "10**99",
+    "10**100",
+    "9**9**9",
+    "1e308",
+    "1e-308",
+    "-0.0",
+]
+"""Literals at and past the bounds, drawn as often as ordinary numbers."""
+_LITERALS = st.one_of(
+    st.integers(-(10**12), 10**12).map(str),
+    st.sampled_from(_EXTREMES),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["x", "'a'", "True", "[1]", "nan", "inf"]),
+)
+_OPERATORS = st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "^", "<<"])
+
+
+def _expressions(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    binary = st.tuples(children, _OPERATORS, children).map(lambda t: f"({t[0]} {t[1]} {t[2]})")
+    unary = st.tuples(st.sampled_from(["-", "+"]), children).map("".join)
+    call = st.tuples(
+        st.sampled_from([*FUNCTION_NAMES, "pow", "factorial"]),
+        st.lists(st.one_of(children, st.sampled_from(_EXTREMES)), min_size=0, max_size=3),
+    ).map(lambda t: f"{t[0]}({', '.join(t[1])})")
+    return st.one_of(binary, unary, call)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.recursive(_LITERALS, _expressions, max_leaves=12))
+def test_every_expression_of_the_grammar_finishes_fast_or_is_refused(expression: str) -> None:
+    started = time.perf_counter()
+    try:
+        value = calculate(expression)
+    except CalculationError:
+        pass
+    else:
+        assert isinstance(value, int | float)
+        assert abs(value) <= MAX_MAGNITUDE
+        format_number(value)
+    assert time.perf_counter() - started < 0.25

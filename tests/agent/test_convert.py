@@ -12,6 +12,7 @@ from quarry.common.v1 import search_pb2
 from services.agent import convert
 from services.agent.config import AgentSettings
 from services.agent.filters import FilterCondition, FilterGroup
+from services.agent.questions import QuestionWindows
 from services.agent.run import Mode
 from services.agent.search import Breadcrumb, SearchHit, SearchRequest
 from services.common.errors import InvalidArgument
@@ -111,3 +112,56 @@ def test_an_empty_turn_of_history_is_invalid_argument_naming_it() -> None:
     with pytest.raises(InvalidArgument) as caught:
         convert.run_request(message, default_limit=10)
     assert [v.field for v in caught.value.violations] == ["history[1].question"]
+
+
+def test_a_ten_megabyte_turn_of_history_is_invalid_argument_naming_the_setting() -> None:
+    """A 10 MB prior turn was accepted and the run ended in a fallback with no search."""
+    message = agent_pb2.RunRequest(
+        query="q",
+        collection="docs",
+        history=[agent_pb2.ConversationTurn(question="earlier?", answer="a" * 10_000_000)],
+    )
+    with pytest.raises(InvalidArgument) as caught:
+        convert.run_request(message, default_limit=10, max_history_chars=32_000)
+    [violation] = caught.value.violations
+    assert violation.field == "history"
+    assert "max_history_chars is 32000" in violation.description
+
+
+def test_twenty_one_megabyte_turns_are_refused_by_their_total() -> None:
+    turn = agent_pb2.ConversationTurn(question="earlier?", answer="a" * 1_000_000)
+    message = agent_pb2.RunRequest(query="q", collection="docs", history=[turn] * 20)
+    with pytest.raises(InvalidArgument, match="max_history_chars"):
+        convert.run_request(message, default_limit=10)
+
+
+def test_a_prior_question_is_bounded_like_the_query() -> None:
+    turn = agent_pb2.ConversationTurn(question="q" * 5_000, answer="yes")
+    message = agent_pb2.RunRequest(query="q", collection="docs", history=[turn])
+    with pytest.raises(InvalidArgument) as caught:
+        convert.run_request(message, default_limit=10, max_query_chars=4_000)
+    assert [v.field for v in caught.value.violations] == ["history[0].question"]
+
+
+def test_history_within_its_bounds_is_accepted() -> None:
+    turn = agent_pb2.ConversationTurn(question="earlier?", answer="a" * 1_000)
+    message = agent_pb2.RunRequest(query="q", collection="docs", history=[turn] * 20)
+    assert len(convert.run_request(message, default_limit=10).history) == 20
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), float("-inf")])
+def test_a_question_window_that_is_not_a_finite_number_is_invalid_argument(
+    seconds: float,
+) -> None:
+    windows = agent_pb2.QuestionWindows(acknowledge_timeout_s=seconds)
+    with pytest.raises(InvalidArgument) as caught:
+        convert.question_windows(windows, QuestionWindows(acknowledge_s=30.0, answer_s=None))
+    assert [v.field for v in caught.value.violations] == ["question_windows.acknowledge_timeout_s"]
+
+
+def test_an_unknown_tool_name_is_quoted_as_a_short_marked_prefix() -> None:
+    message = agent_pb2.RunRequest(query="q", collection="docs", tools=["x" * 100_000])
+    with pytest.raises(InvalidArgument) as caught:
+        convert.run_request(message, default_limit=10)
+    assert "… (100000 characters)" in caught.value.message
+    assert len(caught.value.message) < 300

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 from services.agent import convert
 from services.agent.client import AgentClient, AgentError, RunOptions
 from services.agent.config import AgentSettings
+from services.agent.dependencies import CONNECT_WAIT_S, RETRY_AFTER_S
 from services.agent.server import build_agent_server
 from services.agent.tools import TOOL_NAMES
 from services.common.errors import DeadlineExceeded, InvalidArgument, QuarryError
@@ -503,3 +505,47 @@ async def test_the_agents_search_client_names_a_dependency_it_could_not_reach_in
     assert raised.value.message.startswith(
         "search tool: not reachable within the caller's deadline (connection "
     )
+
+
+async def test_a_down_gateway_is_named_at_once_and_reached_within_seconds_of_coming_back() -> None:
+    """The gateway is down while the question has a long deadline: the run fails within the
+    connect wait, UNAVAILABLE naming the gateway with a RetryInfo delay, instead of hanging until
+    the deadline; started again, the gateway is reached at the next question within seconds."""
+    port = _closed_port()
+    search = _serve_on(0, FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs")),
+                       st_grpc.add_SearchToolServiceServicer_to_server)  # fmt: skip
+    await search.start()
+    agent = build_agent_server(
+        AgentSettings(
+            server=ServerSettings(port=0, grace_s=0),
+            search_tool_address=search.address,
+            llm_gateway_address=f"127.0.0.1:{port}",
+        )
+    )
+    await agent.start()
+    servers = [search, agent]
+    try:
+        async with AgentClient(agent.address) as client:
+            options = RunOptions(collection="python-docs", timeout_s=120)
+            started = time.monotonic()
+            events = [e async for e in client.stream_run("temporary directory", options)]
+            failed_after_s = time.monotonic() - started
+            error = events[-1].error
+            assert events[-1].WhichOneof("event") == "error"
+            assert (error.code, error.retryable) == ("UNAVAILABLE", True)
+            assert error.message.startswith("llm gateway: not reachable"), error.message
+            assert error.retry_after.ToMilliseconds() == RETRY_AFTER_S * 1000
+            assert failed_after_s < CONNECT_WAIT_S + 3
+
+            gateway = _serve_on(
+                port, _gateway_replies(), gw_grpc.add_LlmGatewayServiceServicer_to_server
+            )
+            await gateway.start()
+            servers.append(gateway)
+            came_back = time.monotonic()
+            response = await client.run("temporary directory", options)
+            assert response.answer.citations[0].result_id == "tempfile__chunk_0"
+            assert time.monotonic() - came_back < CONNECT_WAIT_S + 2
+    finally:
+        for server in reversed(servers):
+            await server.stop(0)

@@ -12,6 +12,7 @@ from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
 from services.agent.client import AgentClient, AgentError, RunOptions, parse_filter
 from services.agent.config import AgentSettings
+from services.agent.dependencies import RETRY_AFTER_S
 from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME, build_agent_server
 from services.agent.servicer import AgentServicer
@@ -19,7 +20,7 @@ from services.agent.testing import ScriptedModel, answer_call, search_call, turn
 from services.common.errors import Unavailable
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
-from services.common.status import DEFAULT_RETRY_AFTER_S, details_of_rpc_error
+from services.common.status import details_of_rpc_error
 from tests.agent.fake_search import FakeSearch
 
 Start = Callable[[ScriptedModel, FakeSearch], Awaitable[AgentClient]]
@@ -229,6 +230,6 @@ async def test_an_unreachable_dependency_fails_the_run_with_a_retry_delay() -> N
                 await stub.Run(agent_pb2.RunRequest(query="q", collection="python-docs"))
         details = details_of_rpc_error(caught.value)
         assert details.code == grpc.StatusCode.UNAVAILABLE
-        assert details.retry_after_s == pytest.approx(DEFAULT_RETRY_AFTER_S)
+        assert details.retry_after_s == pytest.approx(RETRY_AFTER_S)
     finally:
         await server.stop(0)

@@ -10,12 +10,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.agent import convert
-from services.agent.events import Done, Searching, Thinking
+from services.agent.events import Done, Thinking
 from services.agent.loop import AgentLoop
 from services.agent.ports import ContextWindowExceeded
 from services.agent.records import StepRecord
 from services.agent.run import Mode
 from services.agent.testing import ScriptedModel, answer_call, raw_call, search_call, turn
+from services.agent.tools import Searching
 from services.common import semconv
 from tests.agent.conftest import result_of, run_events
 from tests.agent.fake_search import FakeSearch

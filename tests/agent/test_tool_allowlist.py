@@ -10,7 +10,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from quarry.agent.v1 import agent_pb2
 
 from services.agent import convert
-from services.agent.events import Calculating, Searching
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role
 from services.agent.run import Mode, StopReason
@@ -22,6 +21,7 @@ from services.agent.testing import (
     search_call,
     turn,
 )
+from services.agent.tools import Calculating, Searching
 from services.common.errors import InvalidArgument
 from tests.agent.conftest import result_of, run_events
 from tests.agent.fake_search import FakeSearch

@@ -9,14 +9,17 @@ import pytest
 from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.search import SearchHit
 from services.agent.tools import (
-    SEARCH_TOOL,
-    SUBMIT_ANSWER_TOOL,
     Answer,
     SearchPlan,
+    SearchTool,
+    SubmitAnswerTool,
     ToolArgumentsError,
-    format_results,
     parse_arguments,
 )
+from services.agent.tools.results import format_results
+
+SEARCH_TOOL = SearchTool().spec
+SUBMIT_ANSWER_TOOL = SubmitAnswerTool().spec
 
 
 def test_tool_schemas_are_inlined_and_keep_integers() -> None:

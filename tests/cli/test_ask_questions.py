@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -141,3 +142,69 @@ async def test_no_questions_keeps_ask_user_from_the_model(
     async with _agent(model, QuestionSettings()) as address:
         assert await ask(_args(address, no_questions=True)) == 0
     assert "ask_user" not in [t.name for t in model.requests[0].tools]
+
+
+async def _ask_in_terminal(address: str) -> tuple[asyncio.subprocess.Process, int, int]:
+    """`quarry ask` with a pseudo-terminal as stdin: (process, controller, terminal)."""
+    controller, terminal = pty.openpty()
+    process = await asyncio.create_subprocess_exec(
+        *_ask_command(address),
+        stdin=terminal,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    return process, controller, terminal
+
+
+async def _lines_until(process: asyncio.subprocess.Process, prefix: str) -> list[str]:
+    assert process.stdout is not None
+    lines = []
+    while line := (await process.stdout.readline()).decode():
+        lines.append(line)
+        if line.startswith(prefix):
+            return lines
+    raise AssertionError(f"{prefix!r} never printed: {''.join(lines)}")
+
+
+async def test_ctrl_d_at_the_prompt_skips_the_question_and_the_run_goes_on_at_once() -> None:
+    model = _asking_model()
+    # windows far longer than the test: only the skip itself may let the run go on
+    questions = QuestionSettings(acknowledge_timeout_s=600, answer_timeout_s=600)
+    async with _agent(model, questions) as address:
+        process, controller, terminal = await _ask_in_terminal(address)
+        try:
+            async with asyncio.timeout(60):
+                lines = await _lines_until(process, "question Which Python version?")
+                os.write(controller, b"\x04")  # Ctrl-D on an empty line: end of input
+                assert process.stdout is not None
+                lines.append((await process.stdout.read()).decode())
+                await process.wait()
+        finally:
+            os.close(controller)
+            os.close(terminal)
+    text = "".join(lines)
+    assert process.returncode == 0, text
+    assert "question skipped" in text
+    assert "Use TemporaryDirectory [1]." in text
+    [tool_result] = _tool_results(model, 1)
+    assert "skipped this question" in tool_result
+
+
+async def test_ctrl_c_during_ask_prints_one_line_and_no_traceback() -> None:
+    model = _asking_model()
+    questions = QuestionSettings(acknowledge_timeout_s=600, answer_timeout_s=600)
+    async with _agent(model, questions) as address:
+        process, controller, terminal = await _ask_in_terminal(address)
+        try:
+            async with asyncio.timeout(60):
+                await _lines_until(process, "question Which Python version?")
+                process.send_signal(signal.SIGINT)
+                assert process.stdout is not None
+                rest = (await process.stdout.read()).decode()
+                await process.wait()
+        finally:
+            os.close(controller)
+            os.close(terminal)
+    assert process.returncode == 130, rest
+    assert "Traceback" not in rest
+    assert rest.strip().splitlines()[-1] == "quarry: interrupted"

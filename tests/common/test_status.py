@@ -11,8 +11,11 @@ import pytest
 from services.common import errors
 from services.common.status import (
     DEFAULT_RETRY_AFTER_S,
+    MAX_MESSAGE_BYTES,
+    MAX_VIOLATIONS,
     details_of,
     to_grpc_status,
+    to_rpc_status,
 )
 
 
@@ -56,3 +59,34 @@ def test_every_retryable_status_carries_a_retry_delay_even_when_the_error_named_
     details = details_of(status.code, status.details, status.trailing_metadata)
     assert details.retry_after_s == pytest.approx(DEFAULT_RETRY_AFTER_S)
     assert details.retryable
+
+
+def test_a_status_about_huge_values_stays_far_below_the_trailer_limit() -> None:
+    """Errors echoing 100 KB values made gRPC drop the status."""
+    huge = "é" * 100_000
+    error = errors.InvalidArgument(
+        f"title: {huge}",
+        violations=[errors.FieldViolation(f"documents[{n}].{huge}", huge) for n in range(50)],
+        metadata={f"k{n}{huge}": huge for n in range(40)},
+    )
+    status = to_rpc_status(error)
+    assert len(status.SerializeToString()) < 6 * 1024
+    assert len(status.message.encode()) <= MAX_MESSAGE_BYTES
+    assert status.message.startswith("title: éé")
+    assert "[cut: 200007 bytes]" in status.message
+    details = details_of(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        status.message,
+        [("grpc-status-details-bin", status.SerializeToString())],
+    )
+    assert len(details.violations) == MAX_VIOLATIONS
+    assert details.violations[0].field.startswith("documents[0].")
+    assert "(and 42 more violations)" in details.violations[-1].description
+
+
+def test_shown_quotes_short_values_whole_and_long_ones_as_a_marked_prefix() -> None:
+    assert errors.shown("abc") == "'abc'"
+    assert (
+        errors.shown("x" * 100_000) == repr("x" * errors.MAX_SHOWN_CHARS) + "… (100000 characters)"
+    )
+    assert errors.shown(12) == "'12'"

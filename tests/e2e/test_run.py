@@ -130,3 +130,59 @@ def test_quarry_run_on_custom_ports_reports_a_stopped_child_refuses_busy_ports_a
             for child in leftovers:
                 child.kill()
             psutil.wait_procs(leftovers, timeout=10)
+
+
+def test_quarry_run_takes_its_ports_from_the_address_variables_the_clients_read_and_gives_the_config_to_the_search_tool(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    ports = [free_port() for _ in range(4)]
+    env = {
+        **os.environ,
+        "QUARRY_SEARCH_TOOL_ADDRESS": f"127.0.0.1:{ports[0]}",
+        "QUARRY_LLM_GATEWAY_ADDRESS": f"127.0.0.1:{ports[1]}",
+        "QUARRY_AGENT_ADDRESS": f"127.0.0.1:{ports[2]}",
+    }
+    config = tmp_path / "quarry.yaml"
+    # a setting only the search tool reads: its health-only port answers when it got the file
+    config.write_text(f"search_tool:\n  server: {{health_port: {ports[3]}}}\n")
+    command = [sys.executable, "-m", "quarry_cli.cli", "run", "--no-demo", "--config", str(config)]
+    process = subprocess.Popen(
+        [*command, "--data-dir", str(tmp_path / "var")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        printed = _read_until(process, "Press Ctrl-C to stop.", 120)
+        assert f"agent        127.0.0.1:{ports[2]}" in printed
+        assert "--address" not in printed  # the clients read the same variables
+        search_tool = next(
+            c
+            for c in psutil.Process(process.pid).children()
+            if "services.search_tool" in c.cmdline()
+        )
+        assert ["--config", str(config)] == search_tool.cmdline()[-2:]
+        status = subprocess.run(
+            [sys.executable, "-m", "quarry_cli.cli", "status", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert status.returncode == 0, status.stderr
+        health = subprocess.run(
+            [sys.executable, "-m", "quarry_cli.cli", "status", "--json",
+             "--search-tool", f"127.0.0.1:{ports[3]}"],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert f'"address": "127.0.0.1:{ports[3]}", "status": "SERVING"' in health.stdout
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            leftovers = psutil.Process(process.pid).children(recursive=True)
+            process.kill()
+            process.wait()
+            for child in leftovers:
+                child.kill()
+            psutil.wait_procs(leftovers, timeout=10)

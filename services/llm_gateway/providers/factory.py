@@ -65,6 +65,20 @@ def _openai(entry: ProviderSettings) -> Provider:
             "another OpenAI-compatible server"
         )
     custom_server = bool(entry.base_url) and not entry.endpoint
+    quirks = replace(
+        OpenAIQuirks() if custom_server else preset.quirks,
+        tool_calls_in_text=entry.tool_calls == "json_in_text",
+        tool_calls_by_schema=entry.tool_calls == "json_schema",
+    )
+    if quirks.tool_calls_by_schema and not (
+        quirks.supports_json_schema_response or quirks.schema_in_json_object
+    ):
+        raise ValueError(
+            f"provider {entry.name!r}: `tool_calls: json_schema` needs an endpoint that enforces "
+            f"a JSON schema in `response_format`, and the {endpoint!r} preset sends none; use "
+            "`json_in_text`, or `base_url` without `endpoint` for a server that takes OpenAI's "
+            "json_schema response format"
+        )
     return OpenAIProvider(
         name=entry.name,
         model=entry.model,
@@ -75,10 +89,7 @@ def _openai(entry: ProviderSettings) -> Provider:
         ),
         default_max_output_tokens=entry.default_max_output_tokens,
         timeout_s=entry.timeout_s,
-        quirks=replace(
-            OpenAIQuirks() if custom_server else preset.quirks,
-            tool_calls_in_text=entry.tool_calls == "json_in_text",
-        ),
+        quirks=quirks,
     )
 
 

@@ -119,6 +119,27 @@ ENDPOINT_PRESETS: dict[str, EndpointPreset] = {
         ),
         context_windows={"llama3.1:8b": 131_072, "llama3.2:3b": 131_072, "qwen2.5:7b": 32_768},
     ),
+    # llama-cpp-python's `python -m llama_cpp.server` (0.2.x, what `make local-model` runs): a
+    # schema goes in `response_format: {type: json_object, schema}` (its `json_schema` type does
+    # not exist there), `max_tokens` only, no `parallel_tool_calls`; the window is the server's
+    # `--n_ctx`, so the entry sets `context_window_tokens`.
+    "llama-cpp-python": EndpointPreset(
+        base_url="http://127.0.0.1:8000/v1",
+        api_key_env="LLAMA_CPP_PYTHON_API_KEY",
+        quirks=OpenAIQuirks(
+            supports_parallel_tool_calls=False,
+            supports_json_schema_response=False,
+            schema_in_json_object=True,
+            max_tokens_param="max_tokens",
+        ),
+    ),
+    # llama.cpp's own `llama-server`: OpenAI's `json_schema` response format (it also takes the
+    # json_object + schema form), `max_tokens`.
+    "llama-server": EndpointPreset(
+        base_url="http://127.0.0.1:8080/v1",
+        api_key_env="LLAMA_SERVER_API_KEY",
+        quirks=OpenAIQuirks(supports_parallel_tool_calls=False, max_tokens_param="max_tokens"),
+    ),
 }
 """Known OpenAI-compatible endpoints by name."""
 
@@ -166,6 +187,11 @@ class OpenAIProvider:
     @property
     def context_window_tokens(self) -> int:
         return self._context_window_tokens
+
+    @property
+    def enforces_tool_schemas(self) -> bool:
+        """Tool arguments are held to their schemas: forced by JSON schema or strict schemas."""
+        return self.quirks.tool_calls_by_schema or self.quirks.strict_schemas
 
     async def generate(self, request: ChatRequest) -> ChatResponse:
         wire = self._wire(request)

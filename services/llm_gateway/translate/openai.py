@@ -50,6 +50,9 @@ from services.llm_gateway.translate.text_tool_calls import (
     read_calls,
     result_text,
 )
+from services.llm_gateway.translate.tool_schema import NAME_KEY as TOOL_NAME_KEY
+from services.llm_gateway.translate.tool_schema import SCHEMA_NAME as TOOL_CALL_SCHEMA_NAME
+from services.llm_gateway.translate.tool_schema import tool_call_schema
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ class OpenAIQuirks:
     tool_calls_in_text: bool = False
     """The model has no native tool calls: tools go in a system message, calls and results
     travel as text, and calls are read from the reply's JSON (`text_tool_calls`)."""
+    tool_calls_by_schema: bool = False
+    """`tool_calls: json_schema`: as `tool_calls_in_text`, and the reply is forced by a JSON
+    schema the server enforces (`tool_schema.tool_call_schema`) sent as `response_format`."""
+    schema_in_json_object: bool = False
+    """The server takes a schema as `response_format: {type: json_object, schema}` (llama-cpp-
+    python's server) rather than OpenAI's `{type: json_schema, json_schema: {name, schema}}`."""
 
 
 @dataclass
@@ -106,9 +115,15 @@ def to_openai_request(
         params["temperature"] = request.temperature
     if request.seed is not None and quirks.supports_seed:
         params["seed"] = request.seed
-    in_text = quirks.tool_calls_in_text and bool(request.tools)
+    in_text = _tools_in_text(request, quirks)
     if in_text:
-        params["messages"] = _with_tool_instruction(params["messages"], request)
+        params["messages"] = _with_tool_instruction(params["messages"], request, quirks)
+        choice = request.tool_choice
+        forced = tool_call_schema(request.tools, choice.mode, choice.name)
+        if quirks.tool_calls_by_schema and forced is not None and request.response_schema is None:
+            params["response_format"] = _schema_format(
+                TOOL_CALL_SCHEMA_NAME, _schema(forced, quirks), quirks
+            )
     elif request.tools:
         params["tools"] = [_tool(tool, quirks) for tool in request.tools]
         params["tool_choice"] = _tool_choice(request)
@@ -122,13 +137,24 @@ def to_openai_request(
     return OpenAIRequest(params, ids, wrapped, text_tools)
 
 
+def _tools_in_text(request: ChatRequest, quirks: OpenAIQuirks) -> bool:
+    """Whether tools, calls and results travel as text (`json_in_text`, `json_schema`)."""
+    return (quirks.tool_calls_in_text or quirks.tool_calls_by_schema) and bool(request.tools)
+
+
+def _call_key(quirks: OpenAIQuirks) -> str:
+    """The key naming the tool in a call written as JSON: the forced schema's `name`."""
+    return TOOL_NAME_KEY if quirks.tool_calls_by_schema else "tool"
+
+
 def _with_tool_instruction(
-    messages: list[dict[str, Any]], request: ChatRequest
+    messages: list[dict[str, Any]], request: ChatRequest, quirks: OpenAIQuirks
 ) -> list[dict[str, Any]]:
     """The tools as a system message, after the leading system messages."""
     lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
     choice = request.tool_choice
-    told = {"role": "system", "content": instruction(request.tools, choice.mode, choice.name)}
+    text = instruction(request.tools, choice.mode, choice.name, forced=quirks.tool_calls_by_schema)
+    told = {"role": "system", "content": text}
     return [*messages[:lead], told, *messages[lead:]]
 
 
@@ -138,19 +164,22 @@ def _messages(request: ChatRequest, ids: ToolCallIds, quirks: OpenAIQuirks) -> l
     if request.response_schema is not None and not quirks.supports_json_schema_response:
         instruction = JSON_INSTRUCTION + json.dumps(object_schema(request.response_schema)[0])
         messages.append({"role": "system", "content": instruction})
-    in_text = quirks.tool_calls_in_text and bool(request.tools)
+    in_text = _tools_in_text(request, quirks)
+    key = _call_key(quirks)
     for turn in group_turns(request.messages, start, ids):
         if in_text:
-            messages += _assistant_text(turn) if turn.role is Role.ASSISTANT else _user_text(turn)
+            messages += (
+                _assistant_text(turn, key) if turn.role is Role.ASSISTANT else _user_text(turn)
+            )
         else:
             messages += _assistant(turn) if turn.role is Role.ASSISTANT else _user(turn)
     return messages
 
 
-def _assistant_text(turn: Turn) -> list[dict[str, Any]]:
+def _assistant_text(turn: Turn, key: str) -> list[dict[str, Any]]:
     """An assistant turn with its calls written as the model writes them in text mode."""
     parts = [text for _, text in turn.texts]
-    parts += [call_text(call.name, call.arguments_json) for call, _ in turn.calls]
+    parts += [call_text(call.name, call.arguments_json, key=key) for call, _ in turn.calls]
     return [{"role": "assistant", "content": "\n\n".join(parts)}]
 
 
@@ -233,13 +262,16 @@ def _tool_choice(request: ChatRequest) -> Any:
 def _response_format(
     request: ChatRequest, schema: dict[str, Any], quirks: OpenAIQuirks
 ) -> dict[str, Any]:
+    return _schema_format(structured_output_name(request), _schema(schema, quirks), quirks)
+
+
+def _schema_format(name: str, schema: dict[str, Any], quirks: OpenAIQuirks) -> dict[str, Any]:
+    """`response_format` carrying `schema` as this endpoint takes it."""
+    if quirks.schema_in_json_object:
+        return {"type": "json_object", "schema": schema}
     if not quirks.supports_json_schema_response:
         return {"type": "json_object"}
-    json_schema = {
-        "name": structured_output_name(request),
-        "schema": _schema(schema, quirks),
-        "strict": quirks.strict_schemas,
-    }
+    json_schema = {"name": name, "schema": schema, "strict": quirks.strict_schemas}
     return {"type": "json_schema", "json_schema": json_schema}
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.llm_gateway.model import Tool, ToolChoiceMode
+from services.llm_gateway.translate.tool_schema import inline_refs, signature
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _NAMED = re.compile(r'"(?:tool|name)"\s*:\s*"([A-Za-z0-9_.-]+)"')
@@ -32,34 +33,47 @@ class TextToolCall:
     """The arguments as sent; invalid JSON when the model wrote a broken call."""
 
 
-def instruction(tools: Sequence[Tool], mode: ToolChoiceMode, named: str) -> str:
-    """The system message that replaces native tools: the tools, their schemas, the format."""
-    listed = "\n".join(
-        f"- {t.name}: {t.description}\n  arguments schema: {json.dumps(t.parameters)}"
-        for t in tools
-    )
+def instruction(
+    tools: Sequence[Tool], mode: ToolChoiceMode, named: str, *, forced: bool = False
+) -> str:
+    """The system message that replaces native tools: the tools, their arguments, the format.
+    `forced` (`json_schema` mode, the server enforces the schema): a call is named by `name`,
+    and each tool's arguments are given as a compact signature instead of the whole schema."""
+    if forced:
+        listed = "\n".join(
+            f"- {t.name}: {t.description}\n  arguments: {signature(inline_refs(t.parameters))}"
+            for t in tools
+        )
+    else:
+        listed = "\n".join(
+            f"- {t.name}: {t.description}\n  arguments schema: {json.dumps(t.parameters)}"
+            for t in tools
+        )
+    key = "name" if forced else "tool"
     if mode is ToolChoiceMode.NAMED:
         when = f"You must call the tool {named} now."
     elif mode is ToolChoiceMode.REQUIRED:
         when = "You must call one of the tools now."
+    elif mode is ToolChoiceMode.NONE:
+        when = "Do not call a tool now: answer in plain text."
     else:
         when = "Call a tool when you need one; otherwise answer in plain text."
     return (
         "You can call these tools:\n"
         f"{listed}\n\n"
         "To call a tool, reply with only a JSON object (several calls: a JSON list of them):\n"
-        '{"tool": "<tool name>", "arguments": {<arguments matching its schema>}}\n'
+        f'{{"{key}": "<tool name>", "arguments": {{<arguments matching its schema>}}}}\n'
         f"{when} Tool results come back in messages starting `Tool result`."
     )
 
 
-def call_text(name: str, arguments_json: str) -> str:
+def call_text(name: str, arguments_json: str, *, key: str = "tool") -> str:
     """A past call as the model would have written it."""
     try:
         arguments: Any = json.loads(arguments_json or "{}")
     except json.JSONDecodeError:
         arguments = {}
-    return json.dumps({"tool": name, "arguments": arguments}, ensure_ascii=False)
+    return json.dumps({key: name, "arguments": arguments}, ensure_ascii=False)
 
 
 def result_text(call_id: str, text: str, *, is_error: bool) -> str:

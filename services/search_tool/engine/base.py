@@ -269,3 +269,12 @@ class DocumentReplacing(Protocol):
     async def replace_documents(self, name: str, records: Sequence[ChunkRecord]) -> tuple[int, int]:
         """Upsert `records` and delete every other chunk of their documents, in one transaction;
         returns (chunks written, chunks deleted)."""
+
+
+@runtime_checkable
+class ReadinessCheck(Protocol):
+    """An engine that depends on a server it can lose (Vespa): the search tool reports SERVING
+    only while `unready_reason` returns None, and flips back when it stops doing so."""
+
+    async def unready_reason(self) -> str | None:
+        """None when the engine can answer now, else why not (logged with the health flip)."""

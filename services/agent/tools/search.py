@@ -1,0 +1,164 @@
+"""The `search` tool: the collection searched with the model's query, filter and strategy."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
+
+from services.agent.filters import FilterGroup
+from services.agent.messages import ToolCall
+from services.agent.search import SearchRequest, Strategy
+from services.agent.tools.base import (
+    Tool,
+    ToolArgumentsError,
+    ToolContext,
+    ToolEvent,
+    ToolOutcome,
+    filter_wire,
+    parse_arguments,
+)
+from services.agent.tools.results import format_results
+from services.common.errors import QuarryError
+
+SEARCH = "search"
+
+
+class SearchQuery(BaseModel):
+    """What to search for."""
+
+    primary: str = Field(
+        min_length=1, description="The main query; feeds keyword and semantic retrieval."
+    )
+    variations: list[str] = Field(
+        default_factory=list,
+        max_length=9,
+        description="Up to 9 rephrasings; semantic retrieval only.",
+    )
+
+
+class SearchPlan(BaseModel):
+    """Arguments of the `search` tool."""
+
+    query: SearchQuery
+    filter_groups: list[FilterGroup] = Field(
+        default_factory=list,
+        description="OR of groups, each an AND of conditions; combined with the caller's filter "
+        "(you can narrow the search, never widen it). Empty: no extra filter.",
+    )
+    limit: int = Field(default=10, ge=1, le=200, description="Results to return.")
+    offset: int = Field(default=0, ge=0, le=1000, description="Results to skip (paging).")
+    retrieval_strategy: Strategy = Field(
+        default="hybrid",
+        description="semantic (meaning), keyword (exact terms, BM25) or hybrid (both, fused).",
+    )
+
+
+@dataclass(frozen=True)
+class Searching(ToolEvent):
+    """A search the model asked for, as executed."""
+
+    WIRE_FIELD: ClassVar[str] = "searching"
+
+    iteration: int
+    primary: str
+    variations: tuple[str, ...]
+    strategy: Strategy
+    filter_groups: tuple[FilterGroup, ...]
+    """The model's filter; the search tool applied it within the caller's: (caller) AND (model)."""
+    result_count: int
+    """Results the model was shown."""
+    total_count: int
+    duration_ms: int
+    error: str = ""
+    """Why the search did not run or failed (the tool error the model read)."""
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "query": {"primary": self.primary, "variations": list(self.variations)},
+            "strategy": "RETRIEVAL_STRATEGY_" + self.strategy.upper(),
+            "filter": filter_wire(self.filter_groups),
+            "result_count": self.result_count,
+            "total_count": self.total_count,
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "step": self.step,
+        }
+
+
+class SearchTool(Tool):
+    name = SEARCH
+    description = (
+        "Search the collection for relevant passages. Use different retrieval strategies, "
+        "rephrasings and filters to refine results."
+    )
+    arguments = SearchPlan
+    prompt_line = (
+        "- `search`: search the collection with a query, optional rephrasings, filters and a "
+        "retrieval strategy."
+    )
+    uses_search = True
+    parallel = True
+
+    async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
+        """One search. It fetches at least the run's `limit` (the caller's results); the model is
+        shown the `limit` it asked for."""
+        try:
+            plan = parse_arguments(SearchPlan, call.arguments_json)
+        except ToolArgumentsError as error:
+            invalid = Searching(context.iteration, "", (), "hybrid", (), 0, 0, 0, error=str(error))
+            return context.failed(call, str(error), invalid)
+        request = SearchRequest(
+            collection=context.request.collection,
+            primary=plan.query.primary,
+            variations=tuple(plan.query.variations),
+            strategy=plan.retrieval_strategy,
+            filter_groups=tuple(plan.filter_groups),
+            caller_filter=context.request.caller_filter,
+            limit=max(plan.limit, context.request.limit),
+            offset=plan.offset,
+        )
+        started = time.perf_counter()
+
+        def event(result_count: int, total_count: int, error: str = "") -> Searching:
+            return Searching(
+                iteration=context.iteration,
+                primary=request.primary,
+                variations=request.variations,
+                strategy=request.strategy,
+                filter_groups=request.filter_groups,
+                result_count=result_count,
+                total_count=total_count,
+                duration_ms=int((time.perf_counter() - started) * 1000),
+                error=error,
+            )
+
+        try:
+            page = await context.search.search(request, remaining_s=context.deadline.remaining())
+        except QuarryError as error:
+            return context.search_tool_error(call, error, "search", lambda e: event(0, 0, e))
+        duration_ms = int((time.perf_counter() - started) * 1000)
+        formatted = format_results(
+            page.hits[: plan.limit],
+            page.total_count,
+            max_chars=context.budget_chars,
+            preview_chars=context.settings.preview_chars,
+        )
+        return ToolOutcome(
+            call,
+            formatted.text,
+            event=replace(event(len(formatted.shown), page.total_count), duration_ms=duration_ms),
+            shown=tuple(formatted.shown),
+            previewed=tuple(formatted.previewed),
+            found=tuple(page.hits),
+            arguments=plan.model_dump_json(),
+            duration_ms=duration_ms,
+            total_count=page.total_count,
+            ran=True,
+        )
