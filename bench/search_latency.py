@@ -393,6 +393,7 @@ def _database() -> Iterator[str]:
 
 
 def main() -> None:
+    global ROWS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "search_latency.json")
     parser.add_argument(
@@ -408,14 +409,22 @@ def main() -> None:
         help="default: var/bench/search_latency[-context<n>] (one cached collection per context)",
     )
     parser.add_argument(
+        "--rows",
+        type=int,
+        default=ROWS,
+        help="chunks in the collection (default 100,000; another size has its own cache dir)",
+    )
+    parser.add_argument(
         "--engine",
         choices=("lancedb", "postgres"),
         default="lancedb",
         help="postgres: the PostgreSQL engine beside the embedded one, in alternating rounds",
     )
     args = parser.parse_args()
+    ROWS = args.rows
     context = args.keyword_context
     suffix = f"-context{context}" if context else ""
+    suffix += f"-rows{ROWS}" if ROWS != 100_000 else ""
     data_dir = args.data_dir or VAR_DIR / "bench" / f"search_latency{suffix}"
     if args.engine == "postgres":
         out = args.out
