@@ -884,3 +884,42 @@ async def test_describe_under_a_filter_vespa_rejects_names_the_caller_filter(
     with pytest.raises(InvalidArgument) as raised:
         await engine.describe("fixture", where=expression)
     assert raised.value.violations[0].field == "caller_filter"
+
+
+async def test_list_collections_pages_past_one_response_instead_of_truncating(
+    started: Any,
+) -> None:
+    """More collections than `maxHits` (1200): unranked pages at increasing offsets until a short
+    one, every name listed once."""
+    names = [f"c{i:04d}" for i in range(1300)]
+
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        page = names[body["offset"] : body["offset"] + body["hits"]]
+        return _root([{"id": n, "relevance": 0.0, "fields": {"name": n}} for n in page], 1300)
+
+    server, engine = await started(respond)
+    server.respond = respond  # every query answered from `names`, the registry's included
+    assert await engine.list_collections() == names
+    pages = [r.json() for r in server.requests if r.path == "/search/"]
+    assert [(b["offset"], b["hits"], b["ranking"]) for b in pages] == [
+        (0, 1200, "unranked"),
+        (1200, 1200, "unranked"),
+    ]
+
+
+async def test_deleting_documents_by_id_deletes_their_chunks_by_id_without_a_visit(
+    started: Any,
+) -> None:
+    """DeleteDocuments by id: the chunks are found by the `document_id` attribute (a query) and
+    each is deleted by its id; no document-selection delete (a visit of the whole cluster)."""
+    found = [_chunk_hit("alpha", 0, "wiki", {}), _chunk_hit("alpha", 1, "wiki", {})]
+    pages = iter([_root(found, 2), _root([], 0)])
+    server, engine = await started(lambda r: next(pages))
+    assert await engine.delete_matching("fixture", document_ids=["alpha"], where=None) == 2
+    assert not _selection_deletes(server)
+    (lookup, *_) = [b for b in _searches(server) if "document_id" in b["yql"]]
+    assert 'document_id in ("alpha")' in lookup["yql"]
+    deletes = [r for r in server.requests if r.method == "DELETE"]
+    assert len(deletes) == 2
+    assert all(r.path.startswith("/document/v1/quarry/chunk/docid/fixture.") for r in deletes)

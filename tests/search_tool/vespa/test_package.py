@@ -152,3 +152,13 @@ def test_only_string_map_values_carry_a_casing() -> None:
         assert "cased" not in value, name
     strings = schema.split("field meta_str type map<string,string>")[1].split("\n        field ")[0]
     assert "cased" in strings.split("struct-field value")[1]
+
+
+def test_the_full_text_attribute_is_paged_out_of_memory() -> None:
+    """`text_attr` (every chunk's text, for `contains`) is `paged`: on disk and in the page
+    cache, not pinned in RAM (`en/content/attributes.html#paged-attributes`)."""
+    schema = application_package().get_schema("chunk").schema_to_text
+    block = schema.split("field text_attr type string {")[1].split("\n    }")[0]
+    assert "paged" in block
+    title = schema.split("field title_attr type string {")[1].split("\n    }")[0]
+    assert "paged" not in title

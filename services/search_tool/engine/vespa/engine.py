@@ -17,11 +17,12 @@ much later; this process's own writes refresh it at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -164,6 +165,7 @@ class VespaEngine:
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._registered: dict[str, tuple[float, Registered | None]] = {}
         self._counts: dict[tuple[str, str], tuple[float, int]] = {}
+        self._described: dict[str, tuple[float, CollectionStats]] = {}
 
     @classmethod
     async def open(cls, endpoint: Endpoint, **limits: Any) -> VespaEngine:
@@ -190,6 +192,17 @@ class VespaEngine:
         except (Unavailable, DeadlineExceeded) as error:
             return error.message
         return None
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, name: str) -> AsyncIterator[None]:
+        """The collection's write lock; when the write ends, what this process remembers of
+        the collection's contents (counts, GetCollection's answer) goes."""
+        async with self._write_locks[name]:
+            try:
+                yield
+            finally:
+                self._described.pop(name, None)
+                self._counts = {k: v for k, v in self._counts.items() if k[0] != name}
 
     @property
     def transport(self) -> VespaTransport:
@@ -252,7 +265,7 @@ class VespaEngine:
 
     async def drop_collection(self, name: str) -> None:
         """Vespa removes the chunks itself (a selection delete), then the registry entry."""
-        async with self._write_locks[name]:
+        async with self._writing(name):
             await self._spec(name)
             removed = await self._transport.delete_where(CHUNK, collection_selection(name))
             await self._transport.delete(COLLECTION, name)
@@ -271,7 +284,7 @@ class VespaEngine:
         """Puts are idempotent by chunk id, so `absent` changes nothing here."""
         if not records:
             return 0
-        async with self._write_locks[name]:
+        async with self._writing(name):
             widened = await self._widen_registry(name, records)
             await _together(
                 self._transport.put(
@@ -324,7 +337,7 @@ class VespaEngine:
 
     async def delete_chunks(self, name: str, chunk_ids: Sequence[str]) -> int:
         deleted = 0
-        async with self._write_locks[name]:
+        async with self._writing(name):
             for batch in _batches(chunk_ids):
                 existing = [f["chunk_id"] for f in await self._all_ids(name, _in("id", batch))]
                 await self._delete_ids(name, existing)
@@ -335,7 +348,7 @@ class VespaEngine:
         self, name: str, *, document_ids: Sequence[str], where: FilterExpression | None
     ) -> int:
         deleted = 0
-        async with self._write_locks[name]:
+        async with self._writing(name):
             await self._spec(name)
             for batch in _batches(document_ids):  # ids by attribute lookup, deleted by id
                 deleted += await self._delete_ids_matching(name, _in("document_id", batch))
@@ -408,6 +421,18 @@ class VespaEngine:
     async def describe(
         self, name: str, *, where: FilterExpression | None = None
     ) -> CollectionStats:
+        """Counts, facets and date range: three grouping/count queries at once. Without a filter
+        (GetCollection, every agent run) the answer is cached for `facts_ttl_s`; this process's
+        own writes to the collection drop it at once."""
+        cached = self._described.get(name) if where is None else None
+        if cached is not None and time.monotonic() - cached[0] < self._facts_ttl_s:
+            return cached[1]
+        stats = await self._describe(name, where)
+        if where is None:
+            self._described[name] = (time.monotonic(), stats)
+        return stats
+
+    async def _describe(self, name: str, where: FilterExpression | None) -> CollectionStats:
         stored = await self._spec(name)
         spec, types = stored.spec, stored.types
         expression = where or FilterExpression()
