@@ -128,6 +128,7 @@ def _hit(
             "matchfeatures": features,
             "chunk_id": chunk_id,
             "chunk_json": chunk_json(chunk, {}),
+            "text": chunk.text,
         },
     }
 
@@ -456,6 +457,7 @@ def _chunk_hit(
             "chunk_id": chunk.id,
             "document_id": document_id,
             "chunk_json": chunk_json(chunk, {}),
+            "text": chunk.text,
         },
     }
 
@@ -661,7 +663,7 @@ async def test_count_documents_pages_the_scan_past_one_response_and_counts_every
 async def test_a_count_past_max_offset_visits_with_the_filters_selection(started: Any) -> None:
     """More chunks match than a query can page (`maxOffset`): the chunks are read again by
     visiting (`GET /document/v1/quarry/chunk/docid?selection=…&fieldSet=chunk:chunk_id,
-    chunk_json`, following `continuation`), so the count is exact. Visit answers follow
+    chunk_json,title,text`, following `continuation`), so the count is exact. Visit answers follow
     `en/reference/api/document-v1.html` ("Visit": `documents[{id, fields}]`, `documentCount`,
     `continuation`) and the data-dump sample of `en/writing/document-v1-api-guide.html`."""
     full_page = [_chunk_hit(f"q{i:04d}", 0, "wiki", {}) for i in range(1200)]
@@ -692,7 +694,7 @@ async def test_a_count_past_max_offset_visits_with_the_filters_selection(started
     visits = [r for r in server.requests if r.method == "GET" and "selection" in r.query]
     assert [v.query.get("continuation") for v in visits] == [None, "AAAAEAAAAAAAAAM3"]
     assert all(v.path == "/document/v1/quarry/chunk/docid" for v in visits)
-    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json"
+    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json,title,text"
     assert visits[0].query["cluster"] == "quarry_content"
     assert visits[0].query["timeout"] == "30s"
     assert visits[0].query["selection"] == (

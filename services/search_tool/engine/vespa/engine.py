@@ -55,9 +55,10 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.vespa.documents import (
+    HIT_FIELDS,
     chunk_document_id,
     chunk_fields,
-    chunk_from_json,
+    chunk_from_hit,
 )
 from services.search_tool.engine.vespa.package import (
     BM25_FEATURE,
@@ -128,7 +129,8 @@ class _Scored(NamedTuple):
     """One hit of a ranked request with both sides' scores (`matchfeatures`)."""
 
     chunk_id: str
-    chunk_json: str
+    fields: Mapping[str, Any]
+    """The hit's summary fields (`HIT_FIELDS`)."""
     cosines: tuple[float, ...]
     """Cosine to each query vector (`cosine_q<i>`; 0 beyond the query's vectors)."""
     bm25: float
@@ -411,7 +413,7 @@ class VespaEngine:
             completion = _completion(dense_lists, keyword_list, scored, len(vectors))
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
-            Hit(chunk_from_json(scored[f.id].chunk_json), f.score, f.dense_score, f.keyword_score)
+            Hit(chunk_from_hit(scored[f.id].fields), f.score, f.dense_score, f.keyword_score)
             for f in fused[query.offset : depth]
         ]
         if count_text is not None:
@@ -470,7 +472,7 @@ class VespaEngine:
         past Vespa's `maxOffset`)."""
         await self._spec(name)
         found = await self._read(name, where, whole=True, limit=limit)
-        return [chunk_from_json(f["chunk_json"]) for f in found]
+        return [chunk_from_hit(f) for f in found]
 
     async def _dense(
         self, name: str, query: EngineQuery, hits: int, keyword_text: str | None
@@ -508,7 +510,7 @@ class VespaEngine:
             features = fields.get("matchfeatures") or {}
             found[fields["chunk_id"]] = _Scored(
                 fields["chunk_id"],
-                fields["chunk_json"],
+                fields,
                 tuple(
                     float(features.get(cosine_feature(i), 0.0)) for i in range(MAX_QUERY_VECTORS)
                 ),
@@ -557,7 +559,7 @@ class VespaEngine:
         first: dict[str, Any] = {}
         for batch in _batches(sorted(matching)):
             for fields in await self._read(name, _in("document_id", batch), whole=True):
-                chunk = chunk_from_json(fields["chunk_json"])
+                chunk = chunk_from_hit(fields)
                 counts[chunk.document_id] += 1
                 if chunk.chunk_index == 0 or chunk.document_id not in first:
                     first[chunk.document_id] = chunk
@@ -579,7 +581,7 @@ class VespaEngine:
         self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None = None
     ) -> list[dict[str, Any]]:
         """Fields of the chunks matching `expression` (at most `limit`): `chunk_id`,
-        `chunk_json` when `whole`, else `chunk_id`, `document_id`, `content_hash`.
+        `HIT_FIELDS` when `whole`, else `chunk_id`, `document_id`, `content_hash`.
 
         Unranked query pages of `MAX_HITS` by offset (fast: the filter uses the attributes).
         A query cannot page past `maxOffset`, so when more match, the chunks are read again
@@ -615,7 +617,7 @@ class VespaEngine:
                 metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
             )
         log.info("more chunks match than a query can page: visiting", extra={"collection": name})
-        fields = ("chunk_id", "chunk_json") if whole else _ID_FIELDS
+        fields = HIT_FIELDS if whole else _ID_FIELDS
         return await self._transport.visit(CHUNK, selection, fields, limit)
 
     async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:

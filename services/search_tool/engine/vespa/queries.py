@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from services.search_tool.engine.vespa.documents import HIT_FIELDS
 from services.search_tool.engine.vespa.package import (
     CHUNK,
     EMBEDDING,
@@ -34,7 +35,7 @@ from services.search_tool.engine.vespa.yql import where
 from services.search_tool.filters import FilterExpression
 
 TEXT_PARAMETER = "quarry_text"
-_SELECT = f"select chunk_id, chunk_json from {CHUNK} where "
+_SELECT = f"select {', '.join(HIT_FIELDS)} from {CHUNK} where "
 _ANY_WORD = (
     # `text()` is userInput with grammar `linguistics` (weakAnd, linguistics tokens, no query
     # syntax; `en/linguistics/linguistics.html` "Overriding profile"); only the composite changes
