@@ -178,7 +178,8 @@ class VespaEngine:
     async def unready_reason(self) -> str | None:
         """None when Vespa answers queries and runs this application package, else why not: an
         unranked `hits: 0` query on a fast-search attribute (nothing to match, nothing to scan)
-        naming the rank profile only this package has (`package.package_profile`)."""
+        naming the rank profile only this package has (`package.package_profile`); with the
+        feed cluster apart (`feed_url`), also a document get there (404 is an answer)."""
         body = {
             "yql": f'select chunk_id from {CHUNK} where chunk_id contains "{READINESS_PROBE}"',
             "hits": 0,
@@ -186,12 +187,14 @@ class VespaEngine:
         }
         try:
             await self._transport.query(body, READINESS_TIMEOUT_S)
+            if self._transport.feeds_apart:  # the feed cluster must answer document/v1 too
+                await self._transport.get(COLLECTION, READINESS_PROBE)
         except QueryRejected as rejected:
             return (
                 f"Vespa does not run this application package (rank profile "
                 f"{package_profile()} missing: {rejected.message})"
             )
-        except (Unavailable, DeadlineExceeded) as error:
+        except (Unavailable, DeadlineExceeded, FailedPrecondition) as error:
             return error.message
         return None
 

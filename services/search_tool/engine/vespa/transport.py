@@ -207,6 +207,11 @@ class VespaTransport:
         await self._write("delete", schema, document_id, None, {})
 
     @property
+    def feeds_apart(self) -> bool:
+        """Document/v1 goes to another container cluster than queries (`feed_url`)."""
+        return self._feed_app is not self._app
+
+    @property
     def writes_in_flight(self) -> int:
         """Document writes holding a slot of `feed_concurrency` now (0 when none is running)."""
         return self.endpoint.feed_concurrency - self._writes._value
