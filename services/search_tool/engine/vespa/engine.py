@@ -97,6 +97,7 @@ log = logging.getLogger(__name__)
 
 _ID_BATCH = 200
 _ID_FIELDS = ("chunk_id", "document_id", "content_hash")
+_SUMMARY = ("chunk_id", "chunk_json")
 FACTS_TTL_S = 5.0
 """Default longest a cached registry entry, filter count or GetCollection answer is reused."""
 READINESS_PROBE = "quarry-readiness-probe"
@@ -402,7 +403,7 @@ class VespaEngine:
         """Up to `limit` whole chunks matching `where` (`_read`: unranked query pages, a visit
         past Vespa's `maxOffset`)."""
         await self._spec(name)
-        found = await self._read(name, where, whole=True, limit=limit)
+        found = await self._read(name, where, fields=HIT_FIELDS, limit=limit)
         return [chunk_from_hit(f) for f in found]
 
     async def _dense(
@@ -489,7 +490,8 @@ class VespaEngine:
         counts: dict[str, int] = defaultdict(int)
         first: dict[str, Any] = {}
         for batch in _batches(sorted(matching)):
-            for fields in await self._read(name, _in("document_id", batch), whole=True):
+            # chunk_json alone: a summary needs no title or text
+            for fields in await self._read(name, _in("document_id", batch), fields=_SUMMARY):
                 chunk = chunk_from_hit(fields)
                 counts[chunk.document_id] += 1
                 if chunk.chunk_index == 0 or chunk.document_id not in first:
@@ -506,27 +508,31 @@ class VespaEngine:
 
     async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
         """`chunk_id`, `document_id`, `content_hash` of every chunk matching `expression`."""
-        return await self._read(name, expression, whole=False)
+        return await self._read(name, expression, fields=_ID_FIELDS)
 
     async def _read(
-        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None = None
+        self,
+        name: str,
+        expression: FilterExpression,
+        *,
+        fields: tuple[str, ...],
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Fields of the chunks matching `expression` (at most `limit`): `chunk_id`,
-        `HIT_FIELDS` when `whole`, else `chunk_id`, `document_id`, `content_hash`.
+        """`fields` of the chunks matching `expression` (at most `limit`).
 
         Unranked query pages of `MAX_HITS` by offset (fast: the filter uses the attributes).
         A query cannot page past `maxOffset`, so when more match, the chunks are read again
         by visiting with the filter's document selection (`selection.py`: a linear scan of the
         cluster, no offset limit); a filter without one fails with FailedPrecondition naming
         the limit, rather than return a silent subset (a count would claim to be exact)."""
-        body = scan_body if whole else ids_body
         found: list[dict[str, Any]] = []
         while limit is None or len(found) < limit:
             if len(found) > MAX_OFFSET:
-                return await self._visit(name, expression, whole=whole, limit=limit)
+                return await self._visit(name, expression, fields=fields, limit=limit)
             hits = MAX_HITS if limit is None else min(MAX_HITS, limit - len(found))
+            body = scan_body(name, expression, hits, len(found), fields=fields)
             try:
-                root = await self._transport.query(body(name, expression, hits, len(found)))
+                root = await self._transport.query(body)
             except QueryRejected as rejected:
                 raise _rejected(rejected, expression) from None
             page = [h["fields"] for h in root.get("children", []) if "fields" in h]
@@ -536,7 +542,12 @@ class VespaEngine:
         return found
 
     async def _visit(
-        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None
+        self,
+        name: str,
+        expression: FilterExpression,
+        *,
+        fields: tuple[str, ...],
+        limit: int | None,
     ) -> list[dict[str, Any]]:
         selection = compile_selection(name, expression)
         if selection is None:
@@ -548,7 +559,6 @@ class VespaEngine:
                 metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
             )
         log.info("more chunks match than a query can page: visiting", extra={"collection": name})
-        fields = HIT_FIELDS if whole else _ID_FIELDS
         return await self._transport.visit(CHUNK, selection, fields, limit)
 
     async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:

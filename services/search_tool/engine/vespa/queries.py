@@ -159,11 +159,17 @@ def describe_body(
 
 
 def scan_body(
-    collection: str, expression: FilterExpression, hits: int, offset: int = 0
+    collection: str,
+    expression: FilterExpression,
+    hits: int,
+    offset: int = 0,
+    *,
+    fields: tuple[str, ...] = HIT_FIELDS,
 ) -> dict[str, Any]:
-    """Whole chunks matching `expression`, unranked (reads and counts, not searches)."""
+    """`fields` of the chunks matching `expression` (whole chunks by default), unranked (reads
+    and counts, not searches)."""
     return {
-        "yql": _SELECT + where(collection, expression),
+        "yql": f"select {', '.join(fields)} from {CHUNK} where " + where(collection, expression),
         "hits": hits,
         "offset": offset,
         "ranking": "unranked",
