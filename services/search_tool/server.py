@@ -26,10 +26,12 @@ from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder, build_embedder
 from services.search_tool.engine.base import ReadinessCheck, SearchEngine
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.postgres import PostgresEngine
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.service import SearchService
 from services.search_tool.servicer import ACCESS_RULES, SERVICE_NAME, SearchToolServicer
 from services.search_tool.traced import TracedEmbedder
+from services.search_tool.web import build_web_search
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ class SearchToolServer(QuarryServer):
     embedder_factory: EmbedderFactory | None = None
     telemetry: Telemetry | None = None
     service: SearchService | None = None
+    _draining: bool = False
     _readiness: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -58,7 +61,10 @@ class SearchToolServer(QuarryServer):
         )
         self.servicer.attach(self.service)
         engine = self.service.engine
-        if isinstance(engine, ReadinessCheck):
+        if isinstance(engine, PostgresEngine):
+            # readiness follows the database: NOT_SERVING while it cannot be reached
+            engine.watch(self._database_changed)
+        elif isinstance(engine, ReadinessCheck):
             self._readiness = asyncio.create_task(self._follow_readiness(engine))
         else:
             await self.set_serving(True)
@@ -71,6 +77,14 @@ class SearchToolServer(QuarryServer):
             },
         )
 
+    async def _database_changed(self, reachable: bool) -> None:
+        if not self._draining:
+            await self.set_serving(reachable)
+
+    async def begin_drain(self) -> None:
+        self._draining = True
+        await super().begin_drain()
+
     async def _follow_readiness(self, engine: ReadinessCheck) -> None:
         """Ask the engine now and every `readiness_interval_s`; flip readiness on a change."""
         serving: bool | None = None
@@ -81,7 +95,8 @@ class SearchToolServer(QuarryServer):
                 reason = f"{type(error).__name__}: {error}"
             if (reason is None) is not serving:
                 serving = reason is None
-                await self.set_serving(serving)
+                if not self._draining:
+                    await self.set_serving(serving)
                 if serving:
                     log.info("engine ready: serving")
                 else:
@@ -95,6 +110,7 @@ class SearchToolServer(QuarryServer):
                 await self._readiness
             self._readiness = None
         await super().stop(grace_s)
+        await self.servicer.web.aclose()
         if self.service is not None:
             await self.service.close()
             self.service = None
@@ -107,7 +123,7 @@ def build_search_tool_server(
     embedder_factory: EmbedderFactory | None = None,
 ) -> SearchToolServer:
     """A bound, not started server; `start()` opens the engine and loads the embedder."""
-    servicer = SearchToolServicer()
+    servicer = SearchToolServicer(web=build_web_search(settings.web_search))
 
     def register(server: grpc.aio.Server) -> None:
         search_tool_pb2_grpc.add_SearchToolServiceServicer_to_server(servicer, server)
@@ -146,8 +162,14 @@ async def open_search_service(
 
 
 async def open_engine(settings: SearchToolSettings) -> SearchEngine:
-    """The engine `settings.engine.kind` names: Vespa at `engine.vespa.url`, or LanceDB opened on
-    `settings.data_dir`."""
+    """The engine `settings.engine.kind` names: PostgreSQL at the DSN `engine.postgres` points
+    to, Vespa at `engine.vespa.url`, or LanceDB opened on `settings.data_dir`."""
+    if settings.engine.kind == "postgres":
+        return await PostgresEngine.open(
+            settings.engine.postgres,
+            hybrid_candidates=settings.fusion.candidates,
+            keyword_count_cap=settings.engine.keyword_count_cap,
+        )
     if settings.engine.kind == "vespa":
         vespa = settings.engine.vespa
         return await VespaEngine.open(

@@ -261,6 +261,17 @@ class SearchEngine(Protocol):
 
 
 @runtime_checkable
+class DocumentReplacing(Protocol):
+    """An engine that many processes write at once (PostgreSQL): it swaps documents' chunks for
+    their new versions atomically, so concurrent rewrites of one document, from any replica,
+    leave exactly one version (the in-process write lock of `ingest` cannot see other replicas)."""
+
+    async def replace_documents(self, name: str, records: Sequence[ChunkRecord]) -> tuple[int, int]:
+        """Upsert `records` and delete every other chunk of their documents, in one transaction;
+        returns (chunks written, chunks deleted)."""
+
+
+@runtime_checkable
 class ReadinessCheck(Protocol):
     """An engine that depends on a server it can lose (Vespa): the search tool reports SERVING
     only while `unready_reason` returns None, and flips back when it stops doing so."""
