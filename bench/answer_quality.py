@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import tempfile
 import time
@@ -33,21 +32,12 @@ from typing import Any
 
 from bench.answer_quality_questions import QUESTIONS, Question
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, machine, note
-from bench.local_model_stack import local_model_stack, model_rss_mb
+from bench.local_model_stack import cpu_seconds, local_model_stack, model_rss_mb
 from services.agent.client import AgentClient, AgentError, ModeName, RunOptions
 
 COLLECTION = "python-docs"
 RESULTS = RESULTS_DIR / "answer_quality.json"
 RUN_TIMEOUT_S = 1200.0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux `/proc/<pid>/stat`)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def document_of(result_id: str) -> str:
