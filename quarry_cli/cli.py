@@ -179,7 +179,8 @@ def _parser() -> argparse.ArgumentParser:
     ask_parser.add_argument(
         "--tools",
         default="",
-        help="comma-separated tools the run may use (search,read,count,calculate); default all",
+        help="comma-separated tools the run may use (search,read,count,calculate; default all) "
+        "and the opt-in ones (web_search: the web, outside your filter; summarize)",
     )
     ask_parser.add_argument(
         "--no-questions",
@@ -374,10 +375,11 @@ def _print_json(event: agent_pb2.StreamRunResponse) -> None:
 
 def source_lines(citations: Sequence[agent_pb2.Citation]) -> list[tuple[str, str, str]]:
     """(markers, title, url) per source: citations of one page (chunks of one document) share a
-    line, `[1][3]`, instead of listing the same source twice."""
+    line, `[1][3]`, instead of listing the same source twice; a web page's title ends `(web)`."""
     grouped: dict[tuple[str, str], list[int]] = {}
     for n, citation in enumerate(citations, start=1):
-        key = (citation.title or citation.result_id, citation.url)
+        title = citation.title or citation.result_id
+        key = (f"{title} (web)" if citation.web else title, citation.url)
         grouped.setdefault(key, []).append(n)
     return [("".join(f"[{n}]" for n in ns), title, url) for (title, url), ns in grouped.items()]
 
@@ -409,7 +411,11 @@ class _Renderer:
 
     def __call__(self, event: agent_pb2.StreamRunResponse) -> None:
         kind = event.WhichOneof("event")
-        if kind == "started":
+        error = _tool_error(event, kind)
+        if error:
+            name = TOOL_OF_EVENT.get(kind or "", kind)
+            self.console.print(f"[cyan]{name}[/] [red]refused:[/] {escape(error)}")
+        elif kind == "started":
             s = event.started
             mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
             self.console.print(
@@ -425,6 +431,10 @@ class _Renderer:
             self._counting(event.counting)
         elif kind == "calculating":
             self._calculating(event.calculating)
+        elif kind == "web_searching":
+            self._web_searching(event.web_searching)
+        elif kind == "summarizing":
+            self._summarizing(event.summarizing)
         elif kind == "question":
             self.console.print(f"[yellow bold]question[/] {escape(event.question.text)}")
         elif kind == "question_closed":
@@ -468,6 +478,27 @@ class _Renderer:
         outcome = f"= {escape(c.result)}" if not c.error else f"[red]refused:[/] {escape(c.error)}"
         self.console.print(f"[cyan]calculate[/] [bold]{escape(c.expression)}[/] {outcome}")
 
+    def _web_searching(self, w: agent_pb2.WebSearchingEvent) -> None:
+        if w.error:
+            outcome = f"[red]failed:[/] {escape(w.error)}"
+        else:
+            cached = ", cached" if w.cached else ""
+            outcome = f"→ {w.result_count} web results [dim]({escape(w.provider)}{cached})[/]"
+        self.console.print(
+            f"[cyan]web search {w.iteration}[/] [bold]{escape(w.query)}[/] {outcome} "
+            f"[dim]in {w.duration_ms} ms[/]"
+        )
+
+    def _summarizing(self, s: agent_pb2.SummarizingEvent) -> None:
+        if s.error:
+            outcome = f"[red]refused:[/] {escape(s.error)}"
+        else:
+            outcome = f"→ {s.point_count} points citing {len(s.cited_ids)}"
+        self.console.print(
+            f"[cyan]summarize[/] {len(s.result_ids)} results [bold]{escape(s.focus)}[/] "
+            f"{outcome} [dim]in {s.duration_ms} ms[/]"
+        )
+
     def _done(self, response: agent_pb2.RunResponse) -> None:
         self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))
         for markers, title, url in source_lines(response.answer.citations):
@@ -478,11 +509,23 @@ class _Renderer:
         if response.HasField("answered_by"):
             self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage
+        cost = f" · ${usage.cost_usd:.4f}" if usage.HasField("cost_usd") else ""
         self.console.print(
             f"[dim]{STOP_REASONS.get(response.stop_reason, 'done')} · "
             f"{response.iterations} searches · {usage.model_calls} model calls · "
-            f"{usage.input_tokens} in / {usage.output_tokens} out tokens[/]"
+            f"{usage.input_tokens} in / {usage.output_tokens} out tokens{cost}[/]"
         )
+
+
+TOOL_OF_EVENT = {"searching": "search", "reading": "read", "counting": "count"}
+"""Tool events that carry an `error` when the call failed (calculating prints its own)."""
+
+
+def _tool_error(event: agent_pb2.StreamRunResponse, kind: str | None) -> str:
+    """The error of a failed tool call's event, or ""."""
+    if kind not in TOOL_OF_EVENT:
+        return ""
+    return str(getattr(event, kind).error)
 
 
 if __name__ == "__main__":
