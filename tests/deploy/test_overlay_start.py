@@ -225,6 +225,25 @@ def _wait_serving(port: int, names: tuple[str, ...], process: subprocess.Popen[b
     assert process.poll() is None, "the service exited after it reported SERVING"
 
 
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _wait_logged(log: Path, message: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while message not in log.read_text(errors="replace"):
+        assert process.poll() is None, "the service exited"
+        assert time.monotonic() < deadline, f"never logged {message!r}"
+        time.sleep(0.2)
+
+
+def _status(port: int, name: str) -> int:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=name), timeout=STARTUP_TIMEOUT_S
+        )
+        return int(reply.status)
+
+
 def _cases() -> list[Any]:
     return [
         pytest.param(overlay, name, id=f"{overlay}-{name}")
@@ -254,9 +273,16 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    # the search tool on Vespa is ready only while Vespa answers with Quarry's package (issue 29),
+    # and no Vespa runs here: it must come up live and stay NOT_SERVING
+    needs_vespa = overlay == "vespa" and name == "search-tool"
+    names = (LIVENESS_SERVICE,) if needs_vespa else (QUARRY[name][1], LIVENESS_SERVICE)
     try:
         try:
-            _wait_serving(pod.health_port, (QUARRY[name][1], LIVENESS_SERVICE), process)
+            _wait_serving(pod.health_port, names, process)
+            if needs_vespa:  # once it has asked Vespa (and found none), still not ready
+                _wait_logged(log, "engine not ready", process)
+                assert _status(pod.health_port, QUARRY[name][1]) == NOT_SERVING
         except Exception as error:
             tail = log.read_text()[-4000:]
             raise AssertionError(
