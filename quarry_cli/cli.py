@@ -41,6 +41,7 @@ from quarry_cli.connection import (
     add_tls_arguments,
     api_key,
     channel_tls,
+    unreachable_hint,
 )
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
@@ -95,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _main(argv: Sequence[str] | None) -> None:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in _COMMANDS:
         sys.exit(_COMMANDS[args.command](args))
     if args.command == "ask":
@@ -110,6 +113,22 @@ def _main(argv: Sequence[str] | None) -> None:
         sys.exit(keygen(args))
     parser.print_help()
     sys.exit(2)
+
+
+def command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` ran, e.g. `quarry runs list`'s: a mistyped flag is
+    reported with that command's usage, not the top-level one."""
+    for dest in ("command", "action"):
+        subparsers = next(
+            (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
+        chosen = getattr(args, dest, None)
+        if subparsers is None or chosen not in subparsers.choices:
+            break
+        parser = subparsers.choices[chosen]
+    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -307,9 +326,10 @@ async def ask(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"error": {"code": error.code, "message": error.message}}))
         else:
-            console.print(f"[red bold]{error.code}[/] {escape(error.message)}")
+            console.print(f"[red bold]{error.code}[/] {escape(error.message)}", soft_wrap=True)
             if error.code == "UNAVAILABLE":
-                console.print(f"[dim]Is the agent running at {args.address}? Try `make run`.[/]")
+                hint = unreachable_hint(error.message, tls, "agent", args.address)
+                console.print(f"[dim]{escape(hint)}[/]", soft_wrap=True)
             if error.code == "UNAUTHENTICATED":
                 console.print(f"[dim]Set {API_KEY_ENV} to your API key.[/]")
             if error.code == "UNIMPLEMENTED":
@@ -391,11 +411,15 @@ class _Renderer:
 
     def __call__(self, event: agent_pb2.StreamRunResponse) -> None:
         kind = event.WhichOneof("event")
-        if kind == "started":
+        error = _tool_error(event, kind)
+        if error:
+            name = TOOL_OF_EVENT.get(kind or "", kind)
+            self.console.print(f"[cyan]{name}[/] [red]refused:[/] {escape(error)}")
+        elif kind == "started":
             s = event.started
             mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
             self.console.print(
-                f"[dim]run {s.run_id[:8]} · {escape(s.collection)} · {mode} · route {s.route}[/]"
+                f"[dim]run {s.run_id} · {escape(s.collection)} · {mode} · route {s.route}[/]"
             )
         elif kind == "thinking":
             self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")
@@ -485,11 +509,23 @@ class _Renderer:
         if response.HasField("answered_by"):
             self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage
+        cost = f" · ${usage.cost_usd:.4f}" if usage.HasField("cost_usd") else ""
         self.console.print(
             f"[dim]{STOP_REASONS.get(response.stop_reason, 'done')} · "
             f"{response.iterations} searches · {usage.model_calls} model calls · "
-            f"{usage.input_tokens} in / {usage.output_tokens} out tokens[/]"
+            f"{usage.input_tokens} in / {usage.output_tokens} out tokens{cost}[/]"
         )
+
+
+TOOL_OF_EVENT = {"searching": "search", "reading": "read", "counting": "count"}
+"""Tool events that carry an `error` when the call failed (calculating prints its own)."""
+
+
+def _tool_error(event: agent_pb2.StreamRunResponse, kind: str | None) -> str:
+    """The error of a failed tool call's event, or ""."""
+    if kind not in TOOL_OF_EVENT:
+        return ""
+    return str(getattr(event, kind).error)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from services.agent.search import (
 from services.agent.tools import DEFAULT_TOOLS, ToolEvent
 from services.common.auth import require_caller_permission
 from services.common.errors import FieldViolation, InvalidArgument, shown
+from services.common.names import collection_name_problem
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
     "equals": search_pb2.FILTER_OPERATOR_EQUALS,
@@ -103,6 +104,8 @@ def run_request(
     collection = message.collection or default_collection
     if not collection:
         violations.append(FieldViolation("collection", "must name a collection"))
+    elif (problem := collection_name_problem(collection)) is not None:
+        violations.append(FieldViolation("collection", problem))
     if message.mode not in _MODES:
         violations.append(FieldViolation("mode", f"unknown mode {message.mode}"))
     if not 0 <= message.limit <= MAX_LIMIT:
@@ -452,6 +455,8 @@ def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.Ru
             cache_write_tokens=usage.cache_write_tokens,
             model_calls=usage.model_calls,
             searches=usage.searches,
+            tool_calls=usage.tool_calls,
+            cost_usd=usage.cost_usd,
         ),
         iterations=result.iterations,
         run_id=result.run_id,

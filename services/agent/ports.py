@@ -68,6 +68,8 @@ class TokenUsage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    """What the call cost, when the gateway priced it (0: not priced)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,12 @@ class ModelClient(Protocol):
 
     async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
         """Tokens the route's first model holds, or None when unknown."""
+        ...
+
+    async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
+        """Whether the route's first model is held to its tools' schemas (tool calls forced by a
+        JSON schema, or strict schemas): an `enum` in a tool's parameters is then a hard
+        constraint, so the loop offers `submit_answer` with the citable ids as one."""
         ...
 
 

@@ -126,6 +126,22 @@ async def test_ask_shows_each_read_count_and_calculation(
     assert "calculate 1 / 0 refused: division by zero" in out
 
 
+async def test_ask_shows_a_failed_search_and_read_with_their_errors(
+    search: FakeSearch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = ScriptedModel(
+        [
+            turn("", raw_call("search", '{"query": {}}'), read_call("never-seen__chunk_0")),
+            turn("", answer_call("No idea.")),
+        ]
+    )
+    async with _serving(model, search) as server:
+        assert await ask(_args(server.address, mode="thinking")) == 0
+    out = capsys.readouterr().out
+    assert "search refused: The arguments do not match the schema: query.primary" in out
+    assert "read refused: 'never-seen__chunk_0' is not a result you have seen" in out
+
+
 async def test_ask_passes_its_tools(search: FakeSearch, capsys: pytest.CaptureFixture[str]) -> None:
     model = ScriptedModel([turn("", answer_call("Nothing to compute."))])
     async with _serving(model, search) as server:

@@ -54,6 +54,8 @@ TLS_SECRET = "quarry-tls"
 PINNED_IMAGE = re.compile(r"[\w.-]+(/[\w.-]+)*(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})")
 """An exact version tag (major.minor.patch, e.g. `:0.1.0`, `:8.687.75`) or a digest: never
 `latest`, never a floating `:8` or `:3.11-slim`."""
+RUN_BYTES = 68_000
+"""What one recorded THINKING run takes in the history (request, steps, events), measured."""
 HEADLESS = r"dns:///([\w-]+)\.quarry\.svc\.cluster\.local:(\d+)"
 Doc = dict[str, Any]
 
@@ -311,7 +313,7 @@ def test_selectors_services_hpas_and_pdbs_all_hit_a_workload(overlay: str) -> No
     kinds = {name: kind for kind, name in labels}
     assert kinds["search-tool"] == ("Deployment" if overlay == "vespa" else "StatefulSet")
     scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
-    assert {"agent", "llm-gateway"} <= scaled
+    assert "llm-gateway" in scaled
     assert ("search-tool" in scaled) == (overlay == "vespa")
 
 
@@ -468,3 +470,44 @@ def test_tls_is_on_exactly_where_the_tls_component_is_and_services_say_so(
         if service["metadata"]["name"].removesuffix("-headless") in QUARRY:
             declared = {p.get("appProtocol") for p in service["spec"]["ports"]}
             assert declared == ({None} if tls_on else {"kubernetes.io/h2c"})
+
+
+def _agent(docs: tuple[Doc, ...]) -> Doc:
+    (agent,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "agent"]
+    return agent
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agents_sqlite_history_has_one_replica_and_a_persistent_volume_never_an_empty_dir(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one writer and lives in one pod: one replica, no HPA, `Recreate` (the old pod
+    lets go of the ReadWriteOnce volume first), the file on a PersistentVolumeClaim sized for
+    `max_runs` runs (never the pod's /tmp emptyDir, which fills and goes with the pod)."""
+    docs = rendered(overlay)
+    path = _with_a_keys_file(*_config(docs, tmp_path), tmp_path)
+    agent = _agent(docs)
+    (container,) = agent["spec"]["template"]["spec"]["containers"]
+    monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
+    monkeypatch.delenv("QUARRY_AGENT_HISTORY__PATH")  # the tests' own (tests/conftest.py)
+    for name, value in _env(container).items():
+        monkeypatch.setenv(name, value)
+    history = load_settings(AgentSettings, path).history
+    assert history.enabled
+    scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
+    assert agent["spec"]["replicas"] == 1
+    assert "agent" not in scaled
+    assert agent["spec"]["strategy"] == {"type": "Recreate"}
+    assert history.path.is_absolute()
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in agent["spec"]["template"]["spec"]["volumes"]}
+    volume = volumes[mounts[str(history.path.parent)]]
+    claim_name = volume["persistentVolumeClaim"]["claimName"]
+    (claim,) = [
+        c for c in _of(docs, "PersistentVolumeClaim") if c["metadata"]["name"] == claim_name
+    ]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    size = claim["spec"]["resources"]["requests"]["storage"]
+    assert size.endswith("Gi")
+    assert history.max_runs > 0
+    assert history.max_runs * RUN_BYTES * 2 <= int(size[:-2]) * 2**30

@@ -145,14 +145,20 @@ class ToolContext:
         return ToolOutcome(call, text, is_error=True, event=event)
 
     def search_tool_error(
-        self, call: ToolCall, error: QuarryError, what: str, event: ToolEvent | None = None
+        self,
+        call: ToolCall,
+        error: QuarryError,
+        what: str,
+        event: Callable[[str], ToolEvent] | None = None,
     ) -> ToolOutcome:
-        """A failed search tool call: raised when the run cannot go on, else a tool error."""
+        """A failed search tool call: raised when the run cannot go on, else a tool error with
+        `event(text)`, the tool's event carrying the error the model reads."""
         if isinstance(error, FAILURES_THAT_END_THE_RUN):
             raise error
         if isinstance(error, InvalidArgument) and names_caller_filter(error):
             raise as_callers_error(error) from None
-        return self.failed(call, search_error_text(error, what=what), event)
+        text = search_error_text(error, what=what)
+        return self.failed(call, text, None if event is None else event(text))
 
 
 class Tool(ABC):

@@ -12,6 +12,7 @@ after, an outage of the search tool itself ends the run as every search does.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -200,7 +201,9 @@ class WebSearchTool(Tool):
                 "the web again later in the run."
             )
             return context.failed(call, text, event)
-        return context.search_tool_error(call, error, "web search", event)
+        return context.search_tool_error(
+            call, error, "web search", lambda text: dataclasses.replace(event, error=text)
+        )
 
 
 def _ms_since(started: float) -> int:

@@ -163,20 +163,31 @@ class Answer(_message.Message):
     def __init__(self, text: _Optional[str] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ..., confidence: _Optional[float] = ..., unanswered_parts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_calls", "searches")
+    __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_calls", "searches", "tool_calls", "cost_usd")
+    class ToolCallsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_READ_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
     SEARCHES_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
     model_calls: int
     searches: int
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., model_calls: _Optional[int] = ..., searches: _Optional[int] = ...) -> None: ...
+    tool_calls: _containers.ScalarMap[str, int]
+    cost_usd: float
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., model_calls: _Optional[int] = ..., searches: _Optional[int] = ..., tool_calls: _Optional[_Mapping[str, int]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class AnsweredBy(_message.Message):
     __slots__ = ("provider", "model", "fallback", "fallback_reason")
@@ -239,7 +250,7 @@ class ThinkingEvent(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class SearchingEvent(_message.Message):
-    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "step")
+    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "error", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +258,7 @@ class SearchingEvent(_message.Message):
     RESULT_COUNT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     query: _search_pb2.SearchQuery
@@ -255,11 +267,12 @@ class SearchingEvent(_message.Message):
     result_count: int
     total_count: int
     duration_ms: int
+    error: str
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ReadingEvent(_message.Message):
-    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms", "step")
+    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms", "error", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     RESULT_ID_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +280,7 @@ class ReadingEvent(_message.Message):
     CHUNKS_SHOWN_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     result_id: str
@@ -275,17 +289,19 @@ class ReadingEvent(_message.Message):
     chunks_shown: int
     chunk_count: int
     duration_ms: int
+    error: str
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class CountingEvent(_message.Message):
-    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms", "step")
+    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms", "error", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     GROUP_BY_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     EXACT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     filter: _search_pb2.Filter
@@ -293,8 +309,9 @@ class CountingEvent(_message.Message):
     document_count: int
     exact: bool
     duration_ms: int
+    error: str
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class CalculatingEvent(_message.Message):
     __slots__ = ("iteration", "expression", "result", "error", "step")
