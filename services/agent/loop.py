@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from services.agent.answers import (
     SeenResults,
     accept_answer,
+    answer_from_text,
     fallback_answer,
     final_results,
     unknown_citations,
@@ -103,6 +104,8 @@ log = logging.getLogger(__name__)
 
 EXTRA_TURNS = 3
 """Turns beyond the search cap a model may spend on invalid or unknown calls before it is forced."""
+ANSWER_OUTPUT_TOKENS = 500
+"""Tokens reserved for the answer the final call writes (its input is estimated)."""
 
 
 class _ConversationTooLong(Exception):
@@ -187,6 +190,10 @@ class _Run:
         self.answer: FinalAnswer | None = None
         self.stop_reason = StopReason.ANSWERED
         self.citations_rejected = False
+        self.refused_submits = 0
+        """Answer submissions sent back (invalid arguments, unseen citations)."""
+        self.plain_text = ""
+        """The model's last turn of text without a tool call: the answer if none is submitted."""
         self.answered_by: AnsweredBy | None = None
         self.fallbacks: list[str] = []
         self.refinements = 0
@@ -279,11 +286,40 @@ class _Run:
             response = await self._call(self.tools, ToolChoice())
             if response.text.strip():
                 yield Thinking(self.searches + 1, response.text, self.answered_by, self.step_index)
-            if not response.tool_calls:
-                self.stop_reason = StopReason.FORCED_ANSWER
-                return
+            first_turn = self.turns == 1
             async for event in self._execute(response.tool_calls, allow_tools=True):
                 yield event
+            if first_turn and not response.tool_calls:
+                async for event in self._route():  # seed 003: step 0 never gives up
+                    yield event
+                continue
+            if not response.tool_calls:
+                self.plain_text = response.text.strip() or self.plain_text
+                self.stop_reason = StopReason.FORCED_ANSWER
+                return
+
+    def _routable(self) -> list[Tool]:
+        """The tools the router may run: the specific ones before the searches."""
+        return sorted(self.tools, key=lambda t: t.uses_search)
+
+    async def _route(self) -> AsyncIterator[AgentEvent]:
+        """The step-0 router: the first turn made no tool call, so the agent runs one on
+        the model's behalf — a count for a count-shaped question ("how many ..."), else a search
+        with the question — and shows the result in a user message (no invented model turn)."""
+        routes = ((t, t.route(self.request.query, self.request.limit)) for t in self._routable())
+        tool, arguments = next(((t, a) for t, a in routes if a is not None), (None, None))
+        if tool is None or arguments is None:
+            return
+        call = ToolCall(f"router-{tool.name}", tool.name, arguments)
+        log.info("step-0 router", extra={**self._log(), "tool": call.name})
+        with self._span(call):
+            iteration = self.searches + 1 if tool.uses_search else None
+            outcome = await tool.run(call, self._context(iteration))
+        if tool.uses_search:
+            outcome = self._counted(outcome)
+        event = self._apply(outcome, routed=True)
+        if event is not None:
+            yield event
 
     async def _final_phase(self) -> AsyncIterator[AgentEvent]:
         """One last call offering only submit_answer (twice if its citations were sent back).
@@ -295,8 +331,8 @@ class _Run:
             self.exchanges.append(user(FORCE_ANSWER))
         # Asked to answer from nothing, a model can only say the collection lacks the answer.
         budget_spent = self.stop_reason is StopReason.BUDGET_EXHAUSTED and not self.searches
-        for _ in range(0 if budget_spent else 2):
-            if self.request.max_tokens and self.usage_total >= self.request.max_tokens:
+        for _ in range(0 if budget_spent else 2):  # an answer sent back is retried once
+            if self._over_budget(self.answer_only):
                 budget_spent = True
                 break
             response = await self._call(
@@ -304,19 +340,25 @@ class _Run:
             )
             if response.text.strip():
                 yield Thinking(self.searches + 1, response.text, self.answered_by, self.step_index)
-            rejected_before = self.citations_rejected
+            refused_before = self.refused_submits
             async for event in self._execute(response.tool_calls, allow_tools=False):
                 yield event
-            if self.answer is not None or rejected_before or not self.citations_rejected:
+            if not response.tool_calls and response.text.strip():
+                self.plain_text = response.text.strip()
+                break
+            if self.answer is not None or self.refused_submits == refused_before:
                 break
         if self.answer is None and self.draft is not None:
             self.answer, self.stop_reason = self.draft, StopReason.ANSWERED
+        if self.answer is None and self.plain_text:  # the model answered in plain text
+            self.answer = answer_from_text(self.plain_text, self.seen)
         if self.answer is None and budget_spent:
             limit = f"token budget ({self.request.max_tokens} tokens)"
             self.answer = fallback_answer(self.seen, stopped_by=limit)
             self.stop_reason = StopReason.BUDGET_EXHAUSTED
         if self.answer is None:
-            self.answer, self.stop_reason = fallback_answer(self.seen), StopReason.FALLBACK_ANSWER
+            self.answer = fallback_answer(self.seen, searched=self.searches > 0)
+            self.stop_reason = StopReason.FALLBACK_ANSWER
 
     async def _execute(
         self, calls: Sequence[ToolCall], *, allow_tools: bool
@@ -406,11 +448,16 @@ class _Run:
             return replace(event, step=self.step_index)  # type: ignore[type-var]
         return event
 
-    def _apply(self, outcome: ToolOutcome) -> ToolEvent | None:
+    def _apply(self, outcome: ToolOutcome, *, routed: bool = False) -> ToolEvent | None:
         """Record what a tool call produced: its result in the conversation and in the step's
         record, the results it showed (citable from now on); returns the event the caller is
         told of, with its step."""
-        self.exchanges.append(tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error))
+        if routed:  # the agent's own call: shown as a user message, not a model call's result
+            routed_text = f"You made no tool call, so the agent ran `{outcome.call.name}` for the "
+            self.exchanges.append(user(routed_text + "question:\n\n" + outcome.text))
+        else:
+            result = tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error)
+            self.exchanges.append(result)
         self.seen.add(outcome.shown)
         self.previews.update({h.id: h for h in outcome.previewed})
         for result_id in outcome.read_in_full:  # read whole: no full-text round needed
@@ -546,6 +593,7 @@ class _Run:
     def _submit(self, outcome: ToolOutcome, *, may_refine: bool) -> None:
         call = outcome.call
         if outcome.is_error or not isinstance(outcome.answer, Answer):
+            self.refused_submits += 1
             self._apply(outcome)
             return
         self._used(self.answer_only[0])
@@ -554,6 +602,7 @@ class _Run:
         unknown = unknown_citations(answer, self.seen)
         if unknown and not self.citations_rejected:
             self.citations_rejected = True
+            self.refused_submits += 1
             self._tool_error(
                 call,
                 validated=validated,
@@ -702,10 +751,17 @@ class _Run:
         return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
 
     def _over_budget(self, tools: Sequence[Tool]) -> bool:
+        """Whether the next call with `tools` would spend more than the token budget. A search
+        turn also keeps the answer-only call after it inside the budget: that call reads at
+        least the same conversation and writes the answer."""
         if not self.request.max_tokens:
             return False
-        chars = total_chars(self._messages()) + self._fixed_chars(tools) - len(self.system_prompt)
-        return self.usage_total + estimate_tokens(chars) > self.request.max_tokens
+        conversation = total_chars(self._messages()) - len(self.system_prompt)
+        cost = estimate_tokens(conversation + self._fixed_chars(tools)) + ANSWER_OUTPUT_TOKENS
+        if tools != self.answer_only:
+            answer_chars = conversation + self._fixed_chars(self.answer_only)
+            cost += estimate_tokens(answer_chars) + ANSWER_OUTPUT_TOKENS
+        return self.usage_total + cost > self.request.max_tokens
 
     @property
     def usage_total(self) -> int:

@@ -183,6 +183,12 @@ class Tool(ABC):
         schema depends on the run (e.g. an enum of citable ids) overrides it."""
         return self.spec
 
+    def route(self, question: str, limit: int) -> str | None:
+        """The step-0 router (seed 003): when the model's first turn makes no tool call, the
+        agent runs the first tool whose `route` gives arguments (JSON) for `question`, the
+        specific tools before the searches; None: this tool does not fit the question."""
+        return None
+
     @cached_property
     def guidance(self) -> str:
         """Extra guidance for the system prompt (`prompts/tool_<name>.md`, when there is one)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -105,6 +106,9 @@ class SearchTool(Tool):
     )
     uses_search = True
     parallel = True
+
+    def route(self, question: str, limit: int) -> str | None:
+        return json.dumps({"query": {"primary": question}, "limit": limit})
 
     async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         """One search. It fetches at least the run's `limit` (the caller's results); the model is
