@@ -124,8 +124,10 @@ async def test_read_returns_the_document_of_a_seen_result_within_the_caller_filt
 
     reads = [e.reading for e in events if e.WhichOneof("event") == "reading"]
     assert [(r.document_id, r.first_chunk, r.chunks_shown, r.chunk_count) for r in reads] == [
-        ("tempfile-tempdir", 0, 1, 1)
+        ("tempfile-tempdir", 0, 1, 1),
+        ("", 0, 0, 0),  # the unseen id: its event carries the error the model read
     ]
+    assert reads[1].error.startswith("'shutil-rmtree__chunk_0' is not a result you have seen")
     results = _tool_messages(stack.openai.requests[before:][2].body)
     assert results[1]["content"].startswith("Read tempfile-tempdir: chunks 0-0 of 1.")
     assert "### [tempfile-tempdir__chunk_0] tempfile.TemporaryDirectory" in results[1]["content"]
