@@ -235,10 +235,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         self, request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest, run: RunRequest
     ) -> RunRecorder:
         caller = current_caller()
-        as_run_request = agent_pb2.RunRequest.FromString(request.SerializeToString())
         return RunRecorder(
             self._store,
-            as_run_request,
+            convert.as_run_request(request),
             collection=run.collection,
             route=run.route or self._settings.route,
             caller=caller.key.name if caller and caller.key else "",
