@@ -162,6 +162,8 @@ class Tool(ABC):
     """Validates the arguments; its JSON schema is the tool's parameters."""
     prompt_line: ClassVar[str]
     """The tool's line in the system prompt's tool list (`- `name`: ...`)."""
+    position: ClassVar[int] = 100
+    """Where the tool is offered among those of its `offer` (lower first)."""
     offer: ClassVar[Offer] = "standard"
     """standard: offered unless the request names others; opt_in: only when named; always:
     whatever the request names (the answering tool)."""

@@ -83,6 +83,7 @@ class Counting(ToolEvent):
 
 
 class CountTool(Tool):
+    position = 30
     name = COUNT
     description = (
         "Count the documents matching a filter, optionally broken down by source, entity type, "
@@ -167,3 +168,7 @@ def format_count(count: DocumentCount) -> str:
         if breakdown.omitted:
             lines.append(f"({breakdown.omitted} more values not listed)")
     return "\n".join(lines) + "\n"
+
+
+TOOL = CountTool()
+"""This module's tool, found by the registry."""

@@ -94,6 +94,7 @@ class Searching(ToolEvent):
 
 
 class SearchTool(Tool):
+    position = 10
     name = SEARCH
     description = (
         "Search the collection for relevant passages. Use different retrieval strategies, "
@@ -166,3 +167,7 @@ class SearchTool(Tool):
             total_count=page.total_count,
             ran=True,
         )
+
+
+TOOL = SearchTool()
+"""This module's tool, found by the registry."""
