@@ -5,7 +5,6 @@ budget (whether the next call still fits)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
@@ -114,7 +113,7 @@ class Conversation:
 
     def fixed_chars(self, tools: Sequence[Tool]) -> int:
         """What every request carries besides the exchanges: schemas, prompt, earlier turns."""
-        schemas = sum(_schema_chars(t) for t in tools)
+        schemas = sum(t.schema_chars for t in tools)
         return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
 
     def prune(self, tools: Sequence[Tool]) -> None:
@@ -181,8 +180,3 @@ class Conversation:
             raise ConversationTooLong from error
         self.summary = summary.render()
         self.exchanges = split.recent
-
-
-def _schema_chars(tool: Tool) -> int:
-    """What a tool's schema and description add to every request."""
-    return len(json.dumps(tool.spec.parameters)) + len(tool.spec.description)

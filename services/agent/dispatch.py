@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from opentelemetry import trace
 
@@ -171,7 +171,7 @@ class ToolRunner:
 
     def _stamped(self, event: ToolEvent) -> ToolEvent:
         """The event with the step it belongs to (events that carry one)."""
-        if "step" in {f.name for f in fields(event)}:  # type: ignore[arg-type]
+        if getattr(event, "step", None) not in (None, self.steps.index):
             return replace(event, step=self.steps.index)  # type: ignore[type-var]
         return event
 
@@ -244,9 +244,9 @@ class ToolRunner:
             self.searches += 1
         number = self.searches if outcome.ran else self.searches + 1
         event = outcome.event
-        if event is not None and getattr(event, "iteration", number) != number:
-            event = replace(event, iteration=number)  # type: ignore[type-var]
-        return replace(outcome, event=event)
+        if event is None or getattr(event, "iteration", number) == number:
+            return outcome
+        return replace(outcome, event=replace(event, iteration=number))  # type: ignore[type-var]
 
     def _refusal(self, call: ToolCall, tool: Tool | None, *, allow_tools: bool) -> str:
         """Why `call` may not run now, or "" when it may."""

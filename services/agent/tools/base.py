@@ -180,6 +180,12 @@ class Tool(ABC):
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, tool_schema(self.arguments))
 
+    @cached_property
+    def schema_chars(self) -> int:
+        """What the tool's schema and description add to every request (the budget's
+        estimate; computed once)."""
+        return len(json.dumps(self.spec.parameters)) + len(self.spec.description)
+
     def spec_for(self, seen: Collection[str]) -> ToolSpec:
         """The spec offered in a turn where the model has seen the results `seen`; a tool whose
         schema depends on the run (e.g. an enum of citable ids) overrides it."""
