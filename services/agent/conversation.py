@@ -5,7 +5,7 @@ budget (whether the next call still fits)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from pydantic import ValidationError
 
@@ -13,6 +13,7 @@ from services.agent.config import LoopSettings
 from services.agent.context import (
     SUMMARY_SYSTEM_PROMPT,
     ConversationSummary,
+    condense_results,
     prune_tool_results,
     split_for_compaction,
     summary_prompt,
@@ -32,6 +33,7 @@ from services.agent.ports import (
     SearchClient,
     StructuredRequest,
     TokenUsage,
+    ToolSpec,
 )
 from services.agent.prompt import task_message
 from services.agent.records import StepRecord, transcript
@@ -66,6 +68,9 @@ class Conversation:
         self.collection = CollectionInfo(name=request.collection)
         self.window = settings.default_context_window_tokens
         """The model's context window in tokens."""
+        self.constrained = False
+        """The route holds tools to their schemas: run-dependent specs (`Tool.spec_for`, e.g. the
+        citable ids as an enum) are offered instead of the static ones."""
 
     async def prepare(
         self,
@@ -91,6 +96,21 @@ class Conversation:
             route, remaining_s=deadline.remaining()
         )
         self.window = reported or self.settings.default_context_window_tokens
+        self.constrained = await model.enforces_tool_schemas(
+            route, remaining_s=deadline.remaining()
+        )
+
+    def specs(self, tools: Sequence[Tool], seen: Collection[str]) -> tuple[ToolSpec, ...]:
+        """The tools as offered: run-dependent specs (`Tool.spec_for` the ids `seen`) where the
+        route holds tools to their schemas, else the static ones."""
+        if not self.constrained:
+            return tuple(t.spec for t in tools)
+        return tuple(t.spec_for(seen) for t in tools)
+
+    def condense(self, result_ids: Sequence[str], call_id: str) -> None:
+        """The texts of `result_ids` condensed in the results before call `call_id` (a summary
+        of them now stands in the conversation; each result stays citable)."""
+        self.exchanges = condense_results(self.exchanges, result_ids, call_id)
 
     def append(self, message: Message) -> None:
         self.exchanges.append(message)

@@ -47,6 +47,7 @@ class ToolRunner:
         desk: AnswerDesk,
         steps: StepLog,
         log_fields: Mapping[str, object],
+        route: str,
     ) -> None:
         self.registry = registry
         self.offered = registry.offered(request.allowed_tools)
@@ -59,6 +60,7 @@ class ToolRunner:
         self.cap = search_cap(request, settings)
         """Search attempts the run may make."""
         self.log_fields = log_fields
+        self.model_route = route
         self.searches = 0
         """Search attempts that ran (iterations)."""
         self.questions: QuestionChannel | None = None
@@ -137,6 +139,7 @@ class ToolRunner:
             questions=self.questions,
             log_fields=self.log_fields,
             iteration=self.searches if iteration is None else iteration,
+            route=self.model_route,
         )
 
     async def _run_one(self, tool: Tool, call: ToolCall) -> AsyncIterator[AgentEvent]:
@@ -179,6 +182,10 @@ class ToolRunner:
         """Record what a tool call produced: its result in the conversation and in the step's
         record, the results it showed (citable from now on); returns the event the caller is
         told of, with its step."""
+        if outcome.condensed:
+            self.conversation.condense(outcome.condensed, outcome.call.id)
+        if outcome.usage is not None:  # a tool that called the model (summarize)
+            self.steps.count(outcome.usage)
         if routed:  # the agent's own call: shown as a user message, not a model call's result
             text = (
                 f"You made no tool call, so the agent ran `{outcome.call.name}` for the question:"

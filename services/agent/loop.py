@@ -117,6 +117,7 @@ class _Run:
             desk=self.desk,
             steps=self.steps,
             log_fields=self._log(),
+            route=self.route,
         )
         self.cap = self.tools.cap
         self.stop_reason = StopReason.ANSWERED
@@ -261,7 +262,7 @@ class _Run:
         request = ModelRequest(
             self.route,
             tuple(self.conversation.messages()),
-            tuple(t.spec_for(self.desk.seen.by_id.keys()) for t in tools),
+            self.conversation.specs(tools, self.desk.seen.by_id.keys()),
             choice,
             temperature=self.request.temperature,
             seed=self.request.seed,

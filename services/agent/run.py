@@ -66,6 +66,8 @@ class Citation:
     result_id: str
     title: str = ""
     url: str = ""
+    web: bool = False
+    """The cited result is a web page (`web_search`), not a chunk of the collection."""
 
 
 @dataclass(frozen=True)

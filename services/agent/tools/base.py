@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from services.agent.config import LoopSettings
 from services.agent.messages import ToolCall
-from services.agent.ports import ModelClient, SearchClient, ToolSpec
+from services.agent.ports import ModelClient, SearchClient, TokenUsage, ToolSpec
 from services.agent.questions import QuestionChannel
 from services.agent.run import Deadline, RunRequest
 from services.agent.search import SearchHit
@@ -105,6 +105,13 @@ class ToolOutcome:
     calls count against the search cap and in the usage."""
     answer: BaseModel | None = None
     """An answering tool's validated answer, for the loop's answer acceptance."""
+    usage: TokenUsage | None = None
+    """Model tokens the call spent through the gateway (`summarize`): counted as a model call,
+    in the step's record, the run's usage and its token budget."""
+    condensed: tuple[str, ...] = ()
+    """Ids of results whose texts this call's result stands for (a summary): the loop replaces
+    their texts in earlier tool results with a pointer to this call (`context.condense_results`),
+    keeping each result's `### [id] title` line, so they stay citable."""
     then: Callable[[], Awaitable[ToolOutcome]] | None = field(default=None, compare=False)
     """A call that goes on after its event is streamed (`ask_user`: the question is shown,
     then the run waits for the answer): the loop streams `event`, then awaits `then()`."""
@@ -128,6 +135,8 @@ class ToolContext:
     log_fields: Mapping[str, object]
     iteration: int = 0
     """Search tools: this search's number (from 1); others: the searches done before."""
+    route: str = ""
+    """The run's LLM gateway route (a tool that asks the gateway uses it)."""
 
     def failed(self, call: ToolCall, text: str, event: ToolEvent | None = None) -> ToolOutcome:
         """A tool error for the model: logged, and marked on the current span."""
@@ -175,6 +184,9 @@ class Tool(ABC):
     """The tool submits the final answer: the answer-only call offers only it."""
     needs_caller: ClassVar[bool] = False
     """The tool talks to the caller while the run waits: offered on a stream only."""
+    permission: ClassVar[str] = ""
+    """An `ApiKey` permission (a boolean field, e.g. `web_search`) the caller's key must grant
+    for a request to name the tool; "" when none is needed."""
 
     @cached_property
     def spec(self) -> ToolSpec:
