@@ -679,10 +679,10 @@ LARGEST_ACCEPTED: tuple[Largest, ...] = (
         ),
     ),
     Largest(
-        "Embed: 62 texts of 256 CJK characters (16,000 in all, 256 word pieces each)",
+        "Embed: 16 texts of 254 CJK characters (4,096 word pieces, the most the model reads)",
         "search_tool",
         "Embed",
-        lambda: search_tool_pb2.EmbedRequest(texts=[_cjk(256)] * 62),
+        lambda: search_tool_pb2.EmbedRequest(texts=[_cjk(254)] * 16),
     ),
     Largest(
         "Embed: 256 short texts (16,000 characters in all)",
