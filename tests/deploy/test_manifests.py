@@ -361,13 +361,89 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
     # only the gateway reaches the internet; the postgres overlays' search tool reaches an
     # external database, on PostgreSQL's port alone
     outside = {
-        p["metadata"]["name"]: {port["port"] for r in p["spec"]["egress"] for port in r["ports"]}
+        p["metadata"]["name"]: {
+            port["port"] for r in p["spec"]["egress"] for port in r.get("ports", [])
+        }
         for p in _of(docs, "NetworkPolicy")
-        if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r["to"])
+        if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r.get("to", []))
     }
     database = {"search-tool": {5432}} if overlay.startswith("postgres") else {}
-    assert {k: v for k, v in outside.items() if k != "llm-gateway"} == database
-    assert "llm-gateway" in outside
+    # the gateway and the pods labelled for HTTPS egress (the OpenAI embedder) reach out
+    beyond = {k: v for k, v in outside.items() if k not in ("llm-gateway", "https-egress")}
+    assert beyond == database
+    assert {"llm-gateway", "https-egress"} <= set(outside)
+
+
+def _selects(selector: Doc, labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def _allowed(
+    policies: list[Doc], source: dict[str, str], target: dict[str, str], port: int
+) -> bool:
+    """Whether `source` pods may open `port` on `target` pods under these NetworkPolicies (same
+    namespace, pod selectors only): egress allowed from the source and ingress to the target."""
+
+    def permits(direction: str, pod: dict[str, str], peer: dict[str, str]) -> bool:
+        kind = direction.capitalize()
+        mine = [p["spec"] for p in policies if _selects(p["spec"]["podSelector"], pod)]
+        if not any(kind in spec["policyTypes"] for spec in mine):
+            return True
+        peers = "to" if direction == "egress" else "from"
+        return any(
+            (not rule.get(peers) or any(_selects(x.get("podSelector", {}), peer)
+                                         for x in rule[peers] if "podSelector" in x))
+            and any(p["port"] == port for p in rule.get("ports", []))
+            for spec in mine
+            for rule in spec.get(direction, [])
+        )  # fmt: skip
+
+    return permits("egress", source, target) and permits("ingress", target, source)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_an_ingest_job_labelled_a_search_tool_client_reaches_the_search_tool_and_nothing_else(
+    overlay: str,
+) -> None:
+    policies = _of(rendered(overlay), "NetworkPolicy")
+    job = {"app.kubernetes.io/name": "ingest", "quarry.dev/search-tool-client": "true"}
+    search_tool = {"app.kubernetes.io/name": "search-tool", "app.kubernetes.io/part-of": "quarry"}
+    assert _allowed(policies, job, search_tool, 50051)
+    assert not _allowed(policies, job, {"app.kubernetes.io/name": "agent"}, 50053)
+    assert not _allowed(policies, job, {"app.kubernetes.io/name": "llm-gateway"}, 50052)
+    unlabelled = {"app.kubernetes.io/name": "ingest"}
+    assert not _allowed(policies, unlabelled, search_tool, 50051)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_https_egress_is_opened_by_label_for_the_openai_embedder_only_where_asked(
+    overlay: str,
+) -> None:
+    docs = rendered(overlay)
+    (https,) = [p for p in _of(docs, "NetworkPolicy") if p["metadata"]["name"] == "https-egress"]
+    assert https["spec"]["podSelector"] == {"matchLabels": {"quarry.dev/https-egress": "true"}}
+    (rule,) = https["spec"]["egress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 443}]
+    assert "10.0.0.0/8" in rule["to"][0]["ipBlock"]["except"]
+    for workload in _workloads(docs):
+        labels = workload["spec"]["template"]["metadata"].get("labels", {})
+        assert "quarry.dev/https-egress" not in labels or workload["metadata"]["name"] in (
+            "llm-gateway",
+            "search-tool",
+        )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_and_every_pod_is_labelled_part_of_quarry(overlay: str) -> None:
+    docs = rendered(overlay)
+    for doc in docs:
+        assert doc["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "quarry", (
+            doc["kind"],
+            doc["metadata"]["name"],
+        )
+    for workload in _workloads(docs):
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "quarry", workload["metadata"]["name"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

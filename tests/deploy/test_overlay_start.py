@@ -287,11 +287,15 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    # the search tool on Vespa is ready only while Vespa answers with Quarry's package (issue 29),
+    # and no Vespa runs here: it must come up live, ask, and report NOT_SERVING
+    needs_vespa = overlay == "vespa" and name == "search-tool"
     try:
         try:
-            if unverifiable:
+            if unverifiable or needs_vespa:
                 _wait_serving(pod.health_port, (LIVENESS_SERVICE,), process)
-                _wait_logged(log, "database unreachable", process)
+                reason = "engine not ready" if needs_vespa else "database unreachable"
+                _wait_logged(log, reason, process)
                 _assert_not_ready(pod.health_port, QUARRY[name][1])
             else:
                 _wait_serving(pod.health_port, (QUARRY[name][1], LIVENESS_SERVICE), process)
