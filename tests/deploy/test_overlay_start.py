@@ -36,12 +36,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.server import LIVENESS_SERVICE
 from tests.common.certs import issue, make_ca
-from tests.deploy.test_manifests import OVERLAYS, QUARRY, Doc, rendered
+from tests.deploy.test_manifests import AGENT_DB_SECRET, OVERLAYS, QUARRY, Doc, rendered
 from tests.e2e.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,8 @@ STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 KEYS_FILE = "- {name: billing, sha256: " + "ab" * 32 + ", read: [docs]}\n"
 """What `quarry keygen --name billing --read docs` prints (the digest of some key)."""
+POD_NAME = "agent-7d9c4b5f6-x2x9q"
+"""`metadata.name` of the pod (what `fieldRef` env gives)."""
 SECRET_VALUES = {("quarry-api-keys", "agent-gateway-key"): "qk_agent-gateway-key-for-the-test"}
 """The values the Secrets referenced by `secretKeyRef` hold in this test."""
 
@@ -96,8 +99,11 @@ class Pod:
     health_port: int
 
 
-def _secret_files(name: str, directory: Path) -> None:
-    if name == "quarry-api-key-digests":
+def _secret_files(name: str, directory: Path, dsn: str) -> None:
+    if name == AGENT_DB_SECRET:
+        assert dsn, "the pod mounts the agent's database Secret: the test gives it a database"
+        (directory / "dsn").write_text(dsn + "\n")
+    elif name == "quarry-api-key-digests":
         (directory / "keys.yaml").write_text(KEYS_FILE)
     elif name == "quarry-tls":
         ca = make_ca(directory, "ca")
@@ -120,6 +126,10 @@ def _env(container: Doc) -> dict[str, str]:
 def _env_value(variable: Doc) -> str:
     if "value" in variable:
         return str(variable["value"])
+    if "fieldRef" in variable["valueFrom"]:
+        field = variable["valueFrom"]["fieldRef"]["fieldPath"]
+        assert field == "metadata.name", f"{variable['name']}: the test knows only the pod name"
+        return POD_NAME
     ref = variable["valueFrom"].get("secretKeyRef")
     assert ref is not None, f"{variable['name']}: the test fills only Secret references"
     key = (ref["name"], ref["key"])
@@ -127,7 +137,7 @@ def _env_value(variable: Doc) -> str:
     return SECRET_VALUES[key]
 
 
-def _lay_out(workload: Doc, docs: tuple[Doc, ...], base: Path) -> Pod:
+def _lay_out(workload: Doc, docs: tuple[Doc, ...], base: Path, dsn: str = "") -> Pod:
     pod = workload["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -144,7 +154,7 @@ def _lay_out(workload: Doc, docs: tuple[Doc, ...], base: Path) -> Pod:
         elif "configMap" in volume:
             assert volume["configMap"]["name"] == config_map["metadata"]["name"]
         elif "secret" in volume:
-            _secret_files(volume["secret"]["secretName"], directory)
+            _secret_files(volume["secret"]["secretName"], directory, dsn)
         else:
             assert {"emptyDir", "persistentVolumeClaim"} & set(volume), volume
     for mount in container.get("volumeMounts", []):
@@ -225,6 +235,21 @@ def _wait_serving(port: int, names: tuple[str, ...], process: subprocess.Popen[b
     assert process.poll() is None, "the service exited after it reported SERVING"
 
 
+def _wait_for_the_agents_schema(dsn: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    """The pod's agent migrated its database and heartbeats as the pod's name."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        with psycopg.connect(dsn) as conn:
+            tables = conn.execute("SELECT to_regclass('agent_replicas') IS NOT NULL").fetchone()
+            if tables and tables[0]:
+                rows = conn.execute("SELECT replica FROM agent_replicas").fetchall()
+                if rows:
+                    assert [r[0] for r in rows] == [POD_NAME]
+                    return
+        time.sleep(0.2)
+    raise AssertionError(f"the agent never laid out its history schema:\n{log.read_text()[-3000:]}")
+
+
 def _cases() -> list[Any]:
     return [
         pytest.param(overlay, name, id=f"{overlay}-{name}")
@@ -236,15 +261,20 @@ def _cases() -> list[Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("overlay", "name"), _cases())
 def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
-    overlay: str, name: str, installed: Path, scratch: Path
+    overlay: str, name: str, installed: Path, scratch: Path, request: pytest.FixtureRequest
 ) -> None:
+    """A pod that mounts the agent's database Secret gets a live PostgreSQL (a database of the
+    test's own) and must have laid out its schema there by the time it is SERVING."""
     docs = rendered(overlay)
     (workload,) = [
         d
         for d in docs
         if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] == name
     ]
-    pod = _lay_out(workload, docs, scratch)
+    volumes = workload["spec"]["template"]["spec"].get("volumes", [])
+    shared = any(v.get("secret", {}).get("secretName") == AGENT_DB_SECRET for v in volumes)
+    dsn = request.getfixturevalue("postgres_dsn") if shared else ""
+    pod = _lay_out(workload, docs, scratch, dsn)
     log = scratch / "pod.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -262,6 +292,8 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
             raise AssertionError(
                 f"{overlay}: {name} did not start (exit {process.poll()}):\n{tail}"
             ) from error
+        if dsn:
+            _wait_for_the_agents_schema(dsn, process, log)
         process.send_signal(signal.SIGTERM)
         started = time.monotonic()
         code = process.wait(timeout=STOP_TIMEOUT_S)
