@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -35,10 +34,12 @@ import yaml
 from quarry.agent.v1 import agent_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from quarry_cli import service_environment
 from quarry_cli.runner import Child, start, stop_all, wait_serving
 from services.agent.client import AgentClient, RunOptions
 from services.common.server import ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from services.common.tls import ChannelTls
 
 REPLAY_ROUTE = "replay"
 MAX_DIFFERENCES = 20
@@ -128,11 +129,15 @@ def steps_of(record: agent_pb2.RunRecord) -> Sequence[agent_pb2.StepRecord]:
 
 
 async def replay_run(
-    record: agent_pb2.RunRecord, *, search_tool: str = "", api_key: str = ""
+    record: agent_pb2.RunRecord,
+    *,
+    search_tool: str = "",
+    api_key: str = "",
+    search_tool_tls: ChannelTls | None = None,
 ) -> Replay:
     """Replay `record` against the search tool at `search_tool` ("" : frozen, from the
     record's results); `api_key` goes to the replay agent, which forwards it to the search
-    tool."""
+    tool, reached with `search_tool_tls` (plaintext when None)."""
     outcome = Replay(record.run_id, frozen=not search_tool, recorded_steps=len(steps_of(record)))
     with tempfile.TemporaryDirectory(prefix="quarry-replay-") as folder:
         async with contextlib.AsyncExitStack() as stack:
@@ -140,7 +145,12 @@ async def replay_run(
                 _frozen_search_tool(record, enabled=not search_tool)
             )
             agent = await stack.enter_async_context(
-                _replay_services(record, Path(folder), search_tool or frozen)
+                _replay_services(
+                    record,
+                    Path(folder),
+                    search_tool or frozen,
+                    search_tool_tls if search_tool else None,
+                )
             )
             outcome.replayed = await _run_again(agent, record, api_key)
     outcome.differences = compare(record, outcome.replayed)
@@ -176,7 +186,7 @@ def _options(record: agent_pb2.RunRecord) -> RunOptions:
 
 @asynccontextmanager
 async def _replay_services(
-    record: agent_pb2.RunRecord, folder: Path, search_tool: str
+    record: agent_pb2.RunRecord, folder: Path, search_tool: str, search_tool_tls: ChannelTls | None
 ) -> AsyncIterator[str]:
     """A gateway replaying the record's script and an agent using it; yields the agent."""
     script = folder / "script.json"
@@ -201,6 +211,7 @@ async def _replay_services(
         "agent": {
             "server": {"host": "127.0.0.1", "port": agent_port, "grace_s": 0},
             "search_tool_address": search_tool,
+            "search_tool_tls": (search_tool_tls or ChannelTls()).model_dump(mode="json"),
             "llm_gateway_address": f"127.0.0.1:{gateway_port}",
             "route": REPLAY_ROUTE,
             "context_window_tokens": window,
@@ -224,7 +235,7 @@ async def _replay_services(
             ["-m", "services.agent", "--config", str(path)],
         ),
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_SETTINGS)}
+    env = {k: v for k, v in service_environment().items() if not k.startswith(_OWN_SETTINGS)}
     try:
         for child in children:
             await start(child, folder, env=env)

@@ -71,6 +71,11 @@ class LoopSettings(BaseModel):
     turn's question is also bounded by `max_query_chars`."""
     keep_last_exchanges: int = Field(default=2, ge=1)
     """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
+    summarize_max_chars: int = Field(default=24_000, ge=1_000, le=400_000)
+    """`summarize`: the most characters of result text one call sends to the gateway (results
+    are sent whole until this; the rest are named as not summarised)."""
+    summarize_route: str = ""
+    """`summarize`: the LLM gateway route that writes summaries; empty: the run's route."""
 
 
 class QuestionSettings(BaseModel):

@@ -48,7 +48,7 @@ class GatewayModelClient:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._channel = channel
         self._stub = gw_grpc.LlmGatewayServiceStub(channel)
-        self._windows: dict[str, int | None] = {}
+        self._windows: dict[str, gw.ProviderStatus | None] = {}
         self._lock = asyncio.Lock()
 
     async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
@@ -106,6 +106,18 @@ class GatewayModelClient:
 
     async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
         """The first provider of `route`'s window, from `GetStatus`, read once per route."""
+        first = await self._first_provider(route, remaining_s)
+        return (first.context_window_tokens or None) if first is not None else None
+
+    async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
+        """Whether the first provider of `route` holds tool arguments to their schemas."""
+        first = await self._first_provider(route, remaining_s)
+        return first is not None and first.enforces_tool_schemas
+
+    async def _first_provider(
+        self, route: str, remaining_s: float | None
+    ) -> gw.ProviderStatus | None:
+        """The status of `route`'s first provider, from `GetStatus`, read once per route."""
         async with self._lock:
             if route not in self._windows:
                 try:
@@ -115,16 +127,16 @@ class GatewayModelClient:
                     )
                 except grpc.aio.AioRpcError as error:
                     raise _gateway_error(error, self._channel) from error
-                self._windows[route] = _route_window(status, route)
+                self._windows[route] = _route_first(status, route)
             return self._windows[route]
 
 
-def _route_window(status: gw.GetStatusResponse, route: str) -> int | None:
+def _route_first(status: gw.GetStatusResponse, route: str) -> gw.ProviderStatus | None:
     name = route or status.default_route
     chains = {r.name: list(r.chain) for r in status.routes}
-    windows = {p.name: p.context_window_tokens for p in status.providers}
+    providers = {p.name: p for p in status.providers}
     chain = chains.get(name) or []
-    return (windows.get(chain[0]) or None) if chain else None
+    return providers.get(chain[0]) if chain else None
 
 
 def _gateway_error(error: grpc.aio.AioRpcError, channel: grpc.aio.Channel) -> Exception:
@@ -155,6 +167,7 @@ def _usage(usage: gw.Usage) -> TokenUsage:
         output_tokens=usage.output_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd,
     )
 
 

@@ -374,6 +374,15 @@ class PostgresRunHistory:
     ) -> None:
         self._enqueue(_Write("finish", (_copy(run), first_seq, list(events), list(steps))))
 
+    async def forget(self, run_id: str) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._enqueue(_Write("forget", (run_id,), done)):
+            await done
+
+    async def _forget(self, conn: AsyncConnection[TupleRow], run_id: str) -> None:
+        for table in ("agent_run_events", "agent_run_steps", "agent_runs"):
+            await conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))
+
     def _enqueue(self, write: _Write) -> bool:
         if sum(q.qsize() for q in self._queues) >= self.settings.queue_limit:
             self._dropped(write, "the write queue is full")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 import grpc
+from opentelemetry import metrics
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
 from services.agent.config import AgentSettings, HistorySettings
@@ -27,7 +28,8 @@ AGENT_NAME = "quarry-agent"
 
 def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = None) -> QuarryServer:
     """The agent's server, bound but not started; its channels close when it stops."""
-    store = open_history(settings.history)
+    meter = telemetry.meter("services.agent") if telemetry else None
+    store = open_history(settings.history, meter=meter)
     gateway = open_channel(
         settings.llm_gateway_address,
         telemetry,
@@ -79,7 +81,9 @@ def build_agent_server(settings: AgentSettings, telemetry: Telemetry | None = No
     return server
 
 
-def open_history(settings: HistorySettings) -> RunHistory | None:
+def open_history(
+    settings: HistorySettings, *, meter: metrics.Meter | None = None
+) -> RunHistory | None:
     """The configured run history, open (None when it is off). SQLite that cannot be opened
     stops the start (OSError naming the file); PostgreSQL opens without waiting for the database
     (runs go on unrecorded while it is down)."""
@@ -89,7 +93,7 @@ def open_history(settings: HistorySettings) -> RunHistory | None:
         postgres = PostgresRunHistory(settings)
         postgres.open()
         return postgres
-    store = RunStore(settings)
+    store = RunStore(settings, meter=meter)
     try:
         store.open()
     except (OSError, sqlite3.Error) as error:

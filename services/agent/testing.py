@@ -107,10 +107,13 @@ class ScriptedModel:
         context_window_tokens: int | None = 32_000,
         latency_s: float = 0.0,
         gate: asyncio.Event | None = None,
+        constrained: bool = False,
     ) -> None:
         self.turns: deque[Scripted] = deque(turns)
         self.summaries: deque[str | BaseException] = deque(summaries)
         self.context_window_tokens = context_window_tokens
+        self.constrained = constrained
+        """What `enforces_tool_schemas` answers: the route holds tools to their schemas."""
         self.latency_s = latency_s
         self.gate = gate
         self.requests: list[ModelRequest] = []
@@ -145,6 +148,9 @@ class ScriptedModel:
     async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
         return self.context_window_tokens
 
+    async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
+        return self.constrained
+
     async def _wait(self) -> None:
         self.called.set()
         try:
@@ -167,11 +173,13 @@ class FunctionModel:
         *,
         context_window_tokens: int | None = 32_000,
         latency_s: float = 0.0,
+        constrained: bool = False,
     ) -> None:
         self.respond = respond
         self.context_window_tokens = context_window_tokens
         self.latency_s = latency_s
         self.calls = 0
+        self.constrained = constrained
 
     async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
         self.calls += 1
@@ -186,6 +194,9 @@ class FunctionModel:
 
     async def context_window(self, route: str, *, remaining_s: float | None) -> int | None:
         return self.context_window_tokens
+
+    async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
+        return self.constrained
 
 
 _RESULT_ID = re.compile(r"^### \[([^\]]+)\]", re.MULTILINE)

@@ -59,6 +59,7 @@ _CODES: dict[type[QuarryError], grpc.StatusCode] = {
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Cancelled: grpc.StatusCode.CANCELLED,
+    errors.DataLoss: grpc.StatusCode.DATA_LOSS,
     QuarryError: grpc.StatusCode.INTERNAL,
 }
 _ERRORS: dict[grpc.StatusCode, type[QuarryError]] = {code: cls for cls, code in _CODES.items()}

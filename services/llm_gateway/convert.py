@@ -195,6 +195,8 @@ def provider_status(link: ChainLink) -> pb.ProviderStatus:
         successes=health.successes,
         failures=health.failures,
         context_window_tokens=link.provider.context_window_tokens,
+        # Only providers that hold tool arguments to their schemas define the property.
+        enforces_tool_schemas=bool(getattr(link.provider, "enforces_tool_schemas", False)),
     )
     if health.last_error_at is not None:
         stamp = Timestamp()

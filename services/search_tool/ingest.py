@@ -35,7 +35,12 @@ from services.search_tool.documents import (
     widen,
 )
 from services.search_tool.embedding import Embedder
-from services.search_tool.engine.base import CollectionSpec, SearchEngine, StoredVersion
+from services.search_tool.engine.base import (
+    CollectionSpec,
+    DocumentReplacing,
+    SearchEngine,
+    StoredVersion,
+)
 from services.search_tool.filters import METADATA_PREFIX, FieldType
 from services.search_tool.limits import DEFAULT_LIMITS, RequestLimits
 
@@ -158,7 +163,12 @@ class Ingestor:
         return _Prepared(pending, records, stored, generation)
 
     async def _write(self, collection: str, prepared: _Prepared) -> tuple[int, int]:
-        """Upsert, then delete chunks the new versions no longer have (under the write lock)."""
+        """Upsert, then delete chunks the new versions no longer have (under the write lock); an
+        engine written by many replicas replaces the documents in one step instead."""
+        if isinstance(self._engine, DocumentReplacing):
+            async with self._write_locks[collection]:
+                self._generations[collection] += 1
+                return await self._engine.replace_documents(collection, prepared.records)
         async with self._write_locks[collection]:
             current = prepared.stored
             if self._generations[collection] != prepared.generation:

@@ -6,7 +6,6 @@ validated here before anything is read or written, with InvalidArgument naming t
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ import numpy.typing as npt
 
 from services.common.admission import WorkQueue
 from services.common.errors import FieldViolation, InvalidArgument
+from services.common.names import collection_name_problem
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.counting import CountRequest, DocumentCount, count_documents
@@ -44,7 +44,6 @@ from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
 from services.search_tool.limits import RequestLimits
 from services.search_tool.reading import DocumentRead, ReadRequest, read_document
 
-COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_VARIATIONS = 9
 MAX_LIMIT = 200
 MAX_OFFSET = 1_000
@@ -333,12 +332,10 @@ class SearchService:
 
 
 def validate_collection_name(name: str) -> None:
-    """Lower-case letters, digits, `_` and `-`, starting with a letter or digit, at most 64."""
-    if not COLLECTION_NAME.match(name):
-        raise InvalidArgument.for_field(
-            "collection",
-            "1 to 64 characters: a-z, 0-9, `_` or `-`, starting with a letter or digit",
-        )
+    """The one collection-name rule (`services.common.names`), naming `collection`."""
+    problem = collection_name_problem(name)
+    if problem is not None:
+        raise InvalidArgument.for_field("collection", problem)
 
 
 def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -> None:
@@ -355,8 +352,8 @@ def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -
 def _validate_search(request: SearchRequest, limits: RequestLimits) -> int:
     """The effective limit; raises InvalidArgument listing every bad field."""
     violations: list[FieldViolation] = []
-    if not COLLECTION_NAME.match(request.collection):
-        violations.append(FieldViolation("collection", "not a valid collection name"))
+    if (problem := collection_name_problem(request.collection)) is not None:
+        violations.append(FieldViolation("collection", problem))
     if not request.primary.strip():
         violations.append(FieldViolation("query.primary", "must not be empty"))
     violations.extend(_query_length("query.primary", request.primary, limits))

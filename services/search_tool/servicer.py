@@ -13,7 +13,14 @@ import grpc
 from opentelemetry import trace
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from services.common.auth import AUTHENTICATED, READ, WRITE, MethodRule, visible_collections
+from services.common.auth import (
+    AUTHENTICATED,
+    READ,
+    WEB_SEARCH,
+    WRITE,
+    MethodRule,
+    visible_collections,
+)
 from services.common.errors import Unavailable
 from services.search_tool.convert import (
     chunk_to_proto,
@@ -26,10 +33,12 @@ from services.search_tool.convert import (
     filter_from_proto,
     hit_to_proto,
     strategy_from_proto,
+    web_search_to_proto,
 )
 from services.search_tool.engine.base import Coverage
 from services.search_tool.reading import ReadRequest
 from services.search_tool.service import SearchRequest, SearchService
+from services.search_tool.web import WebSearchService, WebSearchSettings
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -45,16 +54,25 @@ ACCESS_RULES: dict[str, MethodRule] = {
     "Embed": AUTHENTICATED,
     "ReadDocument": READ,
     "CountDocuments": READ,
+    "WebSearch": WEB_SEARCH,
 }
 """What each RPC requires of an API key (enforced by the shared auth interceptor on the request;
-`ListCollections` answers only the collections the key may read)."""
+`ListCollections` answers only the collections the key may read; `WebSearch` needs a key whose
+`web_search` is true)."""
 
 
 class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # type: ignore[misc]
     """Implements `quarry.searchtool.v1.SearchToolService` on a `SearchService`."""
 
-    def __init__(self, service: SearchService | None = None) -> None:
+    def __init__(
+        self, service: SearchService | None = None, *, web: WebSearchService | None = None
+    ) -> None:
         self._service = service
+        self._web = web or WebSearchService([], WebSearchSettings())
+
+    @property
+    def web(self) -> WebSearchService:
+        return self._web
 
     def attach(self, service: SearchService) -> None:
         """Start answering with `service` (once the embedder and engine are loaded)."""
@@ -178,6 +196,15 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
             model=result.model,
             dimensions=result.dimensions,
         )
+
+    async def WebSearch(
+        self, request: search_tool_pb2.WebSearchRequest, context: Context
+    ) -> search_tool_pb2.WebSearchResponse:
+        """Needs neither the embedder nor the engine: answers while they load."""
+        outcome = await self._web.search(
+            request.query, request.limit, deadline_s=context.time_remaining()
+        )
+        return web_search_to_proto(outcome)
 
     async def ListDocuments(
         self, request: search_tool_pb2.ListDocumentsRequest, context: Context

@@ -199,3 +199,16 @@ async def test_with_the_database_down_runs_are_counted_not_recorded_then_recordi
     run = await store.get("after-the-outage")
     assert run is not None
     assert run.status == agent_pb2.RUN_STATUS_COMPLETED
+
+
+async def test_a_run_refused_before_it_started_is_forgotten_on_every_replica(
+    replica: Open,
+) -> None:
+    a, b = await replica("agent-a"), await replica("agent-b")
+    a.begin(_record("refused", time.time()))
+    assert await a.get("refused") is not None  # recorded once begun (a reads its own writes)
+    await a.forget("refused")
+    for store in (a, b):
+        assert await store.get("refused") is None
+        runs, _ = await store.list_runs(RunQuery())
+        assert "refused" not in [r.run_id for r in runs]

@@ -26,7 +26,13 @@ from services.llm_gateway.model import (
 from services.llm_gateway.providers.factory import build_provider
 from services.llm_gateway.providers.openai import ENDPOINT_PRESETS, OpenAIProvider, OpenAIQuirks
 from services.llm_gateway.testing import FakeOpenAIServer, Reply
-from services.llm_gateway.translate.tool_schema import bounded, inline_refs, tool_call_schema
+from services.llm_gateway.translate.text_tool_calls import instruction
+from services.llm_gateway.translate.tool_schema import (
+    bounded,
+    inline_refs,
+    signature,
+    tool_call_schema,
+)
 from tests.llm_gateway.conftest import both_paths
 
 SEARCH = Tool(
@@ -280,3 +286,22 @@ def test_the_mode_is_for_openai_kind_and_endpoints_that_enforce_a_schema() -> No
     ollama = ProviderSettings(kind="openai", endpoint="ollama", model="q", tool_calls="json_schema")
     with pytest.raises(ValueError, match="needs an endpoint that enforces a JSON schema"):
         build_provider(ollama)
+
+
+def test_the_forced_prompt_gives_compact_signatures_not_whole_schemas() -> None:
+    assert signature(inline_refs(SEARCH.parameters)) == (
+        "{query: {primary: string, variations?: string[]}, limit?: integer}"
+    )
+    assert signature(ANSWER.parameters) == (
+        '{text: string, citations?: ("a__chunk_0"|"b__chunk_1")[]}'
+    )
+    union = {"anyOf": [{"type": "number"}, {"type": "null"}]}
+    assert signature({"type": "array", "items": union}) == "(number|null)[]"
+    assert signature({"type": "array", "items": {"type": "object", "properties": {}}}) == "{}[]"
+    forced = instruction((SEARCH, ANSWER), ToolChoiceMode.AUTO, "", forced=True)
+    plain = instruction((SEARCH, ANSWER), ToolChoiceMode.AUTO, "")
+    assert "arguments: {query: {primary: string" in forced
+    assert '"$defs"' not in forced
+    assert '{"name": "<tool name>"' in forced
+    assert '{"tool": "<tool name>"' in plain
+    assert len(forced) < len(plain) * 0.6

@@ -3,9 +3,14 @@ answer acceptance (`acceptance.py`) checks the citations and may send the answer
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Collection
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from services.agent.messages import ToolCall
+from services.agent.ports import ToolSpec
 from services.agent.tools.base import (
     Tool,
     ToolArgumentsError,
@@ -15,6 +20,34 @@ from services.agent.tools.base import (
 )
 
 SUBMIT_ANSWER = "submit_answer"
+
+
+def citable_schema(parameters: dict[str, Any], seen: Collection[str]) -> dict[str, Any]:
+    """`submit_answer`'s parameters with `citations` limited to the ids in `seen` (in the order
+    seen: the schema, and so a server's grammar, is stable while nothing new is seen)."""
+    schema = copy.deepcopy(parameters)
+    citations: dict[str, Any] = schema["properties"]["citations"]
+    ids = list(dict.fromkeys(seen))
+    if not ids:
+        citations["maxItems"] = 0
+        return schema
+    item = _resolved(schema, citations["items"])
+    result_id = {**item["properties"]["result_id"], "enum": ids}
+    citations["items"] = {**item, "properties": {**item["properties"], "result_id": result_id}}
+    citations["maxItems"] = len(ids)
+    return schema
+
+
+def _resolved(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """`node` itself, or the local definition its `$ref` names."""
+    ref = node.get("$ref")
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        return node
+    target: Any = schema
+    for part in ref[2:].split("/"):
+        target = target[part]
+    resolved: dict[str, Any] = target
+    return resolved
 
 
 class CitationRef(BaseModel):
@@ -59,6 +92,12 @@ class SubmitAnswerTool(Tool):
     )
     offer = "always"
     answers = True
+
+    def spec_for(self, seen: Collection[str]) -> ToolSpec:
+        """Where the route holds tools to their schemas: `citations[].result_id` is an enum of
+        the ids seen so far (rebuilt every turn), so a constrained model cannot cite what it has
+        not seen; before any result, `citations` must be empty."""
+        return ToolSpec(self.name, self.description, citable_schema(self.spec.parameters, seen))
 
     async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         """The validated answer for the loop's acceptance, or the tool error naming the field."""

@@ -188,6 +188,11 @@ class OpenAIProvider:
     def context_window_tokens(self) -> int:
         return self._context_window_tokens
 
+    @property
+    def enforces_tool_schemas(self) -> bool:
+        """Tool arguments are held to their schemas: forced by JSON schema or strict schemas."""
+        return self.quirks.tool_calls_by_schema or self.quirks.strict_schemas
+
     async def generate(self, request: ChatRequest) -> ChatResponse:
         wire = self._wire(request)
         try:

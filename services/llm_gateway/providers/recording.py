@@ -48,6 +48,10 @@ class RecordingProvider:
         return self._inner.model
 
     @property
+    def enforces_tool_schemas(self) -> bool:
+        return bool(getattr(self._inner, "enforces_tool_schemas", False))
+
+    @property
     def context_window_tokens(self) -> int:
         return self._inner.context_window_tokens
 

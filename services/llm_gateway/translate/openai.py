@@ -153,7 +153,7 @@ def _with_tool_instruction(
     """The tools as a system message, after the leading system messages."""
     lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
     choice = request.tool_choice
-    text = instruction(request.tools, choice.mode, choice.name, key=_call_key(quirks))
+    text = instruction(request.tools, choice.mode, choice.name, forced=quirks.tool_calls_by_schema)
     told = {"role": "system", "content": text}
     return [*messages[:lead], told, *messages[lead:]]
 

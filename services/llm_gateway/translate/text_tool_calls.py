@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.llm_gateway.model import Tool, ToolChoiceMode
+from services.llm_gateway.translate.tool_schema import inline_refs, signature
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _NAMED = re.compile(r'"(?:tool|name)"\s*:\s*"([A-Za-z0-9_.-]+)"')
@@ -33,14 +34,22 @@ class TextToolCall:
 
 
 def instruction(
-    tools: Sequence[Tool], mode: ToolChoiceMode, named: str, *, key: str = "tool"
+    tools: Sequence[Tool], mode: ToolChoiceMode, named: str, *, forced: bool = False
 ) -> str:
-    """The system message that replaces native tools: the tools, their schemas, the format
-    (`key` names the tool in a call: `tool`, or `name` where a schema forces the reply)."""
-    listed = "\n".join(
-        f"- {t.name}: {t.description}\n  arguments schema: {json.dumps(t.parameters)}"
-        for t in tools
-    )
+    """The system message that replaces native tools: the tools, their arguments, the format.
+    `forced` (`json_schema` mode, the server enforces the schema): a call is named by `name`,
+    and each tool's arguments are given as a compact signature instead of the whole schema."""
+    if forced:
+        listed = "\n".join(
+            f"- {t.name}: {t.description}\n  arguments: {signature(inline_refs(t.parameters))}"
+            for t in tools
+        )
+    else:
+        listed = "\n".join(
+            f"- {t.name}: {t.description}\n  arguments schema: {json.dumps(t.parameters)}"
+            for t in tools
+        )
+    key = "name" if forced else "tool"
     if mode is ToolChoiceMode.NAMED:
         when = f"You must call the tool {named} now."
     elif mode is ToolChoiceMode.REQUIRED:

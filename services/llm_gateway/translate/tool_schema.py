@@ -20,6 +20,7 @@ a recursive reference is kept as it is, with its definitions.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,3 +124,39 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             if key in schema:
                 inlined[key] = schema[key]
     return inlined
+
+
+def signature(schema: Any) -> str:
+    """A compact, description-free rendering of an arguments schema for the prompt, e.g.
+    `{query: {primary: string, variations?: string[]}, limit?: integer}`: where the server's
+    grammar enforces the schema, the prompt need only say what to fill in, and every token of a
+    full schema costs a CPU model seconds on each uncached turn."""
+    if not isinstance(schema, dict) or not schema:
+        return "any"
+    if "const" in schema:
+        return json.dumps(schema["const"], ensure_ascii=False)
+    if isinstance(schema.get("enum"), list):
+        return "|".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return "|".join(dict.fromkeys(signature(branch) for branch in schema[key]))
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return "|".join(signature({**schema, "type": k}) for k in kind)
+    if kind == "array" or "items" in schema:
+        items = schema.get("items", {})
+        item = signature(items)
+        union = isinstance(items, dict) and (
+            len(items.get("enum") or ()) > 1
+            or any(len(items.get(k) or ()) > 1 for k in ("anyOf", "oneOf"))
+            or isinstance(items.get("type"), list)
+        )
+        return f"({item})[]" if union else f"{item}[]"
+    if kind == "object" or "properties" in schema:
+        required = set(schema.get("required", []))
+        fields = ", ".join(
+            f"{name}{'' if name in required else '?'}: {signature(sub)}"
+            for name, sub in (schema.get("properties") or {}).items()
+        )
+        return "{" + fields + "}"
+    return str(kind) if kind else "any"

@@ -26,7 +26,7 @@ from services.search_tool.documents import (
     epoch_microseconds,
     from_epoch_microseconds,
 )
-from services.search_tool.engine.vespa.package import EMBEDDING, METADATA_MAPS
+from services.search_tool.engine.vespa.package import EMBEDDING, METADATA_MAPS, SEARCH_TEXT
 from services.search_tool.filters import FieldType
 
 
@@ -48,7 +48,7 @@ def chunk_fields(
         "chunk_index": chunk.chunk_index,
         "title": chunk.title,
         "text": chunk.text,
-        "keyword_text": record.keyword_body,
+        SEARCH_TEXT: record.indexed_text,
         "source": chunk.source,
         "entity_type": chunk.entity_type,
         "url": chunk.url,

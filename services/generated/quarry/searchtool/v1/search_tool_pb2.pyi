@@ -365,3 +365,39 @@ class CountDocumentsResponse(_message.Message):
     breakdowns: _containers.RepeatedCompositeFieldContainer[CountBreakdown]
     exact: bool
     def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., breakdowns: _Optional[_Iterable[_Union[CountBreakdown, _Mapping]]] = ..., exact: _Optional[bool] = ...) -> None: ...
+
+class WebSearchRequest(_message.Message):
+    __slots__ = ("query", "limit")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    limit: int
+    def __init__(self, query: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class WebResult(_message.Message):
+    __slots__ = ("id", "title", "url", "snippet", "provider", "fetched_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    SNIPPET_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    url: str
+    snippet: str
+    provider: str
+    fetched_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., url: _Optional[str] = ..., snippet: _Optional[str] = ..., provider: _Optional[str] = ..., fetched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class WebSearchResponse(_message.Message):
+    __slots__ = ("results", "provider", "cached", "took_ms")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    TOOK_MS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[WebResult]
+    provider: str
+    cached: bool
+    took_ms: float
+    def __init__(self, results: _Optional[_Iterable[_Union[WebResult, _Mapping]]] = ..., provider: _Optional[str] = ..., cached: _Optional[bool] = ..., took_ms: _Optional[float] = ...) -> None: ...
