@@ -387,7 +387,8 @@ class PostgresRunHistory:
         if sum(q.qsize() for q in self._queues) >= self.settings.queue_limit:
             self._dropped(write, "the write queue is full")
             return False
-        shard = hash(write.args[0] if write.name == "append" else write.args[0].run_id) % WRITERS
+        first = write.args[0]  # a run id, or the run's record
+        shard = hash(first if isinstance(first, str) else first.run_id) % WRITERS
         self._queues[shard].put_nowait(write)
         self._enqueued[shard] += 1
         return True
