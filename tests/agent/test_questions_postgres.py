@@ -17,8 +17,9 @@ from services.agent.history_postgres import PostgresRunHistory
 from services.agent.questions import QuestionOutcome, QuestionWindows
 from services.agent.questions_postgres import PostgresQuestionBoard
 from services.agent.run import Deadline
-from services.common.errors import FailedPrecondition, NotFound
+from services.common.errors import FailedPrecondition, NotFound, Unavailable
 from services.common.postgres import PostgresSettings
+from tests.postgres_server import PostgresServer
 
 DSN_ENV = "QUARRY_TEST_AGENT_QUESTIONS_DSN"
 Replica = Callable[[str], Awaitable[tuple[PostgresQuestionBoard, PostgresRunHistory]]]
@@ -119,3 +120,17 @@ async def test_the_question_runs_of_a_replica_that_died_are_not_found(replica: R
                 except NotFound as error:
                     gone = error
         assert gone.reason == "RUN_NOT_FOUND"
+
+
+async def test_with_the_database_down_a_run_cannot_open_its_questions_and_is_told_unavailable(
+    replica: Replica, postgres_server: PostgresServer
+) -> None:
+    (a, _) = await replica("agent-a")
+    postgres_server.stop()
+    try:
+        with pytest.raises(Unavailable):
+            async with a.open(owner=None, deadline=Deadline(30), windows=_windows(1)):
+                pass
+    finally:
+        postgres_server.start()
+    assert a.live_runs == 0
