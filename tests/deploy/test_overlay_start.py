@@ -24,11 +24,13 @@ config names but its pod does not mount) fails here with its log.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,9 +43,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.server import LIVENESS_SERVICE
+from services.search_tool.engine.vespa.package import package_profile
 from tests.common.certs import issue, make_ca
 from tests.deploy.test_manifests import AGENT_DB_SECRET, OVERLAYS, QUARRY, Doc, rendered
 from tests.e2e.conftest import free_port
+from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0
@@ -99,6 +103,37 @@ class Pod:
     health_port: int
 
 
+VESPA_URL = "http://vespa.quarry.svc.cluster.local:8080"
+"""The in-cluster Vespa the vespa overlay's search tool is configured with."""
+
+
+def _vespa_reply(request: Recorded) -> Reply:
+    """The search tool's readiness query answered as a Vespa running Quarry's application
+    package would (200, no hits, for a query naming the package's rank profile; 400 else)."""
+    body = request.json() if request.body else {}
+    if request.path.startswith("/search/") and body.get("ranking") == package_profile():
+        return Reply(200, {"root": {"id": "toplevel", "fields": {"totalCount": 0}}})
+    return Reply(400, {"root": {"errors": [{"code": 4, "message": "unknown rank profile"}]}})
+
+
+@pytest.fixture
+def vespa() -> Iterator[str]:
+    """A local stand-in for the cluster's Vespa (HTTP/2, as pyvespa speaks), on a loop of its
+    own; its URL."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = RecordingServer(_vespa_reply)
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+    try:
+        yield server.url
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def _secret_files(name: str, directory: Path, dsn: str) -> None:
     if name == AGENT_DB_SECRET:
         assert dsn, "the pod mounts the agent's database Secret: the test gives it a database"
@@ -137,7 +172,9 @@ def _env_value(variable: Doc) -> str:
     return SECRET_VALUES[key]
 
 
-def _lay_out(workload: Doc, docs: tuple[Doc, ...], base: Path, dsn: str = "") -> Pod:
+def _lay_out(
+    workload: Doc, docs: tuple[Doc, ...], base: Path, dsn: str = "", vespa: str = ""
+) -> Pod:
     pod = workload["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -161,6 +198,7 @@ def _lay_out(workload: Doc, docs: tuple[Doc, ...], base: Path, dsn: str = "") ->
         volume = volumes.get(mount["name"], {})
         if "configMap" in volume:
             for name, text in config_map["data"].items():
+                text = text.replace(VESPA_URL, vespa) if vespa else text
                 (fs.mounts[mount["mountPath"]] / name).write_text(fs.host(text))
     workdir, image_env = _containerfile()
     cwd = fs.directory(workdir)
@@ -261,10 +299,16 @@ def _cases() -> list[Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("overlay", "name"), _cases())
 def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
-    overlay: str, name: str, installed: Path, scratch: Path, request: pytest.FixtureRequest
+    overlay: str,
+    name: str,
+    installed: Path,
+    scratch: Path,
+    request: pytest.FixtureRequest,
+    vespa: str,
 ) -> None:
     """A pod that mounts the agent's database Secret gets a live PostgreSQL (a database of the
-    test's own) and must have laid out its schema there by the time it is SERVING."""
+    test's own) and must have laid out its schema there by the time it is SERVING; the cluster's
+    Vespa is a local stand-in (the search tool is ready only once Vespa answers)."""
     docs = rendered(overlay)
     (workload,) = [
         d
@@ -274,7 +318,7 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
     volumes = workload["spec"]["template"]["spec"].get("volumes", [])
     shared = any(v.get("secret", {}).get("secretName") == AGENT_DB_SECRET for v in volumes)
     dsn = request.getfixturevalue("postgres_dsn") if shared else ""
-    pod = _lay_out(workload, docs, scratch, dsn)
+    pod = _lay_out(workload, docs, scratch, dsn, vespa)
     log = scratch / "pod.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
