@@ -635,3 +635,18 @@ def test_the_optional_agent_route_exposes_only_the_agent_over_tls_through_a_gate
         "from" not in rule and backend["port"] in [p["port"] for p in rule["ports"]]
         for rule in agent_policy["spec"]["ingress"]
     )  # the gateway's data plane, in its own namespace, may reach the agent
+
+
+def test_vespa_is_ready_when_its_query_container_is_and_keeps_its_logs_on_its_volume() -> None:
+    (vespa,) = [w for w in _workloads(rendered("vespa")) if w["metadata"]["name"] == "vespa"]
+    (container,) = vespa["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    readiness = container["readinessProbe"]["httpGet"]
+    assert (readiness["path"], ports[readiness["port"]]) == ("/state/v1/health", 8080)
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    claims = {c["metadata"]["name"] for c in vespa["spec"]["volumeClaimTemplates"]}
+    assert mounts["/opt/vespa/logs"]["name"] in claims
+    internal = next(
+        s for s in _of(rendered("vespa"), "Service") if s["metadata"]["name"] == "vespa-internal"
+    )
+    assert internal["spec"]["publishNotReadyAddresses"] is True  # the deploy Job's way in
