@@ -111,9 +111,10 @@ real-model-proof: setup
 	exit $$rc
 
 # ENGINE=vespa: SciFact against the Vespa at $QUARRY_VESPA_URL (bench/results/scifact-vespa.json).
+# ENGINE=postgres: against $QUARRY_POSTGRES_DSN or an embedded PostgreSQL (scifact-postgres.json).
 ENGINE ?= lancedb
 eval: setup
-	$(PY) bench/eval_scifact.py --engine $(ENGINE) $(if $(filter vespa,$(ENGINE)),--out bench/results/scifact-vespa.json,--out bench/results/scifact.json)
+	$(PY) bench/eval_scifact.py --engine $(ENGINE) $(if $(filter vespa postgres,$(ENGINE)),--out bench/results/scifact-$(ENGINE).json,--out bench/results/scifact.json)
 
 bench: setup
 	$(PY) bench/search_latency.py

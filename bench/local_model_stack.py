@@ -107,8 +107,10 @@ def local_model_stack(
     threads: int = 1,
     context: int = 4096,
     data_dir: Path | None = None,
+    with_model: bool = True,
 ) -> Iterator[LocalStack]:
-    """The model server and the three services, running until the block ends."""
+    """The model server (unless `with_model` is false: only the `extractive` route then works)
+    and the three services, running until the block ends."""
     root.mkdir(parents=True, exist_ok=True)
     port = model_port or free_port()
     model_url = f"http://127.0.0.1:{port}/v1"
@@ -155,12 +157,15 @@ def local_model_stack(
     pids: dict[str, int] = {}
     try:
         model_log = root / "model.log"
-        with model_log.open("wb") as out:
-            serve = [sys.executable, str(LOCAL_MODEL), "serve", "--port", str(port)]
-            serve += ["--threads", str(threads), "--context", str(context)]
-            model = subprocess.Popen(serve, stdout=out, stderr=subprocess.STDOUT, env=env)
-        processes.append(model)
-        pids["model"] = model.pid
+        model: subprocess.Popen[bytes] | None = None
+        if with_model:
+            with model_log.open("wb") as out:
+                serve = [sys.executable, str(LOCAL_MODEL), "serve", "--port", str(port)]
+                serve += ["--threads", str(threads), "--context", str(context)]
+                model = subprocess.Popen(serve, stdout=out, stderr=subprocess.STDOUT, env=env)
+            processes.append(model)
+            pids["model"] = model.pid
+        services: list[subprocess.Popen[bytes]] = []
         for name, args in commands.items():
             log = root / f"{name}.log"
             with log.open("wb") as out:
@@ -172,9 +177,11 @@ def local_model_stack(
                     cwd=REPO_ROOT,
                 )
             processes.append(process)
+            services.append(process)
             pids[name] = process.pid
-        _wait_model(model_url, model, model_log)
-        for name, process in zip(commands, processes[1:], strict=True):
+        if model is not None:
+            _wait_model(model_url, model, model_log)
+        for name, process in zip(commands, services, strict=True):
             _wait_serving(address[name], SERVICES[name], process, root / f"{name}.log")
         yield LocalStack(
             agent=address["agent"],
@@ -197,6 +204,15 @@ def model_rss_mb(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux `/proc/<pid>/stat`)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def dump(value: object) -> str:

@@ -246,7 +246,7 @@ def run_quarry(var: Path, args: argparse.Namespace) -> int:
     server is stopped when `quarry run` ends (Ctrl-C)."""
     config = var / "llm" / "quarry-local.yaml"
     config.write_text(
-        config_text(port=args.port, context=args.context, timeout_s=600.0, max_output_tokens=512)
+        config_text(port=args.port, context=args.context, timeout_s=900.0, max_output_tokens=512)
     )
     log = var / "logs" / "local-model.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1")
     run.add_argument("--quarry", default=str(ROOT / ".venv" / "bin" / "quarry"))
     config.add_argument("--out", type=Path, required=True)
-    config.add_argument("--timeout-s", type=float, default=600.0, help="per model call")
+    config.add_argument("--timeout-s", type=float, default=900.0, help="per model call")
     config.add_argument("--max-output-tokens", type=int, default=512)
     args = parser.parse_args(argv)
     var: Path = args.var.resolve()

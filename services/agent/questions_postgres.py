@@ -255,10 +255,12 @@ class PostgresQuestionBoard:
         try:
             yield channel
         finally:
-            del self._local[channel.run_id]
-            if not self._local:
-                self._idle.set()
-            await self._forget(channel.run_id)
+            try:  # forgotten before idle: a caller who waited for idle finds the run gone
+                await self._forget(channel.run_id)
+            finally:
+                del self._local[channel.run_id]
+                if not self._local:
+                    self._idle.set()
 
     async def _forget(self, run_id: str) -> None:
         try:

@@ -106,6 +106,10 @@ class VespaSettings(BaseModel):
     query_timeout_s: float = Field(default=5.0, gt=0)
     """Longest one Vespa query may run (Vespa's `timeout`; the caller's deadline is shorter
     when it has one)."""
+    facts_ttl_s: float = Field(default=5.0, ge=0)
+    """Longest a collection's registry entry, a filter's count and GetCollection's answer are
+    reused before Vespa is asked again: what another replica changed shows here at most this
+    much later (0: ask every time)."""
 
     @model_validator(mode="after")
     def _cert_and_key_together(self) -> VespaSettings:

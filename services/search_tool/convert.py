@@ -174,7 +174,10 @@ def hit_to_proto(hit: Hit) -> search_pb2.SearchResult:
 def collection_to_proto(stats: CollectionStats, *, full: bool = True) -> search_tool_pb2.Collection:
     """`full=False` keeps name and counts only (ListCollections)."""
     message = search_tool_pb2.Collection(
-        name=stats.name, document_count=stats.document_count, chunk_count=stats.chunk_count
+        name=stats.name,
+        document_count=stats.document_count,
+        chunk_count=stats.chunk_count,
+        damage=stats.damage,
     )
     if not full:
         return message

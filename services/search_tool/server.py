@@ -185,6 +185,7 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
             ),
             hybrid_candidates=settings.fusion.candidates,
             keyword_count_cap=settings.engine.keyword_count_cap,
+            facts_ttl_s=vespa.facts_ttl_s,
         )
     return await LanceDBEngine.open(
         settings.data_dir,

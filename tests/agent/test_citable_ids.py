@@ -98,7 +98,8 @@ def test_the_citable_schema_keeps_every_other_field_and_does_not_touch_the_stati
 
 def _enum(schema: dict[str, Any]) -> list[str]:
     citations = schema["properties"]["citations"]
-    ids: list[str] = citations["items"]["properties"]["result_id"]["enum"]
+    assert citations["items"]["properties"]["result_id"] == {"$ref": "#/$defs/CitableResultId"}
+    ids: list[str] = schema["$defs"]["CitableResultId"]["enum"]
     return ids
 
 

@@ -31,7 +31,10 @@ KUBECTL = Path(sys.executable).parent / "kubectl"
 K8S_VERSION = "1.33.0"
 """Oldest Kubernetes the manifests support (native `preStop.sleep` is on by default from 1.30,
 gRPC probes GA since 1.27)."""
-OVERLAYS = ["embedded", "embedded-tls", "vespa"]
+OVERLAYS = ["embedded", "embedded-tls", "vespa", "postgres", "postgres-trial"]
+STATELESS_SEARCH = {"vespa", "postgres", "postgres-trial"}
+"""Overlays whose search tool is a Deployment with an HPA (its engine is a server)."""
+ENGINE_OF = {"vespa": "vespa", "postgres": "postgres", "postgres-trial": "postgres"}
 QUARRY: dict[str, tuple[str, str, str, type[QuarrySettings]]] = {
     "agent": ("services.agent", "quarry.agent.v1.AgentService", "agent", AgentSettings),
     "llm-gateway": (
@@ -51,6 +54,9 @@ MARGIN_S = 5
 HEALTH_PORT = 50060
 KEY_DIGESTS_SECRET = "quarry-api-key-digests"
 TLS_SECRET = "quarry-tls"
+POSTGRES_SECRET = "quarry-postgres"
+"""The search tool's database DSN (and CA) in the postgres overlays."""
+POSTGRES_TRIAL_SECRET = "quarry-postgres-trial"
 PINNED_IMAGE = re.compile(r"[\w.-]+(/[\w.-]+)*(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})")
 """An exact version tag (major.minor.patch, e.g. `:0.1.0`, `:8.687.75`) or a digest: never
 `latest`, never a floating `:8` or `:3.11-slim`."""
@@ -221,10 +227,17 @@ def test_no_secret_is_written_into_the_manifests(overlay: str, tmp_path: Path) -
                     assert str(PurePosixPath(env["value"]).parent) in secret_mounts, env
                 elif re.search(r"KEY|TOKEN|SECRET|PASSWORD", env["name"]):
                     assert "value" not in env, env["name"]
-                    assert env["valueFrom"]["secretKeyRef"]["name"] == "quarry-api-keys"
+                    assert env["valueFrom"]["secretKeyRef"]["name"] in (
+                        "quarry-api-keys",
+                        POSTGRES_TRIAL_SECRET,
+                    )
         for volume in pod.get("volumes", []):
             if "secret" in volume:
-                assert volume["secret"]["secretName"] in (KEY_DIGESTS_SECRET, TLS_SECRET)
+                assert volume["secret"]["secretName"] in (
+                    KEY_DIGESTS_SECRET,
+                    TLS_SECRET,
+                    POSTGRES_SECRET,
+                )
                 assert "items" not in volume["secret"]
 
 
@@ -287,7 +300,7 @@ def test_the_config_map_loads_through_the_real_settings_with_auth_and_the_health
         assert settings.server.host == "0.0.0.0"
         assert settings.server.health_port == HEALTH_PORT
     search_tool = load_settings(SearchToolSettings, path)
-    assert search_tool.engine.kind == ("vespa" if overlay == "vespa" else "embedded")
+    assert search_tool.engine.kind == ENGINE_OF.get(overlay, "embedded")
     if overlay == "vespa":
         assert search_tool.engine.vespa.url == "http://vespa.quarry.svc.cluster.local:8080"
 
@@ -311,10 +324,11 @@ def test_selectors_services_hpas_and_pdbs_all_hit_a_workload(overlay: str) -> No
         target = hpa["spec"]["scaleTargetRef"]
         assert (target["kind"], target["name"]) in labels
     kinds = {name: kind for kind, name in labels}
-    assert kinds["search-tool"] == ("Deployment" if overlay == "vespa" else "StatefulSet")
+    stateless = overlay in STATELESS_SEARCH
+    assert kinds["search-tool"] == ("Deployment" if stateless else "StatefulSet")
     scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
     assert "llm-gateway" in scaled
-    assert ("search-tool" in scaled) == (overlay == "vespa")
+    assert ("search-tool" in scaled) == stateless
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -344,12 +358,19 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
         assert service["metadata"]["namespace"] == "quarry"
         assert int(match[2]) in [p["port"] for p in service["spec"]["ports"]]
         assert (target, int(match[2])) in allowed
-    gateway_only = [
-        p
+    # only the gateway reaches the internet; the postgres overlays' search tool reaches an
+    # external database, on PostgreSQL's port alone
+    outside = {
+        p["metadata"]["name"]: {port["port"] for r in p["spec"]["egress"] for port in r["ports"]}
         for p in _of(docs, "NetworkPolicy")
         if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r["to"])
-    ]
-    assert sorted(p["metadata"]["name"] for p in gateway_only) == ["https-egress", "llm-gateway"]
+    }
+    database = {"search-tool": {5432}} if overlay.startswith("postgres") else {}
+    assert {k: v for k, v in outside.items() if k != "llm-gateway"} == {
+        **database,
+        "https-egress": {443},  # opted into by label only (test_https_egress_is_opened_by_label)
+    }
+    assert "llm-gateway" in outside
 
 
 def _selects(selector: Doc, labels: dict[str, str]) -> bool:
@@ -650,3 +671,46 @@ def test_vespa_is_ready_when_its_query_container_is_and_keeps_its_logs_on_its_vo
         s for s in _of(rendered("vespa"), "Service") if s["metadata"]["name"] == "vespa-internal"
     )
     assert internal["spec"]["publishNotReadyAddresses"] is True  # the deploy Job's way in
+
+
+@pytest.mark.parametrize("overlay", ["postgres", "postgres-trial"])
+def test_the_postgres_search_tool_reads_its_dsn_from_the_secret_and_may_reach_the_database(
+    overlay: str, tmp_path: Path
+) -> None:
+    docs = rendered(overlay)
+    _, config = _config(docs, tmp_path)
+    engine = config["search_tool"]["engine"]
+    assert engine["kind"] == "postgres"
+    assert "dsn" not in engine["postgres"], "the DSN (and its password) stays in the Secret"
+    (search_tool,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "search-tool"]
+    pod = search_tool["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (container,) = pod["containers"]
+    mounts = {
+        m["mountPath"]: volumes[m["name"]]
+        for m in container["volumeMounts"]
+        if "secret" in volumes[m["name"]]
+    }
+    dsn_dir = str(PurePosixPath(engine["postgres"]["dsn_file"]).parent)
+    assert mounts[dsn_dir]["secret"]["secretName"] == POSTGRES_SECRET
+    policies = {p["metadata"]["name"]: p["spec"] for p in _of(docs, "NetworkPolicy")}
+    egress_ports = {
+        port["port"] for rule in policies["search-tool"]["egress"] for port in rule["ports"]
+    }
+    assert 5432 in egress_ports
+    if overlay == "postgres":
+        assert engine["postgres"]["sslmode"] == "verify-full"
+        ca_dir = str(PurePosixPath(engine["postgres"]["ca_file"]).parent)
+        assert mounts[ca_dir]["secret"]["secretName"] == POSTGRES_SECRET
+    else:
+        (database,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "postgres"]
+        assert database["kind"] == "StatefulSet"
+        assert database["spec"]["replicas"] == 1
+        assert policies["postgres"]["ingress"] == [
+            {
+                "from": [
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "search-tool"}}}
+                ],
+                "ports": [{"protocol": "TCP", "port": 5432}],
+            }
+        ]

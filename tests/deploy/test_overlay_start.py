@@ -49,6 +49,8 @@ STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 KEYS_FILE = "- {name: billing, sha256: " + "ab" * 32 + ", read: [docs]}\n"
 """What `quarry keygen --name billing --read docs` prints (the digest of some key)."""
+POSTGRES_SECRET = "quarry-postgres"
+"""The postgres overlays' DSN (and CA): here the DSN of a database of the embedded PostgreSQL."""
 SECRET_VALUES = {("quarry-api-keys", "agent-gateway-key"): "qk_agent-gateway-key-for-the-test"}
 """The values the Secrets referenced by `secretKeyRef` hold in this test."""
 
@@ -96,12 +98,17 @@ class Pod:
     health_port: int
 
 
-def _secret_files(name: str, directory: Path) -> None:
+def _secret_files(name: str, directory: Path, database_dsn: str | None = None) -> None:
     if name == "quarry-api-key-digests":
         (directory / "keys.yaml").write_text(KEYS_FILE)
     elif name == "quarry-tls":
         ca = make_ca(directory, "ca")
         issue(ca, directory, "tls", server_and_client=True)
+    elif name == POSTGRES_SECRET:
+        assert database_dsn is not None, "the postgres overlays' search tool needs a database"
+        (directory / "dsn").write_text(database_dsn)
+        ca = make_ca(directory / "..", f"{directory.name}-ca")
+        (directory / "ca.crt").write_bytes(Path(ca.cert_file).read_bytes())
     else:
         raise AssertionError(f"the test has no files for the Secret {name}: add them")
 
@@ -127,7 +134,9 @@ def _env_value(variable: Doc) -> str:
     return SECRET_VALUES[key]
 
 
-def _lay_out(workload: Doc, docs: tuple[Doc, ...], base: Path) -> Pod:
+def _lay_out(
+    workload: Doc, docs: tuple[Doc, ...], base: Path, *, database_dsn: str | None = None
+) -> Pod:
     pod = workload["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -144,7 +153,7 @@ def _lay_out(workload: Doc, docs: tuple[Doc, ...], base: Path) -> Pod:
         elif "configMap" in volume:
             assert volume["configMap"]["name"] == config_map["metadata"]["name"]
         elif "secret" in volume:
-            _secret_files(volume["secret"]["secretName"], directory)
+            _secret_files(volume["secret"]["secretName"], directory, database_dsn)
         else:
             assert {"emptyDir", "persistentVolumeClaim"} & set(volume), volume
     for mount in container.get("volumeMounts", []):
@@ -225,6 +234,23 @@ def _wait_serving(port: int, names: tuple[str, ...], process: subprocess.Popen[b
     assert process.poll() is None, "the service exited after it reported SERVING"
 
 
+def _wait_logged(log: Path, text: str, process: subprocess.Popen[bytes]) -> None:
+    """Wait until the service's log says `text` (it probes the database at once)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None, "the service exited"
+        assert time.monotonic() < deadline, f"the log never said {text!r}"
+        time.sleep(0.2)
+
+
+def _assert_not_ready(port: int, name: str) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=name), timeout=10
+        )
+    assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
 def _cases() -> list[Any]:
     return [
         pytest.param(overlay, name, id=f"{overlay}-{name}")
@@ -236,15 +262,22 @@ def _cases() -> list[Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("overlay", "name"), _cases())
 def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
-    overlay: str, name: str, installed: Path, scratch: Path
+    overlay: str, name: str, installed: Path, scratch: Path, request: pytest.FixtureRequest
 ) -> None:
+    """The postgres overlays' search tool reads a real database (the embedded PostgreSQL). That
+    server has no TLS: `postgres-trial` (no TLS in the namespace) becomes SERVING; `postgres`
+    (`sslmode: verify-full`) must start, stay live and report NOT_SERVING, as against any
+    database whose certificate it cannot verify."""
     docs = rendered(overlay)
     (workload,) = [
         d
         for d in docs
         if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] == name
     ]
-    pod = _lay_out(workload, docs, scratch)
+    needs_database = overlay.startswith("postgres") and name == "search-tool"
+    dsn = str(request.getfixturevalue("postgres_dsn")) if needs_database else None
+    pod = _lay_out(workload, docs, scratch, database_dsn=dsn)
+    unverifiable = needs_database and overlay == "postgres"
     log = scratch / "pod.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -256,7 +289,12 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
         )
     try:
         try:
-            _wait_serving(pod.health_port, (QUARRY[name][1], LIVENESS_SERVICE), process)
+            if unverifiable:
+                _wait_serving(pod.health_port, (LIVENESS_SERVICE,), process)
+                _wait_logged(log, "database unreachable", process)
+                _assert_not_ready(pod.health_port, QUARRY[name][1])
+            else:
+                _wait_serving(pod.health_port, (QUARRY[name][1], LIVENESS_SERVICE), process)
         except Exception as error:
             tail = log.read_text()[-4000:]
             raise AssertionError(

@@ -305,3 +305,29 @@ def test_the_forced_prompt_gives_compact_signatures_not_whole_schemas() -> None:
     assert '{"name": "<tool name>"' in forced
     assert '{"tool": "<tool name>"' in plain
     assert len(forced) < len(plain) * 0.6
+
+
+def test_a_named_scalar_definition_keeps_the_prompt_the_same_while_its_enum_changes() -> None:
+    def answer(ids: list[str]) -> Tool:
+        definition: dict[str, Any] = {"type": "string"} | ({"enum": ids} if ids else {})
+        items = {"type": "object", "properties": {"result_id": {"$ref": "#/$defs/Cited"}}}
+        schema = {
+            "type": "object",
+            "properties": {"citations": {"type": "array", "items": items}},
+            "$defs": {"Cited": definition},
+        }
+        return Tool("submit_answer", "Answer.", schema)
+
+    prompts = {
+        instruction((SEARCH, answer(ids)), ToolChoiceMode.AUTO, "", forced=True)
+        for ids in ([], ["a__chunk_0"], ["a__chunk_0", "b__chunk_1"])
+    }
+    assert len(prompts) == 1
+    assert "{citations?: {result_id?: Cited}[]}" in prompts.pop()
+    forced = tool_call_schema((answer(["a__chunk_0"]),), ToolChoiceMode.AUTO, "")
+    assert forced is not None
+    jsonschema.validate({"name": "submit_answer", "arguments": {"citations": []}}, forced)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"name": "submit_answer", "arguments": {"citations": [{"result_id": "x"}]}}, forced
+        )

@@ -14,6 +14,7 @@ cite only result ids its searches showed; at least two of the three answers must
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 from quarry.agent.v1 import agent_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from bench.local_model_stack import LocalStack, local_model_stack, model_rss_mb
+from bench.local_model_stack import LocalStack, cpu_seconds, local_model_stack, model_rss_mb
 from services.agent.client import AgentClient, RunOptions
 
 COLLECTION = "proof-facts"
@@ -69,7 +70,8 @@ QUESTIONS = [
     ("Who founded the Orlen Tide Observatory?", "Ilse Varga"),
     ("Which port does a Quillon gateway listen on by default?", "7431"),
 ]
-RUN_TIMEOUT_S = 900.0
+RUN_TIMEOUT_S = float(os.environ.get("QUARRY_REAL_MODEL_RUN_TIMEOUT_S", "900"))
+"""Per question. A quiet 2-core machine needs about 1-3 minutes; a busy one many times that."""
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "real_model_proof.json"
 
 
@@ -138,10 +140,16 @@ async def test_the_local_model_answers_from_the_collection_with_valid_calls_and_
     async with AgentClient(stack.agent) as agent:
         for question, fact in QUESTIONS:
             started = time.perf_counter()
+            cpu_before = cpu_seconds(stack.pids["model"])
             response = await agent.run(
                 question,
                 RunOptions(
-                    collection=COLLECTION, mode="fast", tools=("search",), timeout_s=RUN_TIMEOUT_S
+                    collection=COLLECTION,
+                    mode="fast",
+                    tools=("search",),
+                    timeout_s=RUN_TIMEOUT_S,
+                    temperature=0.0,  # greedy: the same answers on every CI run
+                    seed=7,
                 ),
             )
             runs.append(
@@ -155,6 +163,7 @@ async def test_the_local_model_answers_from_the_collection_with_valid_calls_and_
                     "model_calls": response.usage.model_calls,
                     "searches": response.usage.searches,
                     "seconds": round(time.perf_counter() - started, 1),
+                    "model_cpu_s": round(cpu_seconds(stack.pids["model"]) - cpu_before, 1),
                 }
             )
     answers_with_fact = sum(bool(r["has_fact"]) for r in runs)
@@ -162,6 +171,7 @@ async def test_the_local_model_answers_from_the_collection_with_valid_calls_and_
         "runs": runs,
         "answers_with_fact": answers_with_fact,
         "model_rss_mb": round(model_rss_mb(stack.pids["model"])),
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")

@@ -16,6 +16,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from bench.harness import SCIFACT_DIR
 from services.common.admission import OVERLOADED
 from services.common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from services.common.postgres import DATABASE_UNAVAILABLE, PostgresSettings
@@ -27,7 +28,7 @@ from tests.postgres_server import PostgresServer
 from tests.search_tool.engine_fixtures import DIMENSIONS, record, records, vector_for
 
 SPEC = CollectionSpec("test-model", DIMENSIONS)
-SCIFACT = Path("/work/shared/datasets/scifact/corpus.jsonl")
+SCIFACT = SCIFACT_DIR / "corpus.jsonl"
 NO_VECTORS = np.zeros((0, DIMENSIONS), np.float32)
 
 

@@ -22,19 +22,25 @@ from services.agent.tools.base import (
 SUBMIT_ANSWER = "submit_answer"
 
 
+CITABLE_ID = "CitableResultId"
+"""The definition holding the enum of citable ids: a named `$ref`, so a prompt that renders the
+schema can name it and stay the same while the ids change (the gateway's `json_schema` mode)."""
+
+
 def citable_schema(parameters: dict[str, Any], seen: Collection[str]) -> dict[str, Any]:
     """`submit_answer`'s parameters with `citations` limited to the ids in `seen` (in the order
     seen: the schema, and so a server's grammar, is stable while nothing new is seen)."""
     schema = copy.deepcopy(parameters)
     citations: dict[str, Any] = schema["properties"]["citations"]
     ids = list(dict.fromkeys(seen))
-    if not ids:
-        citations["maxItems"] = 0
-        return schema
     item = _resolved(schema, citations["items"])
-    result_id = {**item["properties"]["result_id"], "enum": ids}
+    result_id = {"$ref": f"#/$defs/{CITABLE_ID}"}
     citations["items"] = {**item, "properties": {**item["properties"], "result_id": result_id}}
     citations["maxItems"] = len(ids)
+    definition = dict(item["properties"]["result_id"])
+    if ids:  # before any result: no citation at all (an empty enum breaks grammar converters)
+        definition = {k: v for k, v in definition.items() if k != "minLength"} | {"enum": ids}
+    schema.setdefault("$defs", {})[CITABLE_ID] = definition
     return schema
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.llm_gateway.model import Tool, ToolChoiceMode
-from services.llm_gateway.translate.tool_schema import inline_refs, signature
+from services.llm_gateway.translate.tool_schema import signature
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _NAMED = re.compile(r'"(?:tool|name)"\s*:\s*"([A-Za-z0-9_.-]+)"')
@@ -41,8 +41,7 @@ def instruction(
     and each tool's arguments are given as a compact signature instead of the whole schema."""
     if forced:
         listed = "\n".join(
-            f"- {t.name}: {t.description}\n  arguments: {signature(inline_refs(t.parameters))}"
-            for t in tools
+            f"- {t.name}: {t.description}\n  arguments: {signature(t.parameters)}" for t in tools
         )
     else:
         listed = "\n".join(

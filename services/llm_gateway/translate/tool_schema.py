@@ -126,26 +126,40 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     return inlined
 
 
-def signature(schema: Any) -> str:
+def signature(schema: Any, root: dict[str, Any] | None = None) -> str:
     """A compact, description-free rendering of an arguments schema for the prompt, e.g.
     `{query: {primary: string, variations?: string[]}, limit?: integer}`: where the server's
     grammar enforces the schema, the prompt need only say what to fill in, and every token of a
-    full schema costs a CPU model seconds on each uncached turn."""
+    full schema costs a CPU model seconds on each uncached turn.
+
+    Local `$ref`s are followed, except that a reference to a scalar definition (no properties,
+    no items: a string type, an enum) is shown by the definition's name: a caller whose enum
+    changes from turn to turn (the agent's citable ids) keeps the prompt, and so the server's
+    cached prompt prefix, byte-identical while the grammar still enforces the current values."""
+    root = root if root is not None else schema
     if not isinstance(schema, dict) or not schema:
         return "any"
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target = _definition(root, ref)
+        if target is None:
+            return "any"
+        if not any(key in target for key in ("properties", "items", "anyOf", "oneOf", "$ref")):
+            return ref.rsplit("/", 1)[1]
+        return signature(target, root)
     if "const" in schema:
         return json.dumps(schema["const"], ensure_ascii=False)
     if isinstance(schema.get("enum"), list):
         return "|".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
-            return "|".join(dict.fromkeys(signature(branch) for branch in schema[key]))
+            return "|".join(dict.fromkeys(signature(branch, root) for branch in schema[key]))
     kind = schema.get("type")
     if isinstance(kind, list):
-        return "|".join(signature({**schema, "type": k}) for k in kind)
+        return "|".join(signature({**schema, "type": k}, root) for k in kind)
     if kind == "array" or "items" in schema:
         items = schema.get("items", {})
-        item = signature(items)
+        item = signature(items, root)
         union = isinstance(items, dict) and (
             len(items.get("enum") or ()) > 1
             or any(len(items.get(k) or ()) > 1 for k in ("anyOf", "oneOf"))
@@ -155,8 +169,17 @@ def signature(schema: Any) -> str:
     if kind == "object" or "properties" in schema:
         required = set(schema.get("required", []))
         fields = ", ".join(
-            f"{name}{'' if name in required else '?'}: {signature(sub)}"
+            f"{name}{'' if name in required else '?'}: {signature(sub, root)}"
             for name, sub in (schema.get("properties") or {}).items()
         )
         return "{" + fields + "}"
     return str(kind) if kind else "any"
+
+
+def _definition(root: dict[str, Any], ref: str) -> dict[str, Any] | None:
+    node: Any = root
+    for part in ref[2:].split("/"):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node if isinstance(node, dict) else None

@@ -189,6 +189,8 @@ class CollectionStats:
     """Model the collection's vectors come from."""
     embedding_dimensions: int = 0
     """Vector size."""
+    damage: str = ""
+    """Set when the collection's data cannot be read: what is wrong (ListCollections only)."""
 
 
 @dataclass(frozen=True)

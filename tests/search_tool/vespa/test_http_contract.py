@@ -128,6 +128,7 @@ def _hit(
             "matchfeatures": features,
             "chunk_id": chunk_id,
             "chunk_json": chunk_json(chunk, {}),
+            "text": chunk.text,
         },
     }
 
@@ -456,6 +457,7 @@ def _chunk_hit(
             "chunk_id": chunk.id,
             "document_id": document_id,
             "chunk_json": chunk_json(chunk, {}),
+            "text": chunk.text,
         },
     }
 
@@ -485,7 +487,8 @@ async def test_list_documents_finds_matching_documents_then_reads_all_their_chun
     ]
     yqls = [body["yql"] for body in _searches(server)]
     assert any("chunk_index > 0" in y for y in yqls)
-    assert any('document_id in ("alpha", "beta")' in y and "chunk_json" in y for y in yqls)
+    (read,) = [y for y in yqls if 'document_id in ("alpha", "beta")' in y]
+    assert read.startswith("select chunk_id, chunk_json from chunk")  # no title, no text
 
 
 async def test_hybrid_text_without_a_searchable_word_falls_back_to_the_dense_side(
@@ -661,7 +664,7 @@ async def test_count_documents_pages_the_scan_past_one_response_and_counts_every
 async def test_a_count_past_max_offset_visits_with_the_filters_selection(started: Any) -> None:
     """More chunks match than a query can page (`maxOffset`): the chunks are read again by
     visiting (`GET /document/v1/quarry/chunk/docid?selection=…&fieldSet=chunk:chunk_id,
-    chunk_json`, following `continuation`), so the count is exact. Visit answers follow
+    chunk_json,title,text`, following `continuation`), so the count is exact. Visit answers follow
     `en/reference/api/document-v1.html` ("Visit": `documents[{id, fields}]`, `documentCount`,
     `continuation`) and the data-dump sample of `en/writing/document-v1-api-guide.html`."""
     full_page = [_chunk_hit(f"q{i:04d}", 0, "wiki", {}) for i in range(1200)]
@@ -692,7 +695,7 @@ async def test_a_count_past_max_offset_visits_with_the_filters_selection(started
     visits = [r for r in server.requests if r.method == "GET" and "selection" in r.query]
     assert [v.query.get("continuation") for v in visits] == [None, "AAAAEAAAAAAAAAM3"]
     assert all(v.path == "/document/v1/quarry/chunk/docid" for v in visits)
-    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json"
+    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json,title,text"
     assert visits[0].query["cluster"] == "quarry_content"
     assert visits[0].query["timeout"] == "30s"
     assert visits[0].query["selection"] == (
@@ -884,3 +887,42 @@ async def test_describe_under_a_filter_vespa_rejects_names_the_caller_filter(
     with pytest.raises(InvalidArgument) as raised:
         await engine.describe("fixture", where=expression)
     assert raised.value.violations[0].field == "caller_filter"
+
+
+async def test_list_collections_pages_past_one_response_instead_of_truncating(
+    started: Any,
+) -> None:
+    """More collections than `maxHits` (1200): unranked pages at increasing offsets until a short
+    one, every name listed once."""
+    names = [f"c{i:04d}" for i in range(1300)]
+
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        page = names[body["offset"] : body["offset"] + body["hits"]]
+        return _root([{"id": n, "relevance": 0.0, "fields": {"name": n}} for n in page], 1300)
+
+    server, engine = await started(respond)
+    server.respond = respond  # every query answered from `names`, the registry's included
+    assert await engine.list_collections() == names
+    pages = [r.json() for r in server.requests if r.path == "/search/"]
+    assert [(b["offset"], b["hits"], b["ranking"]) for b in pages] == [
+        (0, 1200, "unranked"),
+        (1200, 1200, "unranked"),
+    ]
+
+
+async def test_deleting_documents_by_id_deletes_their_chunks_by_id_without_a_visit(
+    started: Any,
+) -> None:
+    """DeleteDocuments by id: the chunks are found by the `document_id` attribute (a query) and
+    each is deleted by its id; no document-selection delete (a visit of the whole cluster)."""
+    found = [_chunk_hit("alpha", 0, "wiki", {}), _chunk_hit("alpha", 1, "wiki", {})]
+    pages = iter([_root(found, 2), _root([], 0)])
+    server, engine = await started(lambda r: next(pages))
+    assert await engine.delete_matching("fixture", document_ids=["alpha"], where=None) == 2
+    assert not _selection_deletes(server)
+    (lookup, *_) = [b for b in _searches(server) if "document_id" in b["yql"]]
+    assert 'document_id in ("alpha")' in lookup["yql"]
+    deletes = [r for r in server.requests if r.method == "DELETE"]
+    assert len(deletes) == 2
+    assert all(r.path.startswith("/document/v1/quarry/chunk/docid/fixture.") for r in deletes)

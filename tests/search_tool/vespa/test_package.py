@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from services.search_tool.documents import Document
-from services.search_tool.engine.vespa.documents import chunk_fields
+from services.search_tool.engine.vespa.documents import HIT_FIELDS, chunk_fields, chunk_from_hit
 from services.search_tool.engine.vespa.package import (
     CONTENT_CLUSTER,
     KEYWORD_FIELDS,
@@ -152,3 +152,24 @@ def test_only_string_map_values_carry_a_casing() -> None:
         assert "cased" not in value, name
     strings = schema.split("field meta_str type map<string,string>")[1].split("\n        field ")[0]
     assert "cased" in strings.split("struct-field value")[1]
+
+
+def test_the_full_text_attribute_is_paged_out_of_memory() -> None:
+    """`text_attr` (every chunk's text, for `contains`) is `paged`: on disk and in the page
+    cache, not pinned in RAM (`en/content/attributes.html#paged-attributes`)."""
+    schema = application_package().get_schema("chunk").schema_to_text
+    block = schema.split("field text_attr type string {")[1].split("\n    }")[0]
+    assert "paged" in block
+    title = schema.split("field title_attr type string {")[1].split("\n    }")[0]
+    assert "paged" not in title
+
+
+def test_the_text_is_stored_once_as_itself_not_again_inside_chunk_json() -> None:
+    """The text and title are their own summary fields; `chunk_json` holds the rest, and a hit
+    is rebuilt from the three (`HIT_FIELDS`)."""
+    plain = record(Document(id="d", title="Tides", text="Neap tides are weak."))
+    fields = chunk_fields("c", plain, {})
+    assert "Neap" not in fields["chunk_json"]
+    assert "Tides" not in fields["chunk_json"]
+    hit = {name: fields[name] for name in HIT_FIELDS}
+    assert chunk_from_hit(hit) == plain.chunk

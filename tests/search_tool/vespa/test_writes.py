@@ -307,3 +307,25 @@ async def test_with_a_feed_url_documents_go_to_the_feed_cluster_and_queries_to_t
     assert {r.path.split("/")[1] for r in feed.requests} == {"document"}
     assert {r.path for r in query.requests} == {"/search/"}
     assert len(_chunk_puts(feed)) == 1
+
+
+async def test_with_the_feed_cluster_apart_readiness_also_needs_the_feed_cluster(
+    vespa: Any,
+) -> None:
+    """The query cluster answers, the feed cluster is overloaded (503): not ready, naming it;
+    once the feed cluster answers (a 404 for the probe id is an answer), ready."""
+    feed_status = [503]
+    feed, _ = await vespa(lambda r: Reply(feed_status[0], {"pathId": r.path, "message": "busy"}))
+    query, _ = await vespa(lambda r: _root([], 0))
+    engine = await VespaEngine.open(Endpoint(query.url, feed_url=feed.url, query_timeout_s=2.0))
+    try:
+        reason = await engine.unready_reason()
+        assert reason is not None
+        assert "503" in reason
+        feed_status[0] = 404
+        assert await engine.unready_reason() is None
+    finally:
+        await engine.close()
+    assert [r.path for r in feed.requests] == [
+        "/document/v1/quarry/collection/docid/quarry-readiness-probe"
+    ] * 2

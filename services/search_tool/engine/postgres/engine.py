@@ -26,11 +26,12 @@ from typing import Any, TypeVar
 import psycopg.errors
 from psycopg import AsyncConnection, sql
 
-from services.common.errors import FailedPrecondition, NotFound, Unavailable
+from services.common.errors import FailedPrecondition, NotFound, QuarryError, Unavailable
 from services.common.postgres import (
     DatabaseHealth,
     Pool,
     PostgresSettings,
+    classify,
     migrate,
     open_pool,
     transaction,
@@ -159,8 +160,16 @@ class PostgresEngine:
         async with self._migrate_lock:
             if self._migrated:
                 return
-            async with self._pool.connection(timeout=self._settings.pool_timeout_s) as conn:
-                applied = await migrate(conn, COMPONENT, MIGRATIONS)
+            try:
+                async with self._pool.connection(timeout=self._settings.pool_timeout_s) as conn:
+                    applied = await migrate(conn, COMPONENT, MIGRATIONS)
+            except QuarryError:
+                raise
+            except Exception as error:
+                classified = classify(error, pool=self._pool, settings=self._settings)
+                if classified is None:
+                    raise
+                raise classified from error
             if applied:
                 log.info("search tool schema migrated", extra={"versions": applied})
             self._migrated = True

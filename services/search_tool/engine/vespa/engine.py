@@ -1,44 +1,38 @@
 """`VespaEngine`: the `SearchEngine` over a deployed Quarry application package (`package`).
 
-Reads run concurrently; writes to one collection are serialised by a lock in this process, and
-the one document several replicas share, a collection's registry entry (`collection` schema: its
-embedding, its metadata key types), is only ever written with a test-and-set condition on its
-`revision` (read it, widen it, write it back if nobody wrote in between, else read again), so
-replicas writing new metadata keys at once never lose one another's keys. A write's chunks go out
-together; when one fails, the others are cancelled and awaited before the lock is released.
-Acked writes are visible to the next query in indexed mode, so `upsert` returns only once Vespa
-acknowledged every chunk.
+Reads run concurrently; writes to one collection are serialised by a lock in this process; the
+one document several replicas share, a collection's registry entry, is written by test-and-set
+(`registry`). A write's chunks go out together; when one fails, the others are cancelled and
+awaited before the lock is released. Acked writes are visible to the next query in indexed mode,
+so `upsert` returns only once Vespa acknowledged every chunk.
 
-The registry entry is cached per collection for `facts_ttl_s` (a search reads it from memory):
-what another replica changed (a new metadata key, a dropped collection) shows here at most that
-much later; this process's own writes refresh it at once.
+What a search needs besides its ranked requests is cached for `facts_ttl_s`: the registry entry,
+each filter's count, GetCollection's answer; what another replica changed shows here at most that
+much later, this process's own writes drop it at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from services.common.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
     Unavailable,
 )
 from services.search_tool.documents import (
     Chunk,
     ChunkRecord,
     from_epoch_microseconds,
-    metadata_type,
-    widen,
 )
 from services.search_tool.engine.base import (
     FULL_COVERAGE,
@@ -54,9 +48,10 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.vespa.documents import (
+    HIT_FIELDS,
     chunk_document_id,
     chunk_fields,
-    chunk_from_json,
+    chunk_from_hit,
 )
 from services.search_tool.engine.vespa.package import (
     BM25_FEATURE,
@@ -79,10 +74,9 @@ from services.search_tool.engine.vespa.queries import (
     keyword_body,
     scan_body,
 )
+from services.search_tool.engine.vespa.registry import CollectionRegistry, Registered
 from services.search_tool.engine.vespa.selection import collection_selection, compile_selection
 from services.search_tool.engine.vespa.transport import (
-    RETRY_AFTER_S,
-    ConditionFailed,
     Endpoint,
     QueryRejected,
     VespaTransport,
@@ -103,17 +97,13 @@ log = logging.getLogger(__name__)
 
 _ID_BATCH = 200
 _ID_FIELDS = ("chunk_id", "document_id", "content_hash")
-REGISTRY_ATTEMPTS = 8
-"""Test-and-set rounds of one registry write before giving up (Unavailable, retryable)."""
+_SUMMARY = ("chunk_id", "chunk_json")
 FACTS_TTL_S = 5.0
-"""Default longest a cached registry entry is used before it is read again."""
+"""Default longest a cached registry entry, filter count or GetCollection answer is reused."""
 READINESS_PROBE = "quarry-readiness-probe"
 """A chunk id no chunk has: the readiness query matches nothing."""
 READINESS_TIMEOUT_S = 2.0
 """Longest the readiness query may take before Vespa counts as not answering."""
-CREATE_ONLY = "false"
-"""The registry entry's condition at creation: with `create`, a missing document is written
-whatever the condition, an existing one only if it holds, and `false` never does."""
 COUNT_CACHE_SIZE = 256
 """Filter counts remembered (the oldest goes first)."""
 _T = TypeVar("_T")
@@ -127,23 +117,12 @@ class _Scored(NamedTuple):
     """One hit of a ranked request with both sides' scores (`matchfeatures`)."""
 
     chunk_id: str
-    chunk_json: str
+    fields: Mapping[str, Any]
+    """The hit's summary fields (`HIT_FIELDS`)."""
     cosines: tuple[float, ...]
     """Cosine to each query vector (`cosine_q<i>`; 0 beyond the query's vectors)."""
     bm25: float
     """`bm25(search_text)`: 0 when no word of the text occurs."""
-
-
-@dataclass(frozen=True)
-class Registered:
-    """A collection's registry entry as read."""
-
-    spec: CollectionSpec
-    """Embedding model and dimensions, fixed at creation."""
-    types: dict[str, FieldType]
-    """Each metadata key's type."""
-    revision: int
-    """Bumped by every write; the test-and-set condition of the next one."""
 
 
 class VespaEngine:
@@ -162,8 +141,9 @@ class VespaEngine:
         self._keyword_count_cap = keyword_count_cap
         self._facts_ttl_s = facts_ttl_s
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._registered: dict[str, tuple[float, Registered | None]] = {}
+        self._registry = CollectionRegistry(transport, facts_ttl_s)
         self._counts: dict[tuple[str, str], tuple[float, int]] = {}
+        self._described: dict[str, tuple[float, CollectionStats]] = {}
 
     @classmethod
     async def open(cls, endpoint: Endpoint, **limits: Any) -> VespaEngine:
@@ -174,7 +154,8 @@ class VespaEngine:
     async def unready_reason(self) -> str | None:
         """None when Vespa answers queries and runs this application package, else why not: an
         unranked `hits: 0` query on a fast-search attribute (nothing to match, nothing to scan)
-        naming the rank profile only this package has (`package.package_profile`)."""
+        naming the rank profile only this package has (`package.package_profile`); with the
+        feed cluster apart (`feed_url`), also a document get there (404 is an answer)."""
         body = {
             "yql": f'select chunk_id from {CHUNK} where chunk_id contains "{READINESS_PROBE}"',
             "hits": 0,
@@ -182,14 +163,27 @@ class VespaEngine:
         }
         try:
             await self._transport.query(body, READINESS_TIMEOUT_S)
+            if self._transport.feeds_apart:  # the feed cluster must answer document/v1 too
+                await self._transport.get(COLLECTION, READINESS_PROBE)
         except QueryRejected as rejected:
             return (
                 f"Vespa does not run this application package (rank profile "
                 f"{package_profile()} missing: {rejected.message})"
             )
-        except (Unavailable, DeadlineExceeded) as error:
+        except (Unavailable, DeadlineExceeded, FailedPrecondition) as error:
             return error.message
         return None
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, name: str) -> AsyncIterator[None]:
+        """The collection's write lock; when the write ends, what this process remembers of
+        the collection's contents (counts, GetCollection's answer) goes."""
+        async with self._write_locks[name]:
+            try:
+                yield
+            finally:
+                self._described.pop(name, None)
+                self._counts = {k: v for k, v in self._counts.items() if k[0] != name}
 
     @property
     def transport(self) -> VespaTransport:
@@ -225,38 +219,15 @@ class VespaEngine:
                 return sorted(set(names))
 
     async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
-        """Created by a put that only a missing entry accepts (`CREATE_ONLY`), so two replicas
-        creating the same collection at once cannot overwrite each other's entry."""
         async with self._write_locks[name]:
-            stored = await self._registry(name, fresh=True)
-            if stored is None:
-                try:
-                    await self._put_registry(name, Registered(spec, {}, 1), CREATE_ONLY)
-                    log.info("collection created", extra={"collection": name})
-                    return
-                except ConditionFailed:  # another writer created it first
-                    stored = await self._registry(name, fresh=True)
-                    if stored is None:
-                        raise _registry_contended(name) from None
-        if (stored.spec.embedding_model, stored.spec.dimensions) != (
-            spec.embedding_model,
-            spec.dimensions,
-        ):
-            raise FailedPrecondition(
-                f"collection {name!r} holds {stored.spec.dimensions}-d vectors of "
-                f"{stored.spec.embedding_model!r}; the embedder makes {spec.dimensions}-d vectors "
-                f"of {spec.embedding_model!r}",
-                reason="EMBEDDING_MISMATCH",
-                metadata={"collection": name},
-            )
+            await self._registry.ensure(name, spec)
 
     async def drop_collection(self, name: str) -> None:
         """Vespa removes the chunks itself (a selection delete), then the registry entry."""
-        async with self._write_locks[name]:
+        async with self._writing(name):
             await self._spec(name)
             removed = await self._transport.delete_where(CHUNK, collection_selection(name))
-            await self._transport.delete(COLLECTION, name)
-            self._registered.pop(name, None)
+            await self._registry.delete(name)
             log.info("collection dropped", extra={"collection": name, "chunks": removed})
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
@@ -271,8 +242,8 @@ class VespaEngine:
         """Puts are idempotent by chunk id, so `absent` changes nothing here."""
         if not records:
             return 0
-        async with self._write_locks[name]:
-            widened = await self._widen_registry(name, records)
+        async with self._writing(name):
+            widened = await self._registry.widen(name, records)
             await _together(
                 self._transport.put(
                     CHUNK, chunk_document_id(name, r.chunk.id), chunk_fields(name, r, widened)
@@ -280,30 +251,6 @@ class VespaEngine:
                 for r in records
             )
         return len(records)
-
-    async def _widen_registry(
-        self, name: str, records: Sequence[ChunkRecord]
-    ) -> dict[str, FieldType]:
-        """The metadata key types once `records` are stored, written to the registry when they
-        widen it: read the entry (a get, not the cache), widen, put it back with `revision + 1`
-        on condition that `revision` is unchanged; on 412 read again, at most
-        `REGISTRY_ATTEMPTS` rounds."""
-        for _ in range(REGISTRY_ATTEMPTS):
-            stored = await self._registry(name, fresh=True)
-            if stored is None:
-                raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
-            widened = _widen_types(stored.types, records)
-            if widened == stored.types:
-                return widened
-            try:
-                entry = Registered(stored.spec, widened, stored.revision + 1)
-                await self._put_registry(name, entry, _unchanged(stored.revision))
-                return widened
-            except ConditionFailed:
-                log.info(
-                    "registry changed under a write, reading it again", extra={"collection": name}
-                )
-        raise _registry_contended(name)
 
     async def stored_versions(
         self, name: str, document_ids: Sequence[str]
@@ -324,7 +271,7 @@ class VespaEngine:
 
     async def delete_chunks(self, name: str, chunk_ids: Sequence[str]) -> int:
         deleted = 0
-        async with self._write_locks[name]:
+        async with self._writing(name):
             for batch in _batches(chunk_ids):
                 existing = [f["chunk_id"] for f in await self._all_ids(name, _in("id", batch))]
                 await self._delete_ids(name, existing)
@@ -335,7 +282,7 @@ class VespaEngine:
         self, name: str, *, document_ids: Sequence[str], where: FilterExpression | None
     ) -> int:
         deleted = 0
-        async with self._write_locks[name]:
+        async with self._writing(name):
             await self._spec(name)
             for batch in _batches(document_ids):  # ids by attribute lookup, deleted by id
                 deleted += await self._delete_ids_matching(name, _in("document_id", batch))
@@ -398,7 +345,7 @@ class VespaEngine:
             completion = _completion(dense_lists, keyword_list, scored, len(vectors))
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
-            Hit(chunk_from_json(scored[f.id].chunk_json), f.score, f.dense_score, f.keyword_score)
+            Hit(chunk_from_hit(scored[f.id].fields), f.score, f.dense_score, f.keyword_score)
             for f in fused[query.offset : depth]
         ]
         if count_text is not None:
@@ -408,6 +355,18 @@ class VespaEngine:
     async def describe(
         self, name: str, *, where: FilterExpression | None = None
     ) -> CollectionStats:
+        """Counts, facets and date range: three grouping/count queries at once. Without a filter
+        (GetCollection, every agent run) the answer is cached for `facts_ttl_s`; this process's
+        own writes to the collection drop it at once."""
+        cached = self._described.get(name) if where is None else None
+        if cached is not None and time.monotonic() - cached[0] < self._facts_ttl_s:
+            return cached[1]
+        stats = await self._describe(name, where)
+        if where is None:
+            self._described[name] = (time.monotonic(), stats)
+        return stats
+
+    async def _describe(self, name: str, where: FilterExpression | None) -> CollectionStats:
         stored = await self._spec(name)
         spec, types = stored.spec, stored.types
         expression = where or FilterExpression()
@@ -444,8 +403,8 @@ class VespaEngine:
         """Up to `limit` whole chunks matching `where` (`_read`: unranked query pages, a visit
         past Vespa's `maxOffset`)."""
         await self._spec(name)
-        found = await self._read(name, where, whole=True, limit=limit)
-        return [chunk_from_json(f["chunk_json"]) for f in found]
+        found = await self._read(name, where, fields=HIT_FIELDS, limit=limit)
+        return [chunk_from_hit(f) for f in found]
 
     async def _dense(
         self, name: str, query: EngineQuery, hits: int, keyword_text: str | None
@@ -483,7 +442,7 @@ class VespaEngine:
             features = fields.get("matchfeatures") or {}
             found[fields["chunk_id"]] = _Scored(
                 fields["chunk_id"],
-                fields["chunk_json"],
+                fields,
                 tuple(
                     float(features.get(cosine_feature(i), 0.0)) for i in range(MAX_QUERY_VECTORS)
                 ),
@@ -531,8 +490,9 @@ class VespaEngine:
         counts: dict[str, int] = defaultdict(int)
         first: dict[str, Any] = {}
         for batch in _batches(sorted(matching)):
-            for fields in await self._read(name, _in("document_id", batch), whole=True):
-                chunk = chunk_from_json(fields["chunk_json"])
+            # chunk_json alone: a summary needs no title or text
+            for fields in await self._read(name, _in("document_id", batch), fields=_SUMMARY):
+                chunk = chunk_from_hit(fields)
                 counts[chunk.document_id] += 1
                 if chunk.chunk_index == 0 or chunk.document_id not in first:
                     first[chunk.document_id] = chunk
@@ -548,27 +508,31 @@ class VespaEngine:
 
     async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
         """`chunk_id`, `document_id`, `content_hash` of every chunk matching `expression`."""
-        return await self._read(name, expression, whole=False)
+        return await self._read(name, expression, fields=_ID_FIELDS)
 
     async def _read(
-        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None = None
+        self,
+        name: str,
+        expression: FilterExpression,
+        *,
+        fields: tuple[str, ...],
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Fields of the chunks matching `expression` (at most `limit`): `chunk_id`,
-        `chunk_json` when `whole`, else `chunk_id`, `document_id`, `content_hash`.
+        """`fields` of the chunks matching `expression` (at most `limit`).
 
         Unranked query pages of `MAX_HITS` by offset (fast: the filter uses the attributes).
         A query cannot page past `maxOffset`, so when more match, the chunks are read again
         by visiting with the filter's document selection (`selection.py`: a linear scan of the
         cluster, no offset limit); a filter without one fails with FailedPrecondition naming
         the limit, rather than return a silent subset (a count would claim to be exact)."""
-        body = scan_body if whole else ids_body
         found: list[dict[str, Any]] = []
         while limit is None or len(found) < limit:
             if len(found) > MAX_OFFSET:
-                return await self._visit(name, expression, whole=whole, limit=limit)
+                return await self._visit(name, expression, fields=fields, limit=limit)
             hits = MAX_HITS if limit is None else min(MAX_HITS, limit - len(found))
+            body = scan_body(name, expression, hits, len(found), fields=fields)
             try:
-                root = await self._transport.query(body(name, expression, hits, len(found)))
+                root = await self._transport.query(body)
             except QueryRejected as rejected:
                 raise _rejected(rejected, expression) from None
             page = [h["fields"] for h in root.get("children", []) if "fields" in h]
@@ -578,7 +542,12 @@ class VespaEngine:
         return found
 
     async def _visit(
-        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None
+        self,
+        name: str,
+        expression: FilterExpression,
+        *,
+        fields: tuple[str, ...],
+        limit: int | None,
     ) -> list[dict[str, Any]]:
         selection = compile_selection(name, expression)
         if selection is None:
@@ -590,7 +559,6 @@ class VespaEngine:
                 metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
             )
         log.info("more chunks match than a query can page: visiting", extra={"collection": name})
-        fields = ("chunk_id", "chunk_json") if whole else _ID_FIELDS
         return await self._transport.visit(CHUNK, selection, fields, limit)
 
     async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:
@@ -623,47 +591,7 @@ class VespaEngine:
         )
 
     async def _spec(self, name: str) -> Registered:
-        stored = await self._registry(name)
-        if stored is None:
-            raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
-        return stored
-
-    async def _registry(self, name: str, *, fresh: bool = False) -> Registered | None:
-        """The registry entry: from the cache while younger than `facts_ttl_s` (unless
-        `fresh`), else by a document get (the newest acknowledged version)."""
-        now = time.monotonic()
-        cached = self._registered.get(name)
-        if not fresh and cached is not None and now - cached[0] < self._facts_ttl_s:
-            return cached[1]
-        fields = await self._transport.get(COLLECTION, name)
-        stored = None if fields is None else _registered(fields)
-        self._registered[name] = (now, stored)
-        return stored
-
-    async def _put_registry(self, name: str, entry: Registered, condition: str) -> None:
-        """Write `entry` if `condition` (a document selection) holds for the stored one, else
-        `ConditionFailed`; `CREATE_ONLY` writes only a missing entry."""
-        await self._transport.put(
-            COLLECTION,
-            name,
-            {
-                "name": name,
-                "embedding_model": entry.spec.embedding_model,
-                "dimensions": entry.spec.dimensions,
-                "metadata_types": json.dumps({k: t.value for k, t in sorted(entry.types.items())}),
-                "revision": entry.revision,
-            },
-            condition=condition,
-            create=condition == CREATE_ONLY,
-        )
-        self._registered[name] = (time.monotonic(), entry)
-
-
-def _unchanged(revision: int) -> str:
-    """The condition that the stored entry is still at `revision` (0: written before entries
-    had one, the field is missing, which only `== null` tests without turning invalid)."""
-    value = "null" if revision == 0 else str(revision)
-    return f"{COLLECTION}.revision == {value}"
+        return await self._registry.require(name)
 
 
 def _by_cosine(hits: Iterable[_Scored], index: int, limit: int) -> list[Candidate]:
@@ -687,25 +615,6 @@ def _completion(
     )
 
 
-def _registered(fields: Mapping[str, Any]) -> Registered:
-    types = json.loads(fields.get("metadata_types") or "{}")
-    return Registered(
-        CollectionSpec(str(fields["embedding_model"]), int(fields["dimensions"])),
-        {k: FieldType(v) for k, v in types.items()},
-        int(fields.get("revision") or 0),
-    )
-
-
-def _registry_contended(name: str) -> Unavailable:
-    return Unavailable(
-        f"the registry entry of collection {name!r} kept changing under this write "
-        f"({REGISTRY_ATTEMPTS} test-and-set rounds); retry",
-        retry_after_s=RETRY_AFTER_S,
-        reason="VESPA_REGISTRY_CONTENDED",
-        metadata={"collection": name},
-    )
-
-
 async def _together(calls: Iterable[Awaitable[_T]]) -> list[_T]:
     """Run `calls` at once; when one fails, cancel the others and wait until they have ended
     before raising its error, so nothing of this write is still in flight afterwards."""
@@ -721,31 +630,6 @@ async def _together(calls: Iterable[Awaitable[_T]]) -> list[_T]:
 
 async def _nothing() -> None:
     return None
-
-
-def _widen_types(
-    types: Mapping[str, FieldType], records: Sequence[ChunkRecord]
-) -> dict[str, FieldType]:
-    """Each metadata key's type once `records` are stored; a conflicting value is
-    InvalidArgument naming `metadata.<key>` (the embedded engine's rule)."""
-    merged = dict(types)
-    for record in records:
-        for key, value in record.chunk.metadata.items():
-            incoming = metadata_type(value)
-            if key not in merged:
-                merged[key] = incoming
-                continue
-            wider = widen(merged[key], incoming)
-            if key in types and wider is not types[key]:
-                raise InvalidArgument.for_field(
-                    f"metadata.{key}", f"is {types[key]} in this collection, not {incoming}"
-                )
-            if wider is None:
-                raise InvalidArgument.for_field(
-                    f"metadata.{key}", f"mixes {merged[key]} and {incoming} values"
-                )
-            merged[key] = wider
-    return merged
 
 
 def _in(field: str, values: Sequence[str]) -> FilterExpression:

@@ -212,6 +212,10 @@ def chunk_schema(dimensions: int) -> Schema:
             "string",
             indexing=[f"input {source}", "attribute"],
             match=["cased"],
+            # the whole text of every chunk, for `contains` (a regex scan) only: paged, so it
+            # lives on disk and in the page cache, not pinned in memory
+            # (`en/content/attributes.html#paged-attributes`); titles are short and stay in RAM
+            attribute=["paged"] if source == "text" else None,
             is_document_field=False,
         )
         for source, copy in TEXT_ATTRIBUTE_COPIES.items()

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from services.search_tool.engine.vespa.documents import HIT_FIELDS
 from services.search_tool.engine.vespa.package import (
     CHUNK,
     EMBEDDING,
@@ -34,7 +35,7 @@ from services.search_tool.engine.vespa.yql import where
 from services.search_tool.filters import FilterExpression
 
 TEXT_PARAMETER = "quarry_text"
-_SELECT = f"select chunk_id, chunk_json from {CHUNK} where "
+_SELECT = f"select {', '.join(HIT_FIELDS)} from {CHUNK} where "
 _ANY_WORD = (
     # `text()` is userInput with grammar `linguistics` (weakAnd, linguistics tokens, no query
     # syntax; `en/linguistics/linguistics.html` "Overriding profile"); only the composite changes
@@ -158,11 +159,17 @@ def describe_body(
 
 
 def scan_body(
-    collection: str, expression: FilterExpression, hits: int, offset: int = 0
+    collection: str,
+    expression: FilterExpression,
+    hits: int,
+    offset: int = 0,
+    *,
+    fields: tuple[str, ...] = HIT_FIELDS,
 ) -> dict[str, Any]:
-    """Whole chunks matching `expression`, unranked (reads and counts, not searches)."""
+    """`fields` of the chunks matching `expression` (whole chunks by default), unranked (reads
+    and counts, not searches)."""
     return {
-        "yql": _SELECT + where(collection, expression),
+        "yql": f"select {', '.join(fields)} from {CHUNK} where " + where(collection, expression),
         "hits": hits,
         "offset": offset,
         "ranking": "unranked",

@@ -19,8 +19,9 @@ conditional write (test-and-set `condition`) → `ConditionFailed`, which the ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,7 @@ class VespaTransport:
         self._client: VespaAsync | None = None
         self._feed_client: VespaAsync | None = None
         self._writes = asyncio.Semaphore(endpoint.feed_concurrency)
+        self._in_flight = 0
 
     def _application(self, url: str | None) -> Vespa:
         return Vespa(
@@ -207,9 +209,14 @@ class VespaTransport:
         await self._write("delete", schema, document_id, None, {})
 
     @property
+    def feeds_apart(self) -> bool:
+        """Document/v1 goes to another container cluster than queries (`feed_url`)."""
+        return self._feed_app is not self._app
+
+    @property
     def writes_in_flight(self) -> int:
         """Document writes holding a slot of `feed_concurrency` now (0 when none is running)."""
-        return self.endpoint.feed_concurrency - self._writes._value
+        return self._in_flight
 
     async def delete_where(self, schema: str, selection: str) -> int:
         """Remove every `schema` document `selection` selects (a document selection, see
@@ -270,7 +277,7 @@ class VespaTransport:
             raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
         url = f"{self._feed_app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
         try:
-            async with self._writes:
+            async with self._slot():
                 if method == "DELETE":
                     response = await http.delete(url, params=params)
                 else:
@@ -306,7 +313,7 @@ class VespaTransport:
         client = self._feeding()
         for attempt in range(1, self.endpoint.feed_retries + 1):
             try:
-                async with self._writes:
+                async with self._slot():
                     if fields is None:
                         response = await client.delete_data(
                             schema, document_id, NAMESPACE, **params
@@ -338,6 +345,16 @@ class VespaTransport:
                 )
             tries = f"attempt {attempt} of {self.endpoint.feed_retries}"
             raise _status_error(status, f"{message} ({operation} of {schema}, {tries})")
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of `feed_concurrency` document-API requests in flight, counted while held."""
+        async with self._writes:
+            self._in_flight += 1
+            try:
+                yield
+            finally:
+                self._in_flight -= 1
 
     def _connected(self) -> VespaAsync:
         if self._client is None:
