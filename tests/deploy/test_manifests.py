@@ -381,10 +381,11 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
         if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r.get("to", []))
     }
     database = {"search-tool": {5432}} if overlay.startswith("postgres") else {}
-    # the gateway and the pods labelled for HTTPS egress (the OpenAI embedder) reach out
-    beyond = {k: v for k, v in outside.items() if k not in ("llm-gateway", "https-egress")}
-    assert beyond == database
-    assert {"llm-gateway", "https-egress"} <= set(outside)
+    assert {k: v for k, v in outside.items() if k != "llm-gateway"} == {
+        **database,
+        "https-egress": {443},  # opted into by label only (test_https_egress_is_opened_by_label)
+    }
+    assert "llm-gateway" in outside
 
 
 def _selects(selector: Doc, labels: dict[str, str]) -> bool:
@@ -642,6 +643,73 @@ def test_the_agents_history_is_sqlite_on_a_volume_with_one_replica_or_postgres_w
     assert size.endswith("Gi")
     assert history.max_runs > 0
     assert history.max_runs * RUN_BYTES * 2 <= int(size[:-2]) * 2**30
+
+
+def test_the_optional_agent_route_exposes_only_the_agent_over_tls_through_a_gateway(
+    tmp_path: Path,
+) -> None:
+    """k8s/components/agent-grpc-route added to the embedded overlay (as k8s/README.md says)."""
+    import shutil
+
+    k8s = tmp_path / "k8s"
+    shutil.copytree(ROOT / "k8s", k8s, ignore=shutil.ignore_patterns("rendered"))
+    overlay = k8s / "overlays" / "embedded" / "kustomization.yaml"
+    overlay.write_text(overlay.read_text() + "components: [../../components/agent-grpc-route]\n")
+    out = subprocess.run(
+        [str(KUBECTL), "kustomize", str(overlay.parent)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    docs = tuple(d for d in yaml.safe_load_all(out) if d)
+    (gateway,) = _of(docs, "Gateway")
+    (route,) = _of(docs, "GRPCRoute")
+    for doc in (gateway, route):
+        assert doc["apiVersion"] == "gateway.networking.k8s.io/v1"
+        assert doc["metadata"]["namespace"] == "quarry"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "quarry"
+    (listener,) = gateway["spec"]["listeners"]
+    assert (listener["protocol"], listener["port"], listener["tls"]["mode"]) == (
+        "HTTPS",
+        443,
+        "Terminate",
+    )
+    (parent,) = route["spec"]["parentRefs"]
+    assert (parent["name"], parent["sectionName"]) == (
+        gateway["metadata"]["name"],
+        listener["name"],
+    )
+    (rule,) = route["spec"]["rules"]
+    services = {m["method"]["service"] for m in rule["matches"]}
+    assert "quarry.agent.v1.AgentService" in services
+    assert not any("searchtool" in s or "llmgateway" in s for s in services)
+    (backend,) = rule["backendRefs"]
+    agent_service = next(
+        s for s in _of(docs, "Service") if s["metadata"]["name"] == backend["name"]
+    )
+    assert agent_service["spec"]["selector"] == {"app.kubernetes.io/name": "agent"}
+    assert backend["port"] in [p["port"] for p in agent_service["spec"]["ports"]]
+    assert "clusterIP" not in agent_service["spec"]  # the balanced Service, not the headless one
+    (agent_policy,) = [p for p in _of(docs, "NetworkPolicy") if p["metadata"]["name"] == "agent"]
+    assert any(
+        "from" not in rule and backend["port"] in [p["port"] for p in rule["ports"]]
+        for rule in agent_policy["spec"]["ingress"]
+    )  # the gateway's data plane, in its own namespace, may reach the agent
+
+
+def test_vespa_is_ready_when_its_query_container_is_and_keeps_its_logs_on_its_volume() -> None:
+    (vespa,) = [w for w in _workloads(rendered("vespa")) if w["metadata"]["name"] == "vespa"]
+    (container,) = vespa["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    readiness = container["readinessProbe"]["httpGet"]
+    assert (readiness["path"], ports[readiness["port"]]) == ("/state/v1/health", 8080)
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    claims = {c["metadata"]["name"] for c in vespa["spec"]["volumeClaimTemplates"]}
+    assert mounts["/opt/vespa/logs"]["name"] in claims
+    internal = next(
+        s for s in _of(rendered("vespa"), "Service") if s["metadata"]["name"] == "vespa-internal"
+    )
+    assert internal["spec"]["publishNotReadyAddresses"] is True  # the deploy Job's way in
 
 
 @pytest.mark.parametrize("overlay", ["postgres", "postgres-trial"])
