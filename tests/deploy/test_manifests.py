@@ -349,11 +349,10 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
         for port in rule["ports"]
     }
     anywhere = [r["ports"] for r in agent_policy["spec"]["egress"] if "to" not in r]
-    shared = config["agent"].get("history", {}).get("kind") == "postgres" or any(
-        "agent-postgres" in c
-        for c in yaml.safe_load(
-            (ROOT / "k8s" / "overlays" / overlay / "kustomization.yaml").read_text()
-        ).get("components", [])
+    (agent_container,) = _agent(docs)["spec"]["template"]["spec"]["containers"]
+    shared = (
+        config["agent"].get("history", {}).get("kind") == "postgres"
+        or _env(agent_container).get("QUARRY_AGENT_HISTORY__KIND") == "postgres"
     )
     assert anywhere == ([[{"protocol": "TCP", "port": 5432}]] if shared else []), (
         "the agent reaches any address only on PostgreSQL's port, and only with its history there"
@@ -746,10 +745,12 @@ def test_the_postgres_search_tool_reads_its_dsn_from_the_secret_and_may_reach_th
         (database,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "postgres"]
         assert database["kind"] == "StatefulSet"
         assert database["spec"]["replicas"] == 1
+        # the search tool, and the agent whose history and questions live there too
         assert policies["postgres"]["ingress"] == [
             {
                 "from": [
-                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "search-tool"}}}
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "search-tool"}}},
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "agent"}}},
                 ],
                 "ports": [{"protocol": "TCP", "port": 5432}],
             }
