@@ -31,8 +31,10 @@ from services.search_tool.client import SearchToolClient
 EPILOG = """formats: text (.txt, no suffix), Markdown (front matter -> metadata, one document per
 heading section, headings -> breadcrumbs), reStructuredText, HTML (main text, title), PDF (one
 document per page, page in metadata), DOCX, JSON Lines records (id/_id, title, text; other keys ->
-metadata: a BEIR corpus.jsonl loads as is), source code (language in metadata). Other and binary
-files are skipped and counted.
+metadata: a BEIR corpus.jsonl loads as is), source code (language in metadata), manual pages
+(ls.1, titled ls(1)); any of these gzipped (ls.1.gz, notes.md.gz). Sphinx reStructuredText with
+roles or directives docutils does not know is read as its text. Other and binary files are
+skipped and counted.
 
 A re-run sends only new and changed files (each document keeps metadata.content_sha256 in the
 search tool) and --prune deletes documents whose files are gone.

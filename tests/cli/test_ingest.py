@@ -384,3 +384,31 @@ async def test_ctrl_c_during_ingest_prints_one_line_and_no_traceback(tmp_path: P
     assert process.returncode == 130, text
     assert "Traceback" not in text
     assert text.strip().splitlines()[-1] == "quarry: interrupted"
+
+
+async def test_progress_counts_a_file_done_only_once_its_chunks_are_stored(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    """A re-run with one changed file of four: the three unchanged files are done at once, the
+    changed one only when its chunks are stored (it read `4/4 files · 0 chunks` while embedding)."""
+    from quarry_cli.ingest.files import IngestOptions, ingest
+    from quarry_cli.ingest.sync import Progress
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    for n in range(4):
+        (root / f"n{n}.txt").write_text(f"Kettle note {n}: descale with vinegar.\n")
+    options = IngestOptions(collection="mine", paths=[root])
+    async with SearchToolClient(search_tool.address) as client:
+        first: list[Progress] = []
+        await ingest(client, options, progress=first.append)
+        (root / "n2.txt").write_text("Kettle note 2, rewritten: use citric acid instead.\n")
+        again: list[Progress] = []
+        summary = await ingest(client, options, progress=again.append)
+    assert summary.changed == 1
+    for reports in (first, again):
+        assert [r.files_done for r in reports] == sorted(r.files_done for r in reports)
+        assert (reports[-1].files_done, reports[-1].files_total) == (4, 4)
+        assert reports[-1].chunks >= 1
+        assert all(r.files_done < 4 for r in reports if r.chunks == 0), reports
+    assert all(r.files_done == 0 for r in first if r.chunks == 0)
