@@ -14,7 +14,9 @@ arguments, the results it showed, its error; then the outcome, stop reason and a
 
 The scripted provider picks its reply by the number of assistant messages in a request, so a
 model turn with neither text nor tool calls, or a conversation compacted (Layer 3), cannot be
-replayed position for position: the replay then diverges there, and says so.
+replayed position for position: the replay then diverges there, and says so. A `summarize`
+call asks the replay gateway's extractive summary (`SUMMARY_ROUTE`): a run summarised offline
+replays as it was, one summarised by a model shows where the extractive summary cites otherwise.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from services.common.settings import ServerSettings
 from services.common.tls import ChannelTls
 
 REPLAY_ROUTE = "replay"
+SUMMARY_ROUTE = "replay-summary"
+"""The replay gateway's route for `summarize` (the offline extractive summary): a record keeps
+the summary as the model read it, not the gateway's JSON, so summaries are written again."""
 MAX_DIFFERENCES = 20
 STARTUP_TIMEOUT_S = 120.0
 _STRATEGIES = {1: "semantic", 2: "keyword", 3: "hybrid"}
@@ -205,7 +210,7 @@ async def _replay_services(
         "llm_gateway": {
             "server": {"host": "127.0.0.1", "port": gateway_port, "grace_s": 0},
             "providers": [provider, {"kind": "extractive"}],
-            "routes": {REPLAY_ROUTE: [REPLAY_ROUTE]},
+            "routes": {REPLAY_ROUTE: [REPLAY_ROUTE], SUMMARY_ROUTE: ["extractive"]},
             "default_route": REPLAY_ROUTE,
         },
         "agent": {
@@ -215,7 +220,10 @@ async def _replay_services(
             "llm_gateway_address": f"127.0.0.1:{gateway_port}",
             "route": REPLAY_ROUTE,
             "context_window_tokens": window,
-            "loop": json.loads(record.loop_settings_json or "{}"),
+            "loop": {
+                **json.loads(record.loop_settings_json or "{}"),
+                "summarize_route": SUMMARY_ROUTE,
+            },
             "history": {"path": str(folder / "runs.sqlite3")},
         },
     }
@@ -270,16 +278,23 @@ async def _frozen_search_tool(record: agent_pb2.RunRecord, *, enabled: bool) -> 
 
 
 class FrozenSearchTool(search_tool_pb2_grpc.SearchToolServiceServicer):  # type: ignore[misc]
-    """The search tool as the record saw it: each search, read and count answered with what the
-    recorded call showed (searches matched by query, strategy, limit and offset; reads by
-    document; counts in order); anything else NOT_FOUND, which the model reads as a failed call
-    and the comparison reports. The collection's facts are not recorded: it reports its name."""
+    """The search tool as the record saw it: each search, read, count and web search answered
+    with what the recorded call showed (searches matched by query, strategy, limit and offset;
+    reads by document; counts in order; web searches by query and limit, with the pages the
+    model was shown); anything else NOT_FOUND, which the model reads as a failed call and the
+    comparison reports. The collection's facts are not recorded: it reports its name.
+
+    The agent fetches at least the run's `limit` for every search (the caller's results) while
+    the model's call names its own: a recorded search is keyed by the limit the agent sent,
+    `max(model limit, run limit)`, as the replayed agent sends it again."""
 
     def __init__(self, record: agent_pb2.RunRecord) -> None:
         calls = [c for s in steps_of(record) for c in s.tool_calls if not c.error]
-        self._searches = [(_plan_key(c), c) for c in calls if c.name == "search"]
+        run_limit = run_limit_of(record)
+        self._searches = [(_plan_key(c, run_limit), c) for c in calls if c.name == "search"]
         self._reads = [c for c in calls if c.name == "read"]
         self._counts = [c for c in calls if c.name == "count"]
+        self._web = [c for c in calls if c.web]
 
     async def GetCollection(
         self, request: search_tool_pb2.GetCollectionRequest, context: Any
@@ -322,8 +337,42 @@ class FrozenSearchTool(search_tool_pb2_grpc.SearchToolServiceServicer):  # type:
         call = self._counts.pop(0)
         return search_tool_pb2.CountDocumentsResponse(document_count=call.total_count, exact=True)
 
+    async def WebSearch(
+        self, request: search_tool_pb2.WebSearchRequest, context: Any
+    ) -> search_tool_pb2.WebSearchResponse:
+        for n, call in enumerate(self._web):
+            plan = json.loads(call.validated_arguments_json or "{}")
+            if (plan.get("query"), plan.get("limit")) == (request.query, request.limit):
+                del self._web[n]
+                return web_response(call)
+        await context.abort(grpc.StatusCode.NOT_FOUND, "frozen replay: no such web search recorded")
+        raise AssertionError("unreachable")
 
-def _plan_key(call: agent_pb2.ToolCallRecord) -> str:
+
+def web_response(call: agent_pb2.ToolCallRecord) -> search_tool_pb2.WebSearchResponse:
+    """A recorded `web_search` call's pages as the search tool's WebSearch returned them."""
+    reply = search_tool_pb2.WebSearchResponse()
+    for result in call.results:
+        page = reply.results.add(
+            id=result.chunk.id,
+            title=result.chunk.title,
+            url=result.chunk.url,
+            snippet=result.chunk.text,
+            provider=result.web.provider,
+        )
+        page.fetched_at.CopyFrom(result.web.fetched_at)
+        reply.provider = result.web.provider
+    return reply
+
+
+def run_limit_of(record: agent_pb2.RunRecord) -> int:
+    """The run's `limit`: the request's, else the agent's `loop.default_limit` (10)."""
+    settings = json.loads(record.loop_settings_json or "{}")
+    return record.request.limit or int(settings.get("default_limit", 10))
+
+
+def _plan_key(call: agent_pb2.ToolCallRecord, run_limit: int) -> str:
+    """A recorded search as the agent sent it to the search tool."""
     plan = json.loads(call.validated_arguments_json or "{}")
     query = plan.get("query", {})
     return json.dumps(
@@ -331,7 +380,7 @@ def _plan_key(call: agent_pb2.ToolCallRecord) -> str:
             query.get("primary", ""),
             list(query.get("variations", [])),
             plan.get("retrieval_strategy", "hybrid"),
-            plan.get("limit", 10),
+            max(plan.get("limit", 10), run_limit),
             plan.get("offset", 0),
         ]
     )
@@ -370,6 +419,9 @@ def _step_differences(
 ) -> list[Difference]:
     step = recorded.index
     out: list[Difference] = []
+    if recorded.compacted != replayed.compacted:
+        flags = str(recorded.compacted).lower(), str(replayed.compacted).lower()
+        out.append(Difference(step, "compacted", *flags))
     if recorded.text != replayed.text:
         out.append(Difference(step, "text", recorded.text, replayed.text))
     names = [c.name for c in recorded.tool_calls], [c.name for c in replayed.tool_calls]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from quarry_cli.vespa_deploy import EXIT_REJECTED
-from services.agent.config import AgentSettings
+from services.agent.config import AgentSettings, HistorySettings
 from services.common.server import LIVENESS_SERVICE
 from services.common.settings import QuarrySettings, load_settings
 from services.llm_gateway.config import GatewaySettings
@@ -54,6 +54,8 @@ MARGIN_S = 5
 HEALTH_PORT = 50060
 KEY_DIGESTS_SECRET = "quarry-api-key-digests"
 TLS_SECRET = "quarry-tls"
+AGENT_DB_SECRET = "quarry-agent-postgres"
+"""The agent's PostgreSQL DSN (key `dsn`), mounted as a file where the history is shared."""
 POSTGRES_SECRET = "quarry-postgres"
 """The search tool's database DSN (and CA) in the postgres overlays."""
 POSTGRES_TRIAL_SECRET = "quarry-postgres-trial"
@@ -236,6 +238,7 @@ def test_no_secret_is_written_into_the_manifests(overlay: str, tmp_path: Path) -
                 assert volume["secret"]["secretName"] in (
                     KEY_DIGESTS_SECRET,
                     TLS_SECRET,
+                    AGENT_DB_SECRET,
                     POSTGRES_SECRET,
                 )
                 assert "items" not in volume["secret"]
@@ -342,8 +345,19 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
     allowed = {
         (rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], port["port"])
         for rule in agent_policy["spec"]["egress"]
+        if "to" in rule
         for port in rule["ports"]
     }
+    anywhere = [r["ports"] for r in agent_policy["spec"]["egress"] if "to" not in r]
+    shared = config["agent"].get("history", {}).get("kind") == "postgres" or any(
+        "agent-postgres" in c
+        for c in yaml.safe_load(
+            (ROOT / "k8s" / "overlays" / overlay / "kustomization.yaml").read_text()
+        ).get("components", [])
+    )
+    assert anywhere == ([[{"protocol": "TCP", "port": 5432}]] if shared else []), (
+        "the agent reaches any address only on PostgreSQL's port, and only with its history there"
+    )
     assert config["agent"]["load_balancing"] == "round_robin"
     for key, target in (
         ("search_tool_address", "search-tool"),
@@ -361,9 +375,11 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
     # only the gateway reaches the internet; the postgres overlays' search tool reaches an
     # external database, on PostgreSQL's port alone
     outside = {
-        p["metadata"]["name"]: {port["port"] for r in p["spec"]["egress"] for port in r["ports"]}
+        p["metadata"]["name"]: {
+            port["port"] for r in p["spec"]["egress"] for port in r.get("ports", [])
+        }
         for p in _of(docs, "NetworkPolicy")
-        if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r["to"])
+        if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r.get("to", []))
     }
     database = {"search-tool": {5432}} if overlay.startswith("postgres") else {}
     assert {k: v for k, v in outside.items() if k != "llm-gateway"} == {
@@ -570,30 +586,54 @@ def _agent(docs: tuple[Doc, ...]) -> Doc:
     return agent
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_agents_sqlite_history_has_one_replica_and_a_persistent_volume_never_an_empty_dir(
-    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SQLite has one writer and lives in one pod: one replica, no HPA, `Recreate` (the old pod
-    lets go of the ReadWriteOnce volume first), the file on a PersistentVolumeClaim sized for
-    `max_runs` runs (never the pod's /tmp emptyDir, which fills and goes with the pod)."""
-    docs = rendered(overlay)
+def _agent_history(
+    docs: tuple[Doc, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> HistorySettings:
+    """The agent's history settings as its pod loads them (ConfigMap + the container's env)."""
     path = _with_a_keys_file(*_config(docs, tmp_path), tmp_path)
-    agent = _agent(docs)
-    (container,) = agent["spec"]["template"]["spec"]["containers"]
+    (container,) = _agent(docs)["spec"]["template"]["spec"]["containers"]
     monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
     monkeypatch.delenv("QUARRY_AGENT_HISTORY__PATH")  # the tests' own (tests/conftest.py)
     for name, value in _env(container).items():
         monkeypatch.setenv(name, value)
-    history = load_settings(AgentSettings, path).history
-    assert history.enabled
+    return load_settings(AgentSettings, path).history
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agents_history_is_sqlite_on_a_volume_with_one_replica_or_postgres_with_many(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one writer and lives in one pod: one replica, no HPA, `Recreate` (the old pod
+    lets go of the ReadWriteOnce volume first), the file on a PersistentVolumeClaim sized for
+    `max_runs` runs (never the pod's /tmp emptyDir, which fills and goes with the pod).
+    PostgreSQL is shared: several replicas with an HPA and a rolling update, no history volume,
+    the DSN from a mounted Secret file, each replica named after its pod."""
+    docs = rendered(overlay)
+    history = _agent_history(docs, tmp_path, monkeypatch)
+    agent = _agent(docs)
+    pod = agent["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
     scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
+    assert history.enabled
+    assert not [v for v in volumes.values() if "emptyDir" in v and v["name"] != "tmp"]
+    if history.kind == "postgres":
+        assert agent["spec"]["replicas"] >= 2
+        assert "agent" in scaled
+        assert agent["spec"]["strategy"]["type"] == "RollingUpdate"
+        assert not _of(docs, "PersistentVolumeClaim")
+        dsn_file = history.postgres.dsn_file
+        assert dsn_file is not None
+        secret = volumes[mounts[str(dsn_file.parent)]]["secret"]
+        assert secret["secretName"] == AGENT_DB_SECRET
+        (replica,) = [e for e in container["env"] if e["name"].endswith("REPLICA__NAME")]
+        assert replica["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        return
     assert agent["spec"]["replicas"] == 1
     assert "agent" not in scaled
     assert agent["spec"]["strategy"] == {"type": "Recreate"}
     assert history.path.is_absolute()
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in agent["spec"]["template"]["spec"]["volumes"]}
     volume = volumes[mounts[str(history.path.parent)]]
     claim_name = volume["persistentVolumeClaim"]["claimName"]
     (claim,) = [
