@@ -447,7 +447,9 @@ class _Renderer:
         elif kind == "error":
             e = event.error
             hint = " (retryable)" if e.retryable else ""
-            self.console.print(f"[red bold]error {e.code}[/]{hint}: {escape(e.message)}")
+            self.console.print(
+                f"[red bold]error {e.code}[/]{hint}: {escape(e.message)}", soft_wrap=True
+            )
 
     def _searching(self, s: agent_pb2.SearchingEvent) -> None:
         strategy = STRATEGIES.get(s.strategy, "hybrid")
