@@ -16,8 +16,11 @@ CONTAINER_TOOL ?= $(shell command -v podman || command -v docker || command -v b
 # digest `make base-image-digest` prints (PYTHON_IMAGE=docker.io/library/python:3.11.14-...@sha256:...).
 CONTAINERFILE_BASE := $(shell sed -n 's/^ARG PYTHON_IMAGE=//p' Containerfile)
 PYTHON_IMAGE ?=
+# A private package index and an extra CA bundle (a TLS-intercepting proxy) for the image build.
+PIP_INDEX_URL ?=
+EXTRA_CA_FILE ?=
 
-.PHONY: help setup protos check-protos lint test run eval bench clean vespa-package image \
+.PHONY: help setup lock check-lock protos check-protos lint test run eval bench clean vespa-package image \
 	base-image-digest k8s local-model local-model-serve run-local real-model-proof
 
 help:
@@ -28,12 +31,16 @@ help:
 	@echo "make k8s    - render every k8s/ overlay into k8s/rendered/ (kubectl kustomize)"
 	@echo "make run-local - the same on a real local model (make local-model prepares it once, ~1.1 GB)"
 	@echo "make real-model-proof - the real model answers three questions end to end (CI runs it)"
+	@echo "make lock   - refresh requirements/*.lock (hashes) from pyproject.toml after changing a pin"
 	@echo "make setup | protos | lint | eval | bench | clean | vespa-package"
 
-$(STAMP): pyproject.toml
+# Installs exactly requirements/dev.lock (every package pinned, every file hash-checked), then
+# Quarry itself without resolving anything; refuses a lock that pyproject.toml has moved past.
+$(STAMP): pyproject.toml requirements/dev.lock
+	$(PYTHON) scripts/lock.py --check
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements/dev.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -41,6 +48,18 @@ setup: $(STAMP)
 
 protos: $(STAMP)
 	$(PY) scripts/gen_protos.py $(GENERATED)
+
+# requirements/*.lock from pyproject.toml (scripts/lock.py, uv pip compile --generate-hashes):
+# run after changing a pin; versions already locked stay unless a pin moves them.
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/uv || $(PY) -m pip install --quiet --disable-pip-version-check \
+		"$$(grep -o '"uv==[^"]*"' pyproject.toml | tr -d '"')"
+	$(PY) scripts/lock.py
+
+# Fails when a lock file no longer carries pyproject.toml's pins (offline; `make lock` fixes it).
+check-lock:
+	$(PYTHON) scripts/lock.py --check
 
 # Fails when the committed generated code differs from what the protos produce.
 check-protos: $(STAMP)
@@ -59,7 +78,7 @@ lint: setup
 		$(BIN)/buf breaking --against '.git#ref=HEAD~1'; \
 	else echo "buf breaking: no previous commit with protos, skipped"; fi
 
-test: lint check-protos
+test: lint check-protos check-lock
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 run: setup
@@ -92,9 +111,10 @@ real-model-proof: setup
 	exit $$rc
 
 # ENGINE=vespa: SciFact against the Vespa at $QUARRY_VESPA_URL (bench/results/scifact-vespa.json).
+# ENGINE=postgres: against $QUARRY_POSTGRES_DSN or an embedded PostgreSQL (scifact-postgres.json).
 ENGINE ?= lancedb
 eval: setup
-	$(PY) bench/eval_scifact.py --engine $(ENGINE) $(if $(filter vespa,$(ENGINE)),--out bench/results/scifact-vespa.json,--out bench/results/scifact.json)
+	$(PY) bench/eval_scifact.py --engine $(ENGINE) $(if $(filter vespa postgres,$(ENGINE)),--out bench/results/scifact-$(ENGINE).json,--out bench/results/scifact.json)
 
 bench: setup
 	$(PY) bench/search_latency.py
@@ -109,7 +129,9 @@ vespa-package: setup
 
 image:
 	@test -n "$(CONTAINER_TOOL)" || { echo "make image needs podman, docker or buildah"; exit 1; }
-	$(CONTAINER_TOOL) build -f Containerfile --build-arg PYTHON_IMAGE=$(or $(PYTHON_IMAGE),$(CONTAINERFILE_BASE)) -t $(IMAGE) .
+	$(CONTAINER_TOOL) build -f Containerfile --build-arg PYTHON_IMAGE=$(or $(PYTHON_IMAGE),$(CONTAINERFILE_BASE)) \
+		$(if $(PIP_INDEX_URL),--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL)) \
+		$(if $(EXTRA_CA_FILE),--build-arg EXTRA_CA_PEM="$$(cat $(EXTRA_CA_FILE))") -t $(IMAGE) .
 
 # Prints the Containerfile's base image pinned by the digest your registry serves for its tag:
 # review it, then build with `make image PYTHON_IMAGE=<what it printed>`.

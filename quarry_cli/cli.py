@@ -41,6 +41,7 @@ from quarry_cli.connection import (
     add_tls_arguments,
     api_key,
     channel_tls,
+    unreachable_hint,
 )
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import exit_quietly_on_closed_pipe, message_json
@@ -95,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _main(argv: Sequence[str] | None) -> None:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in _COMMANDS:
         sys.exit(_COMMANDS[args.command](args))
     if args.command == "ask":
@@ -110,6 +113,22 @@ def _main(argv: Sequence[str] | None) -> None:
         sys.exit(keygen(args))
     parser.print_help()
     sys.exit(2)
+
+
+def command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` ran, e.g. `quarry runs list`'s: a mistyped flag is
+    reported with that command's usage, not the top-level one."""
+    for dest in ("command", "action"):
+        subparsers = next(
+            (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None
+        )
+        chosen = getattr(args, dest, None)
+        if subparsers is None or chosen not in subparsers.choices:
+            break
+        parser = subparsers.choices[chosen]
+    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -160,7 +179,8 @@ def _parser() -> argparse.ArgumentParser:
     ask_parser.add_argument(
         "--tools",
         default="",
-        help="comma-separated tools the run may use (search,read,count,calculate); default all",
+        help="comma-separated tools the run may use (search,read,count,calculate; default all) "
+        "and the opt-in ones (web_search: the web, outside your filter; summarize)",
     )
     ask_parser.add_argument(
         "--no-questions",
@@ -306,9 +326,10 @@ async def ask(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"error": {"code": error.code, "message": error.message}}))
         else:
-            console.print(f"[red bold]{error.code}[/] {escape(error.message)}")
+            console.print(f"[red bold]{error.code}[/] {escape(error.message)}", soft_wrap=True)
             if error.code == "UNAVAILABLE":
-                console.print(f"[dim]Is the agent running at {args.address}? Try `make run`.[/]")
+                hint = unreachable_hint(error.message, tls, "agent", args.address)
+                console.print(f"[dim]{escape(hint)}[/]", soft_wrap=True)
             if error.code == "UNAUTHENTICATED":
                 console.print(f"[dim]Set {API_KEY_ENV} to your API key.[/]")
             if error.code == "UNIMPLEMENTED":
@@ -354,10 +375,11 @@ def _print_json(event: agent_pb2.StreamRunResponse) -> None:
 
 def source_lines(citations: Sequence[agent_pb2.Citation]) -> list[tuple[str, str, str]]:
     """(markers, title, url) per source: citations of one page (chunks of one document) share a
-    line, `[1][3]`, instead of listing the same source twice."""
+    line, `[1][3]`, instead of listing the same source twice; a web page's title ends `(web)`."""
     grouped: dict[tuple[str, str], list[int]] = {}
     for n, citation in enumerate(citations, start=1):
-        key = (citation.title or citation.result_id, citation.url)
+        title = citation.title or citation.result_id
+        key = (f"{title} (web)" if citation.web else title, citation.url)
         grouped.setdefault(key, []).append(n)
     return [("".join(f"[{n}]" for n in ns), title, url) for (title, url), ns in grouped.items()]
 
@@ -389,11 +411,15 @@ class _Renderer:
 
     def __call__(self, event: agent_pb2.StreamRunResponse) -> None:
         kind = event.WhichOneof("event")
-        if kind == "started":
+        error = _tool_error(event, kind)
+        if error:
+            name = TOOL_OF_EVENT.get(kind or "", kind)
+            self.console.print(f"[cyan]{name}[/] [red]refused:[/] {escape(error)}")
+        elif kind == "started":
             s = event.started
             mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
             self.console.print(
-                f"[dim]run {s.run_id[:8]} · {escape(s.collection)} · {mode} · route {s.route}[/]"
+                f"[dim]run {s.run_id} · {escape(s.collection)} · {mode} · route {s.route}[/]"
             )
         elif kind == "thinking":
             self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")
@@ -405,6 +431,10 @@ class _Renderer:
             self._counting(event.counting)
         elif kind == "calculating":
             self._calculating(event.calculating)
+        elif kind == "web_searching":
+            self._web_searching(event.web_searching)
+        elif kind == "summarizing":
+            self._summarizing(event.summarizing)
         elif kind == "question":
             self.console.print(f"[yellow bold]question[/] {escape(event.question.text)}")
         elif kind == "question_closed":
@@ -448,6 +478,27 @@ class _Renderer:
         outcome = f"= {escape(c.result)}" if not c.error else f"[red]refused:[/] {escape(c.error)}"
         self.console.print(f"[cyan]calculate[/] [bold]{escape(c.expression)}[/] {outcome}")
 
+    def _web_searching(self, w: agent_pb2.WebSearchingEvent) -> None:
+        if w.error:
+            outcome = f"[red]failed:[/] {escape(w.error)}"
+        else:
+            cached = ", cached" if w.cached else ""
+            outcome = f"→ {w.result_count} web results [dim]({escape(w.provider)}{cached})[/]"
+        self.console.print(
+            f"[cyan]web search {w.iteration}[/] [bold]{escape(w.query)}[/] {outcome} "
+            f"[dim]in {w.duration_ms} ms[/]"
+        )
+
+    def _summarizing(self, s: agent_pb2.SummarizingEvent) -> None:
+        if s.error:
+            outcome = f"[red]refused:[/] {escape(s.error)}"
+        else:
+            outcome = f"→ {s.point_count} points citing {len(s.cited_ids)}"
+        self.console.print(
+            f"[cyan]summarize[/] {len(s.result_ids)} results [bold]{escape(s.focus)}[/] "
+            f"{outcome} [dim]in {s.duration_ms} ms[/]"
+        )
+
     def _done(self, response: agent_pb2.RunResponse) -> None:
         self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))
         for markers, title, url in source_lines(response.answer.citations):
@@ -458,11 +509,23 @@ class _Renderer:
         if response.HasField("answered_by"):
             self.console.print(f"[dim]{escape(answered_by_line(response.answered_by))}[/]")
         usage = response.usage
+        cost = f" · ${usage.cost_usd:.4f}" if usage.HasField("cost_usd") else ""
         self.console.print(
             f"[dim]{STOP_REASONS.get(response.stop_reason, 'done')} · "
             f"{response.iterations} searches · {usage.model_calls} model calls · "
-            f"{usage.input_tokens} in / {usage.output_tokens} out tokens[/]"
+            f"{usage.input_tokens} in / {usage.output_tokens} out tokens{cost}[/]"
         )
+
+
+TOOL_OF_EVENT = {"searching": "search", "reading": "read", "counting": "count"}
+"""Tool events that carry an `error` when the call failed (calculating prints its own)."""
+
+
+def _tool_error(event: agent_pb2.StreamRunResponse, kind: str | None) -> str:
+    """The error of a failed tool call's event, or ""."""
+    if kind not in TOOL_OF_EVENT:
+        return ""
+    return str(getattr(event, kind).error)
 
 
 if __name__ == "__main__":

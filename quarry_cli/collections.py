@@ -20,6 +20,7 @@ from quarry_cli.connection import (
     add_tls_arguments,
     api_key,
     channel_tls,
+    unreachable_hint,
 )
 from quarry_cli.filters import DEMO_FILTER, FILTER_HELP, FilterError, read_filter
 from quarry_cli.output import describe_error, error_json, print_json
@@ -29,6 +30,8 @@ from services.common.status import code_of
 from services.search_tool.client import SearchToolClient
 
 SEARCH_TOOL_SERVICE = "quarry.searchtool.v1.SearchToolService"
+SNIPPET_CHARS = 160
+"""How much of a hit's text `quarry search` shows."""
 STRATEGIES = {
     "hybrid": search_pb2.RETRIEVAL_STRATEGY_HYBRID,
     "semantic": search_pb2.RETRIEVAL_STRATEGY_SEMANTIC,
@@ -103,30 +106,30 @@ async def _with_client(
     as_json = getattr(args, "json", False)
     try:
         tls = channel_tls(args)
+    except ConnectionOptionsError as error:
+        Console(stderr=True, soft_wrap=True).print(f"TLS options: {error}", markup=False)
+        return 2
+    try:
         async with SearchToolClient(
             address, timeout_s=getattr(args, "timeout", 30.0), api_key=api_key(), tls=tls
         ) as client:
             return await action(client, args)
-    except ConnectionOptionsError as error:
-        Console(stderr=True, soft_wrap=True).print(f"TLS options: {error}", markup=False)
-        return 2
     except FilterError as error:
         Console(stderr=True).print(f"--filter: {error}", markup=False)
         return 2
     except QuarryError as error:
         if as_json:
             print_json(error_json(error))
-        else:
-            Console(stderr=True, highlight=False).print(describe_error(error), markup=False)
-            if code_of(error) is grpc.StatusCode.UNIMPLEMENTED:
-                hint = await wrong_service_hint(address, SEARCH_TOOL_SERVICE)
-                Console(stderr=True).print(hint, markup=False)
-            elif code_of(error) is grpc.StatusCode.UNAUTHENTICATED:
-                Console(stderr=True).print(f"Set {API_KEY_ENV} to an API key.", markup=False)
-            elif code_of(error) is grpc.StatusCode.UNAVAILABLE:
-                Console(stderr=True).print(
-                    f"Is the search tool running at {address}? Try `make run`.", markup=False
-                )
+            return 1
+        errors = Console(stderr=True, highlight=False, soft_wrap=True)
+        errors.print(describe_error(error), markup=False)
+        if code_of(error) is grpc.StatusCode.UNIMPLEMENTED:
+            errors.print(await wrong_service_hint(address, SEARCH_TOOL_SERVICE), markup=False)
+        elif code_of(error) is grpc.StatusCode.UNAUTHENTICATED:
+            errors.print(f"Set {API_KEY_ENV} to an API key.", markup=False)
+        elif code_of(error) is grpc.StatusCode.UNAVAILABLE:
+            hint = unreachable_hint(error.message, tls, "search tool", address)
+            errors.print(hint, markup=False)
         return 1
 
 
@@ -177,6 +180,26 @@ async def _delete(client: SearchToolClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def hit_lines(n: int, result: search_pb2.SearchResult) -> str:
+    """One hit: `n. score (dense, bm25) title · chunk id · source`, then its text's start."""
+    chunk = result.chunk
+    scores = [f"{result.score:.3f}"]
+    if result.HasField("dense_score"):
+        scores.append(f"dense {result.dense_score:.3f}")
+    if result.HasField("keyword_score"):
+        scores.append(f"bm25 {result.keyword_score:.2f}")
+    head = f"{n:>3}. {' · '.join(scores)}  {chunk.title or chunk.id}  [{chunk.id}] {chunk.source}"
+    return f"{head.rstrip()}\n     {snippet(chunk.text)}"
+
+
+def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    """`text` on one line, cut at a word before `limit` characters with `…`."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    return flat[:limit].rsplit(" ", 1)[0] + " …"
+
+
 async def _search(client: SearchToolClient, args: argparse.Namespace) -> int:
     request = search_tool_pb2.SearchRequest(
         collection=args.collection,
@@ -188,18 +211,11 @@ async def _search(client: SearchToolClient, args: argparse.Namespace) -> int:
     )
     reply = await client.search(request)
     if getattr(args, "json", False):
-        print_json(reply)
+        print_json(reply, all_fields=True)
         return 0
-    table = Table("#", "score", "dense", "bm25", "title", "chunk id", "source")
+    console = Console(highlight=False, soft_wrap=True)
     for n, result in enumerate(reply.results, start=args.offset + 1):
-        chunk = result.chunk
-        dense = f"{result.dense_score:.3f}" if result.HasField("dense_score") else ""
-        bm25 = f"{result.keyword_score:.2f}" if result.HasField("keyword_score") else ""
-        table.add_row(
-            str(n), f"{result.score:.3f}", dense, bm25, chunk.title, chunk.id, chunk.source
-        )
-    console = Console(highlight=False)
-    console.print(table)
+        console.print(hit_lines(n, result), markup=False)
     console.print(
         f"{len(reply.results)} of {reply.total_count} matching chunks in {reply.took_ms:.1f} ms",
         markup=False,

@@ -69,3 +69,29 @@ def _first_message(error: ValueError) -> str:
     if isinstance(error, ValidationError):
         return "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
     return str(error)
+
+
+def unreachable_hint(message: str, tls: ChannelTls, service: str, address: str) -> str:
+    """What to do about an UNAVAILABLE call to `service` at `address`: a TLS mismatch is named
+    with the flag that fixes it (gRPC reports each as a closed socket or a failed handshake),
+    anything else asks whether the service runs there."""
+    if "CERTIFICATE_VERIFY_FAILED" in message:
+        return (
+            f"TLS: {service}'s certificate at {address} is not signed by a CA this client trusts: "
+            "pass --ca-file with the CA that signed it."
+        )
+    if "WRONG_VERSION_NUMBER" in message:
+        return f"TLS: {service} at {address} does not speak TLS: leave out --tls and --ca-file."
+    if "handshake failed" in message.lower():
+        return f"TLS: the handshake with {service} at {address} failed; check --ca-file."
+    if "Socket closed" in message and not tls.enabled:
+        return (
+            f"{service} at {address} closed the connection: if it speaks TLS, add --tls "
+            "(--ca-file PEM for a private CA)."
+        )
+    if "Socket closed" in message and tls.cert_file is None:
+        return (
+            f"TLS: {service} at {address} closed the connection: if it requires a client "
+            "certificate (mTLS), pass --cert-file and --key-file."
+        )
+    return f"Is the {service} running at {address}? Try `make run`."

@@ -19,14 +19,20 @@ from services.common.errors import InvalidArgument, QuarryError
 from services.common.status import code_of
 
 
-def message_json(message: Message) -> dict[str, Any]:
-    """`message` in protobuf's JSON mapping, proto field names kept."""
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+def message_json(message: Message, *, all_fields: bool = False) -> dict[str, Any]:
+    """`message` in protobuf's JSON mapping, proto field names kept; `all_fields` prints fields
+    at their default too (an empty `results` list, a zero `total_count`), for replies scripts
+    index into."""
+    return json_format.MessageToDict(
+        message,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=all_fields,
+    )
 
 
-def print_json(value: Message | dict[str, Any]) -> None:
-    """One JSON object on its own line, flushed."""
-    data = message_json(value) if isinstance(value, Message) else value
+def print_json(value: Message | dict[str, Any], *, all_fields: bool = False) -> None:
+    """One JSON object on its own line, flushed (`all_fields`: see `message_json`)."""
+    data = message_json(value, all_fields=all_fields) if isinstance(value, Message) else value
     print(json.dumps(data, ensure_ascii=False), flush=True)
 
 

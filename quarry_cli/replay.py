@@ -14,14 +14,15 @@ arguments, the results it showed, its error; then the outcome, stop reason and a
 
 The scripted provider picks its reply by the number of assistant messages in a request, so a
 model turn with neither text nor tool calls, or a conversation compacted (Layer 3), cannot be
-replayed position for position: the replay then diverges there, and says so.
+replayed position for position: the replay then diverges there, and says so. A `summarize`
+call asks the replay gateway's extractive summary (`SUMMARY_ROUTE`): a run summarised offline
+replays as it was, one summarised by a model shows where the extractive summary cites otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -35,12 +36,17 @@ import yaml
 from quarry.agent.v1 import agent_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from quarry_cli import service_environment
 from quarry_cli.runner import Child, start, stop_all, wait_serving
 from services.agent.client import AgentClient, RunOptions
 from services.common.server import ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from services.common.tls import ChannelTls
 
 REPLAY_ROUTE = "replay"
+SUMMARY_ROUTE = "replay-summary"
+"""The replay gateway's route for `summarize` (the offline extractive summary): a record keeps
+the summary as the model read it, not the gateway's JSON, so summaries are written again."""
 MAX_DIFFERENCES = 20
 STARTUP_TIMEOUT_S = 120.0
 _STRATEGIES = {1: "semantic", 2: "keyword", 3: "hybrid"}
@@ -128,11 +134,15 @@ def steps_of(record: agent_pb2.RunRecord) -> Sequence[agent_pb2.StepRecord]:
 
 
 async def replay_run(
-    record: agent_pb2.RunRecord, *, search_tool: str = "", api_key: str = ""
+    record: agent_pb2.RunRecord,
+    *,
+    search_tool: str = "",
+    api_key: str = "",
+    search_tool_tls: ChannelTls | None = None,
 ) -> Replay:
     """Replay `record` against the search tool at `search_tool` ("" : frozen, from the
     record's results); `api_key` goes to the replay agent, which forwards it to the search
-    tool."""
+    tool, reached with `search_tool_tls` (plaintext when None)."""
     outcome = Replay(record.run_id, frozen=not search_tool, recorded_steps=len(steps_of(record)))
     with tempfile.TemporaryDirectory(prefix="quarry-replay-") as folder:
         async with contextlib.AsyncExitStack() as stack:
@@ -140,7 +150,12 @@ async def replay_run(
                 _frozen_search_tool(record, enabled=not search_tool)
             )
             agent = await stack.enter_async_context(
-                _replay_services(record, Path(folder), search_tool or frozen)
+                _replay_services(
+                    record,
+                    Path(folder),
+                    search_tool or frozen,
+                    search_tool_tls if search_tool else None,
+                )
             )
             outcome.replayed = await _run_again(agent, record, api_key)
     outcome.differences = compare(record, outcome.replayed)
@@ -176,7 +191,7 @@ def _options(record: agent_pb2.RunRecord) -> RunOptions:
 
 @asynccontextmanager
 async def _replay_services(
-    record: agent_pb2.RunRecord, folder: Path, search_tool: str
+    record: agent_pb2.RunRecord, folder: Path, search_tool: str, search_tool_tls: ChannelTls | None
 ) -> AsyncIterator[str]:
     """A gateway replaying the record's script and an agent using it; yields the agent."""
     script = folder / "script.json"
@@ -195,16 +210,20 @@ async def _replay_services(
         "llm_gateway": {
             "server": {"host": "127.0.0.1", "port": gateway_port, "grace_s": 0},
             "providers": [provider, {"kind": "extractive"}],
-            "routes": {REPLAY_ROUTE: [REPLAY_ROUTE]},
+            "routes": {REPLAY_ROUTE: [REPLAY_ROUTE], SUMMARY_ROUTE: ["extractive"]},
             "default_route": REPLAY_ROUTE,
         },
         "agent": {
             "server": {"host": "127.0.0.1", "port": agent_port, "grace_s": 0},
             "search_tool_address": search_tool,
+            "search_tool_tls": (search_tool_tls or ChannelTls()).model_dump(mode="json"),
             "llm_gateway_address": f"127.0.0.1:{gateway_port}",
             "route": REPLAY_ROUTE,
             "context_window_tokens": window,
-            "loop": json.loads(record.loop_settings_json or "{}"),
+            "loop": {
+                **json.loads(record.loop_settings_json or "{}"),
+                "summarize_route": SUMMARY_ROUTE,
+            },
             "history": {"path": str(folder / "runs.sqlite3")},
         },
     }
@@ -224,7 +243,7 @@ async def _replay_services(
             ["-m", "services.agent", "--config", str(path)],
         ),
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_SETTINGS)}
+    env = {k: v for k, v in service_environment().items() if not k.startswith(_OWN_SETTINGS)}
     try:
         for child in children:
             await start(child, folder, env=env)
@@ -259,16 +278,18 @@ async def _frozen_search_tool(record: agent_pb2.RunRecord, *, enabled: bool) -> 
 
 
 class FrozenSearchTool(search_tool_pb2_grpc.SearchToolServiceServicer):  # type: ignore[misc]
-    """The search tool as the record saw it: each search, read and count answered with what the
-    recorded call showed (searches matched by query, strategy, limit and offset; reads by
-    document; counts in order); anything else NOT_FOUND, which the model reads as a failed call
-    and the comparison reports. The collection's facts are not recorded: it reports its name."""
+    """The search tool as the record saw it: each search, read, count and web search answered
+    with what the recorded call showed (searches matched by query, strategy, limit and offset;
+    reads by document; counts in order; web searches by query and limit, with the pages the
+    model was shown); anything else NOT_FOUND, which the model reads as a failed call and the
+    comparison reports. The collection's facts are not recorded: it reports its name."""
 
     def __init__(self, record: agent_pb2.RunRecord) -> None:
         calls = [c for s in steps_of(record) for c in s.tool_calls if not c.error]
         self._searches = [(_plan_key(c), c) for c in calls if c.name == "search"]
         self._reads = [c for c in calls if c.name == "read"]
         self._counts = [c for c in calls if c.name == "count"]
+        self._web = [c for c in calls if c.web]
 
     async def GetCollection(
         self, request: search_tool_pb2.GetCollectionRequest, context: Any
@@ -310,6 +331,33 @@ class FrozenSearchTool(search_tool_pb2_grpc.SearchToolServiceServicer):  # type:
             await context.abort(grpc.StatusCode.NOT_FOUND, "frozen replay: no count recorded")
         call = self._counts.pop(0)
         return search_tool_pb2.CountDocumentsResponse(document_count=call.total_count, exact=True)
+
+    async def WebSearch(
+        self, request: search_tool_pb2.WebSearchRequest, context: Any
+    ) -> search_tool_pb2.WebSearchResponse:
+        for n, call in enumerate(self._web):
+            plan = json.loads(call.validated_arguments_json or "{}")
+            if (plan.get("query"), plan.get("limit")) == (request.query, request.limit):
+                del self._web[n]
+                return web_response(call)
+        await context.abort(grpc.StatusCode.NOT_FOUND, "frozen replay: no such web search recorded")
+        raise AssertionError("unreachable")
+
+
+def web_response(call: agent_pb2.ToolCallRecord) -> search_tool_pb2.WebSearchResponse:
+    """A recorded `web_search` call's pages as the search tool's WebSearch returned them."""
+    reply = search_tool_pb2.WebSearchResponse()
+    for result in call.results:
+        page = reply.results.add(
+            id=result.chunk.id,
+            title=result.chunk.title,
+            url=result.chunk.url,
+            snippet=result.chunk.text,
+            provider=result.web.provider,
+        )
+        page.fetched_at.CopyFrom(result.web.fetched_at)
+        reply.provider = result.web.provider
+    return reply
 
 
 def _plan_key(call: agent_pb2.ToolCallRecord) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 import time
@@ -26,6 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2, llm_gateway_pb2_grpc
 
+from quarry_cli import service_environment
 from quarry_cli.addresses import AGENT, LLM_GATEWAY, SEARCH_TOOL
 from services.common.channels import open_channel
 from services.common.errors import QuarryError
@@ -181,7 +181,7 @@ async def start(child: Child, logs: Path, *, env: dict[str, str] | None = None) 
             stderr=log_file,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
-            env=env or dict(os.environ),
+            env=env or service_environment(),
         )
     finally:
         log_file.close()

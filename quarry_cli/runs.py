@@ -9,22 +9,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from google.protobuf import timestamp_pb2
 from quarry.agent.v1 import agent_pb2
 from rich.console import Console
-from rich.table import Table
 
 from quarry_cli.addresses import AGENT, SEARCH_TOOL
+from quarry_cli.connection import (
+    API_KEY_ENV,
+    ConnectionOptionsError,
+    add_tls_arguments,
+    api_key,
+    channel_tls,
+    unreachable_hint,
+)
 from quarry_cli.output import describe_error, error_json, print_json
 from quarry_cli.replay import Replay, ReplayError, replay_run
 from services.agent.client import AgentClient, AgentError
 from services.common.errors import FieldViolation, InvalidArgument, QuarryError
 
-API_KEY_ENV = "QUARRY_API_KEY"
 STATUSES = {
     "running": agent_pb2.RUN_STATUS_RUNNING,
     "completed": agent_pb2.RUN_STATUS_COMPLETED,
@@ -65,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"search tool HOST:PORT for a live replay (default {SEARCH_TOOL.help()})",
     )
     for sub in actions.choices.values():
+        add_tls_arguments(sub, "the agent (and a live replay's search tool)")
         sub.add_argument(
             "--address", default=AGENT.address(), help=f"agent HOST:PORT (default {AGENT.help()})"
         )
@@ -85,13 +91,18 @@ async def _with_client(
     args: argparse.Namespace, action: Callable[[AgentClient, argparse.Namespace], Awaitable[int]]
 ) -> int:
     try:
-        async with AgentClient(args.address, api_key=os.environ.get(API_KEY_ENV, "")) as client:
+        tls = channel_tls(args)
+    except ConnectionOptionsError as error:
+        Console(stderr=True, soft_wrap=True).print(f"TLS options: {error}", markup=False)
+        return 2
+    try:
+        async with AgentClient(args.address, api_key=api_key(), tls=tls) as client:
             return await action(client, args)
     except QuarryError as error:
         if args.json:
             print_json(error_json(error))
         else:
-            Console(stderr=True, highlight=False).print(describe_error(error), markup=False)
+            _errors().print(describe_error(error), markup=False)
         return 2 if args.action == "replay" else 1
     except AgentError as error:
         fields = [{"field": v.field, "description": v.description} for v in error.violations]
@@ -104,8 +115,8 @@ async def _with_client(
             if error.code == "UNAUTHENTICATED":
                 lines.append(f"Set {API_KEY_ENV} to your API key.")
             if error.code == "UNAVAILABLE":
-                lines.append(f"Is the agent running at {args.address}? Try `make run`.")
-            Console(stderr=True, highlight=False).print("\n".join(lines), markup=False)
+                lines.append(unreachable_hint(error.message, tls, "agent", args.address))
+            _errors().print("\n".join(lines), markup=False)
         return 2 if args.action == "replay" else 1
 
 
@@ -124,9 +135,8 @@ async def _list(client: AgentClient, args: argparse.Namespace) -> int:
     if args.json:
         print_json(reply)
         return 0
-    table = Table("run id", "started", "collection", "status", "steps", "tokens", "query")
-    for r in reply.runs:
-        table.add_row(
+    rows = [
+        (
             r.run_id,
             _when(r.started_at),
             r.collection,
@@ -135,8 +145,13 @@ async def _list(client: AgentClient, args: argparse.Namespace) -> int:
             str(r.input_tokens + r.output_tokens),
             r.query[:60],
         )
-    console = Console(highlight=False)
-    console.print(table)
+        for r in reply.runs
+    ]
+    console = Console(highlight=False, soft_wrap=True)
+    for line in aligned(
+        ("run id", "started", "collection", "status", "steps", "tokens", "query"), rows
+    ):
+        console.print(line, markup=False)
     if reply.next_page_token:
         console.print(f"more: --page-token {reply.next_page_token}", markup=False)
     return 0
@@ -187,10 +202,10 @@ async def _replay(client: AgentClient, args: argparse.Namespace) -> int:
     search_tool = "" if args.frozen else args.search_tool
     try:
         outcome = await replay_run(
-            record, search_tool=search_tool, api_key=os.environ.get(API_KEY_ENV, "")
+            record, search_tool=search_tool, api_key=api_key(), search_tool_tls=channel_tls(args)
         )
     except ReplayError as error:
-        Console(stderr=True, highlight=False).print(f"replay failed: {error}", markup=False)
+        _errors().print(f"replay failed: {error}", markup=False)
         return 2
     _print_replay(outcome, as_json=args.json)
     return 1 if outcome.diverged else 0
@@ -218,6 +233,16 @@ def _print_replay(outcome: Replay, *, as_json: bool) -> None:
         console.print(f"  replayed: {d.replayed[:300]}", markup=False)
 
 
+def aligned(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """`head` and `rows` as columns padded to their widest cell, never cut: a run id printed here
+    is the one `runs show` takes, whatever the terminal's width (`docker ps` style)."""
+    widths = [max(len(cell) for cell in column) for column in zip(head, *rows, strict=True)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (head, *rows)
+    ]
+
+
 def _timestamp(text: str, flag: str) -> timestamp_pb2.Timestamp:
     try:
         when = datetime.fromisoformat(text)
@@ -238,3 +263,8 @@ def _when(stamp: timestamp_pb2.Timestamp) -> str:
     if not stamp.seconds and not stamp.nanos:
         return "-"
     return stamp.ToDatetime(tzinfo=UTC).isoformat(timespec="seconds")
+
+
+def _errors() -> Console:
+    """stderr, lines unwrapped (a long status message is copied whole)."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)

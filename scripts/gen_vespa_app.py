@@ -1,9 +1,14 @@
 """Render the Vespa application package (`services/search_tool/engine/vespa/package.py`) to files.
 
-Usage: gen_vespa_app.py [--out DIR] [--dimensions N] [--zip FILE]
+Usage: gen_vespa_app.py [--out DIR] [--dimensions N] [--topology FILE] [--zip FILE]
   --out        where the package goes (default services/search_tool/vespa/app, checked in)
   --dimensions embedding size the package is rendered for (default 384, all-MiniLM-L6-v2)
+  --topology   a topology file (`engine/vespa/topology.py`): a multi-node self-hosted Vespa
+               (services.xml + hosts.xml) or Vespa Cloud (services.xml + deployment.xml +
+               security/clients.pem); without it, the single-node package
   --zip        also write the package as a zip for `vespa deploy` / prepareandactivate
+
+Examples: services/search_tool/vespa/topologies/*.yaml (their renderings are golden-tested).
 """
 
 from __future__ import annotations
@@ -15,13 +20,24 @@ import zipfile
 from pathlib import Path
 
 from services.search_tool.engine.vespa.package import DEFAULT_DIMENSIONS, application_package
+from services.search_tool.engine.vespa.topology import (
+    Cloud,
+    SelfHosted,
+    load_topology,
+    render_topology,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED_IN = ROOT / "services" / "search_tool" / "vespa" / "app"
 
 
-def render(out_dir: Path, dimensions: int = DEFAULT_DIMENSIONS) -> list[Path]:
-    """Write the package under `out_dir` (replacing it); returns the files, relative, sorted."""
+def render(
+    out_dir: Path,
+    dimensions: int = DEFAULT_DIMENSIONS,
+    topology: SelfHosted | Cloud | None = None,
+) -> list[Path]:
+    """Write the package under `out_dir` (replacing it), laid out for `topology` when given;
+    returns the files, relative, sorted."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     with tempfile.TemporaryDirectory() as scratch:
@@ -31,6 +47,8 @@ def render(out_dir: Path, dimensions: int = DEFAULT_DIMENSIONS) -> list[Path]:
             target = out_dir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(Path(scratch) / relative, target)
+    if topology is not None:
+        files = sorted({*files, *render_topology(topology, out_dir)})
     return files
 
 
@@ -46,9 +64,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=CHECKED_IN)
     parser.add_argument("--dimensions", type=int, default=DEFAULT_DIMENSIONS)
+    parser.add_argument("--topology", type=Path, default=None)
     parser.add_argument("--zip", type=Path, default=None)
     args = parser.parse_args()
-    files = render(args.out, args.dimensions)
+    topology = load_topology(args.topology) if args.topology is not None else None
+    files = render(args.out, args.dimensions, topology)
     print(f"wrote {len(files)} files under {args.out}")
     if args.zip is not None:
         zip_package(args.out, args.zip)

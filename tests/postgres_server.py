@@ -43,9 +43,10 @@ EXTENSIONS = ("vector", "pg_trgm")
 _UNPRIVILEGED_USER = "nobody"
 """PostgreSQL refuses to run as root: under root (CI, containers) it runs as this user."""
 _SERVER_OPTIONS = (
-    # a throwaway server: durability costs time and buys nothing here
-    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-    "-c max_connections=300 -c shared_buffers=128MB"
+    # a throwaway server: no fsync (only a machine crash would lose data). Commits still wait
+    # for their WAL to be written, so a killed server (`stop(immediate=True)`) keeps every
+    # acknowledged commit, as a real one does.
+    "-c fsync=off -c full_page_writes=off -c max_connections=300 -c shared_buffers=128MB"
 )
 
 
@@ -132,18 +133,21 @@ class PostgresServer:
             )
 
     def run_tool(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run one of the package's PostgreSQL programs as the server's user."""
-        entry = pwd.getpwnam(self.run_as) if self.run_as is not None else None
-        return subprocess.run(
-            [str(self._bin / tool), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-            user=entry.pw_uid if entry else None,
-            group=entry.pw_gid if entry else None,
-            extra_groups=[] if entry else None,
-        )
+        """Run one of the package's PostgreSQL programs as the server's user. The user is
+        switched by `setpriv`, not by `subprocess`'s `user=`: that needs a plain fork, which
+        crashes children of a process whose gRPC threads are running; this way the child is
+        started by vfork."""
+        command = [str(self._bin / tool), *args]
+        if self.run_as is not None:
+            entry = pwd.getpwnam(self.run_as)
+            switch = [
+                "setpriv",
+                f"--reuid={entry.pw_uid}",
+                f"--regid={entry.pw_gid}",
+                "--clear-groups",
+            ]
+            command = [*switch, *command]
+        return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
 
 
 def start_postgres(base_dir: Path, *, port: int | None = None) -> PostgresServer:

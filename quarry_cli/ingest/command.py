@@ -17,6 +17,7 @@ from quarry_cli.connection import (
     add_tls_arguments,
     api_key,
     channel_tls,
+    unreachable_hint,
 )
 from quarry_cli.ingest.files import IngestOptions, ingest
 from quarry_cli.ingest.progress import ProgressDisplay
@@ -24,13 +25,16 @@ from quarry_cli.ingest.sync import IngestSummary
 from quarry_cli.output import describe_error, error_json, print_json
 from services.common.errors import QuarryError
 from services.common.status import code_of
+from services.common.tls import ChannelTls
 from services.search_tool.client import SearchToolClient
 
 EPILOG = """formats: text (.txt, no suffix), Markdown (front matter -> metadata, one document per
 heading section, headings -> breadcrumbs), reStructuredText, HTML (main text, title), PDF (one
 document per page, page in metadata), DOCX, JSON Lines records (id/_id, title, text; other keys ->
-metadata: a BEIR corpus.jsonl loads as is), source code (language in metadata). Other and binary
-files are skipped and counted.
+metadata: a BEIR corpus.jsonl loads as is), source code (language in metadata), manual pages
+(ls.1, titled ls(1)); any of these gzipped (ls.1.gz, notes.md.gz). Sphinx reStructuredText with
+roles or directives docutils does not know is read as its text. Other and binary files are
+skipped and counted.
 
 A re-run sends only new and changed files (each document keeps metadata.content_sha256 in the
 search tool) and --prune deletes documents whose files are gone.
@@ -109,18 +113,35 @@ async def _run(args: argparse.Namespace) -> int:
             print_json(error_json(error))
         else:
             console.print(describe_error(error), markup=False)
-            if code_of(error) is grpc.StatusCode.UNAUTHENTICATED:
-                console.print(f"Set {API_KEY_ENV} to an API key.", style="dim")
-            console.print(
-                "Documents stored so far are kept; run the same command again to finish.",
-                style="dim",
-            )
+            console.print(_what_to_do(error, args, tls), style="dim")
         return 1
     if args.json:
         print_json(summary.as_json())
     else:
         print_summary(summary)
     return 1 if summary.failed else 0
+
+
+def _what_to_do(error: QuarryError, args: argparse.Namespace, tls: ChannelTls) -> str:
+    """The next step after an ingest the search tool stopped: fix the key, the connection or
+    the input first; run the command again only when that can help."""
+    code = code_of(error)
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return f"Set {API_KEY_ENV} to an API key with write access to {args.collection!r}."
+    if code is grpc.StatusCode.PERMISSION_DENIED:
+        return (
+            f"The API key in {API_KEY_ENV} may not write to {args.collection!r}: use a key whose "
+            "`write` list names it (`quarry keygen --name ...`, then the search tool's keys)."
+        )
+    if code is grpc.StatusCode.UNAVAILABLE:
+        hint = unreachable_hint(error.message, tls, "search tool", args.address)
+        return f"{hint} Documents stored so far are kept; the same command then finishes the job."
+    if code in _RETRYABLE:
+        return "Documents stored so far are kept; run the same command again to finish."
+    return "Documents stored so far are kept; fix the cause above, then run the command again."
+
+
+_RETRYABLE = {grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 
 def print_summary(summary: IngestSummary) -> None:

@@ -28,6 +28,7 @@ from quarry_cli.ingest.formats import (
     format_of,
     looks_binary,
     read,
+    unpacked,
 )
 from quarry_cli.ingest.sync import (
     BATCH_DOCUMENTS,
@@ -127,13 +128,17 @@ def file_unit(file: SourceFile, *, base_url: str = "") -> Unit:
             data = file.path.read_bytes()
         except OSError as error:
             raise Failed(f"cannot read: {error.strerror or error}") from error
-        if kind not in {"pdf", "docx"} and looks_binary(data):
+        try:
+            content, name = unpacked(data, file.path)
+        except ParseError as error:
+            raise Failed(str(error)) from error
+        if kind not in {"pdf", "docx"} and looks_binary(content):
             raise Skipped("binary content")
         facts = file_facts(file, kind, data, base_url=base_url)
         if kind != "record" and stored == {facts.sha256}:
             return None
         try:
-            parts = read(kind, data, file.path)
+            parts = read(kind, content, name)
         except ParseError as error:
             raise Failed(str(error)) from error
         documents = [to_document(facts, p) for p in parts if p.text.strip()]

@@ -2,13 +2,16 @@
 
 Each format is read by a well-kept library: python-frontmatter and markdown-it-py (Markdown),
 docutils (reStructuredText), Beautiful Soup (HTML), pypdf (PDF), python-docx (DOCX), the standard
-json module (JSON Lines) and Pygments' lexer table (source code). A reader raises `ParseError`
+json module (JSON Lines) and Pygments' lexer table (source code); manual pages (roff) by a small
+reader here, since no kept library reads roff without groff. Gzip files are read as what they
+hold (`ls.1.gz`, the form most packaged documentation takes). A reader raises `ParseError`
 with a reason a person can act on; `format_of` returns None for files no reader takes.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -20,6 +23,10 @@ from typing import Any
 MetadataValue = str | int | float | bool
 TEXT_SUFFIXES = frozenset({".txt", ".text", ".log", ""})
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdx"})
+MAN_SUFFIX = re.compile(r"\.[1-9][a-z]{0,3}")
+"""Manual pages: `ls.1`, `printf.3p`, `git-commit.1`, `xterm.1x` (roff, often gzipped)."""
+MAX_UNPACKED_BYTES = 64 * 2**20
+"""A gzip file that unpacks to more is refused (a compressed bomb never fills memory)."""
 SECTION_LEVELS = 3
 """Markdown headings down to this level start a new document (`##` ... `###` sections)."""
 
@@ -60,8 +67,13 @@ Reader = Callable[[bytes, Path], list[Extracted]]
 
 
 def format_of(path: Path) -> str | None:
-    """The format name (also the documents' entity_type) for `path`, or None when unsupported."""
+    """The format name (also the documents' entity_type) for `path`, or None when unsupported;
+    a gzip file (`ls.1.gz`, `notes.md.gz`) has the format of what it holds."""
     suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return format_of(path.with_suffix("")) if path.with_suffix("").suffix else None
+    if MAN_SUFFIX.fullmatch(suffix):
+        return "man"
     if suffix in MARKDOWN_SUFFIXES:
         return "markdown"
     if suffix in {".rst", ".rest"}:
@@ -82,8 +94,30 @@ def format_of(path: Path) -> str | None:
 
 
 def read(kind: str, data: bytes, path: Path) -> list[Extracted]:
-    """Documents of a file of format `kind`; raises ParseError."""
+    """Documents of a file of format `kind` (unpacked: see `unpacked`); raises ParseError."""
     return _READERS[kind](data, path)
+
+
+def unpacked(data: bytes, path: Path) -> tuple[bytes, Path]:
+    """A gzip file's content and its name without `.gz`; any other file as it is. Raises
+    ParseError for a broken gzip file or one that unpacks to more than `MAX_UNPACKED_BYTES`."""
+    if path.suffix.lower() != ".gz":
+        return data, path
+    return _gunzip(data), path.with_suffix("")
+
+
+def _gunzip(data: bytes) -> bytes:
+    import gzip
+    import zlib
+
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as packed:
+            unpacked = packed.read(MAX_UNPACKED_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as error:
+        raise ParseError(f"not a readable gzip file: {error}") from error
+    if len(unpacked) > MAX_UNPACKED_BYTES:
+        raise ParseError(f"unpacks to more than {MAX_UNPACKED_BYTES // 2**20} MiB")
+    return unpacked
 
 
 def looks_binary(data: bytes) -> bool:
@@ -169,7 +203,7 @@ def _sections(body: str, title: str, metadata: Mapping[str, MetadataValue]) -> l
         pieces.append(
             Extracted(
                 text=section,
-                title=title or text,
+                title=section_title(title, text),
                 part=part,
                 headings=tuple(h for _, h in path[:-1]),
                 metadata={**metadata, "section": text},
@@ -178,6 +212,14 @@ def _sections(body: str, title: str, metadata: Mapping[str, MetadataValue]) -> l
     if len(pieces) == 1:
         return [replace(pieces[0], part="")]
     return pieces or [Extracted(text=body.strip(), title=title, metadata=metadata)]
+
+
+def section_title(title: str, heading: str) -> str:
+    """A section's title as cited: the page's title and the section's heading (`Install guide ›
+    On Linux`), so two sections of one page are told apart; the heading alone without a title."""
+    if not title or heading == title:
+        return heading or title
+    return f"{title} › {heading}"
 
 
 def _rst(data: bytes, path: Path) -> list[Extracted]:
@@ -195,11 +237,83 @@ def _rst(data: bytes, path: Path) -> list[Extracted]:
                 "raw_enabled": False,
             },
         )
-    except SystemMessage as error:
-        raise ParseError(f"reStructuredText error: {error}") from error
+    except SystemMessage:
+        # Sphinx's own roles and directives (:ref:, .. note::, .. autoclass::) are unknown to
+        # plain docutils: the page is still worth reading, as the text it is.
+        return [Extracted(text=source.strip(), title=_rst_title(source))]
     title = str(tree.get("title", "")) if tree.get("title") else ""
     text = tree.astext().strip()
     return [Extracted(text=text, title=title)]
+
+
+_RST_UNDERLINE = re.compile(r"""^([=\-~^"'`#*+:.])\1{2,}\s*$""")
+
+
+def _rst_title(source: str) -> str:
+    """The first section title of reStructuredText read as plain text: a line followed by an
+    underline (`====`) at least as long, optionally with an overline too."""
+    lines = source.splitlines()
+    for above, line in itertools.pairwise(lines):
+        text = above.strip()
+        underlined = _RST_UNDERLINE.match(line) and len(line.rstrip()) >= len(text)
+        if text and underlined and not _RST_UNDERLINE.match(above):
+            return text
+    return ""
+
+
+_ROFF_ESCAPES = (
+    (re.compile(r"\\f(\[[^]]*\]|\(..|.)"), ""),  # font changes: \fB \fR \f(CW \f[B]
+    (re.compile(r"\\s[+-]?\d+"), ""),  # size changes
+    (re.compile(r"\\\*(\(..|\[[^]]*\]|.)"), ""),  # strings: \*(Tm \*R
+    (re.compile(r"\\\((em|en)"), "—"),
+    (re.compile(r"\\\((aq|cq|oq)"), "'"),
+    (re.compile(r"\\\((dq|lq|rq)"), '"'),
+    (re.compile(r"\\\((bu)"), "•"),
+    (re.compile(r"\\\(..|\\\[[^]]*\]"), ""),  # other special characters
+    (re.compile(r"\\[-&|^%]"), lambda m: "-" if m.group(0) == "\\-" else ""),
+    (re.compile(r"\\[e\\]"), "\\\\"),
+    (re.compile(r"\\ "), " "),
+)
+_MAN_TEXT_MACROS = frozenset(
+    {"B", "I", "SM", "SB", "Nm", "Nd", "Ar", "Pa", "Xr", "It", "Op", "Em", "Sy", "Dv", "Ev", "Cm",
+     "Ic", "Li", "Va", "Fn", "Ft", "Fa", "Dq", "Qq", "Sq", "Ql", "Pp", "D1", "Dl"}
+)  # fmt: skip
+_MAN_BREAKS = frozenset({"PP", "LP", "P", "TP", "IP", "HP", "sp", "br", "Pp", "Bl", "El"})
+
+
+def _man(data: bytes, path: Path) -> list[Extracted]:
+    """A manual page (man(7) or mdoc(7) roff) as its text: requests dropped, section headings
+    and macro arguments kept, font and character escapes resolved; titled `ls(1)`."""
+    title = ""
+    lines: list[str] = []
+    for raw in _decode(data).splitlines():
+        if raw.startswith(('.\\"', "'\\\"", '\\"')):
+            continue
+        if not raw.startswith((".", "'")):
+            lines.append(_roff_text(raw))
+            continue
+        request, _, rest = raw[1:].strip().partition(" ")
+        words = [w.strip('"') for w in re.findall(r'"[^"]*"|\S+', rest)]
+        if request in {"TH", "Dt"} and words:
+            title = f"{words[0].lower()}({words[1]})" if len(words) > 1 else words[0].lower()
+        elif request in {"SH", "SS", "Sh", "Ss"}:
+            lines += ["", _roff_text(" ".join(words))]
+        elif request in {"BR", "RB", "IR", "RI", "BI", "IB"}:
+            lines.append(_roff_text("".join(words)))
+        elif request == "Fl":
+            lines.append(" ".join(f"-{_roff_text(w)}" for w in words))
+        elif request in _MAN_TEXT_MACROS:
+            lines.append(_roff_text(" ".join(words)))
+        elif request in _MAN_BREAKS:
+            lines.append(_roff_text(" ".join(words)) if request == "IP" and words else "")
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+    return [Extracted(text=text, title=title or path.stem)]
+
+
+def _roff_text(line: str) -> str:
+    for pattern, replacement in _ROFF_ESCAPES:
+        line = pattern.sub(replacement, line)
+    return line
 
 
 def _html(data: bytes, path: Path) -> list[Extracted]:
@@ -318,6 +432,7 @@ _READERS: dict[str, Reader] = {
     "code": _code,
     "markdown": _markdown,
     "rst": _rst,
+    "man": _man,
     "html": _html,
     "pdf": _pdf,
     "docx": _docx,

@@ -129,7 +129,8 @@ class Progress:
     """Reported after each unit and each stored batch."""
 
     files_done: int
-    """Units read so far."""
+    """Units finished: read, and every document they sent stored (the embedding is most of the
+    time, so a file counts only once its chunks are in)."""
     files_total: int
     chunks: int
     """Chunks stored so far."""
@@ -162,9 +163,10 @@ async def sync(
         by_key[info.key][document_id] = info
     sender = _Sender(client, target, summary, progress, started, len(units))
     stale: list[str] = []
-    for n, unit in enumerate(units, start=1):
+    for unit in units:
         mine = by_key.get(unit.key, {})
         documents = _read(unit, mine, summary)
+        changed: list[tuple[search_tool_pb2.Document, Change]] = []
         if documents is not None:
             wanted = {d.id for d in documents}
             stale.extend(i for i in mine if i not in wanted)
@@ -174,8 +176,10 @@ async def sync(
                 if previous is not None and previous.sha256 == sha256:
                     summary.unchanged += 1
                     continue
-                await sender.add(document, unit.key, "new" if previous is None else "changed")
-        sender.files_done = n
+                changed.append((document, "new" if previous is None else "changed"))
+        sender.expect(unit.key, len(changed))
+        for document, change in changed:
+            await sender.add(document, unit.key, change)
         sender.report()
     await sender.finish()
     if target.prune:
@@ -272,13 +276,30 @@ class _Sender:
         self._started = started
         self._files_total = files_total
         self.files_done = 0
+        self._unstored: dict[str, int] = {}
+        """Documents per unit sent but not stored yet; the unit is done when it reaches 0."""
         self._batch: list[_Pending] = []
         self._chars = 0
         self._running: set[asyncio.Task[None]] = set()
 
+    def expect(self, unit: str, documents: int) -> None:
+        """`unit` was read and sends `documents` (none: it is done now)."""
+        if documents:
+            self._unstored[unit] = documents
+        else:
+            self.files_done += 1
+
+    def _stored(self, unit: str) -> None:
+        """One of `unit`'s documents was stored (or refused): the unit is done after its last."""
+        self._unstored[unit] -= 1
+        if not self._unstored[unit]:
+            del self._unstored[unit]
+            self.files_done += 1
+
     async def add(self, document: search_tool_pb2.Document, unit: str, change: Change) -> None:
         if self._target.dry_run:
             self._count(change)
+            self._stored(unit)
             return
         full = len(self._batch) >= self._target.batch_documents
         if self._batch and (full or self._chars + len(document.text) > BATCH_CHARS):
@@ -339,6 +360,7 @@ class _Sender:
             self._summary.failed.append(
                 (f"{pending.unit} ({pending.document.id})", f"refused: {reason}")
             )
+            self._stored(pending.unit)
 
     async def _upsert(self, batch: list[_Pending], building: bool) -> None:
         reply = await self._client.upsert_documents(
@@ -347,6 +369,7 @@ class _Sender:
         self._summary.chunks += reply.chunks_upserted
         for pending in batch:
             self._count(pending.change)
+            self._stored(pending.unit)
 
     def _count(self, change: Change) -> None:
         if change == "new":

@@ -76,7 +76,7 @@ def _renumber(text: str, new_number: Mapping[int, int | None]) -> str:
 
 
 def _citation(hit: SearchHit) -> Citation:
-    return Citation(result_id=hit.id, title=hit.title, url=hit.url)
+    return Citation(result_id=hit.id, title=hit.title, url=hit.url, web=hit.web is not None)
 
 
 def final_results(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.common.postgres import PostgresSettings
 from services.common.settings import QuarrySettings, ServerSettings
 from services.common.tls import ChannelTls
 
@@ -69,6 +71,11 @@ class LoopSettings(BaseModel):
     turn's question is also bounded by `max_query_chars`."""
     keep_last_exchanges: int = Field(default=2, ge=1)
     """Layer 3: exchanges kept verbatim when older ones are compacted into a summary."""
+    summarize_max_chars: int = Field(default=24_000, ge=1_000, le=400_000)
+    """`summarize`: the most characters of result text one call sends to the gateway (results
+    are sent whole until this; the rest are named as not summarised)."""
+    summarize_route: str = ""
+    """`summarize`: the LLM gateway route that writes summaries; empty: the run's route."""
 
 
 class QuestionSettings(BaseModel):
@@ -87,13 +94,46 @@ class QuestionSettings(BaseModel):
     """Questions one run may ask; further `ask_user` calls are refused back to the model."""
 
 
+class ReplicaSettings(BaseModel):
+    """How agent replicas sharing one PostgreSQL tell each other they are alive."""
+
+    name: str = ""
+    """This replica's name in the shared tables (run rows, questions, heartbeats); empty: the
+    host name and process id (in Kubernetes the pod's name). Must differ between live replicas."""
+    heartbeat_interval_s: float = Field(default=5.0, gt=0)
+    """How often the replica refreshes its heartbeat (and looks for replicas that stopped)."""
+    lease_s: float = Field(default=30.0, gt=0)
+    """A replica whose heartbeat is older than this is gone: any other marks its `running` runs
+    `interrupted` and forgets its open questions. Several heartbeats long, so a slow database
+    or a busy replica is not taken for a dead one."""
+
+    def resolved_name(self) -> str:
+        return self.name or f"{socket.gethostname()}-{os.getpid()}"
+
+    @model_validator(mode="after")
+    def _lease_spans_heartbeats(self) -> ReplicaSettings:
+        if self.lease_s < 2 * self.heartbeat_interval_s:
+            raise ValueError("replica.lease_s must be at least two heartbeat intervals")
+        return self
+
+
 class HistorySettings(BaseModel):
     """Run history (`agent.history`)."""
 
     enabled: bool = True
     """Record every run; off: `GetRun`/`ListRuns` answer FAILED_PRECONDITION."""
+    kind: Literal["sqlite", "postgres"] = "sqlite"
+    """`sqlite`: an embedded file of this process (one replica). `postgres`: one database shared
+    by every replica (runs, questions and heartbeats), at `postgres`."""
     path: Path = Path("./var/agent/runs.sqlite3")
     """The SQLite database file (created with its folder)."""
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    """Where the shared database is (`kind: postgres`): the DSN from `dsn_env` or `dsn_file`."""
+    replica: ReplicaSettings = Field(default_factory=ReplicaSettings)
+    """This replica's name and heartbeat (`kind: postgres`)."""
+    queue_limit: int = Field(default=10_000, ge=1)
+    """`kind: postgres`: most writes waiting for the database; beyond it (a database down for
+    long) a write is dropped, counted and logged instead of held in memory."""
     max_age_days: float = Field(default=30.0, ge=0)
     """Runs older than this are deleted; 0 keeps them whatever their age."""
     max_runs: int = Field(default=100_000, ge=0)

@@ -9,6 +9,7 @@ compaction the loop runs when the gateway still reports an overflow.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -152,3 +153,31 @@ def _transcript_line(message: Message) -> str:
         return f"[{kind} {message.tool_call_id}]\n{soft_trim(message, 1200, 200).text}"
     calls = "".join(f"\n[call {c.name} {c.arguments_json}]" for c in message.tool_calls)
     return f"[{message.role.value}] {message.text}{calls}"
+
+
+_RESULT_BLOCK = re.compile(
+    r"(^### \[(?P<id>[^\]\n]+)\][^\n]*\n)(?P<body>.*?)(?=^### \[|\Z)", re.M | re.S
+)
+
+
+def condense_results(
+    messages: Sequence[Message], ids: Sequence[str], call_id: str
+) -> list[Message]:
+    """`messages` with the text of each result in `ids` replaced, in tool results and full-text
+    messages, by a pointer to the result of call `call_id` (a summary of them): each result's
+    `### [id] title` line stays, so it stays citable, and every call stays paired with its
+    result. Assistant text is never touched."""
+    wanted = set(ids)
+    pointer = f"(condensed: see the result of call {call_id}; `read` gives the full text)\n\n"
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group("id").strip() not in wanted:
+            return match.group(0)
+        return match.group(1) + pointer
+
+    condensed = []
+    for message in messages:
+        if message.role in (Role.TOOL, Role.USER) and "### [" in message.text:
+            message = message.with_text(_RESULT_BLOCK.sub(replace, message.text))
+        condensed.append(message)
+    return condensed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -18,6 +19,7 @@ from services.agent.questions import QuestionWindows
 from services.agent.records import AnsweredBy, StepRecord, ToolCallRecord
 from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
 from services.agent.search import (
+    WEB_SOURCE,
     Breadcrumb,
     Breakdown,
     CollectionInfo,
@@ -27,9 +29,12 @@ from services.agent.search import (
     ReadRequest,
     SearchHit,
     SearchRequest,
+    WebOrigin,
 )
 from services.agent.tools import DEFAULT_TOOLS, ToolEvent
+from services.common.auth import require_caller_permission
 from services.common.errors import FieldViolation, InvalidArgument, shown
+from services.common.names import collection_name_problem
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
     "equals": search_pb2.FILTER_OPERATOR_EQUALS,
@@ -99,6 +104,8 @@ def run_request(
     collection = message.collection or default_collection
     if not collection:
         violations.append(FieldViolation("collection", "must name a collection"))
+    elif (problem := collection_name_problem(collection)) is not None:
+        violations.append(FieldViolation("collection", problem))
     if message.mode not in _MODES:
         violations.append(FieldViolation("mode", f"unknown mode {message.mode}"))
     if not 0 <= message.limit <= MAX_LIMIT:
@@ -123,6 +130,10 @@ def run_request(
                     f"{name} needs StreamRun: a unary Run cannot ask the caller anything",
                 )
             )
+    for name in dict.fromkeys(message.tools):
+        tool = DEFAULT_TOOLS.get(name)
+        if tool is not None and tool.permission:
+            require_caller_permission(tool.permission, f"use the tool {name}")
     violations += _history_violations(message.history, max_query_chars, max_history_chars)
     if violations:
         raise InvalidArgument.for_violations(violations)
@@ -296,11 +307,30 @@ def document_count(message: search_tool_pb2.CountDocumentsResponse) -> DocumentC
 
 
 def search_hit(result: search_pb2.SearchResult) -> SearchHit:
-    return chunk_hit(
+    hit = chunk_hit(
         result.chunk,
         score=result.score,
         dense_score=result.dense_score if result.HasField("dense_score") else None,
         keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
+    )
+    if not result.HasField("web"):
+        return hit
+    fetched_at = _datetime(result.web.fetched_at) if result.web.HasField("fetched_at") else None
+    return replace(hit, web=WebOrigin(result.web.provider, fetched_at))
+
+
+def web_hit(result: search_tool_pb2.WebResult) -> SearchHit:
+    """A web page as a result the model can read and cite, marked as web."""
+    fetched_at = _datetime(result.fetched_at) if result.HasField("fetched_at") else None
+    return SearchHit(
+        id=result.id,
+        document_id=result.url,
+        title=result.title,
+        text=result.snippet,
+        score=0.0,
+        source=WEB_SOURCE,
+        url=result.url,
+        web=WebOrigin(result.provider, fetched_at),
     )
 
 
@@ -380,6 +410,10 @@ def search_result(hit: SearchHit) -> search_pb2.SearchResult:
     if hit.updated_at is not None:
         chunk.updated_at.FromDatetime(hit.updated_at)
     result = search_pb2.SearchResult(chunk=chunk, score=hit.score)
+    if hit.web is not None:
+        result.web.provider = hit.web.provider
+        if hit.web.fetched_at is not None:
+            result.web.fetched_at.FromDatetime(hit.web.fetched_at)
     if hit.dense_score is not None:
         result.dense_score = hit.dense_score
     if hit.keyword_score is not None:
@@ -403,7 +437,7 @@ def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.Ru
     answer = agent_pb2.Answer(
         text=result.answer.text,
         citations=[
-            agent_pb2.Citation(result_id=c.result_id, title=c.title, url=c.url)
+            agent_pb2.Citation(result_id=c.result_id, title=c.title, url=c.url, web=c.web)
             for c in result.answer.citations
         ],
         confidence=result.answer.confidence,
@@ -421,6 +455,8 @@ def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.Ru
             cache_write_tokens=usage.cache_write_tokens,
             model_calls=usage.model_calls,
             searches=usage.searches,
+            tool_calls=usage.tool_calls,
+            cost_usd=usage.cost_usd,
         ),
         iterations=result.iterations,
         run_id=result.run_id,
@@ -462,6 +498,7 @@ def _call_message(call: ToolCallRecord, *, full: bool) -> agent_pb2.ToolCallReco
         error=call.error,
         total_count=call.total_count,
         previewed_ids=call.previewed_ids,
+        web=any(h.web is not None for h in call.results),
     )
     if full:
         message.output = call.output

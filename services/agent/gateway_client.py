@@ -167,6 +167,7 @@ def _usage(usage: gw.Usage) -> TokenUsage:
         output_tokens=usage.output_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd,
     )
 
 

@@ -12,10 +12,17 @@ thread; the final write is awaited before the caller is told the run is done, so
 after a run sees it complete. Retention (`max_age_days`, `max_runs`) is enforced on the same
 thread when the store opens and then at most every `sweep_interval_s`, after a run ends.
 
-This is the first implementation of `run_history.RunHistory` (its contract: that module). The rows
-hold protobuf messages (`quarry.agent.v1`): this module is a persistence edge, as `convert.py` is
-the wire edge. Several agent replicas need a shared database instead: see the agent README ("Run
-history").
+This is the first implementation of `run_history.RunHistory` (its contract: that module).
+
+Faults never fail a run. A write that fails (a full disk, a damaged page) is logged with the run's
+id and counted (`failed_writes`, and the `quarry.agent.run_history.failed_writes` counter): the run
+still answers, only its record has a gap. `open` runs SQLite's `quick_check` and logs what it
+found; a damaged record answers DATA_LOSS naming the run (`GetRun`) or the history (`ListRuns`),
+and every other run keeps working.
+
+The rows hold protobuf messages (`quarry.agent.v1`): this module is a persistence edge, as
+`convert.py` is the wire edge. Several agent replicas need a shared database instead: see the agent
+README ("Run history").
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from google.protobuf.message import DecodeError
+from opentelemetry import metrics
 from quarry.agent.v1 import agent_pb2
 
 from services.agent.config import HistorySettings
@@ -39,12 +48,16 @@ from services.agent.run_history import (
     decode_page_token,
     encode_page_token,
 )
-from services.common.errors import Unavailable
+from services.common.errors import DataLoss, Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 __all__ = ["RunQuery", "RunStore", "decode_page_token"]
+
+QUICK_CHECK_FINDINGS = 20
+"""Most problems `quick_check` reports at open (it stops there)."""
+_DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -89,8 +102,23 @@ class RunStore:
     """The run history in SQLite, a `RunHistory`; `open` before use, `close` when done (see the
     module docstring)."""
 
-    def __init__(self, settings: HistorySettings, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        settings: HistorySettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        meter: metrics.Meter | None = None,
+    ):
         self.settings = settings
+        self.failed_writes = 0
+        """Writes that failed since the store opened (each a gap in one run's record)."""
+        self.findings: list[str] = []
+        """What `quick_check` found at open; empty when the database is sound."""
+        self._failed_writes = (meter or metrics.NoOpMeter(__name__)).create_counter(
+            "quarry.agent.run_history.failed_writes",
+            unit="{write}",
+            description="Run history writes that failed; each leaves a gap in one run's record",
+        )
         self._clock = clock
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="run-history")
         self._db: sqlite3.Connection | None = None
@@ -118,8 +146,16 @@ class RunStore:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
         self._db = db
-        interrupted = self._mark_interrupted()
-        self._sweep()
+        self.findings = self._quick_check()
+        try:
+            interrupted = self._mark_interrupted()
+            self._sweep()
+        except sqlite3.Error as error:
+            log.error(
+                "run history: marking interrupted runs and retention failed; serving anyway",
+                extra={"path": str(path), "error": str(error)},
+            )
+            return 0
         return interrupted
 
     def _mark_interrupted(self) -> int:
@@ -138,6 +174,24 @@ class RunStore:
         while no run of this process is going (the store opens with it)."""
         return await self._call(self._mark_interrupted)
 
+    def _quick_check(self) -> list[str]:
+        """SQLite's `quick_check`, logged: the problems it found, [] when it says ok."""
+        path = str(self.settings.path)
+        try:
+            rows = self._connection().execute(f"PRAGMA quick_check({QUICK_CHECK_FINDINGS})")
+            findings = [str(r[0]) for r in rows]
+        except sqlite3.DatabaseError as error:
+            findings = [str(error)]
+        if findings == ["ok"]:
+            log.info("run history checked: ok", extra={"path": path})
+            return []
+        log.error(
+            "run history is damaged: runs whose records are hit answer DATA_LOSS, the others "
+            "keep working; restore the file from a backup or move it aside to start afresh",
+            extra={"path": path, "findings": findings},
+        )
+        return findings
+
     def _close(self) -> None:
         if self._db is not None:
             self._db.close()
@@ -147,7 +201,7 @@ class RunStore:
 
     def begin(self, run: agent_pb2.RunRecord) -> None:
         """A run started (`run.status` running): queued, not awaited."""
-        self._queue(self._begin, _copy(run))
+        self._queue(self._guarded, self._begin, run.run_id, _copy(run))
 
     def append(
         self,
@@ -157,7 +211,9 @@ class RunStore:
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
         """Events (numbered from `first_seq`) and finished steps of a running run: queued."""
-        self._queue(self._append, run_id, first_seq, list(events), list(steps))
+        self._queue(
+            self._guarded, self._append, run_id, run_id, first_seq, list(events), list(steps)
+        )
 
     async def finish(
         self,
@@ -166,12 +222,11 @@ class RunStore:
         events: Sequence[agent_pb2.StreamRunResponse],
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
-        """The run's end (status, response, error) with its last events and steps; awaited. A
-        storage failure is logged, not raised (the run has its answer; see `RunHistory`)."""
-        try:
-            await self._call(self._finish, run, first_seq, list(events), list(steps))
-        except (sqlite3.Error, OSError, RuntimeError):
-            log.exception("run history write failed", extra={"run_id": run.run_id})
+        """The run's end (status, response, error) with its last events and steps; awaited.
+        Never raises for the database: a failed write is logged and counted."""
+        await self._call(
+            self._guarded, self._finish, run.run_id, run, first_seq, list(events), list(steps)
+        )
 
     def finish_soon(
         self,
@@ -181,7 +236,42 @@ class RunStore:
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
         """`finish` from a task being cancelled, which cannot wait: queued."""
-        self._queue(self._finish, _copy(run), first_seq, list(events), list(steps))
+        self._queue(
+            self._guarded,
+            self._finish,
+            run.run_id,
+            _copy(run),
+            first_seq,
+            list(events),
+            list(steps),
+        )
+
+    def _guarded(self, write: Callable[..., None], run_id: str, *args: Any) -> None:
+        """`write(*args)`; a database failure is logged and counted, never raised: the run
+        goes on and its record has a gap."""
+        try:
+            write(*args)
+        except sqlite3.Error as error:
+            self.failed_writes += 1
+            self._failed_writes.add(1, {"error": type(error).__name__})
+            log.error(
+                "run history write failed: the run goes on, its record has a gap",
+                extra={
+                    "run_id": run_id,
+                    "path": str(self.settings.path),
+                    "error": str(error),
+                    "failed_writes": self.failed_writes,
+                },
+            )
+
+    async def forget(self, run_id: str) -> None:
+        """Delete a run that was refused before it started (begun, never stepped); awaited."""
+        await self._call(self._guarded, self._delete, run_id, [(run_id,)])
+
+    def _delete(self, ids: list[tuple[str]]) -> None:
+        with self._transaction() as tx:
+            for table in ("run_events", "run_steps", "runs"):
+                tx.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
 
     def _begin(self, run: agent_pb2.RunRecord) -> None:
         with self._transaction() as tx:
@@ -287,9 +377,7 @@ class RunStore:
             ]
         ids = [(run_id,) for run_id in dict.fromkeys(doomed)]
         if ids:
-            with self._transaction() as tx:
-                for table in ("run_events", "run_steps", "runs"):
-                    tx.executemany(f"DELETE FROM {table} WHERE run_id = ?", ids)
+            self._delete(ids)
             log.info("run history retention", extra={"deleted_runs": len(ids)})
         return len(ids)
 
@@ -300,7 +388,20 @@ class RunStore:
     # --- reads ---------------------------------------------------------------------------------
 
     async def get(self, run_id: str) -> agent_pb2.RunRecord | None:
-        return await self._read(self._get, run_id)
+        """The run's record; DATA_LOSS naming the run when its record is damaged."""
+        try:
+            return await self._call(self._get, run_id)
+        except (sqlite3.DatabaseError, DecodeError) as error:
+            if isinstance(error, sqlite3.DatabaseError) and not _is_damage(error):
+                raise _unavailable(error) from error
+            log.error("run record is damaged", extra={"run_id": run_id, "error": str(error)})
+            raise DataLoss(
+                f"the record of run {run_id} is damaged in the run history ({error}); "
+                "other runs are not affected",
+                metadata={"run_id": run_id},
+            ) from None
+        except (sqlite3.Error, OSError, RuntimeError) as error:
+            raise _unavailable(error) from error
 
     async def list_runs(self, query: RunQuery) -> tuple[list[agent_pb2.RunSummary], str]:
         """A page of summaries, newest first, and the next page's token ("" on the last)."""
@@ -310,13 +411,22 @@ class RunStore:
         """Every collection with a recorded run."""
         return await self._read(self._collections)
 
-    async def _read(self, function: Callable[..., T], *args: Any) -> T:
-        """A read; UNAVAILABLE when the database cannot answer (see `RunHistory`)."""
+    async def _read(self, read: Callable[..., T], *args: Any) -> T:
+        """A read of the list: DATA_LOSS when the file is damaged, UNAVAILABLE when the database
+        cannot answer (see `RunHistory`)."""
         try:
-            return await self._call(function, *args)
+            return await self._call(read, *args)
+        except sqlite3.DatabaseError as error:
+            if not _is_damage(error):
+                raise _unavailable(error) from error
+            log.error("run history index is damaged", extra={"error": str(error)})
+            raise DataLoss(
+                f"the run history's list of runs is damaged ({error}); GetRun still reads "
+                "each undamaged run",
+                metadata={"store": "run_history"},
+            ) from None
         except (sqlite3.Error, OSError, RuntimeError) as error:
-            log.exception("run history read failed")
-            raise Unavailable(f"the run history cannot be read: {error}") from error
+            raise _unavailable(error) from error
 
     def _get(self, run_id: str) -> agent_pb2.RunRecord | None:
         db = self._connection()
@@ -434,7 +544,28 @@ class _Transaction:
         return self._db
 
     def __exit__(self, kind: object, *rest: object) -> None:
-        self._db.execute("ROLLBACK" if kind is not None else "COMMIT")
+        if kind is None:
+            try:
+                self._db.execute("COMMIT")
+                return
+            except sqlite3.Error:
+                self._rollback()  # a failed COMMIT (a full disk) leaves the transaction open
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+
+
+def _unavailable(error: BaseException) -> Unavailable:
+    log.error("run history read failed", extra={"error": str(error)})
+    return Unavailable(f"the run history cannot be read: {error}")
+
+
+def _is_damage(error: sqlite3.Error) -> bool:
+    """A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB), not a busy or full one."""
+    return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in _DAMAGE_CODES
 
 
 def _copy(run: agent_pb2.RunRecord) -> agent_pb2.RunRecord:

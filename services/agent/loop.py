@@ -33,6 +33,7 @@ from services.agent.config import LoopSettings
 from services.agent.context import (
     SUMMARY_SYSTEM_PROMPT,
     ConversationSummary,
+    condense_results,
     prune_tool_results,
     split_for_compaction,
     summary_prompt,
@@ -382,6 +383,7 @@ class _Run:
             questions=self.questions,
             log_fields=self._log(),
             iteration=self.searches if iteration is None else iteration,
+            route=self.route,
         )
 
     @property
@@ -416,9 +418,15 @@ class _Run:
         """Record what a tool call produced: its result in the conversation and in the step's
         record, the results it showed (citable from now on); returns the event the caller is
         told of, with its step."""
+        if outcome.condensed:
+            self.exchanges = condense_results(self.exchanges, outcome.condensed, outcome.call.id)
+        if outcome.usage is not None:
+            self._count(outcome.usage)
         self.exchanges.append(tool_result(outcome.call.id, outcome.text, is_error=outcome.is_error))
         self.seen.add(outcome.shown)
         self.previews.update({h.id: h for h in outcome.previewed})
+        for result_id in outcome.read_in_full:  # read whole: no full-text round needed
+            self.previews.pop(result_id, None)
         self.found.add(outcome.found)
         self._record_call(
             outcome.call,
@@ -431,8 +439,8 @@ class _Run:
             total_count=outcome.total_count,
         )
         tool = self.registry.get(outcome.call.name)
-        if tool is not None and tool.uses_search and outcome.ran:
-            self.usage.searches += 1
+        if tool is not None and outcome.ran:
+            self._used(tool)
         return None if outcome.event is None else self._stamped(outcome.event)
 
     def _record_call(
@@ -498,19 +506,31 @@ class _Run:
     async def _search_batch(self, tool: Tool, batch: list[ToolCall]) -> list[ToolOutcome]:
         """Run the calls of `batch` concurrently, each in its span; outcomes in call order."""
         first = self.searches
-        self.searches += len(batch)
 
         async def one(call: ToolCall, iteration: int) -> ToolOutcome:
             with self._span(call):
                 return await tool.run(call, self._context(iteration))
 
         if len(batch) == 1:
-            return [await one(batch[0], first + 1)]
-        async with asyncio.TaskGroup() as group:
-            tasks = [
-                group.create_task(one(call, first + n)) for n, call in enumerate(batch, start=1)
-            ]
-        return [task.result() for task in tasks]
+            outcomes = [await one(batch[0], first + 1)]
+        else:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(one(call, first + n)) for n, call in enumerate(batch, start=1)
+                ]
+            outcomes = [task.result() for task in tasks]
+        return [self._counted(o) for o in outcomes]
+
+    def _counted(self, outcome: ToolOutcome) -> ToolOutcome:
+        """A search attempt counted if it ran (an invalid or refused one is no iteration); its
+        event numbered as counted: a failed one with the number it would have had."""
+        if outcome.ran:
+            self.searches += 1
+        number = self.searches if outcome.ran else self.searches + 1
+        event = outcome.event
+        if event is not None and getattr(event, "iteration", number) != number:
+            event = replace(event, iteration=number)  # type: ignore[type-var]
+        return replace(outcome, event=event)
 
     def _refusal(self, call: ToolCall, tool: Tool | None, *, allow_tools: bool) -> str:
         """Why `call` may not run now, or "" when it may."""
@@ -529,11 +549,18 @@ class _Run:
             return f"Only {answer_tool} is available now: call it instead of {call.name}."
         return ""
 
+    def _used(self, tool: Tool) -> None:
+        """Usage: a call of `tool` that ran."""
+        self.usage.tool_calls[tool.name] = self.usage.tool_calls.get(tool.name, 0) + 1
+        if tool.uses_search:
+            self.usage.searches += 1
+
     def _submit(self, outcome: ToolOutcome, *, may_refine: bool) -> None:
         call = outcome.call
         if outcome.is_error or not isinstance(outcome.answer, Answer):
             self._apply(outcome)
             return
+        self._used(self.answer_only[0])
         answer = outcome.answer
         validated = outcome.arguments
         unknown = unknown_citations(answer, self.seen)
@@ -702,6 +729,8 @@ class _Run:
 
     def _count(self, usage: TokenUsage) -> None:
         self.usage.model_calls += 1
+        if usage.cost_usd:
+            self.usage.cost_usd = (self.usage.cost_usd or 0.0) + usage.cost_usd
         if self.step is not None:
             self.step.count(usage)
 

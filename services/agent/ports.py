@@ -22,6 +22,7 @@ from services.agent.search import (
     ReadRequest,
     SearchPage,
     SearchRequest,
+    WebPage,
 )
 
 
@@ -67,6 +68,8 @@ class TokenUsage:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    """What the call cost, when the gateway priced it (0: not priced)."""
 
 
 @dataclass(frozen=True)
@@ -148,4 +151,10 @@ class SearchClient(Protocol):
         self, request: CountRequest, *, remaining_s: float | None
     ) -> DocumentCount:
         """Raises `InvalidArgument` (with violations) for a filter or breakdown it rejects."""
+        ...
+
+    async def web_search(self, query: str, limit: int, *, remaining_s: float | None) -> WebPage:
+        """The search tool's `WebSearch` (the web, not a collection). Raises `FailedPrecondition`
+        when no provider is configured, `PermissionDenied` for a caller whose key may not search
+        the web, `Unavailable` when every provider failed, `InvalidArgument` for a bad query."""
         ...

@@ -3,7 +3,9 @@
 The servicer hands every event to `event` and every finished step to `step` (the loop's
 `on_step`); a step's end writes it with the events since the last write (one queued write per
 step). The run's end is written by `completed` / `failed` (awaited, so a caller told the run is
-done finds it in `GetRun`) or `cancelled` (queued: a cancelled task cannot wait).
+done finds it in `GetRun`) or `cancelled` (queued: a cancelled task cannot wait). A run refused
+INVALID_ARGUMENT before its first step (a caller filter the search tool refuses, a route the
+gateway does not know) never started: its row is deleted rather than finished.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class RunRecorder:
         self._events: list[agent_pb2.StreamRunResponse] = []
         self._steps: list[agent_pb2.StepRecord] = []
         self._written_events = 0
+        self._stepped = False
         self.finished = False
 
     def start(self) -> None:
@@ -58,6 +61,7 @@ class RunRecorder:
         self._events.append(message)
 
     def step(self, step: StepRecord) -> None:
+        self._stepped = True
         self._steps.append(convert.step_message(step))
         if self._store is not None:
             self._store.append(self.run_id, self._written_events, self._events, self._steps)
@@ -71,6 +75,11 @@ class RunRecorder:
         await self._finish()
 
     async def failed(self, code: str, message: str) -> None:
+        if code == "INVALID_ARGUMENT" and not self._stepped:
+            self.finished = True
+            if self._store is not None:
+                await self._store.forget(self.run_id)
+            return
         self._record.status = CANCELLED if code in ("CANCELLED", "DEADLINE_EXCEEDED") else FAILED
         self._record.error_code, self._record.error_message = code, message
         await self._finish()

@@ -66,6 +66,8 @@ class Citation:
     result_id: str
     title: str = ""
     url: str = ""
+    web: bool = False
+    """The cited result is a web page (`web_search`), not a chunk of the collection."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,10 @@ class RunUsage:
     cache_write_tokens: int = 0
     model_calls: int = 0
     searches: int = 0
+    tool_calls: dict[str, int] = field(default_factory=dict)
+    """Calls of each tool that ran (refused or invalid calls excluded)."""
+    cost_usd: float | None = None
+    """What the model calls cost in US dollars; None when the gateway priced none of them."""
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,9 @@ class RunQuery:
 class RunHistory(Protocol):
     """Where the agent keeps its runs (see the module docstring for the write contract)."""
 
+    failed_writes: int
+    """Writes lost to a storage failure since the history opened (each a gap in one record)."""
+
     def open(self) -> int:
         """Prepare the storage (schema, migrations), mark `interrupted` the runs left `running`
         by an agent that stopped (`mark_interrupted`), and apply retention; returns how many
@@ -116,6 +119,11 @@ class RunHistory(Protocol):
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
         """`finish` from a task being cancelled, which cannot wait: queued."""
+        ...
+
+    async def forget(self, run_id: str) -> None:
+        """Delete a run that was refused before it started (begun, never stepped), so only runs
+        that started are recorded; awaited, and like every write never raises for storage."""
         ...
 
     async def get(self, run_id: str) -> agent_pb2.RunRecord | None:

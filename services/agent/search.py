@@ -11,6 +11,8 @@ from quarry.common.v1 import search_pb2
 from services.agent.filters import FilterGroup, Scalar
 
 Strategy = Literal["semantic", "keyword", "hybrid"]
+WEB_SOURCE = "web"
+"""The `source` of every web result (`SearchHit.web` is what marks one)."""
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,14 @@ class Breadcrumb:
     id: str
     name: str
     entity_type: str
+
+
+@dataclass(frozen=True)
+class WebOrigin:
+    """Where and when a web result was fetched (`web_search`)."""
+
+    provider: str
+    fetched_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,10 @@ class SearchHit:
     metadata: dict[str, Scalar] = field(default_factory=dict)
     dense_score: float | None = None
     keyword_score: float | None = None
+    web: WebOrigin | None = None
+    """Set for a web page (`web_search`): not a chunk of the collection, and outside the
+    caller's filter. `id` is then `web_<hex>`, `document_id` and `url` the page's URL, `text`
+    the provider's snippet, `source` "web"."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,17 @@ class DocumentCount:
     breakdowns: tuple[Breakdown, ...] = ()
     exact: bool = True
     """False when the search tool stopped examining chunks: the counts are lower bounds."""
+
+
+@dataclass(frozen=True)
+class WebPage:
+    """What a `WebSearch` returned."""
+
+    hits: list[SearchHit]
+    """In the provider's order, each with `web` set."""
+    provider: str
+    cached: bool = False
+    took_ms: float = 0.0
 
 
 @dataclass(frozen=True)

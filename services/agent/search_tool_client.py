@@ -22,6 +22,7 @@ from services.agent.search import (
     ReadRequest,
     SearchPage,
     SearchRequest,
+    WebPage,
 )
 
 
@@ -87,3 +88,18 @@ class SearchToolClient:
         except grpc.aio.AioRpcError as error:
             raise dependency_error(error, self._channel, "search tool") from error
         return convert.document_count(reply)
+
+    async def web_search(self, query: str, limit: int, *, remaining_s: float | None) -> WebPage:
+        request = search_tool_pb2.WebSearchRequest(query=query, limit=limit)
+        try:
+            reply = await self._stub.WebSearch(
+                request, **await call_options(self._channel, "search tool", remaining_s)
+            )
+        except grpc.aio.AioRpcError as error:
+            raise dependency_error(error, self._channel, "search tool") from error
+        return WebPage(
+            hits=[convert.web_hit(r) for r in reply.results],
+            provider=reply.provider,
+            cached=reply.cached,
+            took_ms=reply.took_ms,
+        )

@@ -12,6 +12,7 @@ the table on the deserialized request, where the collection is known, before the
     missing or unknown key                   UNAUTHENTICATED
     collection outside the key's grant       PERMISSION_DENIED naming the collection
     gateway method, key without `gateway`    PERMISSION_DENIED
+    web search, key with `web_search: false` PERMISSION_DENIED
 
 Health and reflection stay open. The caller of the running RPC is kept in a context variable:
 `visible_collections` filters `ListCollections`, and `ForwardCallerKey` (a client interceptor)
@@ -71,6 +72,10 @@ class ApiKey(BaseModel):
     """Collections the key may write to and delete (and read); `*` is every collection."""
     gateway: bool = False
     """Whether the key may call the LLM gateway directly (the agent's own key does)."""
+    web_search: bool = True
+    """Whether the key may search the web (the search tool's `WebSearch`, the agent's
+    `web_search` tool). Web results ignore every collection grant and caller filter, so an
+    operator who must keep a key's answers inside its collections sets this to false."""
 
     @field_validator("sha256")
     @classmethod
@@ -146,6 +151,7 @@ class Access(Enum):
     READ = "read"
     WRITE = "write"
     GATEWAY = "gateway"
+    WEB_SEARCH = "web_search"
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,7 @@ READ = MethodRule(Access.READ, collection_field)
 WRITE = MethodRule(Access.WRITE, collection_field)
 AUTHENTICATED = MethodRule(Access.AUTHENTICATED)
 GATEWAY = MethodRule(Access.GATEWAY)
+WEB_SEARCH = MethodRule(Access.WEB_SEARCH)
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,19 @@ def visible_collections(names: Sequence[str]) -> list[str]:
         return list(names)
     key = caller.key
     return [n for n in names if key.may_read(n)]
+
+
+def require_caller_permission(permission: str, what: str) -> None:
+    """Refuse (PERMISSION_DENIED naming the key) when the running RPC's caller holds a key whose
+    boolean `permission` (an `ApiKey` field, e.g. `web_search`) is false; nothing when auth is
+    off. `what` completes "API key '<name>' may not …"."""
+    caller = _CALLER.get()
+    if caller is None or caller.key is None:
+        return
+    if not getattr(caller.key, permission, False):
+        raise PermissionDenied(
+            f"API key '{caller.key.name}' may not {what}", metadata={"permission": permission}
+        )
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
@@ -264,6 +284,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             raise PermissionDenied("this method declares no access rule")
         if rule.access is Access.GATEWAY and not key.gateway:
             raise PermissionDenied(f"API key '{key.name}' may not call the LLM gateway directly")
+        if rule.access is Access.WEB_SEARCH and not key.web_search:
+            raise PermissionDenied(
+                f"API key '{key.name}' may not search the web", metadata={"tool": "web_search"}
+            )
         if rule.access in (Access.READ, Access.WRITE) and rule.collection is not None:
             collection = rule.collection(request)
             allowed = key.may_write if rule.access is Access.WRITE else key.may_read

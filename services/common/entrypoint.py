@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from services.common.cpu import lower_cpu_priority
 from services.common.log import configure_logging
 from services.common.server import QuarryServer, serve
-from services.common.settings import QuarrySettings, ServerSettings, load_settings
+from services.common.settings import QuarrySettings, load_settings
 from services.common.telemetry import Telemetry, setup_telemetry
 
 S = TypeVar("S", bound=QuarrySettings)
@@ -106,14 +106,12 @@ def settings_from_args(
     explicit = {
         f.field: getattr(args, f.field) for f in flags if getattr(args, f.field) is not None
     }
-    settings = load_settings(settings_cls, args.config, **explicit)
     listen: dict[str, Any] = {
         key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None
     }
-    if not listen:
-        return settings
-    server = ServerSettings.model_validate({**settings.server.model_dump(), **listen})
-    return settings.model_copy(update={"server": server})
+    if listen:  # merged into the file's and the environment's `server` like any other source
+        explicit["server"] = listen
+    return load_settings(settings_cls, args.config, **explicit)
 
 
 async def _serve(

@@ -10,7 +10,8 @@
     ├── ResourceExhausted            RESOURCE_EXHAUSTED + RetryInfo
     ├── Unavailable                  UNAVAILABLE + RetryInfo
     ├── DeadlineExceeded             DEADLINE_EXCEEDED
-    └── Cancelled                    CANCELLED
+    ├── Cancelled                    CANCELLED
+    └── DataLoss                     DATA_LOSS
 
 The status codes on the right are applied at the edge, in both directions, by
 `services.common.status` (the error-mapping interceptor and every client that reads a status back);
@@ -144,3 +145,9 @@ class DeadlineExceeded(QuarryError):
 
 class Cancelled(QuarryError):
     default_reason = "CANCELLED"
+
+
+class DataLoss(QuarryError):
+    """Stored data is damaged: the message and metadata name what (a collection, a run)."""
+
+    default_reason = "DATA_LOSS"

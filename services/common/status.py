@@ -46,7 +46,11 @@ MAX_FIELD_BYTES = 96
 MAX_DESCRIPTION_BYTES = 192
 MAX_METADATA_ENTRIES = 8
 MAX_METADATA_BYTES = 96
-"""Each ErrorInfo metadata key and value."""
+"""Each ErrorInfo metadata key, and the reason."""
+MAX_METADATA_VALUE_BYTES = 1_024
+"""Each ErrorInfo metadata value (the gateway's `attempts` is JSON of about 100 bytes a try)."""
+MAX_METADATA_TOTAL_BYTES = 2_048
+"""All metadata values together; values past it are cut to what is left."""
 
 _CODES: dict[type[QuarryError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
@@ -59,6 +63,7 @@ _CODES: dict[type[QuarryError], grpc.StatusCode] = {
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Cancelled: grpc.StatusCode.CANCELLED,
+    errors.DataLoss: grpc.StatusCode.DATA_LOSS,
     QuarryError: grpc.StatusCode.INTERNAL,
 }
 _ERRORS: dict[grpc.StatusCode, type[QuarryError]] = {code: cls for cls, code in _CODES.items()}
@@ -80,10 +85,7 @@ def to_rpc_status(error: QuarryError) -> status_pb2.Status:
     """The `google.rpc.Status` (code, message, details) a caller receives for `error`."""
     code = code_of(error)
     status = status_pb2.Status(code=code.value[0], message=capped(error.message, MAX_MESSAGE_BYTES))
-    metadata = {
-        capped(key, MAX_METADATA_BYTES): capped(value, MAX_METADATA_BYTES)
-        for key, value in list(error.metadata.items())[:MAX_METADATA_ENTRIES]
-    }
+    metadata = _metadata(error.metadata)
     info = error_details_pb2.ErrorInfo(
         reason=capped(error.reason, MAX_METADATA_BYTES), domain=ERROR_DOMAIN, metadata=metadata
     )
@@ -108,6 +110,16 @@ def capped(text: str, max_bytes: int) -> str:
     marker = f"… [cut: {len(data)} bytes]"
     kept = data[: max_bytes - len(marker.encode())].decode(errors="ignore")
     return kept + marker
+
+
+def _metadata(metadata: dict[str, str]) -> dict[str, str]:
+    left = MAX_METADATA_TOTAL_BYTES
+    kept: dict[str, str] = {}
+    for key, value in list(metadata.items())[:MAX_METADATA_ENTRIES]:
+        value = capped(value, max(min(MAX_METADATA_VALUE_BYTES, left), 64))
+        kept[capped(key, MAX_METADATA_BYTES)] = value
+        left -= len(value.encode())
+    return kept
 
 
 def _bad_request(violations: list[FieldViolation]) -> error_details_pb2.BadRequest:

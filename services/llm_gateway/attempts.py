@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from services.common.errors import shown
 from services.llm_gateway.model import ChatResponse
 
 
@@ -70,7 +71,7 @@ class ChainError(Exception):
 
 class RouteNotFound(ChainError):
     def __init__(self, route: str, known: list[str]) -> None:
-        super().__init__(f"route {route!r} is not configured (routes: {', '.join(known)})")
+        super().__init__(f"route {shown(route)} is not configured (routes: {', '.join(known)})")
         self.route = route
 
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common.errors import shown
 from services.llm_gateway.errors import InvalidConversation
 from services.llm_gateway.model import ChatRequest, Message, Role, ToolCall
 
@@ -58,12 +59,13 @@ def _validate_pairing(messages: tuple[Message, ...]) -> None:
             call_id = message.tool_call_id
             if call_id in answered:
                 raise InvalidConversation(
-                    f"messages[{i}].tool_call_id", f"tool call {call_id!r} already has a result"
+                    f"messages[{i}].tool_call_id",
+                    f"tool call {shown(call_id)} already has a result",
                 )
             if call_id not in open_calls:
                 raise InvalidConversation(
                     f"messages[{i}].tool_call_id",
-                    f"no tool call {call_id!r} in the preceding assistant message",
+                    f"no tool call {shown(call_id)} in the preceding assistant message",
                 )
             del open_calls[call_id]
             answered.add(call_id)
@@ -75,14 +77,14 @@ def _calls_of(index: int, message: Message) -> dict[str, str]:
     for j, call in enumerate(message.tool_calls):
         path = f"messages[{index}].tool_calls[{j}].id"
         if call.id in calls:
-            raise InvalidConversation(path, f"duplicate tool call id {call.id!r}")
+            raise InvalidConversation(path, f"duplicate tool call id {shown(call.id)}")
         calls[call.id] = path
     return calls
 
 
 def _require_answered(open_calls: dict[str, str]) -> None:
     for call_id, path in open_calls.items():
-        raise InvalidConversation(path, f"tool call {call_id!r} has no tool result")
+        raise InvalidConversation(path, f"tool call {shown(call_id)} has no tool result")
 
 
 class ToolCallIds:

@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
 from services.common import errors as status
-from services.common.errors import FieldViolation, InvalidArgument
+from services.common.errors import FieldViolation, InvalidArgument, shown
 from services.llm_gateway.attempts import (
     AllProvidersFailed,
     Attempt,
@@ -311,7 +311,7 @@ def _check_unique_tools(tools: tuple[Tool, ...]) -> None:
     for index, tool in enumerate(tools):
         if tool.name in seen:
             raise InvalidArgument.for_field(
-                f"tools[{index}].name", f"{tool.name!r} is declared twice"
+                f"tools[{index}].name", f"{shown(tool.name)} is declared twice"
             )
         seen.add(tool.name)
 

@@ -139,6 +139,13 @@ class SearchToolClient:
         """One search of one collection."""
         return await self._call(self._stub.Search(request, timeout=self._t(timeout_s)))
 
+    async def web_search(
+        self, query: str, *, limit: int = 0, timeout_s: float | None = None
+    ) -> search_tool_pb2.WebSearchResponse:
+        """Search the web through the configured provider (not a collection)."""
+        request = search_tool_pb2.WebSearchRequest(query=query, limit=limit)
+        return await self._call(self._stub.WebSearch(request, timeout=self._t(timeout_s)))
+
     def _t(self, timeout_s: float | None) -> float:
         return self._timeout_s if timeout_s is None else timeout_s
 

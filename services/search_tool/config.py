@@ -8,11 +8,13 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.common.postgres import PostgresSettings
 from services.common.settings import QuarrySettings, ServerSettings
 from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.limits import RequestLimits
+from services.search_tool.web.config import WebSearchSettings
 
 DEFAULT_PORT = 50051
 DEFAULT_MAX_CONCURRENT_CALLS = 128
@@ -86,6 +88,9 @@ class VespaSettings(BaseModel):
 
     url: str = "http://localhost:8080"
     """Container endpoint (search and document/v1), e.g. a Vespa Cloud data-plane URL."""
+    feed_url: str | None = None
+    """The `feed` container cluster's endpoint (document/v1) when feed and query run apart (a
+    multi-node or Vespa Cloud package from `gen_vespa_app.py --topology`); null: `url`."""
     cert_path: Path | None = None
     """Client certificate for mTLS (Vespa Cloud, secured Vespa); with `key_path`."""
     key_path: Path | None = None
@@ -101,6 +106,10 @@ class VespaSettings(BaseModel):
     query_timeout_s: float = Field(default=5.0, gt=0)
     """Longest one Vespa query may run (Vespa's `timeout`; the caller's deadline is shorter
     when it has one)."""
+    facts_ttl_s: float = Field(default=5.0, ge=0)
+    """Longest a collection's registry entry, a filter's count and GetCollection's answer are
+    reused before Vespa is asked again: what another replica changed shows here at most this
+    much later (0: ask every time)."""
 
     @model_validator(mode="after")
     def _cert_and_key_together(self) -> VespaSettings:
@@ -114,11 +123,19 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["embedded", "lancedb", "vespa"] = "embedded"
-    """`embedded` (also called `lancedb`): LanceDB in this process, under `data_dir`;
-    `vespa`: a Vespa deployment at `vespa.url` running `services/search_tool/vespa/app`."""
+    kind: Literal["embedded", "lancedb", "postgres", "vespa"] = "embedded"
+    """`embedded` (also called `lancedb`): LanceDB in this process, under `data_dir` (one
+    writer); `postgres`: PostgreSQL with pgvector and pg_trgm (any number of replicas; the DSN
+    from the environment or a Secret file, `postgres`); `vespa`: a Vespa deployment at
+    `vespa.url` running `services/search_tool/vespa/app`."""
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    """The PostgreSQL engine's database: where the DSN comes from, pool, TLS, timeouts (read only
+    when `kind` is `postgres`)."""
     vespa: VespaSettings = Field(default_factory=VespaSettings)
     """The Vespa engine's endpoint and limits (read only when `kind` is `vespa`)."""
+    readiness_interval_s: float = Field(default=5.0, gt=0)
+    """How often an engine behind a server (Vespa) is asked whether it can answer; the search
+    tool's readiness follows the answer."""
     fts_refresh_rows: int = Field(default=20_000, ge=1)
     """Rebuild the BM25 index once this many rows were written since the last build."""
     vector_index_min_rows: int = Field(default=50_000, ge=1)
@@ -206,3 +223,5 @@ class SearchToolSettings(QuarrySettings):
     """How large each part of a request may be (see `limits.py`)."""
     work_queue: WorkQueueSettings = Field(default_factory=WorkQueueSettings)
     """Admission in front of the embedder and the engine."""
+    web_search: WebSearchSettings = Field(default_factory=WebSearchSettings)
+    """Web search providers (`WebSearch`); off unless one is listed."""

@@ -27,6 +27,7 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.filters import FieldType, Operator, RawCondition, RawFilter, RawValue
+from services.search_tool.web import WebSearchOutcome
 
 _STRATEGIES: dict[int, Strategy] = {
     search_pb2.RETRIEVAL_STRATEGY_UNSPECIFIED: Strategy.HYBRID,
@@ -173,7 +174,10 @@ def hit_to_proto(hit: Hit) -> search_pb2.SearchResult:
 def collection_to_proto(stats: CollectionStats, *, full: bool = True) -> search_tool_pb2.Collection:
     """`full=False` keeps name and counts only (ListCollections)."""
     message = search_tool_pb2.Collection(
-        name=stats.name, document_count=stats.document_count, chunk_count=stats.chunk_count
+        name=stats.name,
+        document_count=stats.document_count,
+        chunk_count=stats.chunk_count,
+        damage=stats.damage,
     )
     if not full:
         return message
@@ -302,3 +306,19 @@ def count_to_proto(count: DocumentCount) -> search_tool_pb2.CountDocumentsRespon
         ],
         exact=count.exact,
     )
+
+
+def web_search_to_proto(outcome: WebSearchOutcome) -> search_tool_pb2.WebSearchResponse:
+    message = search_tool_pb2.WebSearchResponse(
+        provider=outcome.provider, cached=outcome.cached, took_ms=outcome.took_ms
+    )
+    for result in outcome.results:
+        item = message.results.add(
+            id=result.id,
+            title=result.title,
+            url=result.url,
+            snippet=result.snippet,
+            provider=result.provider,
+        )
+        _set_time(item.fetched_at, result.fetched_at)
+    return message

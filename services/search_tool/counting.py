@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from services.common.errors import FieldViolation, InvalidArgument
+from services.common.errors import FieldViolation, InvalidArgument, shown
 from services.search_tool.documents import Chunk
 from services.search_tool.filters import (
     METADATA_PREFIX,
@@ -124,7 +124,8 @@ def _validate(request: CountRequest, fields: Mapping[str, FieldType]) -> int:
             violations.append(
                 FieldViolation(
                     f"group_by[{i}]",
-                    f"cannot group by {name!r}: use {', '.join(_GROUPABLE)} or a metadata.<key> "
+                    f"cannot group by {shown(name)}: use {', '.join(_GROUPABLE)} or a "
+                    "metadata.<key> "
                     "the collection has",
                 )
             )

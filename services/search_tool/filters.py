@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeAlias
 
-from services.common.errors import FieldViolation, InvalidArgument
+from services.common.errors import FieldViolation, InvalidArgument, shown
 from services.search_tool.limits import DEFAULT_LIMITS, RequestLimits
 
 
@@ -293,9 +293,11 @@ def _field_type(name: str, fields: Mapping[str, FieldType], path: str) -> FieldT
     if name in fields:
         return fields[name]
     if name.startswith(METADATA_PREFIX):
-        raise _Violation(path, f"unknown metadata key {name[len(METADATA_PREFIX) :]!r}")
+        raise _Violation(path, f"unknown metadata key {shown(name[len(METADATA_PREFIX) :])}")
     known = ", ".join(sorted(n for n in fields if not n.startswith(METADATA_PREFIX)))
-    raise _Violation(path, f"unknown field {name!r}; filterable fields: {known}, metadata.<key>")
+    raise _Violation(
+        path, f"unknown field {shown(name)}; filterable fields: {known}, metadata.<key>"
+    )
 
 
 def _list_value(raw: RawValue, field_type: FieldType, path: str, most: int) -> tuple[Scalar, ...]:
@@ -325,9 +327,9 @@ def _scalar(raw: RawValue, field_type: FieldType, path: str) -> Scalar:
         try:
             return parse_timestamp(raw)
         except ValueError:
-            raise _Violation(path, f"malformed ISO-8601 date {raw!r}") from None
+            raise _Violation(path, f"malformed ISO-8601 date {shown(raw)}") from None
         except OverflowError:
-            raise _Violation(path, f"{raw!r} is outside years 0001 to 9999 in UTC") from None
+            raise _Violation(path, f"{shown(raw)} is outside years 0001 to 9999 in UTC") from None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise _Violation(path, f"expected a number ({field_type})")
     if not math.isfinite(raw):

@@ -35,7 +35,12 @@ from services.search_tool.documents import (
     widen,
 )
 from services.search_tool.embedding import Embedder
-from services.search_tool.engine.base import CollectionSpec, SearchEngine, StoredVersion
+from services.search_tool.engine.base import (
+    CollectionSpec,
+    DocumentReplacing,
+    SearchEngine,
+    StoredVersion,
+)
 from services.search_tool.filters import METADATA_PREFIX, FieldType
 from services.search_tool.limits import DEFAULT_LIMITS, RequestLimits
 
@@ -107,9 +112,34 @@ class Ingestor:
         self._generations: defaultdict[str, int] = defaultdict(int)
 
     async def upsert(self, collection: str, documents: Sequence[Document]) -> IngestResult:
-        """Validate everything, then write batch by batch."""
-        known = await self._known_fields(collection)
+        """Validate everything, then write batch by batch. A collection this call created is
+        dropped again when the call fails before anything is stored in it (a full disk must not
+        leave an empty collection behind)."""
+        existed = collection in await self._engine.list_collections()
+        known = await self._engine.fields(collection) if existed else {}
         validate_documents(documents, known, self._limits)
+        try:
+            return await self._upsert(collection, documents)
+        except Exception:
+            if not existed:
+                await self._drop_if_empty(collection)
+            raise
+
+    async def _drop_if_empty(self, collection: str) -> None:
+        try:
+            if collection not in await self._engine.list_collections():
+                return
+            stats = await self._engine.describe(collection)
+            if stats.chunk_count == 0:
+                await self._engine.drop_collection(collection)
+                log.warning(
+                    "collection dropped after its first write failed",
+                    extra={"collection": collection},
+                )
+        except Exception:  # the write's own error is the one to report
+            log.exception("could not drop the collection a failed first write created")
+
+    async def _upsert(self, collection: str, documents: Sequence[Document]) -> IngestResult:
         await self._engine.ensure_collection(
             collection, CollectionSpec(self._embedder.model_name, self._embedder.dimensions)
         )
@@ -133,11 +163,6 @@ class Ingestor:
         )
         return IngestResult(len(documents), written, deleted)
 
-    async def _known_fields(self, collection: str) -> Mapping[str, FieldType]:
-        if collection not in await self._engine.list_collections():
-            return {}
-        return await self._engine.fields(collection)
-
     async def _prepare(self, collection: str, batch: Sequence[Document]) -> _Prepared:
         """Chunk and embed the documents of a batch that changed (no lock held)."""
         generation = self._generations[collection]
@@ -158,7 +183,12 @@ class Ingestor:
         return _Prepared(pending, records, stored, generation)
 
     async def _write(self, collection: str, prepared: _Prepared) -> tuple[int, int]:
-        """Upsert, then delete chunks the new versions no longer have (under the write lock)."""
+        """Upsert, then delete chunks the new versions no longer have (under the write lock); an
+        engine written by many replicas replaces the documents in one step instead."""
+        if isinstance(self._engine, DocumentReplacing):
+            async with self._write_locks[collection]:
+                self._generations[collection] += 1
+                return await self._engine.replace_documents(collection, prepared.records)
         async with self._write_locks[collection]:
             current = prepared.stored
             if self._generations[collection] != prepared.generation:
@@ -260,6 +290,13 @@ def validate_documents(
         raise InvalidArgument.for_field(
             "documents",
             f"at most {limits.max_documents} documents per request (max_documents_per_request)",
+        )
+    total, budget = sum(len(d.text.encode()) for d in documents), limits.sizes.upsert_total_bytes
+    if total > budget:
+        raise InvalidArgument.for_field(
+            "documents",
+            f"{total} bytes of text in all; search_tool.limits.upsert_total_bytes is {budget} "
+            "(send fewer documents per call)",
         )
     violations: list[FieldViolation] = []
     seen: dict[str, int] = {}

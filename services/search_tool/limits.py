@@ -43,6 +43,13 @@ class RequestLimits(BaseModel):
     """A string value in a filter condition."""
     embed_text_chars: int = Field(default=20_000, ge=1)
     """One text of an `Embed` call."""
+    embed_total_chars: int = Field(default=16_000, ge=1)
+    """All texts of one `Embed` call together. The embedder's work grows with the word pieces it
+    reads (about one per character at worst, e.g. CJK text), so this bounds one call to seconds:
+    256 texts of 20,000 characters, each within its own limit, ran past two minutes."""
+    upsert_total_bytes: int = Field(default=1_000_000, ge=1)
+    """All document texts of one `UpsertDocuments` call together, in UTF-8 bytes: by default one
+    document of `max_document_bytes`. Without it a call could carry 1,000 such documents."""
 
 
 DEFAULT_LIMITS = RequestLimits()

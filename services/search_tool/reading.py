@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.common.errors import FieldViolation, InvalidArgument, NotFound
-from services.search_tool.documents import Chunk
+from services.common.errors import FieldViolation, InvalidArgument, NotFound, shown
+from services.search_tool.documents import Chunk, document_id_problem
 from services.search_tool.filters import (
     Condition,
     FieldType,
@@ -27,7 +27,6 @@ from services.search_tool.limits import RequestLimits
 
 DEFAULT_READ_CHUNKS = 20
 MAX_READ_CHUNKS = 200
-MAX_DOCUMENT_ID_CHARS = 1_024
 MAX_DOCUMENT_CHUNKS = 10_000
 """Chunks of one document a read looks at; later ones are never returned."""
 
@@ -71,7 +70,7 @@ async def read_document(
     limits: RequestLimits,
 ) -> DocumentRead:
     """The requested range of a document the caller may see, or NotFound."""
-    most = _validate(request)
+    most = _validate(request, limits)
     caller, _ = validate_filters(request.caller_filter, RawFilter(), fields, limits=limits)
     by_id = Condition("document_id", FieldType.STRING, Operator.EQUALS, request.document_id)
     where = combine_filters(
@@ -80,7 +79,8 @@ async def read_document(
     visible = await engine.scan(request.collection, where, limit=MAX_DOCUMENT_CHUNKS)
     if not visible:
         raise NotFound(
-            f"document {request.document_id!r} not found in collection {request.collection!r}",
+            f"document {shown(request.document_id)} not found in collection "
+            f"{shown(request.collection)}",
             metadata={"collection": request.collection, "document_id": request.document_id},
         )
     ordered = sorted(visible, key=lambda chunk: chunk.chunk_index)
@@ -88,10 +88,12 @@ async def read_document(
     return DocumentRead(chunks=chosen, chunk_count=len(ordered))
 
 
-def _validate(request: ReadRequest) -> int:
+def _validate(request: ReadRequest, limits: RequestLimits) -> int:
+    """The one document-id rule of every RPC (`document_id_problem`), then the range."""
     violations: list[FieldViolation] = []
-    if not request.document_id or len(request.document_id) > MAX_DOCUMENT_ID_CHARS:
-        violations.append(FieldViolation("document_id", f"1 to {MAX_DOCUMENT_ID_CHARS} characters"))
+    problem = document_id_problem(request.document_id, limits.document_id_bytes)
+    if problem is not None:
+        violations.append(FieldViolation("document_id", problem))
     if request.first_chunk < 0:
         violations.append(FieldViolation("first_chunk", "must not be negative"))
     most = request.max_chunks or DEFAULT_READ_CHUNKS

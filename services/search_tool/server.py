@@ -2,12 +2,16 @@
 
 The server starts answering health checks at once: the process is SERVING, the search tool service
 NOT_SERVING until the engine is open and the embedder loaded (about a second for MiniLM), then
-SERVING. On stop the engine is closed after in-flight calls have drained.
+SERVING. An engine behind a server (Vespa, `ReadinessCheck`) is asked every
+`engine.readiness_interval_s` whether it can answer, and readiness follows: SERVING only while it
+can, NOT_SERVING (with the reason logged) as soon as it cannot. On stop that watch ends first, then
+the engine is closed after in-flight calls have drained.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,12 +24,14 @@ from services.common.server import QuarryServer, ServiceRegistration, build_serv
 from services.common.telemetry import Telemetry
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder, build_embedder
-from services.search_tool.engine.base import SearchEngine
+from services.search_tool.engine.base import ReadinessCheck, SearchEngine
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.postgres import PostgresEngine
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.service import SearchService
 from services.search_tool.servicer import ACCESS_RULES, SERVICE_NAME, SearchToolServicer
 from services.search_tool.traced import TracedEmbedder
+from services.search_tool.web import build_web_search
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,8 @@ class SearchToolServer(QuarryServer):
     embedder_factory: EmbedderFactory | None = None
     telemetry: Telemetry | None = None
     service: SearchService | None = None
+    _draining: bool = False
+    _readiness: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.set_serving(False)
@@ -52,7 +60,14 @@ class SearchToolServer(QuarryServer):
             self.search_settings, self.embedder_factory, telemetry=self.telemetry
         )
         self.servicer.attach(self.service)
-        await self.set_serving(True)
+        engine = self.service.engine
+        if isinstance(engine, PostgresEngine):
+            # readiness follows the database: NOT_SERVING while it cannot be reached
+            engine.watch(self._database_changed)
+        elif isinstance(engine, ReadinessCheck):
+            self._readiness = asyncio.create_task(self._follow_readiness(engine))
+        else:
+            await self.set_serving(True)
         log.info(
             "serving",
             extra={
@@ -62,8 +77,40 @@ class SearchToolServer(QuarryServer):
             },
         )
 
+    async def _database_changed(self, reachable: bool) -> None:
+        if not self._draining:
+            await self.set_serving(reachable)
+
+    async def begin_drain(self) -> None:
+        self._draining = True
+        await super().begin_drain()
+
+    async def _follow_readiness(self, engine: ReadinessCheck) -> None:
+        """Ask the engine now and every `readiness_interval_s`; flip readiness on a change."""
+        serving: bool | None = None
+        while True:
+            try:
+                reason = await engine.unready_reason()
+            except Exception as error:  # an answer nobody mapped is still not an answer
+                reason = f"{type(error).__name__}: {error}"
+            if (reason is None) is not serving:
+                serving = reason is None
+                if not self._draining:
+                    await self.set_serving(serving)
+                if serving:
+                    log.info("engine ready: serving")
+                else:
+                    log.warning("engine not ready: not serving", extra={"reason": reason})
+            await asyncio.sleep(self.search_settings.engine.readiness_interval_s)
+
     async def stop(self, grace_s: float | None = None) -> None:
+        if self._readiness is not None:  # before the drain flips readiness off for good
+            self._readiness.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._readiness
+            self._readiness = None
         await super().stop(grace_s)
+        await self.servicer.web.aclose()
         if self.service is not None:
             await self.service.close()
             self.service = None
@@ -76,7 +123,7 @@ def build_search_tool_server(
     embedder_factory: EmbedderFactory | None = None,
 ) -> SearchToolServer:
     """A bound, not started server; `start()` opens the engine and loads the embedder."""
-    servicer = SearchToolServicer()
+    servicer = SearchToolServicer(web=build_web_search(settings.web_search))
 
     def register(server: grpc.aio.Server) -> None:
         search_tool_pb2_grpc.add_SearchToolServiceServicer_to_server(servicer, server)
@@ -115,13 +162,20 @@ async def open_search_service(
 
 
 async def open_engine(settings: SearchToolSettings) -> SearchEngine:
-    """The engine `settings.engine.kind` names: Vespa at `engine.vespa.url`, or LanceDB opened on
-    `settings.data_dir`."""
+    """The engine `settings.engine.kind` names: PostgreSQL at the DSN `engine.postgres` points
+    to, Vespa at `engine.vespa.url`, or LanceDB opened on `settings.data_dir`."""
+    if settings.engine.kind == "postgres":
+        return await PostgresEngine.open(
+            settings.engine.postgres,
+            hybrid_candidates=settings.fusion.candidates,
+            keyword_count_cap=settings.engine.keyword_count_cap,
+        )
     if settings.engine.kind == "vespa":
         vespa = settings.engine.vespa
         return await VespaEngine.open(
             Endpoint(
                 url=vespa.url,
+                feed_url=vespa.feed_url,
                 cert_path=vespa.cert_path,
                 key_path=vespa.key_path,
                 ca_path=vespa.ca_path,
@@ -131,6 +185,7 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
             ),
             hybrid_candidates=settings.fusion.candidates,
             keyword_count_cap=settings.engine.keyword_count_cap,
+            facts_ttl_s=vespa.facts_ttl_s,
         )
     return await LanceDBEngine.open(
         settings.data_dir,

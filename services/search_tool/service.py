@@ -6,7 +6,9 @@ validated here before anything is read or written, with InvalidArgument naming t
 
 from __future__ import annotations
 
-import re
+import base64
+import binascii
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from services.common.admission import WorkQueue
-from services.common.errors import FieldViolation, InvalidArgument
+from services.common.errors import DataLoss, FieldViolation, InvalidArgument, NotFound
+from services.common.names import collection_name_problem
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.counting import CountRequest, DocumentCount, count_documents
@@ -29,6 +32,7 @@ from services.search_tool.engine.base import (
     SearchPage,
     Strategy,
 )
+from services.search_tool.faults import StorageFaults
 from services.search_tool.filters import (
     Condition,
     FieldType,
@@ -44,7 +48,6 @@ from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
 from services.search_tool.limits import RequestLimits
 from services.search_tool.reading import DocumentRead, ReadRequest, read_document
 
-COLLECTION_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MAX_VARIATIONS = 9
 MAX_LIMIT = 200
 MAX_OFFSET = 1_000
@@ -63,7 +66,8 @@ class DocumentPage:
     documents: list[DocumentSummary]
     """Ordered by id."""
     next_page_token: str
-    """The last id of this page when more follow, else empty."""
+    """Where the next page starts (`page_token_after` of this page's last id) when more follow,
+    else empty."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,9 @@ class SearchService:
             setting="search_tool.work_queue.workers + waiting",
         )
         self._building: dict[str, float] = {}
+        embedded = settings.engine.kind in ("embedded", "lancedb")
+        self.faults = StorageFaults(settings.data_dir if embedded else None)
+        """Storage faults of an operation on a collection, named (see `faults`)."""
 
     @property
     def engine(self) -> SearchEngine:
@@ -185,8 +192,10 @@ class SearchService:
         page_size: int = 0,
         page_token: str = "",
     ) -> DocumentPage:
-        """Documents ordered by id, after `page_token` (the last id of the previous page)."""
+        """Documents ordered by id, after the position `page_token` names (a token this
+        service issued; anything else is INVALID_ARGUMENT naming `page_token`)."""
         validate_collection_name(collection)
+        after_id = id_of_page_token(page_token, self._settings.limits) if page_token else ""
         size = page_size or DEFAULT_PAGE_SIZE
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise InvalidArgument.for_field(
@@ -199,10 +208,10 @@ class SearchService:
         summaries = await self._engine.list_documents(
             collection, where=None if where.is_empty else where
         )
-        after = sorted((s for s in summaries if s.id > page_token), key=lambda s: s.id)
+        after = sorted((s for s in summaries if s.id > after_id), key=lambda s: s.id)
         page = after[:size]
         more = len(after) > size
-        return DocumentPage(page, page[-1].id if more else "")
+        return DocumentPage(page, page_token_after(page[-1].id) if more else "")
 
     async def delete_documents(
         self,
@@ -296,7 +305,18 @@ class SearchService:
         return await self._engine.describe(collection, where=where)
 
     async def list_collections(self) -> list[CollectionStats]:
-        return [await self._engine.describe(name) for name in await self._engine.list_collections()]
+        """Every collection; a damaged one is listed with `damage` set (its counts 0) instead of
+        failing the list for everyone."""
+        listed = []
+        for name in await self._engine.list_collections():
+            try:
+                with self.faults.on(name):
+                    listed.append(await self._engine.describe(name))
+            except DataLoss as damaged:
+                listed.append(CollectionStats(name, 0, 0, damage=damaged.message))
+            except NotFound:
+                continue  # dropped since it was listed
+        return listed
 
     async def delete_collection(self, collection: str) -> None:
         validate_collection_name(collection)
@@ -316,6 +336,13 @@ class SearchService:
                 raise InvalidArgument.for_field(
                     f"texts[{i}]", f"{len(text)} characters; the limit is {longest}"
                 )
+        total, budget = sum(len(t) for t in texts), self._settings.limits.embed_total_chars
+        if total > budget:
+            raise InvalidArgument.for_field(
+                "texts",
+                f"{total} characters in all; search_tool.limits.embed_total_chars is {budget} "
+                "(split the texts over several calls)",
+            )
         async with self._queue.slot():
             vectors = await self._embedder.embed(list(texts))
         return Embeddings(vectors, self._embedder.model_name, self._embedder.dimensions)
@@ -333,12 +360,33 @@ class SearchService:
 
 
 def validate_collection_name(name: str) -> None:
-    """Lower-case letters, digits, `_` and `-`, starting with a letter or digit, at most 64."""
-    if not COLLECTION_NAME.match(name):
+    """The one collection-name rule (`services.common.names`), naming `collection`."""
+    problem = collection_name_problem(name)
+    if problem is not None:
+        raise InvalidArgument.for_field("collection", problem)
+
+
+def page_token_after(document_id: str) -> str:
+    """The opaque `ListDocuments` page token of the page after `document_id`."""
+    payload = json.dumps({"after": document_id}, ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(payload).decode()
+
+
+def id_of_page_token(token: str, limits: RequestLimits) -> str:
+    """The document id a page token names; INVALID_ARGUMENT naming `page_token` for any token
+    this service did not issue (a garbage token used to return the first page)."""
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()).decode())
+        document_id = decoded["after"] if isinstance(decoded, dict) else None
+    except (ValueError, UnicodeError, binascii.Error, KeyError):
+        document_id = None
+    if not isinstance(document_id, str) or document_id_problem(
+        document_id, limits.document_id_bytes
+    ):
         raise InvalidArgument.for_field(
-            "collection",
-            "1 to 64 characters: a-z, 0-9, `_` or `-`, starting with a letter or digit",
+            "page_token", "is not a token this service issued (pass next_page_token as is)"
         )
+    return document_id
 
 
 def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -> None:
@@ -355,8 +403,8 @@ def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -
 def _validate_search(request: SearchRequest, limits: RequestLimits) -> int:
     """The effective limit; raises InvalidArgument listing every bad field."""
     violations: list[FieldViolation] = []
-    if not COLLECTION_NAME.match(request.collection):
-        violations.append(FieldViolation("collection", "not a valid collection name"))
+    if (problem := collection_name_problem(request.collection)) is not None:
+        violations.append(FieldViolation("collection", problem))
     if not request.primary.strip():
         violations.append(FieldViolation("query.primary", "must not be empty"))
     violations.extend(_query_length("query.primary", request.primary, limits))

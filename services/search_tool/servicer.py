@@ -13,7 +13,14 @@ import grpc
 from opentelemetry import trace
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from services.common.auth import AUTHENTICATED, READ, WRITE, MethodRule, visible_collections
+from services.common.auth import (
+    AUTHENTICATED,
+    READ,
+    WEB_SEARCH,
+    WRITE,
+    MethodRule,
+    visible_collections,
+)
 from services.common.errors import Unavailable
 from services.search_tool.convert import (
     chunk_to_proto,
@@ -26,10 +33,12 @@ from services.search_tool.convert import (
     filter_from_proto,
     hit_to_proto,
     strategy_from_proto,
+    web_search_to_proto,
 )
 from services.search_tool.engine.base import Coverage
 from services.search_tool.reading import ReadRequest
 from services.search_tool.service import SearchRequest, SearchService
+from services.search_tool.web import WebSearchService, WebSearchSettings
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -45,16 +54,25 @@ ACCESS_RULES: dict[str, MethodRule] = {
     "Embed": AUTHENTICATED,
     "ReadDocument": READ,
     "CountDocuments": READ,
+    "WebSearch": WEB_SEARCH,
 }
 """What each RPC requires of an API key (enforced by the shared auth interceptor on the request;
-`ListCollections` answers only the collections the key may read)."""
+`ListCollections` answers only the collections the key may read; `WebSearch` needs a key whose
+`web_search` is true)."""
 
 
 class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # type: ignore[misc]
     """Implements `quarry.searchtool.v1.SearchToolService` on a `SearchService`."""
 
-    def __init__(self, service: SearchService | None = None) -> None:
+    def __init__(
+        self, service: SearchService | None = None, *, web: WebSearchService | None = None
+    ) -> None:
         self._service = service
+        self._web = web or WebSearchService([], WebSearchSettings())
+
+    @property
+    def web(self) -> WebSearchService:
+        return self._web
 
     def attach(self, service: SearchService) -> None:
         """Start answering with `service` (once the embedder and engine are loaded)."""
@@ -72,9 +90,10 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         documents = [
             document_from_proto(d, f"documents[{i}]") for i, d in enumerate(request.documents)
         ]
-        result = await service.upsert_documents(
-            request.collection, documents, building=request.building
-        )
+        with service.faults.on(request.collection):
+            result = await service.upsert_documents(
+                request.collection, documents, building=request.building
+            )
         return search_tool_pb2.UpsertDocumentsResponse(
             documents_upserted=result.documents_upserted,
             chunks_upserted=result.chunks_upserted,
@@ -84,31 +103,35 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
     async def DeleteDocuments(
         self, request: search_tool_pb2.DeleteDocumentsRequest, context: Context
     ) -> search_tool_pb2.DeleteDocumentsResponse:
-        deleted = await self._ready().delete_documents(
-            request.collection,
-            list(request.document_ids),
-            filter_from_proto(request.filter),
-            filter_from_proto(request.caller_filter),
-        )
+        service = self._ready()
+        with service.faults.on(request.collection):
+            deleted = await service.delete_documents(
+                request.collection,
+                list(request.document_ids),
+                filter_from_proto(request.filter),
+                filter_from_proto(request.caller_filter),
+            )
         return search_tool_pb2.DeleteDocumentsResponse(chunks_deleted=deleted)
 
     async def Search(
         self, request: search_tool_pb2.SearchRequest, context: Context
     ) -> search_tool_pb2.SearchResponse:
-        outcome = await self._ready().search(
-            SearchRequest(
-                collection=request.collection,
-                primary=request.query.primary,
-                variations=tuple(request.query.variations),
-                strategy=strategy_from_proto(request.strategy),
-                filter=filter_from_proto(request.filter),
-                caller_filter=filter_from_proto(request.caller_filter),
-                limit=request.limit,
-                offset=request.offset,
-                deadline_s=context.time_remaining(),
-                validate_only=request.validate_only,
+        service = self._ready()
+        with service.faults.on(request.collection):
+            outcome = await service.search(
+                SearchRequest(
+                    collection=request.collection,
+                    primary=request.query.primary,
+                    variations=tuple(request.query.variations),
+                    strategy=strategy_from_proto(request.strategy),
+                    filter=filter_from_proto(request.filter),
+                    caller_filter=filter_from_proto(request.caller_filter),
+                    limit=request.limit,
+                    offset=request.offset,
+                    deadline_s=context.time_remaining(),
+                    validate_only=request.validate_only,
+                )
             )
-        )
         coverage = outcome.page.coverage
         if coverage.degraded:
             _report_degraded(request.collection, coverage)
@@ -122,15 +145,17 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
     async def ReadDocument(
         self, request: search_tool_pb2.ReadDocumentRequest, context: Context
     ) -> search_tool_pb2.ReadDocumentResponse:
-        read = await self._ready().read_document(
-            ReadRequest(
-                collection=request.collection,
-                document_id=request.document_id,
-                first_chunk=request.first_chunk,
-                max_chunks=request.max_chunks,
-                caller_filter=filter_from_proto(request.caller_filter),
+        service = self._ready()
+        with service.faults.on(request.collection):
+            read = await service.read_document(
+                ReadRequest(
+                    collection=request.collection,
+                    document_id=request.document_id,
+                    first_chunk=request.first_chunk,
+                    max_chunks=request.max_chunks,
+                    caller_filter=filter_from_proto(request.caller_filter),
+                )
             )
-        )
         return search_tool_pb2.ReadDocumentResponse(
             chunks=[chunk_to_proto(c) for c in read.chunks], chunk_count=read.chunk_count
         )
@@ -138,16 +163,19 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
     async def CountDocuments(
         self, request: search_tool_pb2.CountDocumentsRequest, context: Context
     ) -> search_tool_pb2.CountDocumentsResponse:
-        count = await self._ready().count_documents(count_request_from_proto(request))
+        service = self._ready()
+        with service.faults.on(request.collection):
+            count = await service.count_documents(count_request_from_proto(request))
         return count_to_proto(count)
 
     async def GetCollection(
         self, request: search_tool_pb2.GetCollectionRequest, context: Context
     ) -> search_tool_pb2.GetCollectionResponse:
         service = self._ready()
-        stats = await service.get_collection(
-            request.collection, filter_from_proto(request.caller_filter)
-        )
+        with service.faults.on(request.collection):
+            stats = await service.get_collection(
+                request.collection, filter_from_proto(request.caller_filter)
+            )
         message = collection_to_proto(stats)
         message.building = service.is_building(request.collection)
         return search_tool_pb2.GetCollectionResponse(collection=message)
@@ -166,7 +194,9 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
     async def DeleteCollection(
         self, request: search_tool_pb2.DeleteCollectionRequest, context: Context
     ) -> search_tool_pb2.DeleteCollectionResponse:
-        await self._ready().delete_collection(request.collection)
+        service = self._ready()
+        with service.faults.on(request.collection):
+            await service.delete_collection(request.collection)
         return search_tool_pb2.DeleteCollectionResponse()
 
     async def Embed(
@@ -179,16 +209,27 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
             dimensions=result.dimensions,
         )
 
+    async def WebSearch(
+        self, request: search_tool_pb2.WebSearchRequest, context: Context
+    ) -> search_tool_pb2.WebSearchResponse:
+        """Needs neither the embedder nor the engine: answers while they load."""
+        outcome = await self._web.search(
+            request.query, request.limit, deadline_s=context.time_remaining()
+        )
+        return web_search_to_proto(outcome)
+
     async def ListDocuments(
         self, request: search_tool_pb2.ListDocumentsRequest, context: Context
     ) -> search_tool_pb2.ListDocumentsResponse:
-        page = await self._ready().list_documents(
-            request.collection,
-            filter_from_proto(request.filter),
-            caller_filter=filter_from_proto(request.caller_filter),
-            page_size=request.page_size,
-            page_token=request.page_token,
-        )
+        service = self._ready()
+        with service.faults.on(request.collection):
+            page = await service.list_documents(
+                request.collection,
+                filter_from_proto(request.filter),
+                caller_filter=filter_from_proto(request.caller_filter),
+                page_size=request.page_size,
+                page_token=request.page_token,
+            )
         return search_tool_pb2.ListDocumentsResponse(
             documents=[document_summary_to_proto(d) for d in page.documents],
             next_page_token=page.next_page_token,

@@ -34,6 +34,7 @@ from services.agent.search import (
     SearchHit,
     SearchPage,
     SearchRequest,
+    WebPage,
 )
 from services.common.errors import NotFound
 from services.search_tool.convert import (
@@ -41,6 +42,7 @@ from services.search_tool.convert import (
     count_request_from_proto,
     count_to_proto,
     filter_from_proto,
+    web_search_to_proto,
 )
 from services.search_tool.counting import count_documents
 from services.search_tool.documents import Breadcrumb as SearchToolBreadcrumb
@@ -59,6 +61,10 @@ from services.search_tool.filters import (
 from services.search_tool.limits import DEFAULT_LIMITS
 from services.search_tool.reading import ReadRequest as SearchToolReadRequest
 from services.search_tool.reading import read_document
+from services.search_tool.web.base import WebProviderError, WebResult, utc_now
+from services.search_tool.web.config import WebProviderSettings, WebSearchSettings
+from services.search_tool.web.guard import GuardedProvider
+from services.search_tool.web.service import WebSearchService
 
 _WORD = re.compile(r"[a-z0-9]+")
 _TYPES: dict[type, FieldType] = {
@@ -93,6 +99,57 @@ class FakeDocument:
         return int(self.id.partition("__chunk_")[2] or 0)
 
 
+@dataclass(frozen=True)
+class FakeWebPage:
+    """A page the fake web knows."""
+
+    url: str
+    title: str
+    snippet: str
+
+
+class MemoryWebProvider:
+    """A `WebProvider` over in-memory pages (word-overlap ranking); `errors` fail the next tries."""
+
+    name = "memory"
+
+    def __init__(
+        self, pages: Iterable[FakeWebPage], errors: Iterable[WebProviderError | None] = ()
+    ) -> None:
+        self.pages = list(pages)
+        self.errors: deque[WebProviderError | None] = deque(errors)
+        self.tries = 0
+
+    async def search(self, query: str, limit: int, *, timeout_s: float) -> list[WebResult]:
+        self.tries += 1
+        if self.errors:
+            error = self.errors.popleft()
+            if error is not None:
+                raise error
+        words = set(_WORD.findall(query.lower()))
+        ranked = sorted(
+            self.pages,
+            key=lambda p: -len(words & set(_WORD.findall(f"{p.title} {p.snippet}".lower()))),
+        )
+        now = utc_now()
+        return [WebResult(p.title, p.url, p.snippet, self.name, now) for p in ranked[:limit]]
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _no_wait(seconds: float) -> None:
+    return None
+
+
+def _web_service(provider: MemoryWebProvider | None) -> WebSearchService:
+    if provider is None:
+        return WebSearchService([], WebSearchSettings())
+    settings = WebProviderSettings(kind="searxng", name="memory", base_url="http://memory")
+    guarded = GuardedProvider(provider, settings, sleep=_no_wait)
+    return WebSearchService([guarded], WebSearchSettings(providers=[settings]))
+
+
 class FakeSearch:
     """A `SearchClient` over in-memory chunks that records every search."""
 
@@ -104,7 +161,11 @@ class FakeSearch:
         errors: Iterable[BaseException | None] = (),
         latency_s: float = 0.0,
         gate: asyncio.Event | None = None,
+        web_pages: Iterable[FakeWebPage] | None = None,
+        web_errors: Iterable[WebProviderError | None] = (),
     ) -> None:
+        """`web_pages`: the pages `web_search` finds (None: web search not configured, as a
+        search tool without providers); `web_errors`: provider failures of the next tries."""
         self.collection = collection
         self.documents = list(documents)
         self.errors: deque[BaseException | None] = deque(errors)
@@ -119,6 +180,9 @@ class FakeSearch:
         self.called = asyncio.Event()
         self.cancelled = asyncio.Event()
         self._word_cache: dict[tuple[str, str, str], set[str]] = {}
+        self.web_requests: list[tuple[str, int]] = []
+        self.web_provider = MemoryWebProvider(web_pages or (), web_errors)
+        self.web = _web_service(self.web_provider if web_pages is not None else None)
 
     async def search(self, request: SearchRequest, *, remaining_s: float | None) -> SearchPage:
         self.requests.append(request)
@@ -130,6 +194,26 @@ class FakeSearch:
             if error is not None:
                 raise error
         return self.search_message(convert.search_request(request))
+
+    async def web_search(self, query: str, limit: int, *, remaining_s: float | None) -> WebPage:
+        """The search tool's own `WebSearchService` (validation, retries, cache) over the
+        in-memory provider, its answer carried through the wire shape as the real client's;
+        `errors` are the search tool's own failures, as for `search`."""
+        self.web_requests.append((query, limit))
+        self.remaining_s.append(remaining_s)
+        self.called.set()
+        await self._wait()
+        if self.errors:
+            error = self.errors.popleft()
+            if error is not None:
+                raise error
+        message = web_search_to_proto(await self.web.search(query, limit, deadline_s=remaining_s))
+        return WebPage(
+            hits=[convert.web_hit(r) for r in message.results],
+            provider=message.provider,
+            cached=message.cached,
+            took_ms=message.took_ms,
+        )
 
     def search_message(self, message: search_tool_pb2.SearchRequest) -> SearchPage:
         """A search as the search tool receives it (for fake gRPC servicers too)."""

@@ -101,7 +101,7 @@ async def test_the_model_cannot_count_outside_the_caller_filter() -> None:
         ("[1, 2]", "arguments: Input should be a valid dictionary"),
     ],
 )
-async def test_bad_counts_go_back_to_the_model_as_tool_errors(
+async def test_bad_counts_go_back_to_the_model_as_tool_errors_and_emit_their_event_with_it(
     arguments: str, expected: str
 ) -> None:
     search = FakeSearch(FILES, collection="python-docs")
@@ -113,4 +113,6 @@ async def test_bad_counts_go_back_to_the_model_as_tool_errors(
     [(call_id, text, is_error)] = _tool_texts(model, 1)
     assert (call_id, is_error) == ("bad", True)
     assert expected in text
-    assert not [e for e in events if isinstance(e, Counting)]
+    [counting] = [e for e in events if isinstance(e, Counting)]
+    assert counting.error == text
+    assert counting.document_count == 0

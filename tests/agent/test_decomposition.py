@@ -120,7 +120,9 @@ async def test_an_invalid_search_among_concurrent_ones_is_a_tool_error_in_its_pl
         ("ok2", False),
     ]
     assert "retrieval_strategy" in results[1].text
-    assert [e.iteration for e in events if isinstance(e, Searching)] == [1, 3]
+    searching = [e for e in events if isinstance(e, Searching)]
+    assert [(e.iteration, bool(e.error)) for e in searching] == [(1, False), (2, True), (2, False)]
+    assert result_of(events).iterations == 2  # the invalid search was no iteration
 
 
 def test_the_prompt_guides_splitting_multi_part_questions() -> None:

@@ -8,7 +8,7 @@ from services.agent.config import LoopSettings
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role, total_chars
 from services.agent.run import Mode, StopReason
-from services.agent.testing import ScriptedModel, answer_call, search_call, turn
+from services.agent.testing import ScriptedModel, answer_call, read_call, search_call, turn
 from tests.agent.conftest import result_of, run_events
 from tests.agent.fake_search import FakeDocument, FakeSearch
 
@@ -81,3 +81,23 @@ async def test_a_scripted_thinking_run_sends_far_fewer_characters_with_previews(
         assert result.answer.citations[0].result_id == "doc0__chunk_0"
         sent[preview_chars] = sum(total_chars(r.messages) for r in model.requests)
     assert sent[500] < 0.8 * sent[0]
+
+
+async def test_a_result_read_in_full_is_cited_without_another_full_text_round() -> None:
+    model = ScriptedModel(
+        [
+            turn("", search_call("topic0 guide", limit=3)),
+            turn("", read_call("doc0__chunk_0", neighbours=0)),
+            turn("", answer_call("Topic 0 [1].", ["doc0__chunk_0"])),
+        ]
+    )
+    events = await run_events(
+        AgentLoop(model, FakeSearch(LONG, collection="python-docs")), mode=Mode.THINKING
+    )
+
+    result = result_of(events)
+    assert len(model.requests) == 3  # no fourth call to hand over a text already read
+    assert result.answer.text == "Topic 0 [1]."
+    assert result.stop_reason is StopReason.ANSWERED
+    last_results = [m for m in model.requests[2].messages if m.role is Role.TOOL]
+    assert not any(m.text.startswith("Full text of the results") for m in last_results)

@@ -421,7 +421,9 @@ async def test_every_search_carries_the_callers_filter_so_the_model_only_narrows
     assert "shutil" in _tool_results(model, 2)[1][1]
 
 
-async def test_filter_explosion_goes_back_to_the_model(search: FakeSearch) -> None:
+async def test_filter_explosion_goes_back_to_the_model_emits_its_event_and_is_no_iteration(
+    search: FakeSearch,
+) -> None:
     caller = caller_filter(*[[("title", "contains", str(i))] for i in range(6)])
     groups = [
         {"conditions": [{"field": "source", "operator": "equals", "value": str(i)}]}
@@ -434,7 +436,11 @@ async def test_filter_explosion_goes_back_to_the_model(search: FakeSearch) -> No
     _, text, is_error = _tool_results(model, 1)[0]
     assert is_error
     assert "expand to 36 groups" in text
-    assert not [e for e in events if isinstance(e, Searching)]
+    [searching] = [e for e in events if isinstance(e, Searching)]
+    assert searching.error == text
+    assert searching.result_count == 0
+    assert result_of(events).iterations == 0
+    assert result_of(events).usage.searches == 0
 
 
 async def test_context_overflow_compacts_older_exchanges_and_retries_once(

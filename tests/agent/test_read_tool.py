@@ -107,7 +107,9 @@ async def test_neighbours_outside_the_caller_filter_are_never_shown() -> None:
         ("not json", "not valid JSON"),
     ],
 )
-async def test_bad_reads_go_back_to_the_model_as_tool_errors(arguments: str, expected: str) -> None:
+async def test_bad_reads_go_back_to_the_model_as_tool_errors_and_emit_their_event_with_it(
+    arguments: str, expected: str
+) -> None:
     search = FakeSearch(MANUAL, collection="python-docs")
     model = ScriptedModel(
         [
@@ -122,7 +124,9 @@ async def test_bad_reads_go_back_to_the_model_as_tool_errors(arguments: str, exp
     assert (call_id, is_error) == ("bad", True)
     assert expected in text
     assert search.reads == []
-    assert not [e for e in events if isinstance(e, Reading)]
+    [reading] = [e for e in events if isinstance(e, Reading)]
+    assert reading.error == text
+    assert reading.chunks_shown == 0
 
 
 class _DeletedAfterSearch(FakeSearch):

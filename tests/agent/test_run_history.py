@@ -20,9 +20,11 @@ from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from services.agent.client import AgentClient, AgentError, RunOptions
 from services.agent.config import AgentSettings, HistorySettings
 from services.agent.history import RunQuery, RunStore
+from services.agent.history_postgres import PostgresRunHistory
 from services.agent.loop import AgentLoop
 from services.agent.ports import ModelClient
-from services.agent.server import SERVICE_NAME, access_rules
+from services.agent.run_history import RunHistory
+from services.agent.server import SERVICE_NAME, access_rules, open_history
 from services.agent.servicer import AgentServicer
 from services.agent.testing import (
     FunctionModel,
@@ -33,6 +35,7 @@ from services.agent.testing import (
 )
 from services.common.auth import ApiKey, AuthSettings, key_digest
 from services.common.errors import Unavailable
+from services.common.postgres import PostgresSettings
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
 from tests.agent.fake_search import FakeSearch
@@ -49,7 +52,7 @@ KEYS = [
 class Agent:
     """One in-process agent with a run store; `client(key)` opens a client."""
 
-    def __init__(self, server: QuarryServer, store: RunStore | None) -> None:
+    def __init__(self, server: QuarryServer, store: RunHistory | None) -> None:
         self.server = server
         self.store = store
         self.clients: list[AgentClient] = []
@@ -63,9 +66,20 @@ class Agent:
 Start = Callable[..., Awaitable[Agent]]
 
 
-@pytest.fixture
-async def serve(tmp_path: Path) -> AsyncIterator[Start]:
+@pytest.fixture(params=["sqlite", "postgres"])
+async def serve(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Start]:
+    """Agents over either history: the embedded SQLite file, or PostgreSQL (a database of the
+    test's own, `tests/postgres_server.py`): the same RPCs must answer the same."""
     agents: list[Agent] = []
+    default_history = HistorySettings(path=tmp_path / "runs.sqlite3")
+    if request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+        dsn = request.getfixturevalue("postgres_dsn")
+        request.getfixturevalue("monkeypatch").setenv("QUARRY_TEST_AGENT_HISTORY_DSN", dsn)
+        default_history = HistorySettings(
+            kind="postgres",
+            postgres=PostgresSettings(dsn_env="QUARRY_TEST_AGENT_HISTORY_DSN"),
+        )
 
     async def start(
         model: ModelClient,
@@ -79,11 +93,11 @@ async def serve(tmp_path: Path) -> AsyncIterator[Start]:
         )
         settings = AgentSettings(
             server=server_settings,
-            history=history or HistorySettings(path=tmp_path / "runs.sqlite3"),
+            history=history or default_history,
         )
-        store = RunStore(settings.history) if settings.history.enabled else None
-        if store is not None:
-            store.open()
+        store = open_history(settings.history)
+        if isinstance(store, PostgresRunHistory):
+            assert await store.wait_ready(30), "the run history database never became ready"
         servicer = AgentServicer(AgentLoop(model, search), settings, store)
 
         def register(server: grpc.aio.Server) -> None:

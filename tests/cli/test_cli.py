@@ -27,8 +27,9 @@ from services.agent.testing import (
 )
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
+from services.search_tool.web.base import web_result_id
 from tests.agent.conftest import DOCUMENTS
-from tests.agent.fake_search import FakeSearch
+from tests.agent.fake_search import FakeSearch, FakeWebPage
 
 
 @pytest.fixture
@@ -125,6 +126,22 @@ async def test_ask_shows_each_read_count_and_calculation(
     assert "calculate 1 / 0 refused: division by zero" in out
 
 
+async def test_ask_shows_a_failed_search_and_read_with_their_errors(
+    search: FakeSearch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = ScriptedModel(
+        [
+            turn("", raw_call("search", '{"query": {}}'), read_call("never-seen__chunk_0")),
+            turn("", answer_call("No idea.")),
+        ]
+    )
+    async with _serving(model, search) as server:
+        assert await ask(_args(server.address, mode="thinking")) == 0
+    out = capsys.readouterr().out
+    assert "search refused: The arguments do not match the schema: query.primary" in out
+    assert "read refused: 'never-seen__chunk_0' is not a result you have seen" in out
+
+
 async def test_ask_passes_its_tools(search: FakeSearch, capsys: pytest.CaptureFixture[str]) -> None:
     model = ScriptedModel([turn("", answer_call("Nothing to compute."))])
     async with _serving(model, search) as server:
@@ -166,3 +183,41 @@ def test_citations_of_one_source_share_a_line() -> None:
         agent_pb2.Citation(result_id="a__chunk_1", title="tempfile", url="u1"),
     ]
     assert source_lines(citations) == [("[1][3]", "tempfile", "u1"), ("[2]", "shutil", "u2")]
+
+
+def test_web_citations_are_marked_on_their_source_line() -> None:
+    citations = [
+        agent_pb2.Citation(result_id="tempfile__chunk_0", title="tempfile", url="u1"),
+        agent_pb2.Citation(result_id="web_00ff", title="Zig", url="https://z", web=True),
+    ]
+    assert source_lines(citations) == [("[1]", "tempfile", "u1"), ("[2]", "Zig (web)", "https://z")]
+
+
+async def test_ask_shows_web_searches_and_summaries(capsys: pytest.CaptureFixture[str]) -> None:
+    page = FakeWebPage("https://example.org/tmp", "Temp dirs", "Use TemporaryDirectory.")
+    search = FakeSearch(DOCUMENTS, collection="python-docs", web_pages=[page])
+    web_id = web_result_id(page.url)
+    summary = json.dumps(
+        {"summary": "s", "points": [{"text": "cleans up", "result_ids": ["tempfile__chunk_0"]}]}
+    )
+    model = ScriptedModel(
+        [
+            turn("", raw_call("web_search", '{"query": "temp dirs"}')),
+            turn("", raw_call("web_search", '{"query": ""}')),
+            turn("", search_call("temporary directory", limit=2)),
+            turn(
+                "",
+                raw_call("summarize", '{"result_ids": ["tempfile__chunk_0"], "focus": "cleanup"}'),
+            ),
+            turn("", answer_call("Use it [1][2].", ["tempfile__chunk_0", web_id])),
+        ],
+        summaries=[summary],
+    )
+    async with _serving(model, search) as server:
+        args = _args(server.address, mode="thinking", tools="web_search,summarize")
+        assert await ask(args) == 0
+    out = capsys.readouterr().out
+    assert "web search 1 temp dirs → 1 web results (memory)" in out
+    assert 'web search 2 {"query": ""} failed: The arguments do not match the schema' in out
+    assert "summarize 1 results cleanup → 1 points citing 1" in out
+    assert "[2] Temp dirs (web) https://example.org/tmp" in out

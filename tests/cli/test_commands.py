@@ -58,6 +58,31 @@ async def test_search_honours_limit_and_prints_a_table_of_hits_with_scores(
     assert "total_count" in as_json
     table = await quarry(*args, "--limit", "3")
     assert "3 of 12 matching chunks" in table.stdout
+    assert "     Kettle note " in table.stdout  # each hit's snippet under it
+    assert ": descale with vinegar." in table.stdout
+
+
+async def test_search_json_without_a_hit_still_has_results_and_total_count(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    await _ingest_notes(search_tool.address, tmp_path)
+    nowhere = '[{"conditions": [{"field": "source", "operator": "equals", "value": "nowhere"}]}]'
+    done = await quarry(
+        "search", "descale", "--collection", "mine", "--filter", nowhere, "--json",
+        "--address", search_tool.address,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    reply = json.loads(done.stdout)
+    assert (reply["results"], reply["total_count"]) == ([], "0")
+
+
+async def test_a_mistyped_flag_shows_the_usage_of_the_command_it_was_given_to() -> None:
+    search = await quarry("search", "x", "--limt", "3")
+    assert search.returncode == 2
+    assert search.stderr.startswith("usage: quarry search ")
+    assert "quarry search: error: unrecognized arguments: --limt 3" in search.stderr
+    listing = await quarry("runs", "list", "--bogus")
+    assert listing.stderr.startswith("usage: quarry runs list ")
 
 
 async def test_a_bad_filter_operator_is_named_without_a_pydantic_dump(

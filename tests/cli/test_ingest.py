@@ -207,7 +207,11 @@ async def secured_search_tool(
         grace_s=0,
         tls=ServerTls(cert_file=pem.cert_file, key_file=pem.key_file, client_ca_file=ca.cert_file),
         auth=AuthSettings(
-            enabled=True, keys=[ApiKey(name="ingest", sha256=key_digest(API_KEY), write=["mine"])]
+            enabled=True,
+            keys=[
+                ApiKey(name="ingest", sha256=key_digest(API_KEY), write=["mine"]),
+                ApiKey(name="reader", sha256=key_digest(READ_KEY), read=["mine"]),
+            ],
         ),
     )
     server = build_search_tool_server(
@@ -220,6 +224,7 @@ async def secured_search_tool(
 
 
 API_KEY = "qk-ingest-test-key"
+READ_KEY = "qk-read-only-test-key"
 
 
 async def test_ingest_and_collections_speak_mutual_tls_and_send_the_api_key_from_the_environment(
@@ -242,7 +247,7 @@ async def test_ingest_and_collections_speak_mutual_tls_and_send_the_api_key_from
     anonymous = await quarry(*args, *tls, env={"QUARRY_API_KEY": ""})
     assert anonymous.returncode == 1
     assert anonymous.stderr.startswith("UNAUTHENTICATED ")
-    assert "Set QUARRY_API_KEY to an API key." in anonymous.stderr
+    assert "Set QUARRY_API_KEY to an API key with write access to 'mine'." in anonymous.stderr
     assert "Traceback" not in anonymous.stderr
 
     plaintext = await quarry(*args, "--timeout", "5", env={"QUARRY_API_KEY": API_KEY})
@@ -291,6 +296,56 @@ async def test_status_speaks_mutual_tls_and_says_when_the_api_key_is_missing(
     assert "TLS options: tls.cert_file and tls.key_file go together" in half.stderr
 
 
+async def test_each_tls_mistake_is_named_as_tls_with_the_flag_that_fixes_it_and_no_grpc_log_lines(
+    secured_search_tool: tuple[SearchToolServer, Authority, Pem],
+    search_tool: SearchToolServer,
+    tmp_path: Path,
+) -> None:
+    server, ca, client = secured_search_tool
+    # gRPC core traces every connection under GRPC_TRACE: none of its lines may reach the user
+    env = {"QUARRY_API_KEY": API_KEY, "GRPC_TRACE": "subchannel,handshaker"}
+    listing = ["collections", "list", "--timeout", "10"]
+
+    async def stderr_of(address: str, *flags: str) -> str:
+        done = await quarry(*listing, "--address", address, *flags, env=env)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        assert ".cc:" not in done.stderr, done.stderr  # a core log line: `I1127 … subchannel.cc:…`
+        return done.stderr
+
+    plaintext = await stderr_of(server.address)
+    assert "if it speaks TLS, add --tls (--ca-file PEM for a private CA)" in plaintext
+    untrusted = await stderr_of(server.address, "--tls")
+    assert "TLS: search tool's certificate" in untrusted
+    assert "not signed by a CA this client trusts: pass --ca-file" in untrusted
+    no_client_certificate = await stderr_of(server.address, "--ca-file", str(ca.cert_file))
+    assert "requires a client certificate (mTLS), pass --cert-file and --key-file" in (
+        no_client_certificate
+    )
+    tls_to_plaintext = await stderr_of(
+        search_tool.address, "--ca-file", str(ca.cert_file), "--cert-file", str(client.cert_file),
+        "--key-file", str(client.key_file),
+    )  # fmt: skip
+    assert f"TLS: search tool at {search_tool.address} does not speak TLS" in tls_to_plaintext
+    assert "leave out --tls and --ca-file" in tls_to_plaintext
+
+
+async def test_ingest_with_a_key_that_may_not_write_says_which_key_to_use_not_to_run_it_again(
+    secured_search_tool: tuple[SearchToolServer, Authority, Pem], tmp_path: Path
+) -> None:
+    server, ca, client = secured_search_tool
+    (tmp_path / "a.txt").write_text("Descale the kettle with vinegar.")
+    done = await quarry(
+        "ingest", str(tmp_path / "a.txt"), "--collection", "mine", "--address", server.address,
+        "--ca-file", str(ca.cert_file), "--cert-file", str(client.cert_file),
+        "--key-file", str(client.key_file), env={"QUARRY_API_KEY": READ_KEY},
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("PERMISSION_DENIED ")
+    assert "may not write to 'mine': use a key whose `write` list names it" in done.stderr
+    assert "run the same command again" not in done.stderr
+
+
 class _Stalling(grpc.GenericRpcHandler):  # type: ignore[type-arg]
     """Answers no call: every method waits for ever, and `called` is set at the first."""
 
@@ -329,3 +384,31 @@ async def test_ctrl_c_during_ingest_prints_one_line_and_no_traceback(tmp_path: P
     assert process.returncode == 130, text
     assert "Traceback" not in text
     assert text.strip().splitlines()[-1] == "quarry: interrupted"
+
+
+async def test_progress_counts_a_file_done_only_once_its_chunks_are_stored(
+    search_tool: SearchToolServer, tmp_path: Path
+) -> None:
+    """A re-run with one changed file of four: the three unchanged files are done at once, the
+    changed one only when its chunks are stored (it read `4/4 files · 0 chunks` while embedding)."""
+    from quarry_cli.ingest.files import IngestOptions, ingest
+    from quarry_cli.ingest.sync import Progress
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    for n in range(4):
+        (root / f"n{n}.txt").write_text(f"Kettle note {n}: descale with vinegar.\n")
+    options = IngestOptions(collection="mine", paths=[root])
+    async with SearchToolClient(search_tool.address) as client:
+        first: list[Progress] = []
+        await ingest(client, options, progress=first.append)
+        (root / "n2.txt").write_text("Kettle note 2, rewritten: use citric acid instead.\n")
+        again: list[Progress] = []
+        summary = await ingest(client, options, progress=again.append)
+    assert summary.changed == 1
+    for reports in (first, again):
+        assert [r.files_done for r in reports] == sorted(r.files_done for r in reports)
+        assert (reports[-1].files_done, reports[-1].files_total) == (4, 4)
+        assert reports[-1].chunks >= 1
+        assert all(r.files_done < 4 for r in reports if r.chunks == 0), reports
+    assert all(r.files_done == 0 for r in first if r.chunks == 0)

@@ -11,7 +11,7 @@ import pytest
 from fpdf import FPDF
 
 from quarry_cli.ingest.files import encode_id, walk
-from quarry_cli.ingest.formats import ParseError, format_of, looks_binary, read
+from quarry_cli.ingest.formats import ParseError, format_of, looks_binary, read, unpacked
 
 
 def test_markdown_front_matter_becomes_metadata_and_sections_carry_their_headings() -> None:
@@ -35,7 +35,8 @@ Use brew.
     parts = read("markdown", text.encode(), Path("guide.md"))
     assert [p.part for p in parts] == ["", "install", "install/on-linux", "install/on-macos"]
     linux = parts[2]
-    assert linux.title == "Install guide"
+    assert linux.title == "Install guide › On Linux"  # cited with its own heading
+    assert parts[0].title == "Install guide"
     assert linux.text.startswith("## On Linux")
     assert "Use apt." in linux.text
     assert "brew" not in linux.text
@@ -63,6 +64,26 @@ def test_restructuredtext_gives_its_title_and_plain_text() -> None:
     assert part.title == "Tempfiles"
     assert "Use TemporaryDirectory for cleanup." in part.text
     assert "*" not in part.text
+
+
+def test_sphinx_restructuredtext_with_roles_docutils_does_not_know_falls_back_to_its_text() -> None:
+    source = """.. _install:
+
+==========
+Installing
+==========
+
+Run :command:`pip install` as :ref:`shown <usage>`.
+
+.. note::
+   Use a virtual environment.
+
+.. autoclass:: pip.Installer
+"""
+    [part] = read("rst", source.encode(), Path("install.rst"))
+    assert part.title == "Installing"
+    assert "Run :command:`pip install` as :ref:`shown <usage>`." in part.text
+    assert "Use a virtual environment." in part.text
 
 
 def test_html_keeps_the_main_text_and_title_and_drops_navigation_and_link_targets() -> None:
@@ -162,3 +183,61 @@ def test_walk_names_files_from_the_folder_above_each_argument_and_skips_hidden_o
         ("docs/guide/a.md", "docs"),
         ("README.md", tmp_path.name),
     ]
+
+
+MAN_PAGE = r""".\" a comment line
+.TH LS 1 "2024-01-01" "GNU coreutils" "User Commands"
+.SH NAME
+ls \- list directory contents
+.SH SYNOPSIS
+.B ls
+[\fIOPTION\fR]... [\fIFILE\fR]...
+.SH DESCRIPTION
+.PP
+List information about the FILEs (the current directory by default).
+.TP
+\fB\-a\fR, \fB\-\-all\fR
+do not ignore entries starting with .
+.SH "SEE ALSO"
+.BR dir (1)
+"""
+
+
+def test_a_gzipped_manual_page_is_read_as_its_text_titled_by_name_and_section() -> None:
+    import gzip
+
+    assert format_of(Path("ls.1.gz")) == "man"
+    assert format_of(Path("printf.3p")) == "man"
+    assert format_of(Path("notes.md.gz")) == "markdown"
+    assert format_of(Path("archive.gz")) is None
+    content, name = unpacked(gzip.compress(MAN_PAGE.encode()), Path("ls.1.gz"))
+    assert name == Path("ls.1")
+    [page] = read("man", content, name)
+    assert page.title == "ls(1)"
+    assert "ls - list directory contents" in page.text
+    assert "[OPTION]... [FILE]..." in page.text
+    assert "-a, --all" in page.text
+    assert "SEE ALSO\ndir(1)" in page.text
+    assert "\\f" not in page.text
+    assert ".TP" not in page.text
+    assert "a comment line" not in page.text
+
+
+def test_a_gzip_file_that_is_not_gzip_is_a_parse_error_with_the_reason() -> None:
+    with pytest.raises(ParseError, match="not a readable gzip file"):
+        unpacked(b"plain text, not gzip", Path("notes.txt.gz"))
+
+
+def test_a_walked_gzip_file_is_read_through_the_ingest_pipeline(tmp_path: Path) -> None:
+    import gzip
+
+    from quarry_cli.ingest.files import file_unit
+
+    (tmp_path / "man1").mkdir()
+    (tmp_path / "man1" / "ls.1.gz").write_bytes(gzip.compress(MAN_PAGE.encode()))
+    [found] = walk([tmp_path / "man1"])
+    documents = file_unit(found).read(frozenset())
+    assert documents is not None
+    [document] = documents
+    assert (document.title, document.entity_type) == ("ls(1)", "man")
+    assert "list directory contents" in document.text

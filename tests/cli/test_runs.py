@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from quarry.agent.v1 import agent_pb2
+from quarry.searchtool.v1 import search_tool_pb2
 
 from quarry_cli.cli import main
-from quarry_cli.replay import compare, script_of
+from quarry_cli.replay import FrozenSearchTool, compare, script_of
 
 
 def _step(index: int, *calls: agent_pb2.ToolCallRecord, text: str = "") -> agent_pb2.StepRecord:
@@ -85,3 +88,52 @@ def test_a_replay_that_failed_differs_in_its_outcome() -> None:
     assert [(d.what, d.recorded, d.replayed) for d in differences] == [
         ("outcome", "completed", "failed INTERNAL")
     ]
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.aborted: tuple[object, str] | None = None
+
+    async def abort(self, code: object, details: str) -> None:
+        self.aborted = (code, details)
+        raise RuntimeError(details)
+
+
+def _web_call(query: str) -> agent_pb2.ToolCallRecord:
+    call = agent_pb2.ToolCallRecord(
+        call_id="w",
+        name="web_search",
+        arguments_json=json.dumps({"query": query}),
+        validated_arguments_json=json.dumps({"query": query, "limit": 5}),
+        web=True,
+    )
+    result = call.results.add()
+    result.chunk.id = "web_00000000000000ff"
+    result.chunk.title = "Zig"
+    result.chunk.url = "https://example.org/zig"
+    result.chunk.text = "Zig 0.14 was released."
+    result.web.provider = "searxng"
+    result.web.fetched_at.FromSeconds(1_790_000_000)
+    return call
+
+
+async def test_a_frozen_replay_answers_a_web_search_with_the_recorded_pages() -> None:
+    frozen = FrozenSearchTool(_record(_step(1, _web_call("zig release"))))
+    context = _Context()
+    reply = await frozen.WebSearch(
+        search_tool_pb2.WebSearchRequest(query="zig release", limit=5), context
+    )
+    assert reply.provider == "searxng"
+    [page] = reply.results
+    assert (page.id, page.title, page.url, page.snippet, page.provider) == (
+        "web_00000000000000ff",
+        "Zig",
+        "https://example.org/zig",
+        "Zig 0.14 was released.",
+        "searxng",
+    )
+    assert page.fetched_at.seconds == 1_790_000_000
+    with pytest.raises(RuntimeError, match="no such web search recorded"):
+        await frozen.WebSearch(
+            search_tool_pb2.WebSearchRequest(query="zig release", limit=5), context
+        )

@@ -50,6 +50,25 @@ def test_flags_beat_the_environment_which_beats_the_config_file(
     assert (settings.server.port, settings.server.grace_s) == (7001, 3)
 
 
+def test_host_and_port_flags_keep_the_config_files_keys_file_and_health_port(
+    tmp_path: Path,
+) -> None:
+    """The image's `--host 0.0.0.0` over a config with `auth.keys_file` (the k8s shape): the
+    keys are read once, not twice (which failed with "two keys share a name")."""
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("- {name: billing, sha256: " + "ab" * 32 + ", read: [docs]}\n")
+    path = tmp_path / "quarry.yaml"
+    path.write_text(
+        "agent:\n  server: {port: 7000, health_port: 7060, auth: {enabled: true, keys_file: "
+        f"{keys}}}}}\n"
+    )
+    argv = ["--config", str(path), "--host", "0.0.0.0", "--port", "7001"]
+    settings = settings_from_args("agent", AgentSettings, argv, flags=AGENT_FLAGS)
+    assert (settings.server.host, settings.server.port) == ("0.0.0.0", 7001)
+    assert settings.server.health_port == 7060
+    assert [k.name for k in settings.server.auth.keys] == ["billing"]
+
+
 def test_a_config_file_without_the_services_section_leaves_its_defaults(config: Path) -> None:
     argv = ["--config", str(config), "--data-dir", "/srv/quarry"]
     settings = settings_from_args("search_tool", SearchToolSettings, argv, flags=SEARCH_FLAGS)

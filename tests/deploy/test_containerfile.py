@@ -61,7 +61,7 @@ def test_the_final_stage_carries_no_sources_tests_or_build_tools() -> None:
     assert all(arg.startswith("--from=build ") for arg in copies)
     build_copies = [arg for op, arg in _instructions() if op == "COPY" and "--from" not in arg]
     sources = {arg.split()[0] for arg in build_copies}
-    assert sources == {"pyproject.toml", "services", "quarry_cli"}
+    assert sources == {"pyproject.toml", "requirements", "services", "quarry_cli"}
     assert all((ROOT / s).exists() for s in sources)
     runs = " ".join(arg for op, arg in _final_stage() if op == "RUN")
     assert not re.search(r"\b(apt-get|gcc|pip install)\b", runs)
@@ -84,9 +84,38 @@ def test_dockerignore_admits_only_what_the_build_copies() -> None:
     ]
     assert lines[0] == "*"
     admitted = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert admitted == {"pyproject.toml", "README.md", "services", "quarry_cli"}
+    assert admitted == {"pyproject.toml", "README.md", "requirements", "services", "quarry_cli"}
     assert "tests" not in admitted
     assert ".venv" not in admitted
+
+
+def test_the_build_installs_only_locked_hash_checked_packages_and_resolves_nothing() -> None:
+    runs = [arg for op, arg in _instructions() if op == "RUN"]
+    installs = [
+        step.strip()
+        for run in runs
+        for step in run.split("&&")
+        if re.search(r"\bpip (install|wheel)\b", step)
+    ]
+    assert installs
+    for step in installs:
+        locked = "--require-hashes" in step and "-r requirements/" in step
+        assert locked or "--no-deps" in step, step
+    assert any("-r requirements/runtime.lock" in s for s in installs)
+    assert any("--no-build-isolation" in s for s in installs if "pip wheel" in s)
+    assert any("pip check" in run for run in runs)
+
+
+def test_the_build_takes_a_private_index_and_an_extra_ca_and_make_image_passes_them() -> None:
+    args = {arg.split("=", 1)[0] for op, arg in _instructions() if op == "ARG"}
+    assert {"PIP_INDEX_URL", "EXTRA_CA_PEM"} <= args
+    out = subprocess.run(
+        ["make", "-n", "image", "CONTAINER_TOOL=podman", "PIP_INDEX_URL=https://pypi.example/simple",
+         f"EXTRA_CA_FILE={CONTAINERFILE}"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert "--build-arg PIP_INDEX_URL=https://pypi.example/simple" in out
+    assert f'--build-arg EXTRA_CA_PEM="$(cat {CONTAINERFILE})"' in out
 
 
 def _make_dry_run(*arguments: str) -> list[str]:

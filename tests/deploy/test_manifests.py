@@ -31,7 +31,10 @@ KUBECTL = Path(sys.executable).parent / "kubectl"
 K8S_VERSION = "1.33.0"
 """Oldest Kubernetes the manifests support (native `preStop.sleep` is on by default from 1.30,
 gRPC probes GA since 1.27)."""
-OVERLAYS = ["embedded", "embedded-tls", "vespa"]
+OVERLAYS = ["embedded", "embedded-tls", "vespa", "postgres", "postgres-trial"]
+STATELESS_SEARCH = {"vespa", "postgres", "postgres-trial"}
+"""Overlays whose search tool is a Deployment with an HPA (its engine is a server)."""
+ENGINE_OF = {"vespa": "vespa", "postgres": "postgres", "postgres-trial": "postgres"}
 QUARRY: dict[str, tuple[str, str, str, type[QuarrySettings]]] = {
     "agent": ("services.agent", "quarry.agent.v1.AgentService", "agent", AgentSettings),
     "llm-gateway": (
@@ -51,9 +54,14 @@ MARGIN_S = 5
 HEALTH_PORT = 50060
 KEY_DIGESTS_SECRET = "quarry-api-key-digests"
 TLS_SECRET = "quarry-tls"
+POSTGRES_SECRET = "quarry-postgres"
+"""The search tool's database DSN (and CA) in the postgres overlays."""
+POSTGRES_TRIAL_SECRET = "quarry-postgres-trial"
 PINNED_IMAGE = re.compile(r"[\w.-]+(/[\w.-]+)*(:\d+\.\d+\.\d+[\w.-]*|@sha256:[0-9a-f]{64})")
 """An exact version tag (major.minor.patch, e.g. `:0.1.0`, `:8.687.75`) or a digest: never
 `latest`, never a floating `:8` or `:3.11-slim`."""
+RUN_BYTES = 68_000
+"""What one recorded THINKING run takes in the history (request, steps, events), measured."""
 HEADLESS = r"dns:///([\w-]+)\.quarry\.svc\.cluster\.local:(\d+)"
 Doc = dict[str, Any]
 
@@ -219,10 +227,17 @@ def test_no_secret_is_written_into_the_manifests(overlay: str, tmp_path: Path) -
                     assert str(PurePosixPath(env["value"]).parent) in secret_mounts, env
                 elif re.search(r"KEY|TOKEN|SECRET|PASSWORD", env["name"]):
                     assert "value" not in env, env["name"]
-                    assert env["valueFrom"]["secretKeyRef"]["name"] == "quarry-api-keys"
+                    assert env["valueFrom"]["secretKeyRef"]["name"] in (
+                        "quarry-api-keys",
+                        POSTGRES_TRIAL_SECRET,
+                    )
         for volume in pod.get("volumes", []):
             if "secret" in volume:
-                assert volume["secret"]["secretName"] in (KEY_DIGESTS_SECRET, TLS_SECRET)
+                assert volume["secret"]["secretName"] in (
+                    KEY_DIGESTS_SECRET,
+                    TLS_SECRET,
+                    POSTGRES_SECRET,
+                )
                 assert "items" not in volume["secret"]
 
 
@@ -285,7 +300,7 @@ def test_the_config_map_loads_through_the_real_settings_with_auth_and_the_health
         assert settings.server.host == "0.0.0.0"
         assert settings.server.health_port == HEALTH_PORT
     search_tool = load_settings(SearchToolSettings, path)
-    assert search_tool.engine.kind == ("vespa" if overlay == "vespa" else "embedded")
+    assert search_tool.engine.kind == ENGINE_OF.get(overlay, "embedded")
     if overlay == "vespa":
         assert search_tool.engine.vespa.url == "http://vespa.quarry.svc.cluster.local:8080"
 
@@ -309,10 +324,11 @@ def test_selectors_services_hpas_and_pdbs_all_hit_a_workload(overlay: str) -> No
         target = hpa["spec"]["scaleTargetRef"]
         assert (target["kind"], target["name"]) in labels
     kinds = {name: kind for kind, name in labels}
-    assert kinds["search-tool"] == ("Deployment" if overlay == "vespa" else "StatefulSet")
+    stateless = overlay in STATELESS_SEARCH
+    assert kinds["search-tool"] == ("Deployment" if stateless else "StatefulSet")
     scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
-    assert {"agent", "llm-gateway"} <= scaled
-    assert ("search-tool" in scaled) == (overlay == "vespa")
+    assert "llm-gateway" in scaled
+    assert ("search-tool" in scaled) == stateless
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -342,12 +358,92 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
         assert service["metadata"]["namespace"] == "quarry"
         assert int(match[2]) in [p["port"] for p in service["spec"]["ports"]]
         assert (target, int(match[2])) in allowed
-    gateway_only = [
-        p
+    # only the gateway reaches the internet; the postgres overlays' search tool reaches an
+    # external database, on PostgreSQL's port alone
+    outside = {
+        p["metadata"]["name"]: {
+            port["port"] for r in p["spec"]["egress"] for port in r.get("ports", [])
+        }
         for p in _of(docs, "NetworkPolicy")
-        if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r["to"])
-    ]
-    assert [p["metadata"]["name"] for p in gateway_only] == ["llm-gateway"]
+        if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r.get("to", []))
+    }
+    database = {"search-tool": {5432}} if overlay.startswith("postgres") else {}
+    # the gateway and the pods labelled for HTTPS egress (the OpenAI embedder) reach out
+    beyond = {k: v for k, v in outside.items() if k not in ("llm-gateway", "https-egress")}
+    assert beyond == database
+    assert {"llm-gateway", "https-egress"} <= set(outside)
+
+
+def _selects(selector: Doc, labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def _allowed(
+    policies: list[Doc], source: dict[str, str], target: dict[str, str], port: int
+) -> bool:
+    """Whether `source` pods may open `port` on `target` pods under these NetworkPolicies (same
+    namespace, pod selectors only): egress allowed from the source and ingress to the target."""
+
+    def permits(direction: str, pod: dict[str, str], peer: dict[str, str]) -> bool:
+        kind = direction.capitalize()
+        mine = [p["spec"] for p in policies if _selects(p["spec"]["podSelector"], pod)]
+        if not any(kind in spec["policyTypes"] for spec in mine):
+            return True
+        peers = "to" if direction == "egress" else "from"
+        return any(
+            (not rule.get(peers) or any(_selects(x.get("podSelector", {}), peer)
+                                         for x in rule[peers] if "podSelector" in x))
+            and any(p["port"] == port for p in rule.get("ports", []))
+            for spec in mine
+            for rule in spec.get(direction, [])
+        )  # fmt: skip
+
+    return permits("egress", source, target) and permits("ingress", target, source)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_an_ingest_job_labelled_a_search_tool_client_reaches_the_search_tool_and_nothing_else(
+    overlay: str,
+) -> None:
+    policies = _of(rendered(overlay), "NetworkPolicy")
+    job = {"app.kubernetes.io/name": "ingest", "quarry.dev/search-tool-client": "true"}
+    search_tool = {"app.kubernetes.io/name": "search-tool", "app.kubernetes.io/part-of": "quarry"}
+    assert _allowed(policies, job, search_tool, 50051)
+    assert not _allowed(policies, job, {"app.kubernetes.io/name": "agent"}, 50053)
+    assert not _allowed(policies, job, {"app.kubernetes.io/name": "llm-gateway"}, 50052)
+    unlabelled = {"app.kubernetes.io/name": "ingest"}
+    assert not _allowed(policies, unlabelled, search_tool, 50051)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_https_egress_is_opened_by_label_for_the_openai_embedder_only_where_asked(
+    overlay: str,
+) -> None:
+    docs = rendered(overlay)
+    (https,) = [p for p in _of(docs, "NetworkPolicy") if p["metadata"]["name"] == "https-egress"]
+    assert https["spec"]["podSelector"] == {"matchLabels": {"quarry.dev/https-egress": "true"}}
+    (rule,) = https["spec"]["egress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 443}]
+    assert "10.0.0.0/8" in rule["to"][0]["ipBlock"]["except"]
+    for workload in _workloads(docs):
+        labels = workload["spec"]["template"]["metadata"].get("labels", {})
+        assert "quarry.dev/https-egress" not in labels or workload["metadata"]["name"] in (
+            "llm-gateway",
+            "search-tool",
+        )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_and_every_pod_is_labelled_part_of_quarry(overlay: str) -> None:
+    docs = rendered(overlay)
+    for doc in docs:
+        assert doc["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") == "quarry", (
+            doc["kind"],
+            doc["metadata"]["name"],
+        )
+    for workload in _workloads(docs):
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "quarry", workload["metadata"]["name"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -468,3 +564,87 @@ def test_tls_is_on_exactly_where_the_tls_component_is_and_services_say_so(
         if service["metadata"]["name"].removesuffix("-headless") in QUARRY:
             declared = {p.get("appProtocol") for p in service["spec"]["ports"]}
             assert declared == ({None} if tls_on else {"kubernetes.io/h2c"})
+
+
+def _agent(docs: tuple[Doc, ...]) -> Doc:
+    (agent,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "agent"]
+    return agent
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agents_sqlite_history_has_one_replica_and_a_persistent_volume_never_an_empty_dir(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one writer and lives in one pod: one replica, no HPA, `Recreate` (the old pod
+    lets go of the ReadWriteOnce volume first), the file on a PersistentVolumeClaim sized for
+    `max_runs` runs (never the pod's /tmp emptyDir, which fills and goes with the pod)."""
+    docs = rendered(overlay)
+    path = _with_a_keys_file(*_config(docs, tmp_path), tmp_path)
+    agent = _agent(docs)
+    (container,) = agent["spec"]["template"]["spec"]["containers"]
+    monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
+    monkeypatch.delenv("QUARRY_AGENT_HISTORY__PATH")  # the tests' own (tests/conftest.py)
+    for name, value in _env(container).items():
+        monkeypatch.setenv(name, value)
+    history = load_settings(AgentSettings, path).history
+    assert history.enabled
+    scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
+    assert agent["spec"]["replicas"] == 1
+    assert "agent" not in scaled
+    assert agent["spec"]["strategy"] == {"type": "Recreate"}
+    assert history.path.is_absolute()
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in agent["spec"]["template"]["spec"]["volumes"]}
+    volume = volumes[mounts[str(history.path.parent)]]
+    claim_name = volume["persistentVolumeClaim"]["claimName"]
+    (claim,) = [
+        c for c in _of(docs, "PersistentVolumeClaim") if c["metadata"]["name"] == claim_name
+    ]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    size = claim["spec"]["resources"]["requests"]["storage"]
+    assert size.endswith("Gi")
+    assert history.max_runs > 0
+    assert history.max_runs * RUN_BYTES * 2 <= int(size[:-2]) * 2**30
+
+
+@pytest.mark.parametrize("overlay", ["postgres", "postgres-trial"])
+def test_the_postgres_search_tool_reads_its_dsn_from_the_secret_and_may_reach_the_database(
+    overlay: str, tmp_path: Path
+) -> None:
+    docs = rendered(overlay)
+    _, config = _config(docs, tmp_path)
+    engine = config["search_tool"]["engine"]
+    assert engine["kind"] == "postgres"
+    assert "dsn" not in engine["postgres"], "the DSN (and its password) stays in the Secret"
+    (search_tool,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "search-tool"]
+    pod = search_tool["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (container,) = pod["containers"]
+    mounts = {
+        m["mountPath"]: volumes[m["name"]]
+        for m in container["volumeMounts"]
+        if "secret" in volumes[m["name"]]
+    }
+    dsn_dir = str(PurePosixPath(engine["postgres"]["dsn_file"]).parent)
+    assert mounts[dsn_dir]["secret"]["secretName"] == POSTGRES_SECRET
+    policies = {p["metadata"]["name"]: p["spec"] for p in _of(docs, "NetworkPolicy")}
+    egress_ports = {
+        port["port"] for rule in policies["search-tool"]["egress"] for port in rule["ports"]
+    }
+    assert 5432 in egress_ports
+    if overlay == "postgres":
+        assert engine["postgres"]["sslmode"] == "verify-full"
+        ca_dir = str(PurePosixPath(engine["postgres"]["ca_file"]).parent)
+        assert mounts[ca_dir]["secret"]["secretName"] == POSTGRES_SECRET
+    else:
+        (database,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "postgres"]
+        assert database["kind"] == "StatefulSet"
+        assert database["spec"]["replicas"] == 1
+        assert policies["postgres"]["ingress"] == [
+            {
+                "from": [
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "search-tool"}}}
+                ],
+                "ports": [{"protocol": "TCP", "port": 5432}],
+            }
+        ]

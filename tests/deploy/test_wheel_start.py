@@ -1,19 +1,15 @@
 """The image's entry commands start each service from the built wheel, not from this tree.
 
-The wheel is built from a copy of what the Containerfile copies and installed (without
-dependencies: nothing may be downloaded here) into a fresh virtualenv; the third-party
-dependencies come from this virtualenv's site-packages through a path file. Each service is then
-started exactly as the image starts it (`python -m services.<name> --host ...`), from a directory
-outside the repository, and must become SERVING on its readiness name and on `quarry.liveness`,
-on its main port and on its plaintext health port (`server.health_port`, what the probes use).
+The wheel (the `installed` fixture, tests/deploy/conftest.py) is installed into a fresh
+virtualenv. Each service is then started exactly as the image starts it (`python -m
+services.<name> --host ...`), from a directory outside the repository, and must become SERVING on
+its readiness name and on `quarry.liveness`, on its main port and on its plaintext health port
+(`server.health_port`, what the probes use).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
-import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,43 +29,6 @@ SERVICES = {
 }
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `python` of a fresh virtualenv holding only the Quarry wheel."""
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "var")
-    for name in ("services", "quarry_cli"):
-        shutil.copytree(ROOT / name, source / name, ignore=ignore)
-    wheels = root / "wheels"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = wheels.glob("quarry-*.whl")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    target = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    subprocess.run(
-        [*pip, "install", "--no-deps", "--no-index", "--target", target, str(wheel)],
-        check=True,
-        capture_output=True,
-    )
-    (Path(target) / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return python
 
 
 def test_the_wheel_carries_the_services_and_their_data_not_the_tree(installed: Path) -> None:

@@ -455,3 +455,188 @@ SCRATCH_DOCUMENT.metadata["year"].int_value = 2024
 
 UNDECODABLE = {"invalid-utf8": b"\x0a\x02\xff\xfe", "truncated": b"\x0a\x10abc"}
 """Field 1 of every request is a string: once with bytes that are not UTF-8, once cut short."""
+
+
+# --- huge values: the error must reach the caller as its own status -------------------------------
+
+HUGE = "h" * 200_000
+"""A value past every limit and, echoed whole, past gRPC's 16 KiB trailer limit."""
+
+
+@dataclass(frozen=True)
+class HugeValue:
+    """A request with one huge value; the caller must see `expected` naming `field` (a prefix of
+    the violation's field, "" when the status names no field), not RESOURCE_EXHAUSTED from
+    oversized trailers."""
+
+    name: str
+    service: str
+    method: str
+    request: Callable[[], Message]
+    expected: grpc.StatusCode
+    field: str
+
+
+def _upsert(**document: Any) -> Callable[[], Message]:
+    fields = {"id": "t", "text": "x", **document}
+    return lambda: search_tool_pb2.UpsertDocumentsRequest(
+        collection=SCRATCH_COLLECTION, documents=[fields]
+    )
+
+
+_NOT_FOUND = grpc.StatusCode.NOT_FOUND
+HUGE_VALUES: tuple[HugeValue, ...] = (
+    HugeValue(
+        "document id",
+        "search_tool",
+        "UpsertDocuments",
+        _upsert(id=HUGE),
+        INVALID,
+        "documents[0].id",
+    ),
+    HugeValue(
+        "title",
+        "search_tool",
+        "UpsertDocuments",
+        _upsert(title=HUGE),
+        INVALID,
+        "documents[0].title",
+    ),
+    HugeValue(
+        "metadata value",
+        "search_tool",
+        "UpsertDocuments",
+        _upsert(metadata={"k": {"string_value": HUGE}}),
+        INVALID,
+        'documents[0].metadata["k"]',
+    ),
+    HugeValue(
+        "metadata key",
+        "search_tool",
+        "UpsertDocuments",
+        _upsert(metadata={HUGE: {"string_value": "v"}}),
+        INVALID,
+        "documents[0].metadata",
+    ),
+    HugeValue(
+        "read document id",
+        "search_tool",
+        "ReadDocument",
+        lambda: search_tool_pb2.ReadDocumentRequest(collection=CANARY_COLLECTION, document_id=HUGE),
+        INVALID,
+        "document_id",
+    ),
+    HugeValue(
+        "delete document id",
+        "search_tool",
+        "DeleteDocuments",
+        lambda: search_tool_pb2.DeleteDocumentsRequest(
+            collection=SCRATCH_COLLECTION, document_ids=[HUGE]
+        ),
+        INVALID,
+        "document_ids[0]",
+    ),
+    HugeValue(
+        "filter field",
+        "search_tool",
+        "Search",
+        lambda: _search(filter=_where(HUGE, _EQ, _value("x"))),
+        INVALID,
+        "filter.groups[0].conditions[0].field",
+    ),
+    HugeValue(
+        "filter date",
+        "search_tool",
+        "Search",
+        lambda: _search(filter=_where("created_at", _GT, _value(HUGE))),
+        INVALID,
+        "filter.groups[0].conditions[0].value",
+    ),
+    HugeValue(
+        "group by",
+        "search_tool",
+        "CountDocuments",
+        lambda: search_tool_pb2.CountDocumentsRequest(
+            collection=CANARY_COLLECTION, group_by=[HUGE]
+        ),
+        INVALID,
+        "group_by[0]",
+    ),
+    HugeValue(
+        "run tool name",
+        "agent",
+        "Run",
+        lambda: agent_pb2.RunRequest(collection=CANARY_COLLECTION, query="q", tools=[HUGE]),
+        INVALID,
+        "tools[0]",
+    ),
+    HugeValue(
+        "run collection",
+        "agent",
+        "Run",
+        lambda: agent_pb2.RunRequest(collection=HUGE, query="q"),
+        INVALID,
+        "collection",
+    ),
+    HugeValue(
+        "prior answer",
+        "agent",
+        "Run",
+        lambda: agent_pb2.RunRequest(
+            collection=CANARY_COLLECTION,
+            query="q",
+            history=[agent_pb2.ConversationTurn(question="earlier?", answer=HUGE)],
+        ),
+        INVALID,
+        "history",
+    ),
+    HugeValue(
+        "question answer",
+        "agent",
+        "AnswerQuestion",
+        lambda: agent_pb2.AnswerQuestionRequest(run_id="r", question_id="q", text=HUGE),
+        INVALID,
+        "text",
+    ),
+    HugeValue(
+        "question run id",
+        "agent",
+        "AnswerQuestion",
+        lambda: agent_pb2.AnswerQuestionRequest(run_id=HUGE, question_id="q", text="yes"),
+        _NOT_FOUND,
+        "",
+    ),
+    HugeValue(
+        "run id",
+        "agent",
+        "GetRun",
+        lambda: agent_pb2.GetRunRequest(run_id=HUGE),
+        _NOT_FOUND,
+        "",
+    ),
+    HugeValue(
+        "route",
+        "llm_gateway",
+        "Generate",
+        lambda: llm_gateway_pb2.GenerateRequest(
+            route=HUGE, messages=[llm_gateway_pb2.Message(role=llm_gateway_pb2.ROLE_USER, text="x")]
+        ),
+        _NOT_FOUND,
+        "",
+    ),
+    HugeValue(
+        "tool call id",
+        "llm_gateway",
+        "Generate",
+        lambda: llm_gateway_pb2.GenerateRequest(
+            messages=[
+                llm_gateway_pb2.Message(role=llm_gateway_pb2.ROLE_USER, text="x"),
+                llm_gateway_pb2.Message(
+                    role=llm_gateway_pb2.ROLE_TOOL, text="r", tool_call_id=HUGE
+                ),
+            ]
+        ),
+        INVALID,
+        "messages[1]",
+    ),
+)

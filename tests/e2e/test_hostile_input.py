@@ -5,6 +5,7 @@ inside its deadline, the services stay up, and the canary collection is unchange
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -13,13 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from services.common.status import details_of_rpc_error
 from tests.e2e.conftest import CHUNK_IDS, Stack
 from tests.e2e.hostile import (
     CANARY_COLLECTION,
+    DEADLINE_S,
+    HUGE_VALUES,
     REGRESSIONS,
     SCRATCH_COLLECTION,
     SCRATCH_DOCUMENT,
     UNDECODABLE,
+    HugeValue,
     Regression,
     Verdict,
     call,
@@ -115,6 +120,25 @@ def test_named_regression_gets_its_status(
     method = next(m for s, m in METHODS if s == regression.service and m.name == regression.method)
     verdict = call(channels[regression.service], method, regression.request().SerializeToString())
     assert verdict.code == regression.expected, verdict
+
+
+@pytest.mark.parametrize("huge", HUGE_VALUES, ids=[h.name for h in HUGE_VALUES])
+def test_an_error_about_a_huge_value_reaches_the_caller_as_its_own_status(
+    channels: dict[str, grpc.Channel], huge: HugeValue
+) -> None:
+    """Errors echoing 100 KB values passed gRPC's 16 KiB trailer limit, and the caller saw
+    RESOURCE_EXHAUSTED "received metadata size exceeds hard limit" instead."""
+    method = next(m for s, m in METHODS if s == huge.service and m.name == huge.method)
+    path = f"/{method.containing_service.full_name}/{method.name}"
+    request = huge.request().SerializeToString()
+    with pytest.raises(grpc.RpcError) as caught:
+        channels[huge.service].unary_unary(path, None, None)(request, timeout=DEADLINE_S)
+    error: Any = caught.value
+    assert error.code() == huge.expected, error.details()[:300]
+    assert len(error.details()) < 1_000
+    details = details_of_rpc_error(error)
+    if huge.field:
+        assert [v.field for v in details.violations if v.field.startswith(huge.field)]
 
 
 def test_the_canary_collection_is_unchanged_after_the_corpus(

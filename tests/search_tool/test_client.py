@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.common.errors import InvalidArgument, NotFound
+from services.common.status import details_of_rpc_error
 from services.search_tool.client import SearchToolClient
 from services.search_tool.server import SearchToolServer
 from tests.search_tool.grpc_helpers import document, search
@@ -86,8 +88,28 @@ async def test_list_documents_pages_by_id_and_filters_with_the_search_filter(
         everything = await client.list_documents("notes")
         evens = await client.list_documents("notes", filter=even)
     assert [d.id for d in first.documents] == [f"doc-{n:02}" for n in range(10)]
-    assert first.next_page_token == "doc-09"
+    second = await stub.ListDocuments(
+        search_tool_pb2.ListDocumentsRequest(
+            collection="notes", page_size=10, page_token=first.next_page_token
+        )
+    )
+    assert [d.id for d in second.documents] == [f"doc-{n:02}" for n in range(10, 20)]
     assert [d.id for d in everything] == [f"doc-{n:02}" for n in range(25)]
     assert [d.id for d in evens] == [f"doc-{n:02}" for n in range(0, 25, 2)]
     assert everything[3].chunk_count == 1
     assert everything[3].metadata["even"].bool_value is False
+
+
+@pytest.mark.parametrize("token", ["garbage", "doc-09", "eyJ4IjogMX0=", "%%%", "x" * 100_000])
+async def test_list_documents_refuses_a_page_token_it_did_not_issue(
+    server: SearchToolServer, stub: search_tool_pb2_grpc.SearchToolServiceStub, token: str
+) -> None:
+    """A garbage token used to return the first page (ListRuns refused the same token)."""
+    async with SearchToolClient(server.address, timeout_s=30) as client:
+        await client.upsert_documents("notes", [document("doc-01", "text")])
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ListDocuments(
+            search_tool_pb2.ListDocumentsRequest(collection="notes", page_token=token)
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in details_of_rpc_error(refused.value).violations] == ["page_token"]

@@ -1,7 +1,9 @@
 """One behaviour suite for every engine that is available: the shared filter table, upserts,
-deletes and GetCollection. LanceDB always runs; Vespa runs when `QUARRY_VESPA_URL` points at a
-Vespa serving `services/search_tool/vespa/app` rendered for the test vectors
-(`scripts/gen_vespa_app.py --dimensions 8`) and is skipped otherwise — skipped, never passed."""
+deletes and GetCollection. LanceDB always runs; PostgreSQL always runs, live, against the
+embedded PostgreSQL (`tests/postgres_server.py`; under CI a skip fails); Vespa runs when
+`QUARRY_VESPA_URL` points at a Vespa serving `services/search_tool/vespa/app` rendered for the
+test vectors (`scripts/gen_vespa_app.py --dimensions 8`) and is skipped otherwise — skipped,
+never passed."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.common.postgres import PostgresSettings
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, SearchEngine, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.postgres import PostgresEngine
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
 from tests.search_tool.engine_fixtures import DIMENSIONS, record, records, vector_for
@@ -28,6 +32,7 @@ VESPA_URL = os.environ.get("QUARRY_VESPA_URL", "")
 @pytest.fixture(
     params=[
         "lancedb",
+        pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param(
             "vespa",
             marks=pytest.mark.skipif(
@@ -46,6 +51,9 @@ async def engine(
     opened: SearchEngine
     if request.param == "vespa":
         opened = await VespaEngine.open(Endpoint(VESPA_URL, query_timeout_s=10.0))
+    elif request.param == "postgres":
+        dsn = request.getfixturevalue("postgres_dsn")
+        opened = await PostgresEngine.open(PostgresSettings(), dsn=dsn)
     else:
         opened = await LanceDBEngine.open(tmp_path / "db")
     await opened.ensure_collection(name, SPEC)

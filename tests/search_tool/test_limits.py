@@ -33,6 +33,8 @@ LIMITS = RequestLimits(
     filter_list_values=4,
     filter_string_chars=12,
     embed_text_chars=40,
+    embed_total_chars=80,
+    upsert_total_bytes=100,
 )
 
 
@@ -180,3 +182,28 @@ async def test_an_embed_text_over_its_limit_is_refused(stub: Stub) -> None:
     details = await fails(stub.Embed(request), INVALID)
     assert fields_of(details) == ["texts[1]"]
     assert "the limit is 40" in details.violations[0].description
+
+
+async def test_embed_texts_over_the_total_are_refused_naming_the_setting(stub: Stub) -> None:
+    """256 texts of 20,000 characters, each within its limit, ran past two minutes."""
+    request = search_tool_pb2.EmbedRequest(texts=["x" * 40] * 2 + ["y"])
+    details = await fails(stub.Embed(request), INVALID)
+    assert fields_of(details) == ["texts"]
+    assert "search_tool.limits.embed_total_chars is 80" in details.violations[0].description
+    reply = await stub.Embed(search_tool_pb2.EmbedRequest(texts=["x" * 40] * 2))
+    assert len(reply.embeddings) == 2
+
+
+async def test_upsert_texts_over_the_total_are_refused_naming_the_setting(stub: Stub) -> None:
+    documents = [document(f"d{n}", "t" * 60) for n in range(2)]
+    details = await fails(
+        stub.UpsertDocuments(
+            search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=documents)
+        ),
+        INVALID,
+    )
+    assert fields_of(details) == ["documents"]
+    assert "search_tool.limits.upsert_total_bytes is 100" in details.violations[0].description
+    await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=documents[:1])
+    )

@@ -18,6 +18,8 @@ LONG = " ".join(
     f"Sentence number {n} of the long manual explains step {n} in detail." for n in range(40)
 )
 
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
 
 async def _load(stub: Stub) -> int:
     reply = await stub.UpsertDocuments(
@@ -101,3 +103,21 @@ async def test_reading_an_unknown_collection_is_not_found(stub: Stub) -> None:
         ),
         grpc.StatusCode.NOT_FOUND,
     )
+
+
+async def test_a_document_id_is_refused_by_the_same_rule_on_every_rpc(stub: Stub) -> None:
+    """ReadDocument had its own rule (1 to 1,024 characters) beside the ingest one."""
+    await _load(stub)
+    for bad in ["", "tab\there", "é" * 600]:  # empty, a control character, 1,200 bytes of UTF-8
+        read = await fails(stub.ReadDocument(_read(document_id=bad)), INVALID)
+        upsert = await fails(
+            stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(
+                    collection="reads", documents=[{"id": bad, "text": "text"}]
+                )
+            ),
+            INVALID,
+        )
+        assert fields_of(read) == ["document_id"]
+        assert fields_of(upsert) == ["documents[0].id"]
+        assert read.violations[0].description == upsert.violations[0].description

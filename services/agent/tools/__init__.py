@@ -17,6 +17,8 @@ from services.agent.tools.read import READ, Reading, ReadPlan, ReadTool
 from services.agent.tools.registry import DEFAULT_TOOLS, ToolRegistry
 from services.agent.tools.search import SEARCH, Searching, SearchPlan, SearchQuery, SearchTool
 from services.agent.tools.submit_answer import SUBMIT_ANSWER, Answer, CitationRef, SubmitAnswerTool
+from services.agent.tools.summarize import SUMMARIZE, SummarizePlan, SummarizeTool, Summarizing
+from services.agent.tools.web_search import WEB_SEARCH, WebSearching, WebSearchPlan, WebSearchTool
 
 TOOL_NAMES = DEFAULT_TOOLS.default_names
 """The tools of a run whose request names none."""
@@ -29,7 +31,9 @@ __all__ = [
     "READ",
     "SEARCH",
     "SUBMIT_ANSWER",
+    "SUMMARIZE",
     "TOOL_NAMES",
+    "WEB_SEARCH",
     "Answer",
     "AskUserTool",
     "CalculateTool",
@@ -49,12 +53,18 @@ __all__ = [
     "SearchTool",
     "Searching",
     "SubmitAnswerTool",
+    "SummarizePlan",
+    "SummarizeTool",
+    "Summarizing",
     "Tool",
     "ToolArgumentsError",
     "ToolContext",
     "ToolEvent",
     "ToolOutcome",
     "ToolRegistry",
+    "WebSearchPlan",
+    "WebSearchTool",
+    "WebSearching",
     "parse_arguments",
     "tool_schema",
 ]

@@ -111,16 +111,17 @@ class AskUserTool(Tool):
         try:
             text = parse_arguments(UserQuestion, call.arguments_json).question
         except ToolArgumentsError as error:
-            return context.failed(call, str(error))
+            return _not_asked(call, context, "", str(error))
         channel = context.questions
         if channel is None:
-            return context.failed(call, "The caller cannot be asked in this run: go on without it.")
+            why = "The caller cannot be asked in this run: go on without it."
+            return _not_asked(call, context, text, why)
         if channel.asked >= channel.max_questions:
-            return context.failed(
-                call,
+            why = (
                 f"You have asked {channel.asked} questions, the most a run may ask. "
-                "Go on with the most likely reading of the question.",
+                "Go on with the most likely reading of the question."
             )
+            return _not_asked(call, context, text, why)
         acknowledge_s, answer_s = channel.acknowledge_window_s(), channel.answer_window_s()
         question_id = await channel.ask(text)
         event = Question(
@@ -150,6 +151,12 @@ async def _answer_of(
     )
     event = QuestionClosed(closed.question_id, closed.outcome, closed.answer, closed.waited_ms)
     return ToolOutcome(call, _answer_text(closed), event=event, ran=True)
+
+
+def _not_asked(call: ToolCall, context: ToolContext, text: str, why: str) -> ToolOutcome:
+    """A question that cannot be asked: a tool error, and no event (a `question` event asks the
+    caller for an answer; this one has nobody to answer)."""
+    return context.failed(call, why)
 
 
 def _ms(seconds: float) -> int:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from services.agent.config import LoopSettings
 from services.agent.messages import ToolCall
-from services.agent.ports import ModelClient, SearchClient, ToolSpec
+from services.agent.ports import ModelClient, SearchClient, TokenUsage, ToolSpec
 from services.agent.questions import QuestionChannel
 from services.agent.run import Deadline, RunRequest
 from services.agent.search import SearchHit
@@ -105,6 +105,13 @@ class ToolOutcome:
     calls count against the search cap and in the usage."""
     answer: BaseModel | None = None
     """An answering tool's validated answer, for the loop's answer acceptance."""
+    usage: TokenUsage | None = None
+    """Model tokens the call spent through the gateway (`summarize`): counted as a model call,
+    in the step's record, the run's usage and its token budget."""
+    condensed: tuple[str, ...] = ()
+    """Ids of results whose texts this call's result stands for (a summary): the loop replaces
+    their texts in earlier tool results with a pointer to this call (`context.condense_results`),
+    keeping each result's `### [id] title` line, so they stay citable."""
     then: Callable[[], Awaitable[ToolOutcome]] | None = field(default=None, compare=False)
     """A call that goes on after its event is streamed (`ask_user`: the question is shown,
     then the run waits for the answer): the loop streams `event`, then awaits `then()`."""
@@ -128,6 +135,8 @@ class ToolContext:
     log_fields: Mapping[str, object]
     iteration: int = 0
     """Search tools: this search's number (from 1); others: the searches done before."""
+    route: str = ""
+    """The run's LLM gateway route (a tool that asks the gateway uses it)."""
 
     def failed(self, call: ToolCall, text: str, event: ToolEvent | None = None) -> ToolOutcome:
         """A tool error for the model: logged, and marked on the current span."""
@@ -136,14 +145,20 @@ class ToolContext:
         return ToolOutcome(call, text, is_error=True, event=event)
 
     def search_tool_error(
-        self, call: ToolCall, error: QuarryError, what: str, event: ToolEvent | None = None
+        self,
+        call: ToolCall,
+        error: QuarryError,
+        what: str,
+        event: Callable[[str], ToolEvent] | None = None,
     ) -> ToolOutcome:
-        """A failed search tool call: raised when the run cannot go on, else a tool error."""
+        """A failed search tool call: raised when the run cannot go on, else a tool error with
+        `event(text)`, the tool's event carrying the error the model reads."""
         if isinstance(error, FAILURES_THAT_END_THE_RUN):
             raise error
         if isinstance(error, InvalidArgument) and names_caller_filter(error):
             raise as_callers_error(error) from None
-        return self.failed(call, search_error_text(error, what=what), event)
+        text = search_error_text(error, what=what)
+        return self.failed(call, text, None if event is None else event(text))
 
 
 class Tool(ABC):
@@ -167,6 +182,9 @@ class Tool(ABC):
     """The tool submits the final answer: the answer-only call offers only it."""
     needs_caller: ClassVar[bool] = False
     """The tool talks to the caller while the run waits: offered on a stream only."""
+    permission: ClassVar[str] = ""
+    """An `ApiKey` permission (a boolean field, e.g. `web_search`) the caller's key must grant
+    for a request to name the tool; "" when none is needed."""
 
     @cached_property
     def spec(self) -> ToolSpec:

@@ -59,6 +59,8 @@ class Counting(ToolEvent):
     document_count: int
     exact: bool
     duration_ms: int
+    error: str = ""
+    """Why the count did not run or failed (the tool error the model read)."""
     step: int = field(default=0, compare=False)
     """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
     compared, so an event equals the same event of another step)."""
@@ -71,6 +73,7 @@ class Counting(ToolEvent):
             "document_count": self.document_count,
             "exact": self.exact,
             "duration_ms": self.duration_ms,
+            "error": self.error,
             "step": self.step,
         }
 
@@ -92,7 +95,8 @@ class CountTool(Tool):
         try:
             plan = parse_arguments(CountPlan, call.arguments_json)
         except ToolArgumentsError as error:
-            return context.failed(call, str(error))
+            invalid = Counting(context.iteration, (), (), 0, False, 0, error=str(error))
+            return context.failed(call, str(error), invalid)
         request = CountRequest(
             collection=context.request.collection,
             filter_groups=tuple(plan.filter_groups),
@@ -107,7 +111,20 @@ class CountTool(Tool):
                 request, remaining_s=context.deadline.remaining()
             )
         except QuarryError as error:
-            return context.search_tool_error(call, error, "count")
+
+            def refused(text: str) -> Counting:
+                elapsed = int((time.perf_counter() - started) * 1000)
+                return Counting(
+                    context.iteration,
+                    request.filter_groups,
+                    request.group_by,
+                    0,
+                    False,
+                    elapsed,
+                    error=text,
+                )
+
+            return context.search_tool_error(call, error, "count", refused)
         duration_ms = int((time.perf_counter() - started) * 1000)
         event = Counting(
             iteration=context.iteration,

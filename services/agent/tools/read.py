@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -63,6 +63,8 @@ class Reading(ToolEvent):
     chunk_count: int
     """Chunks of the document the caller may see."""
     duration_ms: int
+    error: str = ""
+    """Why the read did not run or failed (the tool error the model read)."""
     step: int = field(default=0, compare=False)
     """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
     compared, so an event equals the same event of another step)."""
@@ -76,6 +78,7 @@ class Reading(ToolEvent):
             "chunks_shown": self.chunks_shown,
             "chunk_count": self.chunk_count,
             "duration_ms": self.duration_ms,
+            "error": self.error,
             "step": self.step,
         }
 
@@ -98,14 +101,14 @@ class ReadTool(Tool):
         try:
             plan = parse_arguments(ReadPlan, call.arguments_json)
         except ToolArgumentsError as error:
-            return context.failed(call, str(error))
+            return context.failed(call, str(error), _refused(context, "", str(error)))
         hit = context.seen.get(plan.result_id)
         if hit is None:
-            return context.failed(
-                call,
+            text = (
                 f"{plan.result_id!r} is not a result you have seen in this conversation. "
-                "Read only ids shown in results (`### [result_id] title`).",
+                "Read only ids shown in results (`### [result_id] title`)."
             )
+            return context.failed(call, text, _refused(context, plan.result_id, text))
         around = plan.scope == "around"
         request = ReadRequest(
             collection=context.request.collection,
@@ -122,7 +125,14 @@ class ReadTool(Tool):
         except FAILURES_THAT_END_THE_RUN:
             raise
         except QuarryError as error:
-            return context.failed(call, f"The read failed: {error.message}.")
+            text = f"The read failed: {error.message}."
+            failed = replace(
+                _refused(context, plan.result_id, text),
+                document_id=hit.document_id,
+                first_chunk=request.first_chunk,
+                duration_ms=int((time.perf_counter() - started) * 1000),
+            )
+            return context.failed(call, text, failed)
         duration_ms = int((time.perf_counter() - started) * 1000)
         formatted = format_read(
             hit.document_id, document.chunks, document.chunk_count, max_chars=context.budget_chars
@@ -147,6 +157,11 @@ class ReadTool(Tool):
             total_count=document.chunk_count,
             ran=True,
         )
+
+
+def _refused(context: ToolContext, result_id: str, error: str) -> Reading:
+    """The event of a read that showed nothing."""
+    return Reading(context.iteration, result_id, "", 0, 0, 0, 0, error=error)
 
 
 def format_read(

@@ -12,6 +12,8 @@ from services.agent.tools.count import CountTool
 from services.agent.tools.read import ReadTool
 from services.agent.tools.search import SearchTool
 from services.agent.tools.submit_answer import SubmitAnswerTool
+from services.agent.tools.summarize import SummarizeTool
+from services.agent.tools.web_search import WebSearchTool
 
 
 class ToolRegistry:
@@ -57,6 +59,15 @@ class ToolRegistry:
 
 
 DEFAULT_TOOLS = ToolRegistry(
-    [SearchTool(), ReadTool(), CountTool(), CalculateTool(), AskUserTool(), SubmitAnswerTool()]
+    [
+        SearchTool(),
+        ReadTool(),
+        CountTool(),
+        CalculateTool(),
+        AskUserTool(),
+        WebSearchTool(),
+        SummarizeTool(),
+        SubmitAnswerTool(),
+    ]
 )
 """The agent's tools."""

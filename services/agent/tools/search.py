@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -69,8 +69,11 @@ class Searching(ToolEvent):
     filter_groups: tuple[FilterGroup, ...]
     """The model's filter; the search tool applied it within the caller's: (caller) AND (model)."""
     result_count: int
+    """Results the model was shown."""
     total_count: int
     duration_ms: int
+    error: str = ""
+    """Why the search did not run or failed (the tool error the model read)."""
     step: int = field(default=0, compare=False)
     """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
     compared, so an event equals the same event of another step)."""
@@ -84,6 +87,7 @@ class Searching(ToolEvent):
             "result_count": self.result_count,
             "total_count": self.total_count,
             "duration_ms": self.duration_ms,
+            "error": self.error,
             "step": self.step,
         }
 
@@ -108,7 +112,8 @@ class SearchTool(Tool):
         try:
             plan = parse_arguments(SearchPlan, call.arguments_json)
         except ToolArgumentsError as error:
-            return context.failed(call, str(error))
+            invalid = Searching(context.iteration, "", (), "hybrid", (), 0, 0, 0, error=str(error))
+            return context.failed(call, str(error), invalid)
         request = SearchRequest(
             collection=context.request.collection,
             primary=plan.query.primary,
@@ -120,10 +125,24 @@ class SearchTool(Tool):
             offset=plan.offset,
         )
         started = time.perf_counter()
+
+        def event(result_count: int, total_count: int, error: str = "") -> Searching:
+            return Searching(
+                iteration=context.iteration,
+                primary=request.primary,
+                variations=request.variations,
+                strategy=request.strategy,
+                filter_groups=request.filter_groups,
+                result_count=result_count,
+                total_count=total_count,
+                duration_ms=int((time.perf_counter() - started) * 1000),
+                error=error,
+            )
+
         try:
             page = await context.search.search(request, remaining_s=context.deadline.remaining())
         except QuarryError as error:
-            return context.search_tool_error(call, error, "search")
+            return context.search_tool_error(call, error, "search", lambda e: event(0, 0, e))
         duration_ms = int((time.perf_counter() - started) * 1000)
         formatted = format_results(
             page.hits[: plan.limit],
@@ -131,20 +150,10 @@ class SearchTool(Tool):
             max_chars=context.budget_chars,
             preview_chars=context.settings.preview_chars,
         )
-        event = Searching(
-            iteration=context.iteration,
-            primary=request.primary,
-            variations=request.variations,
-            strategy=request.strategy,
-            filter_groups=request.filter_groups,
-            result_count=len(page.hits),
-            total_count=page.total_count,
-            duration_ms=duration_ms,
-        )
         return ToolOutcome(
             call,
             formatted.text,
-            event=event,
+            event=replace(event(len(formatted.shown), page.total_count), duration_ms=duration_ms),
             shown=tuple(formatted.shown),
             previewed=tuple(formatted.previewed),
             found=tuple(page.hits),

@@ -10,7 +10,9 @@ most relevant to the question, citing exactly the results they came from — or 
 find the answer, citing nothing. Outside an agent run (no tools, no tool results) it says what it
 is instead of pretending to have searched. Without tools inside a conversation it replies with the
 same extractive text; asked for structured output it fills the schema deterministically (strings
-with that text, numbers 0, arrays empty).
+with that text, numbers 0, arrays empty), except the `summary` the agent's `summarize` tool asks
+for: the sentences of the given results closest to the focus, with their ids
+(`extractive_summary.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from services.llm_gateway.model import (
     ToolChoiceMode,
     Usage,
 )
+from services.llm_gateway.providers.extractive_summary import SUMMARY_SCHEMA_NAME, summarize
 from services.llm_gateway.providers.extractive_text import (
     FULL_TEXT_HEADING,
     Passage,
@@ -119,7 +122,7 @@ class ExtractiveProvider:
         """The whole turn, computed synchronously (it is pure, so `generate` and `stream` run it
         in a worker thread: a large conversation or schema never holds up the event loop)."""
         if request.response_schema is not None:
-            return self._reply(request, json.dumps(_fill_schema(request), ensure_ascii=False))
+            return self._reply(request, json.dumps(_structured(request), ensure_ascii=False))
         offered = {tool.name for tool in request.tools}
         if request.tool_choice.mode is ToolChoiceMode.NONE:
             offered = set()
@@ -264,11 +267,14 @@ def _search_arguments(query: str, strategy: str) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def _fill_schema(request: ChatRequest) -> Any:
-    """A deterministic value satisfying the response schema, strings carrying the summary."""
+def _structured(request: ChatRequest) -> Any:
+    """The summary the contract names (`extractive_summary`), else a deterministic fill; either
+    checked against the response schema."""
     schema = request.response_schema or {}
-    summary = _summary(request)
-    value = _Filler(summary, schema).value_for(schema, 0)
+    if request.response_schema_name == SUMMARY_SCHEMA_NAME:
+        value = summarize(request)
+    else:
+        value = _Filler(_summary(request), schema).value_for(schema, 0)
     try:
         bounded_validator(schema).validate(value)
     except jsonschema.ValidationError as error:

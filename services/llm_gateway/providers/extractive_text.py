@@ -80,9 +80,9 @@ def read_question(messages: tuple[Message, ...]) -> AgentQuestion:
     users = [m for m in messages if m.role is Role.USER]
     if not users:
         return AgentQuestion(text="", thinking=False)
-    sections = _sections(users[0].text)
-    mode = sections.get("mode", "").strip().upper()
-    query = sections.get("query", "").strip()
+    parts = sections(users[0].text)
+    mode = parts.get("mode", "").strip().upper()
+    query = parts.get("query", "").strip()
     return AgentQuestion(text=query or users[-1].text.strip(), thinking=mode.startswith("THINKING"))
 
 
@@ -183,7 +183,8 @@ def _unique(sentences: list[Sentence]) -> list[Sentence]:
     return unique
 
 
-def _sections(text: str) -> dict[str, str]:
+def sections(text: str) -> dict[str, str]:
+    """The `## Name` sections of a message, by lower-case name."""
     return {m.group("name").strip().lower(): m.group("body") for m in _SECTION.finditer(text)}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -189,6 +189,8 @@ class CollectionStats:
     """Model the collection's vectors come from."""
     embedding_dimensions: int = 0
     """Vector size."""
+    damage: str = ""
+    """Set when the collection's data cannot be read: what is wrong (ListCollections only)."""
 
 
 @dataclass(frozen=True)
@@ -258,3 +260,23 @@ class SearchEngine(Protocol):
     async def scan(self, name: str, where: FilterExpression, *, limit: int) -> list[Chunk]:
         """Up to `limit` chunks matching `where` (an empty filter matches all), unranked and in
         no particular order."""
+
+
+@runtime_checkable
+class DocumentReplacing(Protocol):
+    """An engine that many processes write at once (PostgreSQL): it swaps documents' chunks for
+    their new versions atomically, so concurrent rewrites of one document, from any replica,
+    leave exactly one version (the in-process write lock of `ingest` cannot see other replicas)."""
+
+    async def replace_documents(self, name: str, records: Sequence[ChunkRecord]) -> tuple[int, int]:
+        """Upsert `records` and delete every other chunk of their documents, in one transaction;
+        returns (chunks written, chunks deleted)."""
+
+
+@runtime_checkable
+class ReadinessCheck(Protocol):
+    """An engine that depends on a server it can lose (Vespa): the search tool reports SERVING
+    only while `unready_reason` returns None, and flips back when it stops doing so."""
+
+    async def unready_reason(self) -> str | None:
+        """None when the engine can answer now, else why not (logged with the health flip)."""

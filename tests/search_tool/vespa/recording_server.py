@@ -8,6 +8,7 @@ source); nothing here is Vespa."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import ssl
 from collections.abc import Callable
@@ -31,6 +32,10 @@ class Recorded:
     body: bytes
 
     def json(self) -> Any:
+        """The body as JSON; pyvespa gzips large bodies (`compress="auto"`, `content-encoding:
+        gzip`), which a Vespa container accepts."""
+        if self.headers.get("content-encoding") == "gzip":
+            return json.loads(gzip.decompress(self.body))
         return json.loads(self.body)
 
 

@@ -38,7 +38,7 @@ from services.search_tool.engine.base import (
 )
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.engine.vespa.documents import chunk_json
-from services.search_tool.engine.vespa.package import MAX_OFFSET
+from services.search_tool.engine.vespa.package import MAX_OFFSET, MAX_QUERY_VECTORS
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -50,18 +50,19 @@ from services.search_tool.limits import RequestLimits
 from tests.search_tool.engine_fixtures import DIMENSIONS, vector_for
 from tests.search_tool.vespa.conftest import fixture_fields
 from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
-from tests.search_tool.vespa.yql_reference import And, Retrieval, parse_query
+from tests.search_tool.vespa.yql_reference import And, Rank, Retrieval, parse_query
 
-REGISTRY_HIT = {
-    "id": "id:quarry:collection::fixture",
-    "relevance": 0.0,
-    "fields": {
-        "name": "fixture",
-        "embedding_model": "test-model",
-        "dimensions": DIMENSIONS,
-        "metadata_types": json.dumps({"year": "integer", "team": "string"}),
-    },
+REGISTRY_FIELDS = {
+    "name": "fixture",
+    "embedding_model": "test-model",
+    "dimensions": DIMENSIONS,
+    "metadata_types": json.dumps({"year": "integer", "team": "string"}),
+    "revision": 3,
 }
+REGISTRY_PATH = "/document/v1/quarry/collection/docid/fixture"
+REGISTRY_HIT = {"id": "id:quarry:collection::fixture", "relevance": 0.0, "fields": REGISTRY_FIELDS}
+"""The fixture collection's registry entry: as a document get answers it (`{"pathId", "id",
+"fields"}`, `en/reference/api/document-v1.html` "Get") and as a query hit."""
 FULL = {"coverage": 100, "documents": 5, "full": True, "nodes": 1, "results": 1, "resultsFull": 1}
 DEGRADED = {
     "coverage": 99,
@@ -109,18 +110,36 @@ def _root(children: list[dict[str, Any]], total: int, coverage: dict[str, Any] =
     )
 
 
-def _hit(chunk_id: str, relevance: float) -> dict[str, Any]:
+def _hit(
+    chunk_id: str, relevance: float, *, cosines: tuple[float, ...] = (), bm25: float = 0.0
+) -> dict[str, Any]:
+    """A hit as our rank profiles return it: `matchfeatures` holds `cosine_q<i>` for every
+    declared input (0 for unused ones) and `bm25(search_text)`
+    (`en/querying/nearest-neighbor-search-guide.md`, the `matchfeatures` of its samples)."""
     chunk = Chunk(id=chunk_id, document_id=chunk_id.split("__")[0], chunk_index=0, text="t")
+    features = {f"cosine_q{i}": 0.0 for i in range(MAX_QUERY_VECTORS)}
+    features.update({f"cosine_q{i}": c for i, c in enumerate(cosines)})
+    features["bm25(search_text)"] = bm25
     return {
         "id": f"id:quarry:chunk::fixture.{chunk_id}",
         "relevance": relevance,
         "source": "quarry_content",
-        "fields": {"chunk_id": chunk_id, "chunk_json": chunk_json(chunk, {})},
+        "fields": {
+            "matchfeatures": features,
+            "chunk_id": chunk_id,
+            "chunk_json": chunk_json(chunk, {}),
+            "text": chunk.text,
+        },
     }
 
 
 def _routed(search: Callable[[Recorded], Reply]) -> Callable[[Recorded], Reply]:
     def respond(request: Recorded) -> Reply:
+        if request.method == "GET" and request.path == REGISTRY_PATH:
+            return Reply(
+                200,
+                {"pathId": request.path, "id": REGISTRY_HIT["id"], "fields": REGISTRY_FIELDS},
+            )
         if request.path.startswith("/document/v1/"):
             return Reply(200, {"pathId": request.path, "id": "id:quarry:chunk::x"})
         if "from collection" in request.json()["yql"]:
@@ -165,37 +184,95 @@ def _searches(server: RecordingServer) -> list[dict[str, Any]]:
     ]
 
 
-async def test_semantic_search_sends_one_labelled_nearest_neighbor_per_vector_and_a_count(
+async def test_semantic_search_sends_every_vector_in_one_request_and_caches_the_filter_count(
     started: Any,
 ) -> None:
-    server, engine = await started(
-        lambda r: _root([_hit("alpha__chunk_0", 0.5), _hit("beta__chunk_0", 0.25)], 2)
-    )
+    """Two query vectors: one request with two labelled nearestNeighbor operators (OR-ed, both
+    inputs), each hit reporting its cosine to each vector; each vector's list is the hits by that
+    cosine. The filter's count is a second request the first time only."""
+    hits = [
+        _hit("alpha__chunk_0", 0.5, cosines=(0.9, 0.1)),
+        _hit("beta__chunk_0", 0.25, cosines=(0.2, 0.8)),
+    ]
+    server, engine = await started(lambda r: _root(hits, 2))
     expression = validate_filter(
         RawFilter(((RawCondition("metadata.year", Operator.GREATER_THAN, 2022.5),),)),
         fixture_fields(),
     )
     page = await engine.search("fixture", _semantic(filter=expression, timeout_s=0.25))
     bodies = _searches(server)
-    dense = sorted(  # the requests run concurrently: their arrival order is not fixed
-        (b for b in bodies if b.get("ranking") == "semantic"),
-        key=lambda body: sorted(k for k in body if k.startswith("input.")),
-    )
-    assert [sorted(k for k in b if k.startswith("input.")) for b in dense] == [
-        ["input.query(q0)"],
-        ["input.query(q1)"],
+    (dense,) = [b for b in bodies if b.get("ranking") == "semantic"]
+    assert sorted(k for k in dense if k.startswith("input.")) == [
+        "input.query(q0)",
+        "input.query(q1)",
     ]
-    assert '({label:"q1", targetHits:2}nearestNeighbor(embedding, q1))' in dense[1]["yql"]
-    assert 'sameElement(key contains "year", value > 2022L)' in dense[0]["yql"]
-    assert dense[0]["input.query(q0)"] == pytest.approx(vector_for("a").tolist())
+    assert (
+        '(({label:"q0", targetHits:2}nearestNeighbor(embedding, q0)) or '
+        '({label:"q1", targetHits:2}nearestNeighbor(embedding, q1)))'
+    ) in dense["yql"]
+    assert dense["hits"] == 4  # every vector's candidates can come back
+    assert 'sameElement(key contains "year", value > 2022L)' in dense["yql"]
+    assert dense["input.query(q0)"] == pytest.approx(vector_for("a").tolist())
     assert all(b["timeout"] == "250ms" for b in bodies)
-    count = [b for b in bodies if b.get("ranking") == "unranked"]
-    assert count[0]["hits"] == 0
+    (count,) = [b for b in bodies if b.get("ranking") == "unranked"]
+    assert count["hits"] == 0
+    assert len(bodies) == 2
     assert [h.chunk.id for h in page.hits] == ["alpha__chunk_0", "beta__chunk_0"]
-    assert page.hits[0].dense_score == pytest.approx(np.cos(1.0), abs=1e-9)  # closeness 0.5
+    assert page.hits[0].dense_score == pytest.approx(0.9)
+    assert page.hits[1].dense_score == pytest.approx(0.8)
     assert page.total_count == 2
     assert not page.coverage.degraded
     assert page.coverage.documents_searched == 5
+
+    await engine.search("fixture", _semantic(filter=expression))
+    assert len(_searches(server)) == 3  # the count was remembered: one request
+
+
+async def test_hybrid_search_is_two_requests_each_hit_carrying_both_sides_scores(
+    started: Any,
+) -> None:
+    """The dense request scores its hits' BM25 through rank-only text terms, the keyword request
+    its hits' cosines through the query vectors it carries, so a candidate only one side found
+    is fused with its real score on the other side (the embedded engine's completion) without
+    a third request. Registry and count are cached: the second search is two requests."""
+
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        if body.get("ranking") == "semantic":
+            return _root([_hit("dense__chunk_0", 0.6, cosines=(0.8,), bm25=1.5)], 1)
+        if body.get("ranking") == "keyword":
+            return _root([_hit("kw__chunk_0", 4.0, cosines=(0.3,), bm25=4.0)], 1)
+        return _root([], 42)
+
+    server, engine = await started(respond)
+    query = EngineQuery(
+        Strategy.HYBRID,
+        "tide words",
+        np.stack([vector_for("a")]),
+        limit=2,
+        fusion=Fusion(FusionMethod.LINEAR, alpha=0.5),
+    )
+    page = await engine.search("fixture", query)
+    bodies = _searches(server)
+    dense = next(b for b in bodies if b["ranking"] == "semantic")
+    keyword = next(b for b in bodies if b["ranking"] == "keyword")
+    where = parse_query(dense["yql"]).where
+    assert dense["yql"].split(" where ", 1)[1].startswith("rank(")
+    assert dense["quarry_text"] == "tide words"
+    assert isinstance(where, Rank)
+    assert keyword["input.query(q0)"] == pytest.approx(vector_for("a").tolist())
+    scores = {h.chunk.id: (h.dense_score, h.keyword_score, h.score) for h in page.hits}
+    assert scores == {
+        "dense__chunk_0": (0.8, 1.5, pytest.approx(0.5 * 0.8 + 0.5 * 1.5 / 4.0)),
+        "kw__chunk_0": (0.3, 4.0, pytest.approx(0.5 * 0.3 + 0.5 * 4.0 / 4.0)),
+    }
+    # linear, alpha 0.5, BM25 over its best: dense 0.5*0.8 + 0.5*1.5/4 vs kw 0.5*0.3 + 0.5
+    assert [h.chunk.id for h in page.hits] == ["kw__chunk_0", "dense__chunk_0"]
+    assert page.total_count == 42
+    assert len(bodies) == 3
+    await engine.search("fixture", query)
+    assert len(_searches(server)) == 5
+    assert [r.method for r in server.requests].count("GET") == 1  # the registry, once
 
 
 async def test_degraded_coverage_reaches_the_page_with_its_reason(started: Any) -> None:
@@ -380,6 +457,7 @@ def _chunk_hit(
             "chunk_id": chunk.id,
             "document_id": document_id,
             "chunk_json": chunk_json(chunk, {}),
+            "text": chunk.text,
         },
     }
 
@@ -409,40 +487,31 @@ async def test_list_documents_finds_matching_documents_then_reads_all_their_chun
     ]
     yqls = [body["yql"] for body in _searches(server)]
     assert any("chunk_index > 0" in y for y in yqls)
-    assert any('document_id in ("alpha", "beta")' in y and "chunk_json" in y for y in yqls)
+    (read,) = [y for y in yqls if 'document_id in ("alpha", "beta")' in y]
+    assert read.startswith("select chunk_id, chunk_json from chunk")  # no title, no text
 
 
-async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(started: Any) -> None:
+async def test_hybrid_text_without_a_searchable_word_falls_back_to_the_dense_side(
+    started: Any,
+) -> None:
+    """Vespa refuses a text with no searchable word (a null item, 400): the keyword side finds
+    nothing, and the dense request is sent again without its rank-only terms."""
+
     def respond(request: Recorded) -> Reply:
         body = request.json()
-        restricted = '__chunk_0"' in body["yql"]
-        if body.get("ranking") == "semantic":  # dense: alpha; restricted to beta: its closeness
-            return _root(
-                [_hit("beta__chunk_0", 0.4)] if restricted else [_hit("alpha__chunk_0", 0.5)], 1
-            )
-        if body.get("ranking") == "keyword":  # keyword: beta; restricted to alpha: its BM25
-            return _root(
-                [_hit("alpha__chunk_0", 1.5)] if restricted else [_hit("beta__chunk_0", 6.0)], 1
-            )
-        return _root([], 2)
+        if "quarry_text" in body and body.get("ranking") != "unranked":
+            error = {"code": 4, "summary": "Invalid query", "message": "NullItem"}
+            return Reply(400, {"root": {"errors": [error]}})
+        if body.get("ranking") == "semantic":
+            return _root([_hit("alpha__chunk_0", 0.5, cosines=(0.7,))], 1)
+        return _root([], 3)
 
     server, engine = await started(respond)
-    query = EngineQuery(
-        Strategy.HYBRID,
-        "words",
-        np.stack([vector_for("a")]),
-        limit=2,
-        fusion=Fusion(FusionMethod.LINEAR, alpha=0.5),
-    )
+    query = EngineQuery(Strategy.HYBRID, "...", np.stack([vector_for("a")]), limit=2)
     page = await engine.search("fixture", query)
-    hits = {h.chunk.id: h for h in page.hits}
-    assert hits["beta__chunk_0"].dense_score == pytest.approx(np.cos(1 / 0.4 - 1))
-    assert hits["alpha__chunk_0"].keyword_score == pytest.approx(1.5)
-    restricted = [b for b in _searches(server) if '__chunk_0"' in b["yql"]]
-    assert sorted(b["ranking"] for b in restricted) == ["keyword", "semantic"]
-    assert all('"alpha__chunk_0"' in b["yql"] or '"beta__chunk_0"' in b["yql"] for b in restricted)
-    expected_alpha = 0.5 * np.cos(1.0) + 0.5 * 1.5 / 6.0
-    assert hits["alpha__chunk_0"].score == pytest.approx(expected_alpha)
+    assert [(h.chunk.id, h.dense_score) for h in page.hits] == [("alpha__chunk_0", 0.7)]
+    dense = [b for b in _searches(server) if b["ranking"] == "semantic"]
+    assert ["quarry_text" in b for b in dense] == [True, False]
 
 
 async def test_scan_asks_for_unranked_whole_chunks_up_to_its_limit(started: Any) -> None:
@@ -504,7 +573,8 @@ async def test_delete_collection_is_a_selection_delete_that_follows_continuation
     assert all(r.query["timeout"] == "30s" for r in rounds)  # a continuation well before 180 s
     registry = [r for r in server.requests if r.path.startswith("/document/v1/quarry/collection/")]
     assert [(r.method, r.path) for r in registry] == [
-        ("DELETE", "/document/v1/quarry/collection/docid/fixture")
+        ("GET", REGISTRY_PATH),  # it exists (a get: the newest acknowledged entry)
+        ("DELETE", REGISTRY_PATH),
     ]
 
 
@@ -594,7 +664,7 @@ async def test_count_documents_pages_the_scan_past_one_response_and_counts_every
 async def test_a_count_past_max_offset_visits_with_the_filters_selection(started: Any) -> None:
     """More chunks match than a query can page (`maxOffset`): the chunks are read again by
     visiting (`GET /document/v1/quarry/chunk/docid?selection=…&fieldSet=chunk:chunk_id,
-    chunk_json`, following `continuation`), so the count is exact. Visit answers follow
+    chunk_json,title,text`, following `continuation`), so the count is exact. Visit answers follow
     `en/reference/api/document-v1.html` ("Visit": `documents[{id, fields}]`, `documentCount`,
     `continuation`) and the data-dump sample of `en/writing/document-v1-api-guide.html`."""
     full_page = [_chunk_hit(f"q{i:04d}", 0, "wiki", {}) for i in range(1200)]
@@ -625,7 +695,7 @@ async def test_a_count_past_max_offset_visits_with_the_filters_selection(started
     visits = [r for r in server.requests if r.method == "GET" and "selection" in r.query]
     assert [v.query.get("continuation") for v in visits] == [None, "AAAAEAAAAAAAAAM3"]
     assert all(v.path == "/document/v1/quarry/chunk/docid" for v in visits)
-    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json"
+    assert visits[0].query["fieldSet"] == "chunk:chunk_id,chunk_json,title,text"
     assert visits[0].query["cluster"] == "quarry_content"
     assert visits[0].query["timeout"] == "30s"
     assert visits[0].query["selection"] == (
@@ -649,7 +719,7 @@ async def test_a_count_past_max_offset_without_a_selection_fails_instead_of_clai
         )
     assert raised.value.reason == "VESPA_MAX_OFFSET"
     assert "maxOffset" in raised.value.message
-    assert not [r for r in server.requests if r.method == "GET"]
+    assert not [r for r in server.requests if r.method == "GET" and "selection" in r.query]
 
 
 def _grouping(children: list[dict[str, Any]], root_fields: dict[str, Any], total: int) -> Reply:
@@ -817,3 +887,42 @@ async def test_describe_under_a_filter_vespa_rejects_names_the_caller_filter(
     with pytest.raises(InvalidArgument) as raised:
         await engine.describe("fixture", where=expression)
     assert raised.value.violations[0].field == "caller_filter"
+
+
+async def test_list_collections_pages_past_one_response_instead_of_truncating(
+    started: Any,
+) -> None:
+    """More collections than `maxHits` (1200): unranked pages at increasing offsets until a short
+    one, every name listed once."""
+    names = [f"c{i:04d}" for i in range(1300)]
+
+    def respond(request: Recorded) -> Reply:
+        body = request.json()
+        page = names[body["offset"] : body["offset"] + body["hits"]]
+        return _root([{"id": n, "relevance": 0.0, "fields": {"name": n}} for n in page], 1300)
+
+    server, engine = await started(respond)
+    server.respond = respond  # every query answered from `names`, the registry's included
+    assert await engine.list_collections() == names
+    pages = [r.json() for r in server.requests if r.path == "/search/"]
+    assert [(b["offset"], b["hits"], b["ranking"]) for b in pages] == [
+        (0, 1200, "unranked"),
+        (1200, 1200, "unranked"),
+    ]
+
+
+async def test_deleting_documents_by_id_deletes_their_chunks_by_id_without_a_visit(
+    started: Any,
+) -> None:
+    """DeleteDocuments by id: the chunks are found by the `document_id` attribute (a query) and
+    each is deleted by its id; no document-selection delete (a visit of the whole cluster)."""
+    found = [_chunk_hit("alpha", 0, "wiki", {}), _chunk_hit("alpha", 1, "wiki", {})]
+    pages = iter([_root(found, 2), _root([], 0)])
+    server, engine = await started(lambda r: next(pages))
+    assert await engine.delete_matching("fixture", document_ids=["alpha"], where=None) == 2
+    assert not _selection_deletes(server)
+    (lookup, *_) = [b for b in _searches(server) if "document_id" in b["yql"]]
+    assert 'document_id in ("alpha")' in lookup["yql"]
+    deletes = [r for r in server.requests if r.method == "DELETE"]
+    assert len(deletes) == 2
+    assert all(r.path.startswith("/document/v1/quarry/chunk/docid/fixture.") for r in deletes)

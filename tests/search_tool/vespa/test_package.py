@@ -13,14 +13,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from services.search_tool.documents import Document
-from services.search_tool.engine.vespa.documents import chunk_fields
+from services.search_tool.engine.vespa.documents import HIT_FIELDS, chunk_fields, chunk_from_hit
 from services.search_tool.engine.vespa.package import (
     CONTENT_CLUSTER,
     KEYWORD_FIELDS,
+    KEYWORD_PROFILE,
     MAX_QUERY_VECTORS,
+    SEMANTIC_PROFILE,
     STRING_ATTRIBUTES,
     TEXT_ATTRIBUTE_COPIES,
     application_package,
+    cosine_feature,
+    package_profile,
 )
 from tests.search_tool.engine_fixtures import record
 
@@ -76,38 +80,56 @@ def test_regex_targets_are_attributes_without_an_index() -> None:
         assert "index" not in (fields[name].indexing or []), name
 
 
-def test_keyword_retrieval_matches_and_scores_the_title_and_the_chunks_keyword_text() -> None:
+def test_keyword_retrieval_matches_and_scores_one_field_like_the_embedded_engine() -> None:
+    """One BM25 index, `search_text`, holding what the embedded engine's `search_text` holds
+    (`ChunkRecord.indexed_text`: the title, then the keyword body), so both engines score the
+    same text and one train-chosen fusion serves both."""
     schema = application_package().get_schema("chunk")
-    assert schema.fieldsets["default"].fields == ["title", "keyword_text"]
+    assert schema.fieldsets["default"].fields == ["search_text"]
     fields = {f.name: f for f in schema.document.fields}
-    for name in KEYWORD_FIELDS:
-        assert fields[name].indexing[0] == "index"
-        assert fields[name].index == "enable-bm25"
-    assert fields["text"].indexing == ["summary"]  # returned (and copied to text_attr), not matched
-    # the keyword profile's first phase and the hybrid profile's `keyword` function
-    assert schema.schema_to_text.count("bm25(title) + bm25(keyword_text)") == 2
-    assert "bm25(text)" not in schema.schema_to_text
+    assert fields["search_text"].indexing == ["index"]
+    assert fields["search_text"].index == "enable-bm25"
+    assert fields["title"].indexing == ["summary"]  # returned (and copied to title_attr)
+    assert fields["text"].indexing == ["summary"]  # returned (and copied to text_attr)
+    text = schema.schema_to_text
+    assert "bm25(title)" not in text
+    assert "bm25(text)" not in text
+    assert "first-phase {\n            expression {\n                bm25(search_text)" in text
 
 
-def test_the_feeder_fills_every_keyword_field_with_the_records_keyword_text() -> None:
+def test_the_feeder_writes_the_embedded_engines_search_text() -> None:
     plain = record(Document(id="d", title="Tides", text="Neap tides are weak."))
     fields = chunk_fields("c", plain, {})
     assert set(KEYWORD_FIELDS) <= fields.keys()
-    assert fields["keyword_text"] == "Neap tides are weak."  # no neighbourhood: the chunk alone
+    assert fields["search_text"] == "Tides\nNeap tides are weak."  # no neighbourhood
     wide = replace(plain, keyword_text="Neap tides are weak.\nSpring tides are strong.")
     fields = chunk_fields("c", wide, {})
-    assert fields["keyword_text"] == wide.keyword_text
+    assert fields["search_text"] == wide.indexed_text
     assert fields["text"] == "Neap tides are weak."
 
 
-def test_every_rank_profile_a_search_names_exists() -> None:
-    profiles = application_package().get_schema("chunk").rank_profiles
-    assert {"semantic", "keyword", "hybrid"} <= set(profiles)
+def test_the_package_has_exactly_the_rank_profiles_the_engine_sends() -> None:
+    """`semantic` and `keyword` (what `queries` names) plus the readiness marker; no profile
+    the engine never uses (a native hybrid whose fusion differs from `fusion.py` was one)."""
+    profiles = set(application_package().get_schema("chunk").rank_profiles)
+    assert profiles == {SEMANTIC_PROFILE, KEYWORD_PROFILE, package_profile()}
+    features = [cosine_feature(i) for i in range(MAX_QUERY_VECTORS)]
+    for name in (SEMANTIC_PROFILE, KEYWORD_PROFILE):
+        profile = application_package().get_schema("chunk").rank_profiles[name]
+        assert profile.match_features == [*features, "bm25(search_text)"], name
     services = application_package().services_to_text
     assert "<document-api" in services
     assert "<search" in services
     assert 'document type="chunk"' in services
     assert 'document type="collection"' in services
+
+
+def test_the_readiness_marker_changes_with_the_schema_and_not_with_the_dimensions() -> None:
+    marker = package_profile()
+    assert marker.startswith("quarry_")
+    assert len(marker) == len("quarry_") + 12
+    assert marker in application_package(768).get_schema("chunk").rank_profiles
+    assert marker in application_package(8).get_schema("chunk").rank_profiles
 
 
 def test_the_content_cluster_selection_deletes_name_is_the_one_the_package_declares() -> None:
@@ -130,3 +152,24 @@ def test_only_string_map_values_carry_a_casing() -> None:
         assert "cased" not in value, name
     strings = schema.split("field meta_str type map<string,string>")[1].split("\n        field ")[0]
     assert "cased" in strings.split("struct-field value")[1]
+
+
+def test_the_full_text_attribute_is_paged_out_of_memory() -> None:
+    """`text_attr` (every chunk's text, for `contains`) is `paged`: on disk and in the page
+    cache, not pinned in RAM (`en/content/attributes.html#paged-attributes`)."""
+    schema = application_package().get_schema("chunk").schema_to_text
+    block = schema.split("field text_attr type string {")[1].split("\n    }")[0]
+    assert "paged" in block
+    title = schema.split("field title_attr type string {")[1].split("\n    }")[0]
+    assert "paged" not in title
+
+
+def test_the_text_is_stored_once_as_itself_not_again_inside_chunk_json() -> None:
+    """The text and title are their own summary fields; `chunk_json` holds the rest, and a hit
+    is rebuilt from the three (`HIT_FIELDS`)."""
+    plain = record(Document(id="d", title="Tides", text="Neap tides are weak."))
+    fields = chunk_fields("c", plain, {})
+    assert "Neap" not in fields["chunk_json"]
+    assert "Tides" not in fields["chunk_json"]
+    hit = {name: fields[name] for name in HIT_FIELDS}
+    assert chunk_from_hit(hit) == plain.chunk

@@ -89,7 +89,15 @@ class Retrieval:
     annotations: Mapping[str, Any]
 
 
-Node: TypeAlias = Compare | SameElement | Not | And | Or | Constant | Retrieval
+@dataclass(frozen=True)
+class Rank:
+    """`rank(a, b, …)`: only `a` decides what matches; the others only add rank features
+    (`en/reference/querying/yql.html#rank`)."""
+
+    operands: tuple[Node, ...]
+
+
+Node: TypeAlias = Compare | SameElement | Not | And | Or | Constant | Retrieval | Rank
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,15 @@ class _Parser:
         if token in ("true", "false"):
             self.take()
             return Constant(token == "true")
+        if token == "rank" and self.peek(1)[1] == "(":
+            self.take("rank")
+            self.take("(")
+            operands = [self.expression()]
+            while self.peek()[1] == ",":
+                self.take(",")
+                operands.append(self.expression())
+            self.take(")")
+            return Rank(tuple(operands))
         return self.predicate()
 
     def predicate(self) -> Node:
@@ -298,7 +315,7 @@ def string_literals(node: Node) -> list[str]:
         return [s for part in node.parts for s in string_literals(part)]
     if isinstance(node, Not):
         return string_literals(node.operand)
-    if isinstance(node, And | Or):
+    if isinstance(node, And | Or | Rank):
         return [s for operand in node.operands for s in string_literals(operand)]
     return []
 
@@ -312,6 +329,8 @@ def evaluate(node: Node, document: Document) -> bool:
         return node.value
     if isinstance(node, Retrieval):
         return True
+    if isinstance(node, Rank):
+        return evaluate(node.operands[0], document)
     if isinstance(node, Not):
         return not evaluate(node.operand, document)
     if isinstance(node, And):

@@ -9,6 +9,7 @@ reads run concurrently. The work itself lives beside it: `rows` (schema and conv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
@@ -151,8 +152,13 @@ class LanceDBEngine:
         async with self._write_locks[name], self._open_locks[name]:
             if name not in self._tables and name not in await self.list_collections():
                 schema = base_schema(spec.embedding_model, spec.dimensions)
-                table = await self._db.create_table(name, schema=schema)
-                await ensure_indexes(table)
+                try:
+                    table = await self._db.create_table(name, schema=schema)
+                    await ensure_indexes(table)
+                except Exception:  # e.g. a full disk: no half-made table stays listed
+                    with contextlib.suppress(Exception):
+                        await self._db.drop_table(name)
+                    raise
                 self._tables[name] = table
                 self._vectors.set_covered_rows(name, None)
                 log.info("collection created", extra={"collection": name})
@@ -170,7 +176,7 @@ class LanceDBEngine:
     async def drop_collection(self, name: str) -> None:
         await self._maintenance.drop(name)
         async with self._write_locks[name]:
-            await self._table(name)
+            await self._openable(name)
             await self._cancel_deferred([name])
             await self._vectors.drop(name)
             async with self._open_locks[name]:
@@ -425,6 +431,16 @@ class LanceDBEngine:
             self._tables[name] = table
             await self._vectors.opened(name, table)
             return table
+
+    async def _openable(self, name: str) -> None:
+        """NotFound unless `name` is listed; a listed table that fails to open (damaged) may
+        still be dropped."""
+        try:
+            await self._table(name)
+        except Exception:
+            if name not in await self.list_collections():
+                raise
+            log.warning("dropping a collection that cannot be opened", extra={"collection": name})
 
     async def _schema(self, name: str) -> pa.Schema:
         schema = self._schemas.get(name)

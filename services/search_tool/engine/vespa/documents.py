@@ -8,7 +8,9 @@ without escaping `/`, so the id part is kept to `[A-Za-z0-9_.-]`; the real chunk
 Timestamps are epoch microseconds (the embedded engine's precision); breadcrumbs are stored as an
 array of structs plus `breadcrumb_terms` (every id and name, for equals/in) and `breadcrumb_path`
 (names joined by ` > `, for contains); metadata goes into the typed map of its key's type.
-`chunk_json` carries everything a hit returns, so a search reads one summary field.
+`chunk_json` carries everything a hit returns except the title and the text, which are the
+`title` and `text` summary fields: a hit reads those three (`HIT_FIELDS`), and the text is stored
+once as itself (plus its indexed form in `search_text`), not again inside the JSON.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ from services.search_tool.documents import (
     epoch_microseconds,
     from_epoch_microseconds,
 )
-from services.search_tool.engine.vespa.package import EMBEDDING, METADATA_MAPS
+from services.search_tool.engine.vespa.package import EMBEDDING, METADATA_MAPS, SEARCH_TEXT
 from services.search_tool.filters import FieldType
+
+HIT_FIELDS = ("chunk_id", "chunk_json", "title", "text")
+"""The summary fields a hit, a scan and a visit read."""
 
 
 def chunk_document_id(collection: str, chunk_id: str) -> str:
@@ -48,7 +53,7 @@ def chunk_fields(
         "chunk_index": chunk.chunk_index,
         "title": chunk.title,
         "text": chunk.text,
-        "keyword_text": record.keyword_body,
+        SEARCH_TEXT: record.indexed_text,
         "source": chunk.source,
         "entity_type": chunk.entity_type,
         "url": chunk.url,
@@ -74,14 +79,13 @@ def chunk_fields(
 
 
 def chunk_json(chunk: Chunk, metadata_types: Mapping[str, FieldType]) -> str:
-    """Everything a hit returns, as one JSON string (metadata typed as its key)."""
+    """Everything a hit returns but the title and the text (their own fields), as one JSON
+    string (metadata typed as its key)."""
     return json.dumps(
         {
             "id": chunk.id,
             "document_id": chunk.document_id,
             "chunk_index": chunk.chunk_index,
-            "title": chunk.title,
-            "text": chunk.text,
             "source": chunk.source,
             "entity_type": chunk.entity_type,
             "created_at": _micros(chunk, "created_at"),
@@ -101,15 +105,16 @@ def chunk_json(chunk: Chunk, metadata_types: Mapping[str, FieldType]) -> str:
     )
 
 
-def chunk_from_json(text: str) -> Chunk:
-    """The `Chunk` a hit's `chunk_json` describes."""
-    fields = json.loads(text)
+def chunk_from_hit(hit: Mapping[str, Any]) -> Chunk:
+    """The `Chunk` a hit's `HIT_FIELDS` describe (an unset `title` or `text` is empty: Vespa
+    leaves an empty string field out of the summary)."""
+    fields = json.loads(hit["chunk_json"])
     return Chunk(
         id=fields["id"],
         document_id=fields["document_id"],
         chunk_index=int(fields["chunk_index"]),
-        text=fields["text"],
-        title=fields["title"],
+        text=str(hit.get("text", fields.get("text", ""))),
+        title=str(hit.get("title", fields.get("title", ""))),
         source=fields["source"],
         entity_type=fields["entity_type"],
         created_at=_moment(fields["created_at"]),

@@ -1,29 +1,38 @@
 """`VespaEngine`: the `SearchEngine` over a deployed Quarry application package (`package`).
 
-Reads run concurrently; writes to one collection are serialised by a lock in this process, so a
-Vespa deployment with several search-tool replicas must route writes to one of them (a single
-writer: see the README), while any replica serves searches. Acked writes are visible to the next
-query in indexed mode, so `upsert` returns only once Vespa acknowledged every chunk.
+Reads run concurrently; writes to one collection are serialised by a lock in this process; the
+one document several replicas share, a collection's registry entry, is written by test-and-set
+(`registry`). A write's chunks go out together; when one fails, the others are cancelled and
+awaited before the lock is released. Acked writes are visible to the next query in indexed mode,
+so `upsert` returns only once Vespa acknowledged every chunk.
+
+What a search needs besides its ranked requests is cached for `facts_ttl_s`: the registry entry,
+each filter's count, GetCollection's answer; what another replica changed shows here at most that
+much later, this process's own writes drop it at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-import math
+import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.common.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
 from services.search_tool.documents import (
     Chunk,
     ChunkRecord,
     from_epoch_microseconds,
-    metadata_type,
-    widen,
 )
 from services.search_tool.engine.base import (
     FULL_COVERAGE,
@@ -39,16 +48,23 @@ from services.search_tool.engine.base import (
     Strategy,
 )
 from services.search_tool.engine.vespa.documents import (
+    HIT_FIELDS,
     chunk_document_id,
     chunk_fields,
-    chunk_from_json,
+    chunk_from_hit,
 )
 from services.search_tool.engine.vespa.package import (
+    BM25_FEATURE,
     CHUNK,
     COLLECTION,
+    KEYWORD_PROFILE,
     MAX_HITS,
     MAX_OFFSET,
+    MAX_QUERY_VECTORS,
     METADATA_MAPS,
+    SEMANTIC_PROFILE,
+    cosine_feature,
+    package_profile,
 )
 from services.search_tool.engine.vespa.queries import (
     count_body,
@@ -58,9 +74,14 @@ from services.search_tool.engine.vespa.queries import (
     keyword_body,
     scan_body,
 )
+from services.search_tool.engine.vespa.registry import CollectionRegistry, Registered
 from services.search_tool.engine.vespa.selection import collection_selection, compile_selection
-from services.search_tool.engine.vespa.transport import Endpoint, QueryRejected, VespaTransport
-from services.search_tool.engine.vespa.yql import string, vespa_field
+from services.search_tool.engine.vespa.transport import (
+    Endpoint,
+    QueryRejected,
+    VespaTransport,
+)
+from services.search_tool.engine.vespa.yql import vespa_field
 from services.search_tool.filters import (
     CHUNK_FIELDS,
     METADATA_PREFIX,
@@ -76,6 +97,32 @@ log = logging.getLogger(__name__)
 
 _ID_BATCH = 200
 _ID_FIELDS = ("chunk_id", "document_id", "content_hash")
+_SUMMARY = ("chunk_id", "chunk_json")
+FACTS_TTL_S = 5.0
+"""Default longest a cached registry entry, filter count or GetCollection answer is reused."""
+READINESS_PROBE = "quarry-readiness-probe"
+"""A chunk id no chunk has: the readiness query matches nothing."""
+READINESS_TIMEOUT_S = 2.0
+"""Longest the readiness query may take before Vespa counts as not answering."""
+COUNT_CACHE_SIZE = 256
+"""Filter counts remembered (the oldest goes first)."""
+_T = TypeVar("_T")
+
+
+class _NoSearchableWord(Exception):
+    """Vespa refused a query whose text has no searchable word (a null item)."""
+
+
+class _Scored(NamedTuple):
+    """One hit of a ranked request with both sides' scores (`matchfeatures`)."""
+
+    chunk_id: str
+    fields: Mapping[str, Any]
+    """The hit's summary fields (`HIT_FIELDS`)."""
+    cosines: tuple[float, ...]
+    """Cosine to each query vector (`cosine_q<i>`; 0 beyond the query's vectors)."""
+    bm25: float
+    """`bm25(search_text)`: 0 when no word of the text occurs."""
 
 
 class VespaEngine:
@@ -87,56 +134,104 @@ class VespaEngine:
         *,
         hybrid_candidates: int = 100,
         keyword_count_cap: int = 10_000,
+        facts_ttl_s: float = FACTS_TTL_S,
     ) -> None:
         self._transport = transport
         self._hybrid_candidates = hybrid_candidates
         self._keyword_count_cap = keyword_count_cap
+        self._facts_ttl_s = facts_ttl_s
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._registry = CollectionRegistry(transport, facts_ttl_s)
+        self._counts: dict[tuple[str, str], tuple[float, int]] = {}
+        self._described: dict[str, tuple[float, CollectionStats]] = {}
 
     @classmethod
-    async def open(cls, endpoint: Endpoint, **limits: int) -> VespaEngine:
+    async def open(cls, endpoint: Endpoint, **limits: Any) -> VespaEngine:
         transport = VespaTransport(endpoint)
         await transport.open()
         return cls(transport, **limits)
+
+    async def unready_reason(self) -> str | None:
+        """None when Vespa answers queries and runs this application package, else why not: an
+        unranked `hits: 0` query on a fast-search attribute (nothing to match, nothing to scan)
+        naming the rank profile only this package has (`package.package_profile`); with the
+        feed cluster apart (`feed_url`), also a document get there (404 is an answer)."""
+        body = {
+            "yql": f'select chunk_id from {CHUNK} where chunk_id contains "{READINESS_PROBE}"',
+            "hits": 0,
+            "ranking": package_profile(),
+        }
+        try:
+            await self._transport.query(body, READINESS_TIMEOUT_S)
+            if self._transport.feeds_apart:  # the feed cluster must answer document/v1 too
+                await self._transport.get(COLLECTION, READINESS_PROBE)
+        except QueryRejected as rejected:
+            return (
+                f"Vespa does not run this application package (rank profile "
+                f"{package_profile()} missing: {rejected.message})"
+            )
+        except (Unavailable, DeadlineExceeded, FailedPrecondition) as error:
+            return error.message
+        return None
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, name: str) -> AsyncIterator[None]:
+        """The collection's write lock; when the write ends, what this process remembers of
+        the collection's contents (counts, GetCollection's answer) goes."""
+        async with self._write_locks[name]:
+            try:
+                yield
+            finally:
+                self._described.pop(name, None)
+                self._counts = {k: v for k, v in self._counts.items() if k[0] != name}
+
+    @property
+    def transport(self) -> VespaTransport:
+        """The HTTP edge (its `writes_in_flight` shows whether writes are still running)."""
+        return self._transport
 
     async def close(self) -> None:
         await self._transport.close()
 
     async def list_collections(self) -> list[str]:
-        root = await self._transport.query(
-            {"yql": f"select name from {COLLECTION} where true", "hits": MAX_HITS}
-        )
-        return sorted(str(h["fields"]["name"]) for h in root.get("children", []))
+        """Every registered name, in unranked pages of `MAX_HITS` until a short page; more than
+        a query can page (`maxOffset`) fails with FailedPrecondition rather than a silent part."""
+        names: list[str] = []
+        while True:
+            if len(names) > MAX_OFFSET:
+                raise FailedPrecondition(
+                    f"more than {MAX_OFFSET + MAX_HITS} collections are registered; the Vespa "
+                    "engine lists at most maxOffset + maxHits of them",
+                    reason="VESPA_MAX_OFFSET",
+                    metadata={"max_offset": str(MAX_OFFSET)},
+                )
+            root = await self._transport.query(
+                {
+                    "yql": f"select name from {COLLECTION} where true",
+                    "hits": MAX_HITS,
+                    "offset": len(names),
+                    "ranking": "unranked",
+                }
+            )
+            page = [str(h["fields"]["name"]) for h in root.get("children", []) if "fields" in h]
+            names.extend(page)
+            if len(page) < MAX_HITS:
+                return sorted(set(names))
 
     async def ensure_collection(self, name: str, spec: CollectionSpec) -> None:
         async with self._write_locks[name]:
-            stored = await self._registry(name)
-            if stored is None:
-                await self._put_registry(name, spec, {})
-                log.info("collection created", extra={"collection": name})
-                return
-        if (stored[0].embedding_model, stored[0].dimensions) != (
-            spec.embedding_model,
-            spec.dimensions,
-        ):
-            raise FailedPrecondition(
-                f"collection {name!r} holds {stored[0].dimensions}-d vectors of "
-                f"{stored[0].embedding_model!r}; the embedder makes {spec.dimensions}-d vectors "
-                f"of {spec.embedding_model!r}",
-                reason="EMBEDDING_MISMATCH",
-                metadata={"collection": name},
-            )
+            await self._registry.ensure(name, spec)
 
     async def drop_collection(self, name: str) -> None:
         """Vespa removes the chunks itself (a selection delete), then the registry entry."""
-        async with self._write_locks[name]:
+        async with self._writing(name):
             await self._spec(name)
             removed = await self._transport.delete_where(CHUNK, collection_selection(name))
-            await self._transport.delete(COLLECTION, name)
+            await self._registry.delete(name)
             log.info("collection dropped", extra={"collection": name, "chunks": removed})
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
-        _, types = await self._spec(name)
+        types = (await self._spec(name)).types
         fields = dict(CHUNK_FIELDS)
         fields.update({f"{METADATA_PREFIX}{k}": t for k, t in sorted(types.items())})
         return fields
@@ -147,20 +242,13 @@ class VespaEngine:
         """Puts are idempotent by chunk id, so `absent` changes nothing here."""
         if not records:
             return 0
-        async with self._write_locks[name]:
-            spec, types = await self._spec(name)
-            widened = _widen_types(types, records)
-            if widened != types:
-                await self._put_registry(name, spec, widened)
-            await asyncio.gather(
-                *(
-                    self._transport.put(
-                        CHUNK,
-                        chunk_document_id(name, r.chunk.id),
-                        chunk_fields(name, r, widened),
-                    )
-                    for r in records
+        async with self._writing(name):
+            widened = await self._registry.widen(name, records)
+            await _together(
+                self._transport.put(
+                    CHUNK, chunk_document_id(name, r.chunk.id), chunk_fields(name, r, widened)
                 )
+                for r in records
             )
         return len(records)
 
@@ -183,7 +271,7 @@ class VespaEngine:
 
     async def delete_chunks(self, name: str, chunk_ids: Sequence[str]) -> int:
         deleted = 0
-        async with self._write_locks[name]:
+        async with self._writing(name):
             for batch in _batches(chunk_ids):
                 existing = [f["chunk_id"] for f in await self._all_ids(name, _in("id", batch))]
                 await self._delete_ids(name, existing)
@@ -194,15 +282,18 @@ class VespaEngine:
         self, name: str, *, document_ids: Sequence[str], where: FilterExpression | None
     ) -> int:
         deleted = 0
-        async with self._write_locks[name]:
+        async with self._writing(name):
             await self._spec(name)
-            for batch in _batches(document_ids):
-                deleted += await self._delete_all_matching(name, _in("document_id", batch))
+            for batch in _batches(document_ids):  # ids by attribute lookup, deleted by id
+                deleted += await self._delete_ids_matching(name, _in("document_id", batch))
             if where is not None:
                 deleted += await self._delete_all_matching(name, where)
         return deleted
 
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
+        """At most two ranked requests at once (`queries`: the dense side with each hit's BM25,
+        the keyword side with each hit's cosines) and, when the total is not cached, a count
+        beside them; the sides are fused by `fusion.py`, as in the embedded engine."""
         await self._spec(name)
         depth = query.offset + query.limit
         if depth > MAX_HITS:
@@ -211,48 +302,50 @@ class VespaEngine:
             )
         hybrid = query.strategy is Strategy.HYBRID
         hits = max(depth, self._hybrid_candidates) if hybrid else depth
-        dense_task = asyncio.gather(
-            *(
-                self._ranked(dense_body(name, query.filter, v, i, hits), query, cosine=True)
-                for i, v in enumerate(query.vectors)
-            )
-            if query.strategy is not Strategy.KEYWORD
-            else ()
-        )
+        dense = query.strategy is not Strategy.KEYWORD and len(query.vectors) > 0
         keyword = query.strategy is not Strategy.SEMANTIC
+        vectors = query.vectors if dense else query.vectors[:0]
+        dense_task = (
+            self._dense(name, query, hits, query.keyword_text if keyword else None)
+            if dense
+            else _nothing()
+        )
         keyword_task = (
-            self._ranked(keyword_body(name, query.filter, query.keyword_text, hits), query)
+            self._ranked(
+                keyword_body(
+                    name, query.filter, query.keyword_text, hits, vectors if dense else None
+                ),
+                query,
+                keyword=True,
+            )
             if keyword
             else _nothing()
         )
         count_text = query.keyword_text if query.strategy is Strategy.KEYWORD else None
-        count_task = self._count(name, query, count_text)
-        dense_sides, keyword_side, (total, count_coverage) = await asyncio.gather(
-            dense_task, keyword_task, count_task
+        dense_side, keyword_side, (total, count_coverage) = await asyncio.gather(
+            dense_task, keyword_task, self._count(name, query, count_text)
         )
-        chunks: dict[str, str] = {}
         coverage = count_coverage
+        scored: dict[str, _Scored] = {}
         dense_lists: list[list[Candidate]] = []
-        for ranked, found, side_coverage in dense_sides:
-            dense_lists.append(ranked)
-            chunks.update(found)
+        if dense_side is not None:
+            found, side_coverage = dense_side
             coverage = coverage.merged(side_coverage)
+            scored.update(found)
+            dense_lists = [_by_cosine(found.values(), i, hits) for i in range(len(vectors))]
         keyword_list = None
         if keyword_side is not None:
-            keyword_list, found, side_coverage = keyword_side
-            chunks.update(found)
+            found, side_coverage = keyword_side
             coverage = coverage.merged(side_coverage)
-        dense_lists = [d for d in dense_lists if d] or dense_lists[:1]
+            keyword_list = [Candidate(s.chunk_id, s.bm25) for s in found.values()][:hits]
+            for chunk_id, hit in found.items():
+                scored.setdefault(chunk_id, hit)
         completion = None
         if keyword_list is not None and dense_lists:
-            completion, found, side_coverage = await self._completion(
-                name, query, dense_lists, keyword_list
-            )
-            chunks.update(found)
-            coverage = coverage.merged(side_coverage)
+            completion = _completion(dense_lists, keyword_list, scored, len(vectors))
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
-            Hit(chunk_from_json(chunks[f.id]), f.score, f.dense_score, f.keyword_score)
+            Hit(chunk_from_hit(scored[f.id].fields), f.score, f.dense_score, f.keyword_score)
             for f in fused[query.offset : depth]
         ]
         if count_text is not None:
@@ -262,7 +355,20 @@ class VespaEngine:
     async def describe(
         self, name: str, *, where: FilterExpression | None = None
     ) -> CollectionStats:
-        spec, types = await self._spec(name)
+        """Counts, facets and date range: three grouping/count queries at once. Without a filter
+        (GetCollection, every agent run) the answer is cached for `facts_ttl_s`; this process's
+        own writes to the collection drop it at once."""
+        cached = self._described.get(name) if where is None else None
+        if cached is not None and time.monotonic() - cached[0] < self._facts_ttl_s:
+            return cached[1]
+        stats = await self._describe(name, where)
+        if where is None:
+            self._described[name] = (time.monotonic(), stats)
+        return stats
+
+    async def _describe(self, name: str, where: FilterExpression | None) -> CollectionStats:
+        stored = await self._spec(name)
+        spec, types = stored.spec, stored.types
         expression = where or FilterExpression()
         try:
             chunks, grouped, dated = await asyncio.gather(
@@ -297,81 +403,68 @@ class VespaEngine:
         """Up to `limit` whole chunks matching `where` (`_read`: unranked query pages, a visit
         past Vespa's `maxOffset`)."""
         await self._spec(name)
-        found = await self._read(name, where, whole=True, limit=limit)
-        return [chunk_from_json(f["chunk_json"]) for f in found]
+        found = await self._read(name, where, fields=HIT_FIELDS, limit=limit)
+        return [chunk_from_hit(f) for f in found]
+
+    async def _dense(
+        self, name: str, query: EngineQuery, hits: int, keyword_text: str | None
+    ) -> tuple[dict[str, _Scored], Coverage]:
+        """The dense request; when its rank-only text has no searchable word (Vespa refuses a
+        null item), again without it (every BM25 is then 0 anyway)."""
+        vectors = query.vectors
+        limit = min(MAX_HITS, hits * len(vectors))
+        try:
+            return await self._ranked(
+                dense_body(name, query.filter, vectors, hits, limit, keyword_text),
+                query,
+                keyword=keyword_text is not None,
+            )
+        except _NoSearchableWord:
+            return await self._ranked(dense_body(name, query.filter, vectors, hits, limit), query)
 
     async def _ranked(
-        self, body: dict[str, Any], query: EngineQuery, *, cosine: bool = False
-    ) -> tuple[list[Candidate], dict[str, str], Coverage]:
-        """(candidates best first, chunk id → chunk_json, coverage) of one ranked request."""
+        self, body: dict[str, Any], query: EngineQuery, *, keyword: bool = False
+    ) -> tuple[dict[str, _Scored], Coverage]:
+        """(chunk id → the hit and both sides' scores, best first; coverage) of one request."""
         try:
             root = await self._transport.query(body, query.timeout_s)
         except QueryRejected as rejected:
-            if not cosine and "null" in rejected.message.lower():
-                return [], {}, FULL_COVERAGE  # text without a searchable word: nothing matches
+            if keyword and "null" in rejected.message.lower():
+                if body["ranking"] == SEMANTIC_PROFILE:
+                    raise _NoSearchableWord from None
+                return {}, FULL_COVERAGE  # text without a searchable word: nothing matches
             raise _rejected(rejected, query.filter) from None
-        ranked, found = [], {}
+        found: dict[str, _Scored] = {}
         for hit in root.get("children", []):
             fields = hit.get("fields", {})
             if "chunk_id" not in fields:
                 continue
-            score = float(hit["relevance"])
-            if cosine:  # closeness = 1 / (1 + angle); the cosine of that angle
-                score = math.cos(1.0 / score - 1.0) if score > 0 else -1.0
-            ranked.append(Candidate(fields["chunk_id"], score))
-            found[fields["chunk_id"]] = fields["chunk_json"]
-        return ranked, found, _coverage(root)
-
-    async def _completion(
-        self,
-        name: str,
-        query: EngineQuery,
-        dense_lists: list[list[Candidate]],
-        keyword_list: list[Candidate],
-    ) -> tuple[Completion, dict[str, str], Coverage]:
-        """Each side's score of the candidates only the other side found: the same ranked
-        requests, restricted to those chunk ids (a nearestNeighbor over a few ids is exact)."""
-        keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
-        dense_task = asyncio.gather(
-            *(
-                self._ranked(
-                    dense_body(name, _in("id", keyword_only), v, i, len(keyword_only)),
-                    query,
-                    cosine=True,
-                )
-                for i, v in enumerate(query.vectors)
+            features = fields.get("matchfeatures") or {}
+            found[fields["chunk_id"]] = _Scored(
+                fields["chunk_id"],
+                fields,
+                tuple(
+                    float(features.get(cosine_feature(i), 0.0)) for i in range(MAX_QUERY_VECTORS)
+                ),
+                # the keyword profile ranks by BM25: its relevance is the score itself
+                float(hit["relevance"])
+                if body["ranking"] == KEYWORD_PROFILE
+                else float(features.get(BM25_FEATURE, 0.0)),
             )
-            if keyword_only
-            else ()
-        )
-        keyword_task = (
-            self._ranked(
-                keyword_body(name, _in("id", dense_only), query.keyword_text, len(dense_only)),
-                query,
-            )
-            if dense_only
-            else _nothing()
-        )
-        dense_sides, keyword_side = await asyncio.gather(dense_task, keyword_task)
-        cosines: dict[str, float] = {}
-        found: dict[str, str] = {}
-        coverage = FULL_COVERAGE
-        for ranked, chunks, side_coverage in dense_sides:
-            found.update(chunks)
-            coverage = coverage.merged(side_coverage)
-            for c in ranked:
-                cosines[c.id] = max(c.score, cosines.get(c.id, -1.0))
-        bm25: dict[str, float] = {}
-        if keyword_side is not None:
-            ranked, chunks, side_coverage = keyword_side
-            found.update(chunks)
-            coverage = coverage.merged(side_coverage)
-            bm25 = {c.id: c.score for c in ranked}
-        return Completion(dense=cosines, keyword=bm25), found, coverage
+        return found, _coverage(root)
 
     async def _count(
         self, name: str, query: EngineQuery, keyword_text: str | None
     ) -> tuple[int, Coverage]:
+        """Chunks matching the filter (and, for KEYWORD, any word of the text). A filter's count
+        is cached for `facts_ttl_s` (every search of an agent run repeats its filter); a count
+        under text is not (it changes with every query)."""
+        key = (name, json.dumps(count_body(name, query.filter), sort_keys=True))
+        now = time.monotonic()
+        if keyword_text is None:
+            cached = self._counts.get(key)
+            if cached is not None and now - cached[0] < self._facts_ttl_s:
+                return cached[1], FULL_COVERAGE
         try:
             root = await self._transport.query(
                 count_body(name, query.filter, keyword_text), query.timeout_s
@@ -380,7 +473,12 @@ class VespaEngine:
             if keyword_text is not None and "null" in rejected.message.lower():
                 return 0, FULL_COVERAGE
             raise _rejected(rejected, query.filter) from None
-        return _total(root), _coverage(root)
+        coverage = _coverage(root)
+        if keyword_text is None and not coverage.degraded:
+            self._counts[key] = (now, _total(root))
+            while len(self._counts) > COUNT_CACHE_SIZE:
+                self._counts.pop(next(iter(self._counts)))
+        return _total(root), coverage
 
     async def list_documents(
         self, name: str, *, where: FilterExpression | None
@@ -392,8 +490,9 @@ class VespaEngine:
         counts: dict[str, int] = defaultdict(int)
         first: dict[str, Any] = {}
         for batch in _batches(sorted(matching)):
-            for fields in await self._read(name, _in("document_id", batch), whole=True):
-                chunk = chunk_from_json(fields["chunk_json"])
+            # chunk_json alone: a summary needs no title or text
+            for fields in await self._read(name, _in("document_id", batch), fields=_SUMMARY):
+                chunk = chunk_from_hit(fields)
                 counts[chunk.document_id] += 1
                 if chunk.chunk_index == 0 or chunk.document_id not in first:
                     first[chunk.document_id] = chunk
@@ -409,27 +508,31 @@ class VespaEngine:
 
     async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
         """`chunk_id`, `document_id`, `content_hash` of every chunk matching `expression`."""
-        return await self._read(name, expression, whole=False)
+        return await self._read(name, expression, fields=_ID_FIELDS)
 
     async def _read(
-        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None = None
+        self,
+        name: str,
+        expression: FilterExpression,
+        *,
+        fields: tuple[str, ...],
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Fields of the chunks matching `expression` (at most `limit`): `chunk_id`,
-        `chunk_json` when `whole`, else `chunk_id`, `document_id`, `content_hash`.
+        """`fields` of the chunks matching `expression` (at most `limit`).
 
         Unranked query pages of `MAX_HITS` by offset (fast: the filter uses the attributes).
         A query cannot page past `maxOffset`, so when more match, the chunks are read again
         by visiting with the filter's document selection (`selection.py`: a linear scan of the
         cluster, no offset limit); a filter without one fails with FailedPrecondition naming
         the limit, rather than return a silent subset (a count would claim to be exact)."""
-        body = scan_body if whole else ids_body
         found: list[dict[str, Any]] = []
         while limit is None or len(found) < limit:
             if len(found) > MAX_OFFSET:
-                return await self._visit(name, expression, whole=whole, limit=limit)
+                return await self._visit(name, expression, fields=fields, limit=limit)
             hits = MAX_HITS if limit is None else min(MAX_HITS, limit - len(found))
+            body = scan_body(name, expression, hits, len(found), fields=fields)
             try:
-                root = await self._transport.query(body(name, expression, hits, len(found)))
+                root = await self._transport.query(body)
             except QueryRejected as rejected:
                 raise _rejected(rejected, expression) from None
             page = [h["fields"] for h in root.get("children", []) if "fields" in h]
@@ -439,7 +542,12 @@ class VespaEngine:
         return found
 
     async def _visit(
-        self, name: str, expression: FilterExpression, *, whole: bool, limit: int | None
+        self,
+        name: str,
+        expression: FilterExpression,
+        *,
+        fields: tuple[str, ...],
+        limit: int | None,
     ) -> list[dict[str, Any]]:
         selection = compile_selection(name, expression)
         if selection is None:
@@ -451,7 +559,6 @@ class VespaEngine:
                 metadata={"collection": name, "max_offset": str(MAX_OFFSET)},
             )
         log.info("more chunks match than a query can page: visiting", extra={"collection": name})
-        fields = ("chunk_id", "chunk_json") if whole else _ID_FIELDS
         return await self._transport.visit(CHUNK, selection, fields, limit)
 
     async def _delete_all_matching(self, name: str, expression: FilterExpression) -> int:
@@ -465,6 +572,10 @@ class VespaEngine:
             "delete by filter through YQL ids (no equivalent document selection)",
             extra={"collection": name},
         )
+        return await self._delete_ids_matching(name, expression)
+
+    async def _delete_ids_matching(self, name: str, expression: FilterExpression) -> int:
+        """Query the ids of what matches (attributes), delete each by id, until none is left."""
         deleted = 0
         while True:
             root = await self._transport.query(ids_body(name, expression, MAX_HITS))
@@ -475,70 +586,50 @@ class VespaEngine:
             deleted += len(ids)
 
     async def _delete_ids(self, name: str, chunk_ids: Sequence[str]) -> None:
-        await asyncio.gather(
-            *(self._transport.delete(CHUNK, chunk_document_id(name, c)) for c in chunk_ids)
+        await _together(
+            self._transport.delete(CHUNK, chunk_document_id(name, c)) for c in chunk_ids
         )
 
-    async def _spec(self, name: str) -> tuple[CollectionSpec, dict[str, FieldType]]:
-        stored = await self._registry(name)
-        if stored is None:
-            raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
-        return stored
+    async def _spec(self, name: str) -> Registered:
+        return await self._registry.require(name)
 
-    async def _registry(self, name: str) -> tuple[CollectionSpec, dict[str, FieldType]] | None:
-        root = await self._transport.query(
-            {"yql": f"select * from {COLLECTION} where name contains {string(name)}", "hits": 1}
-        )
-        for hit in root.get("children", []):
-            fields = hit.get("fields", {})
-            if fields.get("name") == name:
-                types = json.loads(fields.get("metadata_types") or "{}")
-                spec = CollectionSpec(str(fields["embedding_model"]), int(fields["dimensions"]))
-                return spec, {k: FieldType(v) for k, v in types.items()}
-        return None
 
-    async def _put_registry(
-        self, name: str, spec: CollectionSpec, types: Mapping[str, FieldType]
-    ) -> None:
-        await self._transport.put(
-            COLLECTION,
-            name,
-            {
-                "name": name,
-                "embedding_model": spec.embedding_model,
-                "dimensions": spec.dimensions,
-                "metadata_types": json.dumps({k: t.value for k, t in sorted(types.items())}),
-            },
-        )
+def _by_cosine(hits: Iterable[_Scored], index: int, limit: int) -> list[Candidate]:
+    """The dense list of query vector `index`: the hits by their cosine to it, best first."""
+    ranked = sorted(hits, key=lambda hit: -hit.cosines[index])[:limit]
+    return [Candidate(hit.chunk_id, hit.cosines[index]) for hit in ranked]
+
+
+def _completion(
+    dense_lists: list[list[Candidate]],
+    keyword_list: list[Candidate],
+    scored: Mapping[str, _Scored],
+    vectors: int,
+) -> Completion:
+    """Each side's score of the candidates only the other side found, from the scores every hit
+    already carries: the best cosine of a keyword-only chunk, the BM25 of a dense-only one."""
+    keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
+    return Completion(
+        dense={c: max(scored[c].cosines[:vectors]) for c in keyword_only},
+        keyword={c: scored[c].bm25 for c in dense_only if scored[c].bm25 > 0},
+    )
+
+
+async def _together(calls: Iterable[Awaitable[_T]]) -> list[_T]:
+    """Run `calls` at once; when one fails, cancel the others and wait until they have ended
+    before raising its error, so nothing of this write is still in flight afterwards."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def _nothing() -> None:
     return None
-
-
-def _widen_types(
-    types: Mapping[str, FieldType], records: Sequence[ChunkRecord]
-) -> dict[str, FieldType]:
-    """Each metadata key's type once `records` are stored; a conflicting value is
-    InvalidArgument naming `metadata.<key>` (the embedded engine's rule)."""
-    merged = dict(types)
-    for record in records:
-        for key, value in record.chunk.metadata.items():
-            incoming = metadata_type(value)
-            if key not in merged:
-                merged[key] = incoming
-                continue
-            wider = widen(merged[key], incoming)
-            if key in types and wider is not types[key]:
-                raise InvalidArgument.for_field(
-                    f"metadata.{key}", f"is {types[key]} in this collection, not {incoming}"
-                )
-            if wider is None:
-                raise InvalidArgument.for_field(
-                    f"metadata.{key}", f"mixes {merged[key]} and {incoming} values"
-                )
-            merged[key] = wider
-    return merged
 
 
 def _in(field: str, values: Sequence[str]) -> FilterExpression:

@@ -9,9 +9,10 @@ One `chunk` document type holds every collection (`collection` is a fast-search 
 query filters on), so a new collection never needs a redeploy; a small `collection` document type
 records each collection's embedding model, dimensions and metadata key types (a collection with
 no chunks still lists). Equality fields are `match: cased` attributes (Quarry's `equals` is
-case-sensitive); `title` and `keyword_text` (the chunk's text and its neighbourhood, what the
-embedded engine's `search_text` holds after the title) are the BM25 indexes of the `default`
-fieldset that keyword retrieval matches; `text` is returned, not indexed. Synthetic attribute
+case-sensitive); `search_text` (the title, then the chunk's text and its neighbourhood: exactly the
+embedded engine's `search_text`, `ChunkRecord.indexed_text`) is the one BM25 index, the `default`
+fieldset keyword retrieval matches, so both engines score the same field with BM25 and one
+train-chosen fusion serves both; `text` is returned, not indexed. Synthetic attribute
 copies `title_attr` / `text_attr` serve `equals` and `contains`, which compiles to `matches` (a
 regex, case-insensitive substring with `(?i)`) and cannot target a field that is both index and
 attribute. Metadata lives in four typed maps whose keys and values are struct-field attributes
@@ -19,6 +20,9 @@ attribute. Metadata lives in four typed maps whose keys and values are struct-fi
 """
 
 from __future__ import annotations
+
+import functools
+import hashlib
 
 from vespa.package import (
     HNSW,
@@ -28,7 +32,6 @@ from vespa.package import (
     FieldSet,
     FirstPhaseRanking,
     Function,
-    GlobalPhaseRanking,
     QueryField,
     QueryProfile,
     RankProfile,
@@ -56,8 +59,22 @@ STRING_ATTRIBUTES = ("collection", "chunk_id", "document_id", "source", "entity_
 """Cased, fast-search string attributes compared whole."""
 TEXT_ATTRIBUTE_COPIES = {"title": "title_attr", "text": "text_attr"}
 """Text fields and their synthetic attribute copies (for `equals` and `matches`)."""
-KEYWORD_FIELDS = ("title", "keyword_text")
+SEARCH_TEXT = "search_text"
+KEYWORD_FIELDS = (SEARCH_TEXT,)
 """BM25 indexes of the `default` fieldset: what keyword retrieval matches and scores."""
+SEMANTIC_PROFILE = "semantic"
+"""Ranks by the best closeness over the query's nearestNeighbor operators (the dense side)."""
+KEYWORD_PROFILE = "keyword"
+"""Ranks by `bm25(search_text)` (the keyword side)."""
+BM25_FEATURE = f"bm25({SEARCH_TEXT})"
+"""The keyword score each hit reports (`matchfeatures`), in both profiles."""
+
+
+def cosine_feature(index: int) -> str:
+    """The match feature holding a hit's cosine similarity to query vector `index`."""
+    return f"cosine_q{index}"
+
+
 METADATA_MAPS = {
     "string": "meta_str",
     "integer": "meta_long",
@@ -74,7 +91,28 @@ _MAP_VALUE_TYPES = {
 
 
 def application_package(dimensions: int = DEFAULT_DIMENSIONS) -> ApplicationPackage:
-    """The whole package for `dimensions`-d embeddings."""
+    """The whole package for `dimensions`-d embeddings, marked with `package_profile()`."""
+    package = _unmarked_package(dimensions)
+    package.get_schema(CHUNK).add_rank_profile(RankProfile(package_profile(), inherits="default"))
+    return package
+
+
+@functools.cache
+def package_profile() -> str:
+    """The name of a rank profile only this shape of the package has: `quarry_` and the first
+    12 hex digits of the SHA-256 of its schemas and query profile (rendered without the marker,
+    for any one dimension count: the embedding size is checked per collection). Readiness asks
+    Vespa for it; a query naming a rank profile the deployed schema lacks is refused ("Requested
+    rank profile '…' is undefined for document type", Vespa's ClusterSearcher), so an older or
+    foreign package is told apart from this one."""
+    package = _unmarked_package(1)
+    text = "\n".join(
+        [*(schema.schema_to_text for schema in package.schemas), package.query_profile_to_text]
+    )
+    return "quarry_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _unmarked_package(dimensions: int) -> ApplicationPackage:
     return ApplicationPackage(
         name=APPLICATION,
         schema=[chunk_schema(dimensions), collection_schema()],
@@ -96,9 +134,9 @@ def chunk_schema(dimensions: int) -> Schema:
                 attribute=["fast-search"],
                 rank="filter",
             ),
-            Field("title", "string", indexing=["index", "summary"], index="enable-bm25"),
+            Field("title", "string", indexing=["summary"]),
             Field("text", "string", indexing=["summary"]),
-            Field("keyword_text", "string", indexing=["index"], index="enable-bm25"),
+            Field(SEARCH_TEXT, "string", indexing=["index"], index="enable-bm25"),
             *(
                 Field(
                     name,
@@ -174,6 +212,10 @@ def chunk_schema(dimensions: int) -> Schema:
             "string",
             indexing=[f"input {source}", "attribute"],
             match=["cased"],
+            # the whole text of every chunk, for `contains` (a regex scan) only: paged, so it
+            # lives on disk and in the page cache, not pinned in memory
+            # (`en/content/attributes.html#paged-attributes`); titles are short and stay in RAM
+            attribute=["paged"] if source == "text" else None,
             is_document_field=False,
         )
         for source, copy in TEXT_ATTRIBUTE_COPIES.items()
@@ -199,6 +241,8 @@ def collection_schema() -> Schema:
                 Field("embedding_model", "string", indexing=["attribute", "summary"]),
                 Field("dimensions", "int", indexing=["attribute", "summary"]),
                 Field("metadata_types", "string", indexing=["summary"]),
+                # bumped by every write; the test-and-set condition of the next one
+                Field("revision", "long", indexing=["attribute", "summary"]),
             ]
         ),
     )
@@ -210,25 +254,38 @@ def query_inputs(dimensions: int) -> list[tuple[str, str]]:
 
 
 def _rank_profiles(dimensions: int) -> list[RankProfile]:
-    dense = f"closeness(field, {EMBEDDING})"
-    keyword = " + ".join(f"bm25({name})" for name in KEYWORD_FIELDS)
+    """The two profiles the engine sends (`queries`), each reporting both sides' scores of every
+    hit: the exact cosine to each query vector (`cosine_q<i>`, computed from the stored vector,
+    so also for hits the nearestNeighbor operators did not retrieve; 0 for an unused input) and
+    `bm25(search_text)`. A dense request gets a hit's BM25 from its rank-only text terms, a
+    keyword request a hit's cosines from the query vectors it carries: the fusion needs no
+    request to complete the side a candidate came without."""
+    inputs = query_inputs(dimensions)
+    cosines = [
+        Function(
+            cosine_feature(i),
+            f"sum(query(q{i}) * attribute({EMBEDDING})) / max(1e-9, "
+            f"sqrt(sum(query(q{i}) * query(q{i}))) * "
+            f"sqrt(sum(attribute({EMBEDDING}) * attribute({EMBEDDING}))))",
+        )
+        for i in range(MAX_QUERY_VECTORS)
+    ]
+    features = [*(cosine_feature(i) for i in range(MAX_QUERY_VECTORS)), BM25_FEATURE]
     return [
         RankProfile(
-            "semantic",
-            inputs=query_inputs(dimensions),
-            first_phase=FirstPhaseRanking(dense),
-            match_features=[f"distance(field, {EMBEDDING})"],
+            SEMANTIC_PROFILE,
+            inputs=inputs,
+            functions=cosines,
+            # the best closeness over every nearestNeighbor operator of the query
+            first_phase=FirstPhaseRanking(f"closeness(field, {EMBEDDING})"),
+            match_features=features,
         ),
-        RankProfile("keyword", first_phase=FirstPhaseRanking(keyword)),
         RankProfile(
-            "hybrid",
-            inputs=query_inputs(dimensions),
-            functions=[Function("keyword", keyword), Function("dense", dense)],
-            first_phase=FirstPhaseRanking("dense + 2 * atan(keyword / 8) / 3.14159"),
-            global_phase=GlobalPhaseRanking(
-                "reciprocal_rank(keyword, 60) + reciprocal_rank(dense, 60)", rerank_count=100
-            ),
-            match_features=["keyword", "dense", f"distance(field, {EMBEDDING})"],
+            KEYWORD_PROFILE,
+            inputs=inputs,
+            functions=cosines,
+            first_phase=FirstPhaseRanking(BM25_FEATURE),
+            match_features=features,
         ),
     ]
 

@@ -1,11 +1,19 @@
 """The request bodies a Vespa search sends to `/search/` (`en/reference/api/query.html`).
 
-Each dense query vector is its own request with a labelled `nearestNeighbor` (`targetHits` at least
-the candidates fused, filters applied as pre-filters by Vespa); the keyword side is `text()`
-over the `default` fieldset (weakAnd over linguistics tokens, no query syntax, like the embedded
-engine's plain words); totals come from a separate `hits: 0` request with `ranking: unranked`,
-since `totalCount` is not exact with nearestNeighbor or weakAnd. Hits are fetched by offset 0 and
-fused and paged by the caller, so paging is identical to the embedded engine's.
+A search is at most two requests run at once, plus a count when its total is not cached:
+* SEMANTIC: one request, every query vector a labelled `nearestNeighbor` (`targetHits` the
+  candidates fused, filters applied as pre-filters by Vespa), OR-ed; ranked by the best
+  closeness, each hit reporting its exact cosine to every query vector;
+* KEYWORD: one request, `text()` over the `default` fieldset (weakAnd over linguistics tokens, no
+  query syntax, like the embedded engine's plain words), ranked by `bm25(search_text)`, plus the
+  count of chunks with any of its words (`count_body`);
+* HYBRID: both requests at once. The dense one carries the text as rank-only terms
+  (`rank(<match>, <terms>)`: they never widen what matches, they give every hit its BM25); the
+  keyword one carries the query vectors (each hit's cosines come from its stored vector). So each
+  candidate arrives with both sides' scores and the fusion needs no third request.
+Totals come from a `hits: 0` request with `ranking: unranked` (`totalCount` is not exact with
+nearestNeighbor or weakAnd), which the engine caches per filter. Hits are fetched from offset 0
+and fused and paged by the caller, so paging is identical to the embedded engine's.
 """
 
 from __future__ import annotations
@@ -15,45 +23,82 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.search_tool.engine.vespa.package import CHUNK, EMBEDDING, METADATA_MAPS
+from services.search_tool.engine.vespa.documents import HIT_FIELDS
+from services.search_tool.engine.vespa.package import (
+    CHUNK,
+    EMBEDDING,
+    KEYWORD_PROFILE,
+    METADATA_MAPS,
+    SEMANTIC_PROFILE,
+)
 from services.search_tool.engine.vespa.yql import where
 from services.search_tool.filters import FilterExpression
 
 TEXT_PARAMETER = "quarry_text"
-_SELECT = f"select chunk_id, chunk_json from {CHUNK} where "
+_SELECT = f"select {', '.join(HIT_FIELDS)} from {CHUNK} where "
+_ANY_WORD = (
+    # `text()` is userInput with grammar `linguistics` (weakAnd, linguistics tokens, no query
+    # syntax; `en/linguistics/linguistics.html` "Overriding profile"); only the composite changes
+    # to `or`, so this matches (or, inside `rank`, scores) every chunk with a word of the text
+    # and, like the keyword side, never reads `-x`, `"…"` or `field:` as syntax (`grammar:"any"`
+    # would: its syntax is `simple`, `en/reference/api/query.html#model.type`)
+    'default contains ({grammar.tokenization:"linguistics", grammar.syntax:"none", '
+    f'grammar.composite:"or"}}text(@{TEXT_PARAMETER}))'
+)
 
 
 def dense_body(
     collection: str,
     expression: FilterExpression,
-    vector: npt.NDArray[np.float32],
-    index: int,
+    vectors: npt.NDArray[np.float32],
+    target_hits: int,
     hits: int,
+    keyword_text: str | None = None,
 ) -> dict[str, Any]:
-    """Nearest neighbours of query vector `index`, best first; `relevance` is the closeness."""
-    label = f"q{index}"
-    retrieval = f'({{label:"{label}", targetHits:{hits}}}nearestNeighbor({EMBEDDING}, {label}))'
-    return {
-        "yql": _SELECT + where(collection, expression, retrieval),
-        "hits": hits,
-        "offset": 0,
-        "ranking": "semantic",
-        f"input.query({label})": [float(x) for x in vector],
-    }
+    """The nearest neighbours of every query vector (one labelled operator each, `target_hits`
+    apiece), at most `hits` of them, best closeness first; with `keyword_text`, its words as
+    rank-only terms, so each hit also reports its BM25."""
+    operators = [
+        f'({{label:"q{i}", targetHits:{target_hits}}}nearestNeighbor({EMBEDDING}, q{i}))'
+        for i in range(len(vectors))
+    ]
+    retrieval = operators[0] if len(operators) == 1 else "(" + " or ".join(operators) + ")"
+    matched = where(collection, expression, retrieval)
+    body: dict[str, Any] = {"hits": hits, "offset": 0, "ranking": SEMANTIC_PROFILE}
+    if keyword_text is not None:
+        body["yql"] = _SELECT + f"rank({matched}, {_ANY_WORD})"
+        body[TEXT_PARAMETER] = keyword_text
+    else:
+        body["yql"] = _SELECT + matched
+    body.update(vector_inputs(vectors))
+    return body
 
 
 def keyword_body(
-    collection: str, expression: FilterExpression, text: str, hits: int
+    collection: str,
+    expression: FilterExpression,
+    text: str,
+    hits: int,
+    vectors: npt.NDArray[np.float32] | None = None,
 ) -> dict[str, Any]:
-    """BM25 (title and text) over the words of `text`, best first."""
+    """BM25 (`search_text`) over the words of `text`, best first; with `vectors`, each hit also
+    reports its cosine to each of them."""
     retrieval = f"default contains ({{targetHits:{hits}}}text(@{TEXT_PARAMETER}))"
-    return {
+    body: dict[str, Any] = {
         "yql": _SELECT + where(collection, expression, retrieval),
         "hits": hits,
         "offset": 0,
-        "ranking": "keyword",
+        "ranking": KEYWORD_PROFILE,
         TEXT_PARAMETER: text,
     }
+    if vectors is not None:
+        body.update(vector_inputs(vectors))
+    return body
+
+
+def vector_inputs(vectors: npt.NDArray[np.float32]) -> dict[str, list[float]]:
+    """`input.query(q<i>)` of each query vector."""
+    return {f"input.query(q{i})": [float(x) for x in v] for i, v in enumerate(vectors)}
 
 
 def count_body(
@@ -63,15 +108,7 @@ def count_body(
     retrieval = []
     body: dict[str, Any] = {"hits": 0, "ranking": "unranked"}
     if keyword_text is not None:
-        # `text()` is userInput with grammar `linguistics` (weakAnd, linguistics tokens, no query
-        # syntax; `en/linguistics/linguistics.html` "Overriding profile"); only the composite
-        # changes to `or`, so the count matches every chunk with a word of the text and, like
-        # the keyword side, never reads `-x`, `"…"` or `field:` as syntax (`grammar:"any"` would:
-        # its syntax is `simple`, `en/reference/api/query.html#model.type`)
-        retrieval.append(
-            'default contains ({grammar.tokenization:"linguistics", grammar.syntax:"none", '
-            f'grammar.composite:"or"}}text(@{TEXT_PARAMETER}))'
-        )
+        retrieval.append(_ANY_WORD)
         body[TEXT_PARAMETER] = keyword_text
     body["yql"] = f"select chunk_id from {CHUNK} where " + where(collection, expression, *retrieval)
     return body
@@ -122,11 +159,17 @@ def describe_body(
 
 
 def scan_body(
-    collection: str, expression: FilterExpression, hits: int, offset: int = 0
+    collection: str,
+    expression: FilterExpression,
+    hits: int,
+    offset: int = 0,
+    *,
+    fields: tuple[str, ...] = HIT_FIELDS,
 ) -> dict[str, Any]:
-    """Whole chunks matching `expression`, unranked (reads and counts, not searches)."""
+    """`fields` of the chunks matching `expression` (whole chunks by default), unranked (reads
+    and counts, not searches)."""
     return {
-        "yql": _SELECT + where(collection, expression),
+        "yql": f"select {', '.join(fields)} from {CHUNK} where " + where(collection, expression),
         "hits": hits,
         "offset": offset,
         "ranking": "unranked",

@@ -3,20 +3,25 @@ running event loop, with our own time limits, concurrency bound and retries, and
 mapped to `services.common.errors`.
 
 pyvespa's defaults do not fit an RPC with a deadline: queries retry up to five times over about a
-minute, document/v1 calls retry 429 forever, and `feed_async_iterable` starts its own event loop.
-So every query is sent with `NO_RETRY` under `asyncio.timeout`, and document writes go through a
-semaphore (`feed_concurrency`) with a bounded retry on 429/503 (`feed_retries`).
+minute, document/v1 calls retry 429 forever (`THROTTLE_RETRY`, `stop_never`) inside three tries
+on 503 (`DOCV1_RETRY`), and `feed_async_iterable` starts its own event loop. So the client is built
+with `docv1_retry_policy=NO_RETRY` (pyvespa then sends each document/v1 call exactly once), every
+query is sent with `NO_RETRY` under `asyncio.timeout`, and document writes go through a semaphore
+(`feed_concurrency`) with our own retry on 429/503: at most `feed_retries` attempts in all, then
+Unavailable naming the status Vespa last answered.
 
 Mapping (`en/querying/query-api.html`, `en/reference/api/document-v1.html`): unreachable, 429,
 503 and other 5xx → Unavailable with a retry hint; 504 or our own timer → DeadlineExceeded; 400 →
-`QueryRejected`, which the search names as a filter field when Vespa's message names one.
+`QueryRejected`, which the search names as a filter field when Vespa's message names one; 412 on a
+conditional write (test-and-set `condition`) → `ConditionFailed`, which the caller re-reads on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,11 @@ _HTTP_MARGIN_S = 0.5
 """The HTTP call may take this much longer than the `timeout` Vespa itself enforces."""
 
 
+class ConditionFailed(Exception):
+    """Vespa answered 412: the write's test-and-set `condition` did not hold (or, without
+    `create`, the document does not exist): `en/reference/api/document-v1.html`."""
+
+
 class QueryRejected(Exception):
     """Vespa answered 400: the query is not acceptable to the deployed application."""
 
@@ -52,7 +62,10 @@ class Endpoint:
     """Where Vespa is and how to reach it."""
 
     url: str
-    """Container endpoint, e.g. `http://vespa:8080` or a Vespa Cloud URL."""
+    """Container endpoint queries go to, e.g. `http://vespa:8080` or a Vespa Cloud URL."""
+    feed_url: str | None = None
+    """Container endpoint of document/v1 (writes, gets, visits) when feed and query run in
+    separate container clusters (`topology.py`); None: `url`."""
     cert_path: Path | None = None
     """Client certificate (mTLS, Vespa Cloud data plane)."""
     key_path: Path | None = None
@@ -63,36 +76,60 @@ class Endpoint:
     feed_concurrency: int = 16
     """Document writes in flight at once."""
     feed_retries: int = 3
-    """Attempts of one document write answered 429 or 503."""
+    """Attempts of one document write in all (the first included) while Vespa answers 429 or
+    503; then Unavailable."""
+    retry_pause_s: float = 0.25
+    """Pause before the second attempt of a write; the n-th retry waits n times as long."""
     query_timeout_s: float = 5.0
     """Longest a query may run when the caller allows more (Vespa's own `timeout`)."""
 
 
 class VespaTransport:
-    """One open HTTP/2 client for the life of the engine."""
+    """One open HTTP/2 client for the life of the engine (two when feed and query are apart)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        self._app = Vespa(
-            url=endpoint.url,
-            cert=str(endpoint.cert_path) if endpoint.cert_path else None,
-            key=str(endpoint.key_path) if endpoint.key_path else None,
+        self._app = self._application(endpoint.url)
+        self._feed_app = (
+            self._application(endpoint.feed_url)
+            if endpoint.feed_url not in (None, endpoint.url)
+            else self._app
         )
         self._client: VespaAsync | None = None
+        self._feed_client: VespaAsync | None = None
         self._writes = asyncio.Semaphore(endpoint.feed_concurrency)
+        self._in_flight = 0
+
+    def _application(self, url: str | None) -> Vespa:
+        return Vespa(
+            url=url or self.endpoint.url,
+            cert=str(self.endpoint.cert_path) if self.endpoint.cert_path else None,
+            key=str(self.endpoint.key_path) if self.endpoint.key_path else None,
+        )
 
     async def open(self) -> None:
+        self._client = await self._open(self._app)
+        self._feed_client = (
+            self._client if self._feed_app is self._app else await self._open(self._feed_app)
+        )
+
+    async def _open(self, app: Vespa) -> VespaAsync:
         tls: dict[str, Any] = {}
         if self.endpoint.ca_path is not None:  # handed to pyvespa's httpr.AsyncClient as is
             tls["ca_cert_file"] = str(self.endpoint.ca_path)
-        client = VespaAsync(self._app, timeout=self.endpoint.query_timeout_s + 60, **tls)
+        client = VespaAsync(
+            app,
+            timeout=self.endpoint.query_timeout_s + 60,
+            docv1_retry_policy=NO_RETRY,  # one HTTP request per call: `_write` retries, bounded
+            **tls,
+        )
         await client.__aenter__()  # type: ignore[no-untyped-call]
-        self._client = client
+        return client
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.__aexit__(None, None, None)  # type: ignore[no-untyped-call]
-            self._client = None
+        for client in {id(c): c for c in (self._client, self._feed_client) if c}.values():
+            await client.__aexit__(None, None, None)  # type: ignore[no-untyped-call]
+        self._client = self._feed_client = None
 
     def budget(self, timeout_s: float | None) -> float:
         """The time one query may take: the caller's budget, capped by the configured limit."""
@@ -120,13 +157,66 @@ class VespaTransport:
             raise QueryRejected(message)
         raise _status_error(status, message)
 
-    async def put(self, schema: str, document_id: str, fields: dict[str, Any]) -> None:
-        """Create or replace one document (idempotent by id)."""
-        await self._write("put", schema, document_id, fields)
+    async def put(
+        self,
+        schema: str,
+        document_id: str,
+        fields: dict[str, Any],
+        *,
+        condition: str | None = None,
+        create: bool = False,
+    ) -> None:
+        """Create or replace one document (idempotent by id). With `condition` (a document
+        selection over this document), only if it holds (else `ConditionFailed`); with `create`
+        as well, a missing document is written whatever the condition
+        (`en/writing/document-v1-api-guide.html`, "Conditional updates and puts with create")."""
+        params: dict[str, Any] = {}  # document/v1 query parameters, as pyvespa sends kwargs
+        if condition is not None:
+            params["condition"] = condition
+            if create:
+                params["create"] = "true"
+        await self._write("put", schema, document_id, fields, params)
+
+    async def get(self, schema: str, document_id: str) -> dict[str, Any] | None:
+        """The fields of one document, or None when it does not exist: `GET
+        /document/v1/<ns>/<schema>/docid/<id>` (200 with `fields`, 404 when absent). A get reads
+        the newest acknowledged version, unlike a query (`en/reference/api/document-v1.html`)."""
+        client = self._feeding()
+        try:
+            async with asyncio.timeout(self.endpoint.query_timeout_s + _HTTP_MARGIN_S):
+                response = await client.get_data(schema, document_id, NAMESPACE)
+        except TimeoutError:
+            raise DeadlineExceeded(f"Vespa did not return {schema} {document_id!r}") from None
+        except Exception as error:
+            raise _unreachable(self.endpoint.url, error) from None
+        status = response.status_code
+        body = response.json if isinstance(response.json, dict) else {}
+        if status == 404:
+            return None
+        if status == 200:
+            fields = body.get("fields")
+            return dict(fields) if isinstance(fields, dict) else {}
+        message = str(body.get("message", ""))[:500]
+        if status == 400:
+            raise FailedPrecondition(
+                f"Vespa refused the get of {schema} {document_id!r}: {message}",
+                reason="VESPA_REJECTED",
+            )
+        raise _status_error(status, message)
 
     async def delete(self, schema: str, document_id: str) -> None:
         """Remove one document (200 also when it did not exist)."""
-        await self._write("delete", schema, document_id, None)
+        await self._write("delete", schema, document_id, None, {})
+
+    @property
+    def feeds_apart(self) -> bool:
+        """Document/v1 goes to another container cluster than queries (`feed_url`)."""
+        return self._feed_app is not self._app
+
+    @property
+    def writes_in_flight(self) -> int:
+        """Document writes holding a slot of `feed_concurrency` now (0 when none is running)."""
+        return self._in_flight
 
     async def delete_where(self, schema: str, selection: str) -> int:
         """Remove every `schema` document `selection` selects (a document selection, see
@@ -182,12 +272,12 @@ class VespaTransport:
         self, method: str, schema: str, params: dict[str, str]
     ) -> dict[str, Any]:
         """One request of a visit (`GET`) or a selection delete (`DELETE`); its JSON body."""
-        http = self._connected().httpr_client  # pyvespa's own client: same TLS and headers
+        http = self._feeding().httpr_client  # pyvespa's own client: same TLS and headers
         if http is None:
             raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
-        url = f"{self._app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
+        url = f"{self._feed_app.end_point}/document/v1/{NAMESPACE}/{schema}/docid"
         try:
-            async with self._writes:
+            async with self._slot():
                 if method == "DELETE":
                     response = await http.delete(url, params=params)
                 else:
@@ -211,42 +301,70 @@ class VespaTransport:
         raise _status_error(status, message)
 
     async def _write(
-        self, operation: str, schema: str, document_id: str, fields: dict[str, Any] | None
+        self,
+        operation: str,
+        schema: str,
+        document_id: str,
+        fields: dict[str, Any] | None,
+        params: dict[str, Any],
     ) -> None:
-        client = self._connected()
+        """One document write, sent at most `feed_retries` times: again only on 429 (too many
+        operations in flight) or 503 (no answer now), after a short growing pause."""
+        client = self._feeding()
         for attempt in range(1, self.endpoint.feed_retries + 1):
             try:
-                async with self._writes:
+                async with self._slot():
                     if fields is None:
-                        response = await client.delete_data(schema, document_id, NAMESPACE)
+                        response = await client.delete_data(
+                            schema, document_id, NAMESPACE, **params
+                        )
                     else:
                         response = await client.feed_data_point(
-                            schema, document_id, fields, NAMESPACE
+                            schema, document_id, fields, NAMESPACE, **params
                         )
             except Exception as error:
                 raise _unreachable(self.endpoint.url, error) from None
             status = response.status_code
             if status == 200:
                 return
-            message = str(response.json.get("message", ""))[:500]
+            body = response.json if isinstance(response.json, dict) else {}
+            message = str(body.get("message", ""))[:500]
+            if status == 412:
+                raise ConditionFailed(message)
             if status in (429, 503) and attempt < self.endpoint.feed_retries:
                 log.info(
                     "vespa write throttled, retrying",
                     extra={"status": status, "attempt": attempt},
                 )
-                await asyncio.sleep(RETRY_AFTER_S * attempt / 4)
+                await asyncio.sleep(self.endpoint.retry_pause_s * attempt)
                 continue
             if status == 400:
                 raise FailedPrecondition(
                     f"Vespa refused the {operation} of {schema} {document_id!r}: {message}",
                     reason="VESPA_REJECTED",
                 )
-            raise _status_error(status, message)
+            tries = f"attempt {attempt} of {self.endpoint.feed_retries}"
+            raise _status_error(status, f"{message} ({operation} of {schema}, {tries})")
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of `feed_concurrency` document-API requests in flight, counted while held."""
+        async with self._writes:
+            self._in_flight += 1
+            try:
+                yield
+            finally:
+                self._in_flight -= 1
 
     def _connected(self) -> VespaAsync:
         if self._client is None:
             raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
         return self._client
+
+    def _feeding(self) -> VespaAsync:
+        if self._feed_client is None:
+            raise Unavailable("the Vespa client is not open", retry_after_s=RETRY_AFTER_S)
+        return self._feed_client
 
 
 def _unreachable(url: str, error: BaseException) -> Unavailable:

@@ -139,14 +139,16 @@ class QuestionWindows(_message.Message):
     def __init__(self, acknowledge_timeout_s: _Optional[float] = ..., answer_timeout_s: _Optional[float] = ...) -> None: ...
 
 class Citation(_message.Message):
-    __slots__ = ("result_id", "title", "url")
+    __slots__ = ("result_id", "title", "url", "web")
     RESULT_ID_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
+    WEB_FIELD_NUMBER: _ClassVar[int]
     result_id: str
     title: str
     url: str
-    def __init__(self, result_id: _Optional[str] = ..., title: _Optional[str] = ..., url: _Optional[str] = ...) -> None: ...
+    web: bool
+    def __init__(self, result_id: _Optional[str] = ..., title: _Optional[str] = ..., url: _Optional[str] = ..., web: _Optional[bool] = ...) -> None: ...
 
 class Answer(_message.Message):
     __slots__ = ("text", "citations", "confidence", "unanswered_parts")
@@ -161,20 +163,31 @@ class Answer(_message.Message):
     def __init__(self, text: _Optional[str] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ..., confidence: _Optional[float] = ..., unanswered_parts: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_calls", "searches")
+    __slots__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "model_calls", "searches", "tool_calls", "cost_usd")
+    class ToolCallsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_READ_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
     SEARCHES_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
     model_calls: int
     searches: int
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., model_calls: _Optional[int] = ..., searches: _Optional[int] = ...) -> None: ...
+    tool_calls: _containers.ScalarMap[str, int]
+    cost_usd: float
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., cache_read_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ..., model_calls: _Optional[int] = ..., searches: _Optional[int] = ..., tool_calls: _Optional[_Mapping[str, int]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class AnsweredBy(_message.Message):
     __slots__ = ("provider", "model", "fallback", "fallback_reason")
@@ -237,7 +250,7 @@ class ThinkingEvent(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class SearchingEvent(_message.Message):
-    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "step")
+    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "error", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +258,7 @@ class SearchingEvent(_message.Message):
     RESULT_COUNT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     query: _search_pb2.SearchQuery
@@ -253,11 +267,12 @@ class SearchingEvent(_message.Message):
     result_count: int
     total_count: int
     duration_ms: int
+    error: str
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ReadingEvent(_message.Message):
-    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms", "step")
+    __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms", "error", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     RESULT_ID_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +280,7 @@ class ReadingEvent(_message.Message):
     CHUNKS_SHOWN_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     result_id: str
@@ -273,17 +289,19 @@ class ReadingEvent(_message.Message):
     chunks_shown: int
     chunk_count: int
     duration_ms: int
+    error: str
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., result_id: _Optional[str] = ..., document_id: _Optional[str] = ..., first_chunk: _Optional[int] = ..., chunks_shown: _Optional[int] = ..., chunk_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class CountingEvent(_message.Message):
-    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms", "step")
+    __slots__ = ("iteration", "filter", "group_by", "document_count", "exact", "duration_ms", "error", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     GROUP_BY_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     EXACT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     filter: _search_pb2.Filter
@@ -291,8 +309,9 @@ class CountingEvent(_message.Message):
     document_count: int
     exact: bool
     duration_ms: int
+    error: str
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., group_by: _Optional[_Iterable[str]] = ..., document_count: _Optional[int] = ..., exact: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class CalculatingEvent(_message.Message):
     __slots__ = ("iteration", "expression", "result", "error", "step")
@@ -385,7 +404,7 @@ class AcknowledgeQuestionResponse(_message.Message):
     def __init__(self, answer_within_ms: _Optional[int] = ...) -> None: ...
 
 class StreamRunResponse(_message.Message):
-    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading", "counting", "question", "question_closed")
+    __slots__ = ("started", "thinking", "searching", "done", "error", "calculating", "reading", "counting", "question", "question_closed", "web_searching", "summarizing")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     THINKING_FIELD_NUMBER: _ClassVar[int]
     SEARCHING_FIELD_NUMBER: _ClassVar[int]
@@ -396,6 +415,8 @@ class StreamRunResponse(_message.Message):
     COUNTING_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     QUESTION_CLOSED_FIELD_NUMBER: _ClassVar[int]
+    WEB_SEARCHING_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZING_FIELD_NUMBER: _ClassVar[int]
     started: StartedEvent
     thinking: ThinkingEvent
     searching: SearchingEvent
@@ -406,10 +427,54 @@ class StreamRunResponse(_message.Message):
     counting: CountingEvent
     question: QuestionEvent
     question_closed: QuestionClosedEvent
-    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ..., counting: _Optional[_Union[CountingEvent, _Mapping]] = ..., question: _Optional[_Union[QuestionEvent, _Mapping]] = ..., question_closed: _Optional[_Union[QuestionClosedEvent, _Mapping]] = ...) -> None: ...
+    web_searching: WebSearchingEvent
+    summarizing: SummarizingEvent
+    def __init__(self, started: _Optional[_Union[StartedEvent, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingEvent, _Mapping]] = ..., searching: _Optional[_Union[SearchingEvent, _Mapping]] = ..., done: _Optional[_Union[DoneEvent, _Mapping]] = ..., error: _Optional[_Union[ErrorEvent, _Mapping]] = ..., calculating: _Optional[_Union[CalculatingEvent, _Mapping]] = ..., reading: _Optional[_Union[ReadingEvent, _Mapping]] = ..., counting: _Optional[_Union[CountingEvent, _Mapping]] = ..., question: _Optional[_Union[QuestionEvent, _Mapping]] = ..., question_closed: _Optional[_Union[QuestionClosedEvent, _Mapping]] = ..., web_searching: _Optional[_Union[WebSearchingEvent, _Mapping]] = ..., summarizing: _Optional[_Union[SummarizingEvent, _Mapping]] = ...) -> None: ...
+
+class WebSearchingEvent(_message.Message):
+    __slots__ = ("iteration", "query", "result_count", "provider", "cached", "duration_ms", "error", "step")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    RESULT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    query: str
+    result_count: int
+    provider: str
+    cached: bool
+    duration_ms: int
+    error: str
+    step: int
+    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[str] = ..., result_count: _Optional[int] = ..., provider: _Optional[str] = ..., cached: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class SummarizingEvent(_message.Message):
+    __slots__ = ("iteration", "result_ids", "focus", "point_count", "cited_ids", "input_chars", "duration_ms", "error", "step")
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_IDS_FIELD_NUMBER: _ClassVar[int]
+    FOCUS_FIELD_NUMBER: _ClassVar[int]
+    POINT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CITED_IDS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    result_ids: _containers.RepeatedScalarFieldContainer[str]
+    focus: str
+    point_count: int
+    cited_ids: _containers.RepeatedScalarFieldContainer[str]
+    input_chars: int
+    duration_ms: int
+    error: str
+    step: int
+    def __init__(self, iteration: _Optional[int] = ..., result_ids: _Optional[_Iterable[str]] = ..., focus: _Optional[str] = ..., point_count: _Optional[int] = ..., cited_ids: _Optional[_Iterable[str]] = ..., input_chars: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class ToolCallRecord(_message.Message):
-    __slots__ = ("call_id", "name", "arguments_json", "validated_arguments_json", "started_at", "duration_ms", "result_ids", "error", "total_count", "previewed_ids", "output", "results")
+    __slots__ = ("call_id", "name", "arguments_json", "validated_arguments_json", "started_at", "duration_ms", "result_ids", "error", "total_count", "previewed_ids", "output", "results", "web")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -422,6 +487,7 @@ class ToolCallRecord(_message.Message):
     PREVIEWED_IDS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    WEB_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     name: str
     arguments_json: str
@@ -434,7 +500,8 @@ class ToolCallRecord(_message.Message):
     previewed_ids: _containers.RepeatedScalarFieldContainer[str]
     output: str
     results: _containers.RepeatedCompositeFieldContainer[_search_pb2.SearchResult]
-    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., validated_arguments_json: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration_ms: _Optional[int] = ..., result_ids: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., total_count: _Optional[int] = ..., previewed_ids: _Optional[_Iterable[str]] = ..., output: _Optional[str] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ...) -> None: ...
+    web: bool
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json: _Optional[str] = ..., validated_arguments_json: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration_ms: _Optional[int] = ..., result_ids: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., total_count: _Optional[int] = ..., previewed_ids: _Optional[_Iterable[str]] = ..., output: _Optional[str] = ..., results: _Optional[_Iterable[_Union[_search_pb2.SearchResult, _Mapping]]] = ..., web: _Optional[bool] = ...) -> None: ...
 
 class StepRecord(_message.Message):
     __slots__ = ("index", "text", "tool_calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "answered_by", "started_at", "model_ms", "duration_ms", "offered_tools", "compacted")

@@ -133,13 +133,23 @@ class Chunk(_message.Message):
     def __init__(self, id: _Optional[str] = ..., document_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., entity_type: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., url: _Optional[str] = ..., breadcrumbs: _Optional[_Iterable[_Union[Breadcrumb, _Mapping]]] = ..., metadata: _Optional[_Mapping[str, MetadataValue]] = ...) -> None: ...
 
 class SearchResult(_message.Message):
-    __slots__ = ("chunk", "score", "dense_score", "keyword_score")
+    __slots__ = ("chunk", "score", "dense_score", "keyword_score", "web")
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     DENSE_SCORE_FIELD_NUMBER: _ClassVar[int]
     KEYWORD_SCORE_FIELD_NUMBER: _ClassVar[int]
+    WEB_FIELD_NUMBER: _ClassVar[int]
     chunk: Chunk
     score: float
     dense_score: float
     keyword_score: float
-    def __init__(self, chunk: _Optional[_Union[Chunk, _Mapping]] = ..., score: _Optional[float] = ..., dense_score: _Optional[float] = ..., keyword_score: _Optional[float] = ...) -> None: ...
+    web: WebOrigin
+    def __init__(self, chunk: _Optional[_Union[Chunk, _Mapping]] = ..., score: _Optional[float] = ..., dense_score: _Optional[float] = ..., keyword_score: _Optional[float] = ..., web: _Optional[_Union[WebOrigin, _Mapping]] = ...) -> None: ...
+
+class WebOrigin(_message.Message):
+    __slots__ = ("provider", "fetched_at")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    fetched_at: _timestamp_pb2.Timestamp
+    def __init__(self, provider: _Optional[str] = ..., fetched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

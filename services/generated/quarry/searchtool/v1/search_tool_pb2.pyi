@@ -192,7 +192,7 @@ class FieldInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[FieldType, str]] = ...) -> None: ...
 
 class Collection(_message.Message):
-    __slots__ = ("name", "document_count", "chunk_count", "sources", "entity_types", "fields", "earliest_created_at", "latest_created_at", "embedding_model", "embedding_dimensions", "building")
+    __slots__ = ("name", "document_count", "chunk_count", "sources", "entity_types", "fields", "earliest_created_at", "latest_created_at", "embedding_model", "embedding_dimensions", "building", "damage")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,7 @@ class Collection(_message.Message):
     EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     BUILDING_FIELD_NUMBER: _ClassVar[int]
+    DAMAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     document_count: int
     chunk_count: int
@@ -215,7 +216,8 @@ class Collection(_message.Message):
     embedding_model: str
     embedding_dimensions: int
     building: bool
-    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., entity_types: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., fields: _Optional[_Iterable[_Union[FieldInfo, _Mapping]]] = ..., earliest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., latest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedding_model: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., building: _Optional[bool] = ...) -> None: ...
+    damage: str
+    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., entity_types: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., fields: _Optional[_Iterable[_Union[FieldInfo, _Mapping]]] = ..., earliest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., latest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedding_model: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., building: _Optional[bool] = ..., damage: _Optional[str] = ...) -> None: ...
 
 class GetCollectionResponse(_message.Message):
     __slots__ = ("collection",)
@@ -365,3 +367,39 @@ class CountDocumentsResponse(_message.Message):
     breakdowns: _containers.RepeatedCompositeFieldContainer[CountBreakdown]
     exact: bool
     def __init__(self, document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., breakdowns: _Optional[_Iterable[_Union[CountBreakdown, _Mapping]]] = ..., exact: _Optional[bool] = ...) -> None: ...
+
+class WebSearchRequest(_message.Message):
+    __slots__ = ("query", "limit")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    limit: int
+    def __init__(self, query: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class WebResult(_message.Message):
+    __slots__ = ("id", "title", "url", "snippet", "provider", "fetched_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    SNIPPET_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    url: str
+    snippet: str
+    provider: str
+    fetched_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., url: _Optional[str] = ..., snippet: _Optional[str] = ..., provider: _Optional[str] = ..., fetched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class WebSearchResponse(_message.Message):
+    __slots__ = ("results", "provider", "cached", "took_ms")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    TOOK_MS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[WebResult]
+    provider: str
+    cached: bool
+    took_ms: float
+    def __init__(self, results: _Optional[_Iterable[_Union[WebResult, _Mapping]]] = ..., provider: _Optional[str] = ..., cached: _Optional[bool] = ..., took_ms: _Optional[float] = ...) -> None: ...

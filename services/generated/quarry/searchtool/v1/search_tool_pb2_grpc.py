@@ -85,6 +85,11 @@ class SearchToolServiceStub:
                 request_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsRequest.SerializeToString,
                 response_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsResponse.FromString,
                 _registered_method=True)
+        self.WebSearch = channel.unary_unary(
+                '/quarry.searchtool.v1.SearchToolService/WebSearch',
+                request_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.WebSearchRequest.SerializeToString,
+                response_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.WebSearchResponse.FromString,
+                _registered_method=True)
 
 
 class SearchToolServiceServicer:
@@ -165,6 +170,16 @@ class SearchToolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WebSearch(self, request, context):
+        """Searches the web through the configured provider (SearxNG, Brave Search, Tavily), not a
+        collection: no caller filter applies and nothing is stored. FAILED_PRECONDITION
+        (`WEB_SEARCH_DISABLED`) when no provider is configured; PERMISSION_DENIED for an API key
+        whose `web_search` is false; UNAVAILABLE with RetryInfo when every provider failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SearchToolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +232,11 @@ def add_SearchToolServiceServicer_to_server(servicer, server):
                     servicer.CountDocuments,
                     request_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsRequest.FromString,
                     response_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsResponse.SerializeToString,
+            ),
+            'WebSearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.WebSearch,
+                    request_deserializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.WebSearchRequest.FromString,
+                    response_serializer=quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.WebSearchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -490,6 +510,33 @@ class SearchToolService:
             '/quarry.searchtool.v1.SearchToolService/CountDocuments',
             quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsRequest.SerializeToString,
             quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.CountDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WebSearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quarry.searchtool.v1.SearchToolService/WebSearch',
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.WebSearchRequest.SerializeToString,
+            quarry_dot_searchtool_dot_v1_dot_search__tool__pb2.WebSearchResponse.FromString,
             options,
             channel_credentials,
             insecure,

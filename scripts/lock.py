@@ -1,0 +1,176 @@
+"""The lock files every install reads, made from pyproject.toml by `uv pip compile`.
+
+    python scripts/lock.py           # `make lock`: write requirements/*.lock
+    python scripts/lock.py --check   # `make check-lock` (in `make test`): offline, exit 1 if stale
+
+pyproject.toml stays the one place a direct dependency's version is pinned; the lock files add
+every transitive dependency, pinned, with the SHA-256 of each of its published files, for every
+platform and Python 3.11+ (`--universal`), so `pip install --require-hashes` installs the same
+bytes on a laptop, in CI and in the image:
+
+    requirements/dev.lock      runtime + the `dev` extra: `make setup` (the venv, CI)
+    requirements/runtime.lock  runtime only: the image (Containerfile)
+    requirements/build.lock    the build backend ([build-system] requires): the image builds the
+                               wheel with it, without build isolation
+
+runtime.lock and build.lock are resolved under dev.lock as constraints, so what ships is what the
+tests ran on. A re-run keeps every version already locked unless pyproject.toml asks otherwise
+(uv reads the existing file as its preference), so after a merge that adds a pin, `make lock`
+changes only what that pin brings. `--check` needs no network: each lock must list exactly the
+pins of pyproject.toml (name and version) as its direct dependencies, with hashes on every entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = ROOT / "pyproject.toml"
+LOCKS = ROOT / "requirements"
+UV = Path(sys.executable).with_name("uv")
+COMPILE = [
+    "pip",
+    "compile",
+    "--universal",
+    "--python-version",
+    "3.11",
+    "--generate-hashes",
+    "--custom-compile-command",
+    "make lock",
+    "--quiet",
+]
+DIRECT = "quarry (pyproject.toml)"
+"""uv's `# via` annotation of a dependency pyproject.toml names itself."""
+_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+
+
+@dataclass(frozen=True)
+class Lock:
+    """One lock file and the pyproject.toml pins it must carry as direct dependencies."""
+
+    name: str
+    extras: tuple[str, ...]
+    build_system: bool = False
+
+    @property
+    def path(self) -> Path:
+        return LOCKS / f"{self.name}.lock"
+
+
+LOCK_FILES = (
+    Lock("dev", ("dev",)),
+    Lock("runtime", ()),
+    Lock("build", (), build_system=True),
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="verify, offline; write nothing")
+    args = parser.parse_args()
+    if args.check:
+        problems = [p for lock in LOCK_FILES for p in check(lock)]
+        for problem in problems:
+            print(f"lock: {problem}", file=sys.stderr)
+        if problems:
+            print("lock: the lock files are stale: run `make lock`", file=sys.stderr)
+        return 1 if problems else 0
+    LOCKS.mkdir(exist_ok=True)
+    for lock in LOCK_FILES:
+        write(lock)
+    return 0
+
+
+def write(lock: Lock) -> None:
+    """(Re)write `lock` with uv, relative paths only so the header reads the same everywhere."""
+    command = [str(UV), *COMPILE, "-o", str(lock.path.relative_to(ROOT))]
+    if lock.build_system:
+        command += ["-", "--constraint", "requirements/dev.lock"]
+        text = "\n".join(pins(lock)) + "\n"
+    else:
+        command += ["pyproject.toml", *(f"--extra={extra}" for extra in lock.extras)]
+        text = None
+        if lock.name != "dev":
+            command += ["--constraint", "requirements/dev.lock"]
+    subprocess.run(command, cwd=ROOT, input=text, text=True, check=True)
+    print(f"wrote {lock.path.relative_to(ROOT)}")
+
+
+def pins(lock: Lock, pyproject: str | None = None) -> list[str]:
+    """The requirements for `lock` in `pyproject` (pyproject.toml's text), as written there."""
+    data = tomllib.loads(PYPROJECT.read_text() if pyproject is None else pyproject)
+    if lock.build_system:
+        return list(data["build-system"]["requires"])
+    project = data["project"]
+    optional = project.get("optional-dependencies", {})
+    return [*project["dependencies"], *(r for extra in lock.extras for r in optional[extra])]
+
+
+def check(lock: Lock) -> list[str]:
+    """Why `lock`'s file does not match pyproject.toml; empty when it does."""
+    where = str(lock.path.relative_to(ROOT))
+    if not lock.path.exists():
+        return [f"{where} is missing"]
+    return mismatches(lock, PYPROJECT.read_text(), lock.path.read_text(), where=where)
+
+
+def mismatches(lock: Lock, pyproject: str, text: str, *, where: str) -> list[str]:
+    """Why the lock file `text` does not carry `pyproject`'s pins for `lock`; empty when it does."""
+    wanted: dict[str, str] = {}
+    problems: list[str] = []
+    for requirement in pins(lock, pyproject):
+        name, _, version = re.sub(r"\[[^]]*\]", "", requirement).partition("==")
+        if not version or any(c in version for c in ",;<>~! "):
+            problems.append(f"pyproject.toml: {requirement!r} is not pinned with == (pin it)")
+            continue
+        wanted[_normal(name)] = version.strip()
+    entries = _entries(text)
+    for name, version in wanted.items():
+        found = entries.get(name)
+        if found is None:
+            problems.append(f"{where}: {name}=={version} is not locked")
+        elif found.version != version:
+            problems.append(f"{where}: {name} is locked at {found.version}, pinned at {version}")
+    if not lock.build_system:
+        for name, entry in entries.items():
+            if entry.direct and name not in wanted:
+                problems.append(f"{where}: {name} is locked as a direct dependency, not pinned")
+    problems += [f"{where}: {name} has no hash" for name, e in entries.items() if not e.hashed]
+    return problems
+
+
+@dataclass
+class _Entry:
+    version: str
+    hashed: bool = False
+    direct: bool = False
+
+
+def _entries(text: str) -> dict[str, _Entry]:
+    """name -> (version, has a hash, named by pyproject.toml) of each package in a lock file."""
+    entries: dict[str, _Entry] = {}
+    current: _Entry | None = None
+    for line in text.splitlines():
+        match = _ENTRY.match(line)
+        if match:
+            current = entries[_normal(match.group(1))] = _Entry(match.group(2))
+        elif current is not None and "--hash=sha256:" in line:
+            current.hashed = True
+        elif current is not None and line.lstrip("# ").removeprefix("via ").strip() == DIRECT:
+            current.direct = True
+    return entries
+
+
+def _normal(name: str) -> str:
+    """The PEP 503 form of a distribution name (`Foo_Bar` and `foo-bar` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""BM25 as the embedded engine scores it, for an engine that keeps its own term statistics.
+
+The embedded engine's keyword side is LanceDB's native full-text index with the product's
+tokenizer (`lancedb.index.FTS()` defaults, `engine/lancedb/indexes.py`): a *simple* tokenizer
+(maximal runs of alphanumeric characters), tokens of 40 UTF-8 bytes or more dropped, lower case,
+English Snowball stemming, then English stop words removed, then ASCII folding; and Lance's BM25:
+
+    score(d, q) = sum over distinct query terms t of  idf(t) * (k1 + 1) * f / (f + k1 * norm(d))
+    idf(t)      = ln((N - n(t) + 0.5) / (n(t) + 0.5) + 1)
+    norm(d)     = 1 - b + b * |d| / avgdl,   k1 = 1.2, b = 0.75
+
+with `f` the term's count in the chunk, `|d|` the chunk's token count, `N` the chunks of the
+collection, `n(t)` the chunks holding `t` and `avgdl` the mean token count. This module is the
+tokenizer and those formulas; the PostgreSQL engine stores each chunk's term counts and keeps
+`N`, the token total and every `n(t)` up to date in the same transaction as the write
+(`engine/postgres/schema.py`). `tests/search_tool/test_postgres_bm25.py` checks both against
+LanceDB itself.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import Stemmer
+
+K1 = 1.2
+B = 0.75
+MAX_TOKEN_BYTES = 40
+"""Tokens of this many UTF-8 bytes or more are dropped (Lance's `max_token_length`)."""
+
+_STOP_WORD_TEXT = """
+i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her
+hers herself it its itself they them their theirs themselves what which who whom this that these
+those am is are was were be been being have has had having do does did doing a an the and but if
+or because as until while of at by for with about against between into through during before
+after above below to from up down in out on off over under again further then once here there
+when where why how all any both each few more most other some such no nor not only own same so
+than too very s t can will just don should now d ll m o re ve y ain aren couldn didn doesn hadn
+hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn
+"""
+ENGLISH_STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
+"""Tantivy's English stop words (Snowball's list), removed *after* stemming as Lance does: so
+`being` (stem `be`) is removed and `does` (stem `doe`) is kept. Checked word by word against
+LanceDB (`tests/search_tool/test_postgres_bm25.py`)."""
+
+_WORD = re.compile(r"[^\W_]+")
+"""Maximal runs of alphanumeric characters (tantivy's SimpleTokenizer)."""
+_FOLDED = {
+    "ß": "ss",
+    "æ": "ae",
+    "œ": "oe",
+    "ø": "o",
+    "đ": "d",
+    "ð": "d",
+    "þ": "th",
+    "ł": "l",
+    "ħ": "h",
+    "ı": "i",
+    "ŀ": "l",
+    "ŧ": "t",
+}
+"""Letters ASCII folding maps that Unicode decomposition does not."""
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer("english")
+
+
+def _fold(token: str) -> str:
+    if token.isascii():
+        return token
+    decomposed = unicodedata.normalize("NFKD", token)
+    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return "".join(_FOLDED.get(c, c) for c in stripped)
+
+
+def tokens(text: str) -> list[str]:
+    """The terms of `text` in order, as the embedded engine's index makes them."""
+    words = [w.lower() for w in _WORD.findall(text) if len(w.encode("utf-8")) < MAX_TOKEN_BYTES]
+    stemmed = _stemmer().stemWords(words)
+    return [_fold(t) for t in stemmed if t not in ENGLISH_STOP_WORDS]
+
+
+@dataclass(frozen=True)
+class TermCounts:
+    """What the index keeps of one chunk's keyword text."""
+
+    counts: Mapping[str, int]
+    """Each distinct term and how often it occurs."""
+    length: int
+    """Tokens in all (`|d|`)."""
+
+
+def term_counts(text: str) -> TermCounts:
+    """The term counts and length of one chunk's keyword text."""
+    found = tokens(text)
+    return TermCounts(Counter(found), len(found))
+
+
+def query_terms(text: str) -> Counter[str]:
+    """The terms of a query and how often each occurs: a repeated word counts again, as in
+    Lance (`alpha alpha` scores twice `alpha`)."""
+    return Counter(tokens(text))
+
+
+def idf(documents_with_term: int, documents: int) -> float:
+    """Lance's BM25 idf; 0 for a term no chunk holds."""
+    if documents_with_term <= 0:
+        return 0.0
+    return math.log((documents - documents_with_term + 0.5) / (documents_with_term + 0.5) + 1.0)
+
+
+def weights(
+    terms: Mapping[str, int], document_frequencies: Mapping[str, int], documents: int
+) -> dict[str, float]:
+    """Each query term's weight: its idf times its count in the query (terms no chunk holds are
+    left out: they score nothing)."""
+    return {
+        term: idf(document_frequencies.get(term, 0), documents) * count
+        for term, count in terms.items()
+        if document_frequencies.get(term, 0) > 0
+    }
+
+
+def score(
+    counts: Mapping[str, int], length: int, term_weights: Mapping[str, float], avgdl: float
+) -> float:
+    """BM25 of one chunk (the formula the engine's SQL computes; used by tests)."""
+    norm = K1 * (1.0 - B + B * length / avgdl) if avgdl > 0 else K1
+    total = 0.0
+    for term, weight in term_weights.items():
+        f = counts.get(term, 0)
+        if f:
+            total += weight * (K1 + 1.0) * f / (f + norm)
+    return total

@@ -1,0 +1,118 @@
+"""The PostgreSQL engine's tables.
+
+    quarry_collections          one row per collection: name, embedding model and dimensions, the
+                                BM25 totals (chunks, tokens) every write keeps current, and a
+                                write sequence number (cached counts are valid until it moves)
+    quarry_collection_fields    the metadata keys of each collection with their types
+    quarry_chunks_<id>          the chunks of collection <id>: chunk fields, metadata (jsonb),
+                                the vector (pgvector, HNSW cosine index), the BM25 term counts
+                                (`term_freqs`, `terms` with a GIN index) and length, trigram
+                                indexes for `contains` on title and text
+    quarry_terms_<id>           BM25 document frequency of every term of collection <id>
+
+The catalog comes from versioned migrations (`MIGRATIONS`, applied once under the advisory lock of
+`services.common.postgres.migrate`); a collection's own tables are made by `ensure_collection`.
+Table names carry the collection's numeric id, never its name, so no caller text becomes an
+identifier.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from services.common.postgres import Migration
+
+COMPONENT = "search_tool"
+"""The migrations' component name in `quarry_schema_migrations`."""
+
+MIGRATIONS = (
+    Migration(
+        1,
+        "collection catalog",
+        (
+            "CREATE EXTENSION IF NOT EXISTS vector",
+            "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+            """CREATE TABLE quarry_collections (
+                id bigserial PRIMARY KEY,
+                name text NOT NULL UNIQUE,
+                embedding_model text NOT NULL,
+                dimensions integer NOT NULL CHECK (dimensions > 0),
+                chunk_count bigint NOT NULL DEFAULT 0,
+                token_count bigint NOT NULL DEFAULT 0,
+                write_seq bigint NOT NULL DEFAULT 0,
+                created_at timestamptz NOT NULL DEFAULT now()
+            )""",
+            """CREATE TABLE quarry_collection_fields (
+                collection_id bigint NOT NULL REFERENCES quarry_collections ON DELETE CASCADE,
+                key text NOT NULL,
+                type text NOT NULL,
+                PRIMARY KEY (collection_id, key)
+            )""",
+        ),
+    ),
+)
+
+
+def chunks_table(collection_id: int) -> sql.Identifier:
+    return sql.Identifier(f"quarry_chunks_{int(collection_id)}")
+
+
+def terms_table(collection_id: int) -> sql.Identifier:
+    return sql.Identifier(f"quarry_terms_{int(collection_id)}")
+
+
+def collection_ddl(collection_id: int, dimensions: int) -> list[sql.Composed]:
+    """The statements that make one collection's tables and indexes."""
+    chunks = chunks_table(collection_id)
+    terms = terms_table(collection_id)
+    prefix = f"quarry_chunks_{int(collection_id)}"
+
+    def index(suffix: str) -> sql.Identifier:
+        return sql.Identifier(f"{prefix}_{suffix}")
+
+    return [
+        sql.SQL(
+            """CREATE TABLE {chunks} (
+                id text PRIMARY KEY,
+                document_id text NOT NULL,
+                chunk_index integer NOT NULL,
+                title text NOT NULL,
+                text text NOT NULL,
+                source text NOT NULL,
+                entity_type text NOT NULL,
+                created_at timestamptz,
+                updated_at timestamptz,
+                url text NOT NULL,
+                breadcrumb_terms text[] NOT NULL,
+                breadcrumb_path text NOT NULL,
+                metadata jsonb NOT NULL,
+                content_hash text NOT NULL,
+                chunk_json text NOT NULL,
+                embedding vector({dimensions}) NOT NULL,
+                terms text[] NOT NULL,
+                term_freqs jsonb NOT NULL,
+                doc_length integer NOT NULL
+            )"""
+        ).format(chunks=chunks, dimensions=sql.Literal(int(dimensions))),
+        sql.SQL("CREATE INDEX {} ON {} (document_id)").format(index("document"), chunks),
+        sql.SQL("CREATE INDEX {} ON {} (source)").format(index("source"), chunks),
+        sql.SQL("CREATE INDEX {} ON {} (created_at)").format(index("created"), chunks),
+        sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
+            index("embedding"), chunks
+        ),
+        sql.SQL("CREATE INDEX {} ON {} USING gin (terms)").format(index("terms"), chunks),
+        sql.SQL("CREATE INDEX {} ON {} USING gin (text gin_trgm_ops)").format(
+            index("text_trgm"), chunks
+        ),
+        sql.SQL("CREATE INDEX {} ON {} USING gin (title gin_trgm_ops)").format(
+            index("title_trgm"), chunks
+        ),
+        sql.SQL("CREATE TABLE {} (term text PRIMARY KEY, df integer NOT NULL)").format(terms),
+    ]
+
+
+def drop_ddl(collection_id: int) -> list[sql.Composed]:
+    return [
+        sql.SQL("DROP TABLE IF EXISTS {}").format(chunks_table(collection_id)),
+        sql.SQL("DROP TABLE IF EXISTS {}").format(terms_table(collection_id)),
+    ]

@@ -1,0 +1,270 @@
+"""The PostgreSQL engine beyond the shared conformance suite, live against a real PostgreSQL:
+BM25 that scores as the embedded engine does, term statistics that stay exact through every kind of
+write, many replicas writing one document at once, and the operational failures (database down,
+pool full) a caller sees as clear statuses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from bench.harness import SCIFACT_DIR
+from services.common.admission import OVERLOADED
+from services.common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from services.common.postgres import DATABASE_UNAVAILABLE, PostgresSettings
+from services.search_tool.documents import Document
+from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
+from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.postgres import PostgresEngine, bm25
+from tests.postgres_server import PostgresServer
+from tests.search_tool.engine_fixtures import DIMENSIONS, record, records, vector_for
+
+SPEC = CollectionSpec("test-model", DIMENSIONS)
+SCIFACT = SCIFACT_DIR / "corpus.jsonl"
+NO_VECTORS = np.zeros((0, DIMENSIONS), np.float32)
+
+
+def _settings(**overrides: object) -> PostgresSettings:
+    return PostgresSettings.model_validate({"pool_min_size": 0, **overrides})
+
+
+@pytest.fixture
+async def engine(postgres_dsn: str) -> AsyncIterator[PostgresEngine]:
+    opened = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    await opened.ensure_collection("c", SPEC)
+    yield opened
+    await opened.close()
+
+
+_MADE_UP_WORDS = "cell growth vitamin bone cancer risk aspirin insulin receptor gene the of"
+
+
+def _corpus(count: int) -> list[Document]:
+    """Real abstracts (SciFact) when the shared data set is there, else made-up sentences."""
+    documents: list[Document] = []
+    if SCIFACT.exists():
+        with SCIFACT.open(encoding="utf-8") as lines:
+            for line in lines:
+                row = json.loads(line)
+                documents.append(Document(id=str(row["_id"]), text=row["text"], title=row["title"]))
+                if len(documents) == count:
+                    return documents
+    words = [
+        "cell",
+        "growth",
+        "vitamin",
+        "bone",
+        "cancer",
+        "risk",
+        "aspirin",
+        "insulin",
+        "receptor",
+        "gene",
+        "the",
+        "of",
+    ]
+    for i in range(count - len(documents)):
+        text = " ".join(words[(i * 7 + j * 3) % len(words)] for j in range(40 + i % 13))
+        documents.append(Document(id=f"made-{i}", text=text, title=words[i % len(words)]))
+    return documents
+
+
+async def _statistics(dsn: str) -> tuple[tuple[int, int], dict[str, int]]:
+    """(chunks, tokens) and every term's document frequency as the engine keeps them."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        totals = await (
+            await conn.execute("SELECT chunk_count, token_count FROM quarry_collections")
+        ).fetchone()
+        assert totals is not None
+        terms = await (await conn.execute("SELECT term, df FROM quarry_terms_1")).fetchall()
+    return (int(totals[0]), int(totals[1])), {t: n for t, n in terms if n}
+
+
+async def _recomputed(dsn: str) -> tuple[tuple[int, int], dict[str, int]]:
+    """The same statistics recomputed from the stored chunks."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        rows = await (
+            await conn.execute("SELECT term_freqs, doc_length FROM quarry_chunks_1")
+        ).fetchall()
+    frequencies: Counter[str] = Counter()
+    for term_freqs, _ in rows:
+        frequencies.update(term_freqs.keys())
+    return (len(rows), sum(n for _, n in rows)), dict(frequencies)
+
+
+async def test_keyword_scores_match_the_embedded_engines_bm25(
+    engine: PostgresEngine, tmp_path: Path
+) -> None:
+    """Same chunks in both engines: the same matches, the same order, scores within 0.5 %."""
+    documents = _corpus(400)
+    embedded = await LanceDBEngine.open(tmp_path / "lance")
+    try:
+        await embedded.ensure_collection("c", SPEC)
+        await embedded.upsert("c", records(documents))
+        await embedded.refresh("c")
+        await engine.upsert("c", records(documents))
+        queries = [
+            "cell growth",
+            "vitamin D and bone density in the elderly",
+            "IL-10 β-cells",
+            "aspirin aspirin cancer risk",
+            "the of and",
+        ]
+        for text in queries:
+            query = EngineQuery(Strategy.KEYWORD, text, NO_VECTORS, limit=50)
+            theirs = (await embedded.search("c", query)).hits
+            ours = (await engine.search("c", query)).hits
+            assert len(ours) == len(theirs), text
+            for mine, reference in zip(ours, theirs, strict=True):
+                assert mine.score == pytest.approx(reference.score, rel=5e-3), text
+            top = {h.chunk.id for h in theirs[:10]}
+            assert len(top & {h.chunk.id for h in ours[:10]}) >= min(9, len(top)), text
+            assert bool(ours) == (text != "the of and")  # stop words alone match nothing
+    finally:
+        await embedded.close()
+
+
+def test_tokenizer_stems_before_removing_stop_words_as_lance_does() -> None:
+    assert bm25.tokens("Being here, the cells DOES grow: Straße café") == [
+        "cell",
+        "doe",
+        "grow",
+        "strasse",
+        "cafe",
+    ]
+    assert bm25.query_terms("alpha alpha beta") == Counter({"alpha": 2, "beta": 1})
+    assert bm25.tokens("x" * 39 + " " + "y" * 40) == ["x" * 39]
+
+
+async def test_term_statistics_stay_exact_through_upserts_replacements_and_deletes(
+    engine: PostgresEngine, postgres_dsn: str
+) -> None:
+    documents = _corpus(60)
+    await engine.upsert("c", records(documents))
+    rewritten = [
+        replace(d, text=d.text[: len(d.text) // 2] + " novel words") for d in documents[:10]
+    ]
+    await engine.upsert("c", records(rewritten))
+    two_chunks = [record(documents[20], 0, text="first part"), record(documents[20], 1)]
+    assert await engine.replace_documents("c", two_chunks) == (2, 0)
+    assert await engine.replace_documents("c", [record(documents[20], 0, text="only")]) == (1, 1)
+    assert await engine.delete_chunks("c", [f"{documents[30].id}__chunk_0"]) == 1
+    assert (
+        await engine.delete_matching("c", document_ids=[d.id for d in documents[40:45]], where=None)
+        == 5
+    )
+    assert await _statistics(postgres_dsn) == await _recomputed(postgres_dsn)
+    totals, _ = await _statistics(postgres_dsn)
+    assert totals[0] == 60 - 1 - 5
+
+
+async def test_concurrent_replicas_rewriting_one_document_leave_exactly_one_version(
+    postgres_dsn: str,
+) -> None:
+    """Four engines (four replicas, four pools) rewrite one document at once with versions of
+    1 to 4 chunks; afterwards exactly one version is stored, whole, and the statistics agree."""
+    replicas = [await PostgresEngine.open(_settings(), dsn=postgres_dsn) for _ in range(4)]
+    try:
+        await replicas[0].ensure_collection("c", SPEC)
+        document = Document(id="doc", text="shared")
+
+        def version(n: int) -> list[object]:
+            return [
+                replace(record(document, i, text=f"version {n} part {i}"), content_hash=f"v{n}")
+                for i in range(n)
+            ]
+
+        for _ in range(5):
+            await asyncio.gather(
+                *(r.replace_documents("c", version(n + 1)) for n, r in enumerate(replicas))  # type: ignore[arg-type]
+            )
+            stored = (await replicas[0].stored_versions("c", ["doc"]))["doc"]
+            assert stored.content_hash in {"v1", "v2", "v3", "v4"}
+            count = int(stored.content_hash[1:])
+            assert stored.chunk_ids == {f"doc__chunk_{i}" for i in range(count)}
+        assert await _statistics(postgres_dsn) == await _recomputed(postgres_dsn)
+    finally:
+        for replica in replicas:
+            await replica.close()
+
+
+async def test_a_metadata_key_added_by_one_replica_is_filterable_on_another(
+    postgres_dsn: str,
+) -> None:
+    first = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    second = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    try:
+        await first.ensure_collection("c", SPEC)
+        assert "metadata.team" not in await second.fields("c")
+        await first.upsert("c", [record(Document(id="a", text="x", metadata={"team": "eng"}))])
+        assert (await second.fields("c"))["metadata.team"].value == "string"
+        with pytest.raises(InvalidArgument, match=r"metadata\.team"):
+            await second.upsert("c", [record(Document(id="b", text="y", metadata={"team": 3}))])
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_collection_dropped_by_another_replica_is_not_found(postgres_dsn: str) -> None:
+    first = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    second = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    try:
+        await first.ensure_collection("c", SPEC)
+        await first.upsert("c", records(_corpus(3)))
+        query = EngineQuery(Strategy.HYBRID, "cell", np.stack([vector_for("q")]))
+        assert (await second.search("c", query)).hits
+        await first.drop_collection("c")
+        with pytest.raises(NotFound):
+            await second.search("c", query)
+        with pytest.raises(NotFound):
+            await second.fields("c")
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_full_pool_is_resource_exhausted(postgres_dsn: str) -> None:
+    opened = await PostgresEngine.open(
+        _settings(pool_max_size=1, pool_timeout_s=0.3), dsn=postgres_dsn
+    )
+    try:
+        await opened.ensure_collection("c", SPEC)
+        async with opened._pool.connection():  # every connection busy
+            with pytest.raises(ResourceExhausted) as caught:
+                await opened.stored_versions("c", ["x"])
+        assert caught.value.reason == OVERLOADED
+        assert caught.value.retry_after_s == 1.0
+    finally:
+        await opened.close()
+
+
+async def test_the_database_down_is_unavailable_and_searches_recover_when_it_returns(
+    postgres_server: PostgresServer, postgres_dsn: str
+) -> None:
+    opened = await PostgresEngine.open(
+        _settings(pool_timeout_s=0.5, connect_timeout_s=1), dsn=postgres_dsn
+    )
+    try:
+        await opened.ensure_collection("c", SPEC)
+        await opened.upsert("c", records(_corpus(5)))
+        query = EngineQuery(Strategy.KEYWORD, "cell", NO_VECTORS)
+        postgres_server.stop(immediate=True)
+        with pytest.raises(Unavailable) as caught:
+            await opened.search("c", query)
+        assert caught.value.reason == DATABASE_UNAVAILABLE
+        assert caught.value.retry_after_s is not None
+        postgres_server.start()
+        page = await opened.search("c", query)
+        assert page.total_count >= 0
+    finally:
+        await opened.close()
+        if not postgres_server.running:
+            postgres_server.start()
