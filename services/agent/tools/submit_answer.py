@@ -90,6 +90,7 @@ class Answer(BaseModel):
 
 
 class SubmitAnswerTool(Tool):
+    position = 10
     name = SUBMIT_ANSWER
     description = (
         "Submit the final answer with citations. Call this when you have enough information to "
@@ -116,3 +117,7 @@ class SubmitAnswerTool(Tool):
         except ToolArgumentsError as error:
             return context.failed(call, str(error))
         return ToolOutcome(call, "", arguments=answer.model_dump_json(), answer=answer, ran=True)
+
+
+TOOL = SubmitAnswerTool()
+"""This module's tool, found by the registry."""
