@@ -125,3 +125,12 @@ async def test_native_providers_still_send_tools(
     )
     assert response.tool_calls == []
     assert [t["function"]["name"] for t in fake_openai.requests[-1].body["tools"]] == ["search"]
+
+
+def test_a_raw_newline_inside_a_string_is_read_and_sent_on_as_valid_json() -> None:
+    """llama-cpp-python's JSON grammar lets a model put a raw newline in a string: the call is
+    read anyway and its arguments come out as valid JSON (the newline escaped)."""
+    _, calls = read_calls('{"name": "submit_answer", "arguments": {"text": "a\nb"}}', NAMES)
+    assert [c.name for c in calls] == ["submit_answer"]
+    assert json.loads(calls[0].arguments_json) == {"text": "a\nb"}
+    assert "\n" not in calls[0].arguments_json

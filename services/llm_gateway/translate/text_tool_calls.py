@@ -84,7 +84,10 @@ def read_calls(text: str, tool_names: Sequence[str]) -> tuple[str, list[TextTool
     """The prose around the calls and the calls of known tools written in `text`."""
     for candidate, span in _candidates(text):
         try:
-            data = json.loads(candidate)
+            # strict=False: raw control characters (a newline) inside strings. llama-cpp-python
+            # 0.2.62's JSON grammar lets a model write them (measured: a forced submit_answer
+            # whose text held a raw newline); the arguments are re-serialised as valid JSON.
+            data = json.loads(candidate, strict=False)
         except json.JSONDecodeError:
             named = _NAMED.search(candidate)
             if named and named.group(1) in tool_names:
