@@ -282,11 +282,16 @@ class FrozenSearchTool(search_tool_pb2_grpc.SearchToolServiceServicer):  # type:
     with what the recorded call showed (searches matched by query, strategy, limit and offset;
     reads by document; counts in order; web searches by query and limit, with the pages the
     model was shown); anything else NOT_FOUND, which the model reads as a failed call and the
-    comparison reports. The collection's facts are not recorded: it reports its name."""
+    comparison reports. The collection's facts are not recorded: it reports its name.
+
+    The agent fetches at least the run's `limit` for every search (the caller's results) while
+    the model's call names its own: a recorded search is keyed by the limit the agent sent,
+    `max(model limit, run limit)`, as the replayed agent sends it again."""
 
     def __init__(self, record: agent_pb2.RunRecord) -> None:
         calls = [c for s in steps_of(record) for c in s.tool_calls if not c.error]
-        self._searches = [(_plan_key(c), c) for c in calls if c.name == "search"]
+        run_limit = run_limit_of(record)
+        self._searches = [(_plan_key(c, run_limit), c) for c in calls if c.name == "search"]
         self._reads = [c for c in calls if c.name == "read"]
         self._counts = [c for c in calls if c.name == "count"]
         self._web = [c for c in calls if c.web]
@@ -360,7 +365,14 @@ def web_response(call: agent_pb2.ToolCallRecord) -> search_tool_pb2.WebSearchRes
     return reply
 
 
-def _plan_key(call: agent_pb2.ToolCallRecord) -> str:
+def run_limit_of(record: agent_pb2.RunRecord) -> int:
+    """The run's `limit`: the request's, else the agent's `loop.default_limit` (10)."""
+    settings = json.loads(record.loop_settings_json or "{}")
+    return record.request.limit or int(settings.get("default_limit", 10))
+
+
+def _plan_key(call: agent_pb2.ToolCallRecord, run_limit: int) -> str:
+    """A recorded search as the agent sent it to the search tool."""
     plan = json.loads(call.validated_arguments_json or "{}")
     query = plan.get("query", {})
     return json.dumps(
@@ -368,7 +380,7 @@ def _plan_key(call: agent_pb2.ToolCallRecord) -> str:
             query.get("primary", ""),
             list(query.get("variations", [])),
             plan.get("retrieval_strategy", "hybrid"),
-            plan.get("limit", 10),
+            max(plan.get("limit", 10), run_limit),
             plan.get("offset", 0),
         ]
     )
@@ -407,6 +419,9 @@ def _step_differences(
 ) -> list[Difference]:
     step = recorded.index
     out: list[Difference] = []
+    if recorded.compacted != replayed.compacted:
+        flags = str(recorded.compacted).lower(), str(replayed.compacted).lower()
+        out.append(Difference(step, "compacted", *flags))
     if recorded.text != replayed.text:
         out.append(Difference(step, "text", recorded.text, replayed.text))
     names = [c.name for c in recorded.tool_calls], [c.name for c in replayed.tool_calls]

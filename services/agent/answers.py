@@ -92,11 +92,39 @@ def final_results(
     return tuple([*cited, *others, *unseen][:limit])
 
 
-def fallback_answer(seen: SeenResults, *, top: int = 3, stopped_by: str = "") -> FinalAnswer:
+_ID_MARKER = re.compile(r"\[([^\[\]\s]+__chunk_\d+)\]")
+
+
+def answer_from_text(text: str, seen: SeenResults) -> FinalAnswer:
+    """A plain-text answer (a model turn without `submit_answer`), its citations validated: a
+    `[result_id]` marker naming a seen result becomes a citation (numbered in order of first
+    mention); one naming an unseen result, and a bare `[n]` (no citation list to check it
+    against), is removed."""
+    kept: list[str] = []
+
+    def cite(match: re.Match[str]) -> str:
+        result_id = match.group(1)
+        if result_id not in seen:
+            return ""
+        if result_id not in kept:
+            kept.append(result_id)
+        return f"[{kept.index(result_id) + 1}]"
+
+    cited = _ID_MARKER.sub(cite, text)
+    cleaned = re.sub(r" ?\[\d{1,3}\]", "", cited) if not kept else cited
+    return FinalAnswer(
+        text=cleaned.strip(), citations=tuple(_citation(seen.by_id[i]) for i in kept)
+    )
+
+
+def fallback_answer(
+    seen: SeenResults, *, top: int = 3, stopped_by: str = "", searched: bool = True
+) -> FinalAnswer:
     """What the agent says when the model never submitted an answer: nothing invented.
 
     `stopped_by` names the limit that ended the run (e.g. `token budget (100 tokens)`); the
-    answer then says so rather than suggesting the collection lacks the answer."""
+    answer then says so rather than suggesting the collection lacks the answer. `searched`
+    False: no search ran, so the answer claims none."""
     best = seen.best()[:top]
     if stopped_by:
         stopped = f"The run stopped at its {stopped_by} before the model answered. "
@@ -109,6 +137,11 @@ def fallback_answer(seen: SeenResults, *, top: int = 3, stopped_by: str = "") ->
         return FinalAnswer(
             text=stopped + f"The most relevant results read so far: {listed}.",
             citations=tuple(_citation(h) for h in best),
+        )
+    if not best and not searched:
+        return FinalAnswer(
+            text="The model gave no answer and no search was run, so this says nothing about "
+            "whether the collection holds the answer: ask again."
         )
     if not best:
         return FinalAnswer(

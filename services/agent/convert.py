@@ -181,6 +181,33 @@ def _history_violations(
     return violations
 
 
+def as_run_request(
+    message: agent_pb2.RunRequest | agent_pb2.StreamRunRequest,
+) -> agent_pb2.RunRequest:
+    """The request as the run history records it (a `RunRequest`): a `Run`'s as received, a
+    `StreamRun`'s fields copied (no serialise/parse round trip; `question_windows` is a
+    stream's own)."""
+    if isinstance(message, agent_pb2.RunRequest):
+        return message
+    copied = agent_pb2.RunRequest(
+        collection=message.collection,
+        query=message.query,
+        mode=message.mode,
+        limit=message.limit,
+        history=message.history,
+        route=message.route,
+        tools=message.tools,
+    )
+    for name in ("filter", "budget", "temperature", "seed"):
+        if message.HasField(name):
+            value = getattr(message, name)
+            if isinstance(value, float | int):
+                setattr(copied, name, value)
+            else:
+                getattr(copied, name).CopyFrom(value)
+    return copied
+
+
 def question_windows(
     message: agent_pb2.QuestionWindows, configured: QuestionWindows
 ) -> QuestionWindows:
@@ -431,9 +458,12 @@ def _metadata_message(value: Scalar) -> search_pb2.MetadataValue:
     return search_pb2.MetadataValue(string_value=value)
 
 
-def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.RunResponse:
+def run_response(
+    result: RunResult, *, full_steps: bool = False, with_steps: bool = True
+) -> agent_pb2.RunResponse:
     """The final response; its step records without each call's output and results unless
-    `full_steps` (what `GetRun` returns)."""
+    `full_steps` (what `GetRun` returns); none with `with_steps` False (the run history, which
+    stores each step once, as it ends)."""
     answer = agent_pb2.Answer(
         text=result.answer.text,
         citations=[
@@ -461,7 +491,7 @@ def run_response(result: RunResult, *, full_steps: bool = False) -> agent_pb2.Ru
         iterations=result.iterations,
         run_id=result.run_id,
         answered_by=_answered_by(result.answered_by),
-        steps=[step_message(s, full=full_steps) for s in result.steps],
+        steps=[step_message(s, full=full_steps) for s in result.steps] if with_steps else [],
         duration_ms=result.duration_ms,
     )
 

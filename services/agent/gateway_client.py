@@ -28,7 +28,6 @@ from services.agent.ports import (
 from services.common import errors
 from services.common.status import details_of_rpc_error
 
-CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
 _ROLES = {
     Role.SYSTEM: gw.ROLE_SYSTEM,
     Role.USER: gw.ROLE_USER,
@@ -141,7 +140,7 @@ def _route_first(status: gw.GetStatusResponse, route: str) -> gw.ProviderStatus 
 
 def _gateway_error(error: grpc.aio.AioRpcError, channel: grpc.aio.Channel) -> Exception:
     details = details_of_rpc_error(error)
-    if details.reason == CONTEXT_WINDOW_EXCEEDED:
+    if details.reason == errors.CONTEXT_WINDOW_EXCEEDED:
         return ContextWindowExceeded(details.message)
     if details.code == grpc.StatusCode.INVALID_ARGUMENT:
         return errors.QuarryError(f"llm gateway rejected the conversation: {details.message}")

@@ -4,7 +4,7 @@ The same records as the SQLite store (`history.py`): one row per run with its re
 response (protobuf bytes), its steps and its events, written when the run starts, once per
 finished step, and when it ends. Any replica answers `GetRun` / `ListRuns` for every run.
 
-    replica A ──begin/append/finish──▶ writer task ──pool──▶ agent_runs, agent_run_steps,
+    replica A ──begin/append/finish──▶ writer tasks ──pool──▶ agent_runs, agent_run_steps,
                                                                agent_run_events
     replica A ──heartbeat every heartbeat_interval_s──▶ agent_replicas (name, heartbeat_at)
     any replica: a replica whose heartbeat is older than lease_s is gone → its `running` runs
@@ -17,8 +17,9 @@ finished step, and when it ends. Any replica answers `GetRun` / `ListRuns` for e
   starts it marks its own leftover running runs (a restarted container keeps its name).
 * **Schema** versions through `services.common.postgres.migrate` (component `agent`), under the
   advisory lock, so replicas starting together apply each migration once.
-* **The database down.** Writes are queued on one writer task (so one run's writes keep their
-  order) and are best-effort: a write that fails is counted (`failed_writes`) and logged, never
+* **The database down.** Writes are queued on `WRITERS` writer tasks, each run's writes always
+  on the same one (by its id), so one run's writes keep their order while runs write in
+  parallel; they are best-effort: a write that fails is counted (`failed_writes`) and logged, never
   retried and never a reason to fail a run; while the database is known down (`DatabaseHealth`)
   writes are dropped at once (counted) instead of waiting for a connection, and readiness is
   logged as degraded; when it answers again recording resumes, and a run's end is written in
@@ -65,6 +66,8 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "agent"
 """The agent's name in the migrations table (the search tool's tables are its own)."""
+WRITERS = 4
+"""Writer tasks (and so pooled connections) writing at once; a run's writes all go to one."""
 RETENTION_LOCK_KEY = 0x51_41_52_52_59_52_45_54  # "QARRYRET"
 """Transaction advisory lock: one replica at a time applies retention."""
 DEAD_REPLICA_MESSAGE = (
@@ -150,13 +153,14 @@ class PostgresRunHistory:
         self.replica = settings.replica.resolved_name()
         self._given_pool = pool
         self._pool: Pool | None = pool
-        self._queue: asyncio.Queue[_Write | None] = asyncio.Queue()
+        self._queues: list[asyncio.Queue[_Write | None]] = [asyncio.Queue() for _ in range(WRITERS)]
+        self._writers: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._prepared = asyncio.Event()
         self._health: DatabaseHealth | None = None
         self._last_sweep = 0.0
-        self._enqueued = 0
-        self._handled = 0
+        self._enqueued = [0] * WRITERS
+        self._handled = [0] * WRITERS
         self._handled_changed = asyncio.Condition()
         self._database_down = False
         self.failed_writes = 0
@@ -184,7 +188,10 @@ class PostgresRunHistory:
         database answers. Returns 0: what is marked is logged when it is (asynchronously)."""
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._maintain(), name="run history heartbeat"))
-        self._tasks.append(loop.create_task(self._write_loop(), name="run history writer"))
+        for shard in range(WRITERS):
+            self._writers.append(
+                loop.create_task(self._write_loop(shard), name=f"run history writer {shard}")
+            )
         return 0
 
     async def wait_ready(self, timeout_s: float) -> bool:
@@ -196,16 +203,18 @@ class PostgresRunHistory:
 
     async def close(self) -> None:
         """Finish the queued writes (while the database answers), stop the heartbeat, close."""
-        await self._queue.put(None)
-        writer = self._tasks[-1] if self._tasks else None
-        if writer is not None:
+        for queue in self._queues:
+            await queue.put(None)
+        if self._writers:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.postgres.statement_timeout_s):
-                    await asyncio.shield(writer)
-        for task in self._tasks:
+                    await asyncio.shield(asyncio.gather(*self._writers, return_exceptions=True))
+        tasks = [*self._tasks, *self._writers]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._writers.clear()
         if self._health is not None:
             await self._health.close()
         if self._pool is not None and self._given_pool is None:
@@ -375,21 +384,25 @@ class PostgresRunHistory:
             await conn.execute(f"DELETE FROM {table} WHERE run_id = %s", (run_id,))
 
     def _enqueue(self, write: _Write) -> bool:
-        if self._queue.qsize() >= self.settings.queue_limit:
+        if sum(q.qsize() for q in self._queues) >= self.settings.queue_limit:
             self._dropped(write, "the write queue is full")
             return False
-        self._queue.put_nowait(write)
-        self._enqueued += 1
+        first = write.args[0]  # a run id, or the run's record
+        shard = hash(first if isinstance(first, str) else first.run_id) % WRITERS
+        self._queues[shard].put_nowait(write)
+        self._enqueued[shard] += 1
         return True
 
     async def _caught_up(self) -> None:
         """Wait (briefly) until this replica's writes queued so far are handled, so a read here
         sees them: a run is found by `GetRun` from its own replica as soon as it started."""
-        target = self._enqueued
+        target = list(self._enqueued)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.settings.postgres.pool_timeout_s):
                 async with self._handled_changed:
-                    await self._handled_changed.wait_for(lambda: self._handled >= target)
+                    await self._handled_changed.wait_for(
+                        lambda: all(h >= n for h, n in zip(self._handled, target, strict=True))
+                    )
 
     def _dropped(self, write: _Write, why: str, error: BaseException | None = None) -> None:
         self.failed_writes += 1
@@ -401,10 +414,10 @@ class PostgresRunHistory:
         if write.done is not None and not write.done.done():
             write.done.set_result(None)
 
-    async def _write_loop(self) -> None:
-        while (write := await self._queue.get()) is not None:
+    async def _write_loop(self, shard: int) -> None:
+        while (write := await self._queues[shard].get()) is not None:
             await self._handle(write)
-            self._handled += 1
+            self._handled[shard] += 1
             async with self._handled_changed:
                 self._handled_changed.notify_all()
 

@@ -70,7 +70,9 @@ class RunRecorder:
 
     async def completed(self, result: RunResult) -> None:
         self._record.status = COMPLETED
-        self._record.response.CopyFrom(convert.run_response(result, full_steps=True))
+        # Each step was converted once, as it ended (`step`); the history keeps the response
+        # without them and adds the stored steps when it is read.
+        self._record.response.CopyFrom(convert.run_response(result, with_steps=False))
         self._record.context_window_tokens = result.context_window_tokens
         await self._finish()
 

@@ -106,8 +106,9 @@ class RunHistory(Protocol):
         events: Sequence[agent_pb2.StreamRunResponse],
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
-        """The run's end (status, `ended_at`, `response` with full steps, error, context window)
-        with its last events and steps, in one write; returns once it is stored (or, on a
+        """The run's end (status, `ended_at`, `response` without its steps — they are written
+        by `append` / here, each once —, error, context window) with its last events and steps,
+        in one write; returns once it is stored (or, on a
         storage failure, logged). Also the moment to apply retention when it is due."""
         ...
 

@@ -43,7 +43,6 @@ from services.agent.run_history import (
     RunQuery,
     decode_page_token,
 )
-from services.agent.tools import ASK_USER
 from services.common.auth import current_caller, visible_collections
 from services.common.errors import (
     FailedPrecondition,
@@ -180,7 +179,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
     ) -> AbstractAsyncContextManager[QuestionChannel | None]:
         """The run's question channel while it streams, when it allows `ask_user` (only a
         stream may: `Run` refuses the tool when it converts the request)."""
-        if ASK_USER not in run.allowed_tools or not isinstance(request, agent_pb2.StreamRunRequest):
+        asks = any(t.needs_caller for t in self._loop.tools.offered(run.allowed_tools))
+        if not asks or not isinstance(request, agent_pb2.StreamRunRequest):
             return nullcontext()
         windows = convert.question_windows(
             request.question_windows, self.questions.default_windows()
@@ -235,10 +235,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         self, request: agent_pb2.RunRequest | agent_pb2.StreamRunRequest, run: RunRequest
     ) -> RunRecorder:
         caller = current_caller()
-        as_run_request = agent_pb2.RunRequest.FromString(request.SerializeToString())
         return RunRecorder(
             self._store,
-            as_run_request,
+            convert.as_run_request(request),
             collection=run.collection,
             route=run.route or self._settings.route,
             caller=caller.key.name if caller and caller.key else "",

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
+"""`ErrorInfo.reason` of an INVALID_ARGUMENT whose request does not fit the model's context window:
+the gateway sends it, the agent compacts on it (one name for both)."""
 MAX_SHOWN_CHARS = 48
 """The longest prefix of a caller's value an error message quotes."""
 

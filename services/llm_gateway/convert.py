@@ -15,7 +15,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
 from services.common import errors as status
-from services.common.errors import FieldViolation, InvalidArgument, shown
+from services.common.errors import (
+    CONTEXT_WINDOW_EXCEEDED,
+    FieldViolation,
+    InvalidArgument,
+    shown,
+)
 from services.llm_gateway.attempts import (
     AllProvidersFailed,
     Attempt,
@@ -46,7 +51,6 @@ from services.llm_gateway.model import (
 from services.llm_gateway.schema_check import SchemaChecker, SchemaProblem
 from services.llm_gateway.tokens import count_text_tokens
 
-CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
 _DEFAULT_RETRY_AFTER_S = 1.0
 
 _ROLES = {

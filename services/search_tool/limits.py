@@ -47,6 +47,10 @@ class RequestLimits(BaseModel):
     """All texts of one `Embed` call together. The embedder's work grows with the word pieces it
     reads (about one per character at worst, e.g. CJK text), so this bounds one call to seconds:
     256 texts of 20,000 characters, each within its own limit, ran past two minutes."""
+    embed_total_word_pieces: int = Field(default=4_096, ge=1)
+    """Word pieces the model reads for one `Embed` call (each text counts at most the embedder's
+    `max_tokens`): the model's work, which characters bound only loosely (a CJK character is a
+    word piece, an English word about one)."""
     upsert_total_bytes: int = Field(default=1_000_000, ge=1)
     """All document texts of one `UpsertDocuments` call together, in UTF-8 bytes: by default one
     document of `max_document_bytes`. Without it a call could carry 1,000 such documents."""

@@ -343,9 +343,26 @@ class SearchService:
                 f"{total} characters in all; search_tool.limits.embed_total_chars is {budget} "
                 "(split the texts over several calls)",
             )
+        pieces = self._word_pieces(texts)
+        most_pieces = self._settings.limits.embed_total_word_pieces
+        if pieces > most_pieces:
+            raise InvalidArgument.for_field(
+                "texts",
+                f"{pieces} word pieces for the model to read; "
+                f"search_tool.limits.embed_total_word_pieces is {most_pieces} "
+                "(split the texts over several calls)",
+            )
         async with self._queue.slot():
             vectors = await self._embedder.embed(list(texts))
         return Embeddings(vectors, self._embedder.model_name, self._embedder.dimensions)
+
+    def _word_pieces(self, texts: Sequence[str]) -> int:
+        """What the model reads for `texts`: each text's word pieces and its two markers, at
+        most `embedding.max_tokens` (the model truncates there). Counting a call's at most
+        `embed_total_chars` characters takes well under a millisecond per thousand."""
+        most = self._settings.embedding.max_tokens
+        tokenizer = self._embedder.tokenizer
+        return sum(min(len(tokenizer.spans(text)) + 2, most) for text in texts)
 
     async def _filter(self, request: SearchRequest) -> FilterExpression:
         fields = await self._engine.fields(request.collection)

@@ -94,6 +94,8 @@ def test_the_citable_schema_keeps_every_other_field_and_does_not_touch_the_stati
     jsonschema.validate({**_answer(["b__chunk_1"]), "confidence": 0.5}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"citations": []}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"text": "t"}, schema)
 
 
 def _enum(schema: dict[str, Any]) -> list[str]:

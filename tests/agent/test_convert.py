@@ -165,3 +165,36 @@ def test_an_unknown_tool_name_is_quoted_as_a_short_marked_prefix() -> None:
         convert.run_request(message, default_limit=10)
     assert "… (100000 characters)" in caught.value.message
     assert len(caught.value.message) < 300
+
+
+def test_a_stream_request_is_recorded_as_the_run_request_it_holds_without_a_round_trip() -> None:
+    from quarry.agent.v1 import agent_pb2 as pb
+
+    stream = pb.StreamRunRequest(
+        collection="docs",
+        query="q",
+        mode=pb.MODE_THINKING,
+        limit=7,
+        history=[pb.ConversationTurn(question="a", answer="b")],
+        budget=pb.Budget(max_iterations=3, max_tokens=900),
+        route="r",
+        tools=["search", "ask_user"],
+        temperature=0.5,
+        seed=42,
+        question_windows=pb.QuestionWindows(acknowledge_timeout_s=1),
+    )
+    stream.filter.groups.add().conditions.add(field="source", operator=1)
+    recorded = convert.as_run_request(stream)
+    round_trip = pb.RunRequest.FromString(stream.SerializeToString())
+    round_trip.DiscardUnknownFields()  # the stream's question_windows, kept as unknown bytes
+    assert recorded == round_trip
+    run = pb.RunRequest(query="q")
+    assert convert.as_run_request(run) is run
+
+
+def test_every_run_request_field_is_copied_from_a_stream_request() -> None:
+    from quarry.agent.v1 import agent_pb2 as pb
+
+    stream_fields = {f.name for f in pb.StreamRunRequest.DESCRIPTOR.fields}
+    run_fields = {f.name for f in pb.RunRequest.DESCRIPTOR.fields}
+    assert stream_fields - {"question_windows"} == run_fields  # a new field: copy it too

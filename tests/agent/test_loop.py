@@ -172,22 +172,24 @@ async def test_a_turn_without_tool_calls_is_followed_by_a_forced_answer(
     search: FakeSearch,
 ) -> None:
     model = ScriptedModel(
-        [turn("I think I know already."), turn("", answer_call("Honest answer."))]
+        [
+            turn("", search_call("temporary directory")),
+            turn("I think I know already."),
+            turn("", answer_call("Honest answer.")),
+        ]
     )
     events = await run_events(AgentLoop(model, search), mode=Mode.THINKING)
     result = result_of(events)
     assert result.stop_reason is StopReason.FORCED_ANSWER
     assert result.answer.text == "Honest answer."
-    assert model.requests[1].messages[-2].text == "I think I know already."
-    assert model.requests[1].messages[-1].text == FORCE_ANSWER
+    assert model.requests[2].messages[-2].text == "I think I know already."
+    assert model.requests[2].messages[-1].text == FORCE_ANSWER
 
 
 async def test_fallback_answer_when_even_the_forced_call_does_not_answer(
     search: FakeSearch,
 ) -> None:
-    model = ScriptedModel(
-        [turn("", search_call("temporary directory")), turn("TemporaryDirectory, I believe.")]
-    )
+    model = ScriptedModel([turn("", search_call("temporary directory")), turn("")])
     result = result_of(await run_events(AgentLoop(model, search), mode=Mode.FAST))
     assert result.stop_reason is StopReason.FALLBACK_ANSWER
     assert "did not produce a conclusive answer" in result.answer.text
@@ -197,8 +199,10 @@ async def test_fallback_answer_when_even_the_forced_call_does_not_answer(
 
 
 async def test_fallback_without_any_result_cites_nothing(search: FakeSearch) -> None:
-    model = ScriptedModel([turn("hmm"), turn("still nothing")])
-    result = result_of(await run_events(AgentLoop(model, search), mode=Mode.THINKING))
+    model = ScriptedModel([turn(""), turn(""), turn("")])  # the router's search finds nothing
+    result = result_of(
+        await run_events(AgentLoop(model, search), mode=Mode.THINKING, query="xyzzy quux")
+    )
     assert result.stop_reason is StopReason.FALLBACK_ANSWER
     assert result.answer.citations == ()
     assert result.results == ()
@@ -505,8 +509,9 @@ async def test_token_budget_stops_searching_and_forces_an_answer(search: FakeSea
             turn("", answer_call("Budget answer [1]", [TEMP])),
         ]
     )
-    # The first turn's prompt (system prompt, five tool schemas) is estimated at ~4,100 tokens.
-    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=6000)
+    # The first turn's prompt (system prompt, five tool schemas) is estimated at ~4,100 tokens,
+    # and the budget keeps room for the answer-only call after it (~3,600 + 500 for the answer).
+    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=10_000)
     result = result_of(events)
     assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2
@@ -517,13 +522,13 @@ async def test_token_budget_stops_searching_and_forces_an_answer(search: FakeSea
 async def test_a_spent_budget_says_the_budget_stopped_the_run_without_another_call(
     search: FakeSearch,
 ) -> None:
-    model = ScriptedModel([turn("", search_call("tempfile"), input_tokens=7000)])
+    model = ScriptedModel([turn("", search_call("tempfile"), input_tokens=9_500)])
     result = result_of(
-        await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=6000)
+        await run_events(AgentLoop(model, search), mode=Mode.THINKING, max_tokens=10_000)
     )
     assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 1
-    assert result.answer.text.startswith("The run stopped at its token budget (6000 tokens)")
+    assert result.answer.text.startswith("The run stopped at its token budget (10000 tokens)")
 
 
 async def test_a_budget_spent_before_any_search_never_claims_the_collection_lacks_the_answer(

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from quarry.agent.v1 import agent_pb2
+from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
 from quarry_cli.cli import main
@@ -137,3 +138,32 @@ async def test_a_frozen_replay_answers_a_web_search_with_the_recorded_pages() ->
         await frozen.WebSearch(
             search_tool_pb2.WebSearchRequest(query="zig release", limit=5), context
         )
+
+
+def test_a_replay_that_compacted_differently_differs_in_that_step() -> None:
+    record = _record(_step(1, _search("a")), _step(2))
+    compacted = _step(2)
+    compacted.compacted = True
+    differences = compare(record, _record(_step(1, _search("a")), compacted))
+    assert [(d.step, d.what, d.recorded, d.replayed) for d in differences] == [
+        (2, "compacted", "false", "true")
+    ]
+
+
+async def test_a_frozen_search_that_asked_for_fewer_than_the_run_limit_is_found() -> None:
+    call = agent_pb2.ToolCallRecord(
+        name="search",
+        validated_arguments_json='{"query": {"primary": "q", "variations": []}, "limit": 3,'
+        ' "offset": 0, "retrieval_strategy": "hybrid"}',
+        total_count=7,
+    )
+    call.results.add().chunk.id = "doc__chunk_0"
+    record = _record(_step(1, call))
+    record.request.limit = 10
+    frozen = FrozenSearchTool(record)
+    request = search_tool_pb2.SearchRequest(limit=10)  # max(model 3, run 10): what the agent sends
+    request.query.primary = "q"
+    request.strategy = search_pb2.RETRIEVAL_STRATEGY_HYBRID
+    reply = await frozen.Search(request, _Context())
+    assert [r.chunk.id for r in reply.results] == ["doc__chunk_0"]
+    assert reply.total_count == 7

@@ -89,6 +89,11 @@ def test_dockerignore_admits_only_what_the_build_copies() -> None:
     assert ".venv" not in admitted
 
 
+def test_the_service_ports_and_the_health_only_port_are_exposed() -> None:
+    exposed = {port for op, arg in _final_stage() if op == "EXPOSE" for port in arg.split()}
+    assert exposed == {"50051", "50052", "50053", "50060"}
+
+
 def test_the_build_installs_only_locked_hash_checked_packages_and_resolves_nothing() -> None:
     runs = [arg for op, arg in _instructions() if op == "RUN"]
     installs = [

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from quarry_cli.vespa_deploy import EXIT_REJECTED
-from services.agent.config import AgentSettings
+from services.agent.config import AgentSettings, HistorySettings
 from services.common.server import LIVENESS_SERVICE
 from services.common.settings import QuarrySettings, load_settings
 from services.llm_gateway.config import GatewaySettings
@@ -54,6 +54,8 @@ MARGIN_S = 5
 HEALTH_PORT = 50060
 KEY_DIGESTS_SECRET = "quarry-api-key-digests"
 TLS_SECRET = "quarry-tls"
+AGENT_DB_SECRET = "quarry-agent-postgres"
+"""The agent's PostgreSQL DSN (key `dsn`), mounted as a file where the history is shared."""
 POSTGRES_SECRET = "quarry-postgres"
 """The search tool's database DSN (and CA) in the postgres overlays."""
 POSTGRES_TRIAL_SECRET = "quarry-postgres-trial"
@@ -236,6 +238,7 @@ def test_no_secret_is_written_into_the_manifests(overlay: str, tmp_path: Path) -
                 assert volume["secret"]["secretName"] in (
                     KEY_DIGESTS_SECRET,
                     TLS_SECRET,
+                    AGENT_DB_SECRET,
                     POSTGRES_SECRET,
                 )
                 assert "items" not in volume["secret"]
@@ -342,8 +345,18 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
     allowed = {
         (rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], port["port"])
         for rule in agent_policy["spec"]["egress"]
+        if "to" in rule
         for port in rule["ports"]
     }
+    anywhere = [r["ports"] for r in agent_policy["spec"]["egress"] if "to" not in r]
+    (agent_container,) = _agent(docs)["spec"]["template"]["spec"]["containers"]
+    shared = (
+        config["agent"].get("history", {}).get("kind") == "postgres"
+        or _env(agent_container).get("QUARRY_AGENT_HISTORY__KIND") == "postgres"
+    )
+    assert anywhere == ([[{"protocol": "TCP", "port": 5432}]] if shared else []), (
+        "the agent reaches any address only on PostgreSQL's port, and only with its history there"
+    )
     assert config["agent"]["load_balancing"] == "round_robin"
     for key, target in (
         ("search_tool_address", "search-tool"),
@@ -368,10 +381,11 @@ def test_the_agent_reaches_its_dependencies_through_headless_services_and_networ
         if any("ipBlock" in t for r in p["spec"].get("egress", []) for t in r.get("to", []))
     }
     database = {"search-tool": {5432}} if overlay.startswith("postgres") else {}
-    # the gateway and the pods labelled for HTTPS egress (the OpenAI embedder) reach out
-    beyond = {k: v for k, v in outside.items() if k not in ("llm-gateway", "https-egress")}
-    assert beyond == database
-    assert {"llm-gateway", "https-egress"} <= set(outside)
+    assert {k: v for k, v in outside.items() if k != "llm-gateway"} == {
+        **database,
+        "https-egress": {443},  # opted into by label only (test_https_egress_is_opened_by_label)
+    }
+    assert "llm-gateway" in outside
 
 
 def _selects(selector: Doc, labels: dict[str, str]) -> bool:
@@ -571,30 +585,54 @@ def _agent(docs: tuple[Doc, ...]) -> Doc:
     return agent
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_agents_sqlite_history_has_one_replica_and_a_persistent_volume_never_an_empty_dir(
-    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SQLite has one writer and lives in one pod: one replica, no HPA, `Recreate` (the old pod
-    lets go of the ReadWriteOnce volume first), the file on a PersistentVolumeClaim sized for
-    `max_runs` runs (never the pod's /tmp emptyDir, which fills and goes with the pod)."""
-    docs = rendered(overlay)
+def _agent_history(
+    docs: tuple[Doc, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> HistorySettings:
+    """The agent's history settings as its pod loads them (ConfigMap + the container's env)."""
     path = _with_a_keys_file(*_config(docs, tmp_path), tmp_path)
-    agent = _agent(docs)
-    (container,) = agent["spec"]["template"]["spec"]["containers"]
+    (container,) = _agent(docs)["spec"]["template"]["spec"]["containers"]
     monkeypatch.setenv("QUARRY_AGENT_GATEWAY_KEY", "from-the-secret")
     monkeypatch.delenv("QUARRY_AGENT_HISTORY__PATH")  # the tests' own (tests/conftest.py)
     for name, value in _env(container).items():
         monkeypatch.setenv(name, value)
-    history = load_settings(AgentSettings, path).history
-    assert history.enabled
+    return load_settings(AgentSettings, path).history
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_agents_history_is_sqlite_on_a_volume_with_one_replica_or_postgres_with_many(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one writer and lives in one pod: one replica, no HPA, `Recreate` (the old pod
+    lets go of the ReadWriteOnce volume first), the file on a PersistentVolumeClaim sized for
+    `max_runs` runs (never the pod's /tmp emptyDir, which fills and goes with the pod).
+    PostgreSQL is shared: several replicas with an HPA and a rolling update, no history volume,
+    the DSN from a mounted Secret file, each replica named after its pod."""
+    docs = rendered(overlay)
+    history = _agent_history(docs, tmp_path, monkeypatch)
+    agent = _agent(docs)
+    pod = agent["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
     scaled = {h["spec"]["scaleTargetRef"]["name"] for h in _of(docs, "HorizontalPodAutoscaler")}
+    assert history.enabled
+    assert not [v for v in volumes.values() if "emptyDir" in v and v["name"] != "tmp"]
+    if history.kind == "postgres":
+        assert agent["spec"]["replicas"] >= 2
+        assert "agent" in scaled
+        assert agent["spec"]["strategy"]["type"] == "RollingUpdate"
+        assert not _of(docs, "PersistentVolumeClaim")
+        dsn_file = history.postgres.dsn_file
+        assert dsn_file is not None
+        secret = volumes[mounts[str(dsn_file.parent)]]["secret"]
+        assert secret["secretName"] == AGENT_DB_SECRET
+        (replica,) = [e for e in container["env"] if e["name"].endswith("REPLICA__NAME")]
+        assert replica["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        return
     assert agent["spec"]["replicas"] == 1
     assert "agent" not in scaled
     assert agent["spec"]["strategy"] == {"type": "Recreate"}
     assert history.path.is_absolute()
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in agent["spec"]["template"]["spec"]["volumes"]}
     volume = volumes[mounts[str(history.path.parent)]]
     claim_name = volume["persistentVolumeClaim"]["claimName"]
     (claim,) = [
@@ -605,6 +643,73 @@ def test_the_agents_sqlite_history_has_one_replica_and_a_persistent_volume_never
     assert size.endswith("Gi")
     assert history.max_runs > 0
     assert history.max_runs * RUN_BYTES * 2 <= int(size[:-2]) * 2**30
+
+
+def test_the_optional_agent_route_exposes_only_the_agent_over_tls_through_a_gateway(
+    tmp_path: Path,
+) -> None:
+    """k8s/components/agent-grpc-route added to the embedded overlay (as k8s/README.md says)."""
+    import shutil
+
+    k8s = tmp_path / "k8s"
+    shutil.copytree(ROOT / "k8s", k8s, ignore=shutil.ignore_patterns("rendered"))
+    overlay = k8s / "overlays" / "embedded" / "kustomization.yaml"
+    overlay.write_text(overlay.read_text() + "components: [../../components/agent-grpc-route]\n")
+    out = subprocess.run(
+        [str(KUBECTL), "kustomize", str(overlay.parent)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    docs = tuple(d for d in yaml.safe_load_all(out) if d)
+    (gateway,) = _of(docs, "Gateway")
+    (route,) = _of(docs, "GRPCRoute")
+    for doc in (gateway, route):
+        assert doc["apiVersion"] == "gateway.networking.k8s.io/v1"
+        assert doc["metadata"]["namespace"] == "quarry"
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "quarry"
+    (listener,) = gateway["spec"]["listeners"]
+    assert (listener["protocol"], listener["port"], listener["tls"]["mode"]) == (
+        "HTTPS",
+        443,
+        "Terminate",
+    )
+    (parent,) = route["spec"]["parentRefs"]
+    assert (parent["name"], parent["sectionName"]) == (
+        gateway["metadata"]["name"],
+        listener["name"],
+    )
+    (rule,) = route["spec"]["rules"]
+    services = {m["method"]["service"] for m in rule["matches"]}
+    assert "quarry.agent.v1.AgentService" in services
+    assert not any("searchtool" in s or "llmgateway" in s for s in services)
+    (backend,) = rule["backendRefs"]
+    agent_service = next(
+        s for s in _of(docs, "Service") if s["metadata"]["name"] == backend["name"]
+    )
+    assert agent_service["spec"]["selector"] == {"app.kubernetes.io/name": "agent"}
+    assert backend["port"] in [p["port"] for p in agent_service["spec"]["ports"]]
+    assert "clusterIP" not in agent_service["spec"]  # the balanced Service, not the headless one
+    (agent_policy,) = [p for p in _of(docs, "NetworkPolicy") if p["metadata"]["name"] == "agent"]
+    assert any(
+        "from" not in rule and backend["port"] in [p["port"] for p in rule["ports"]]
+        for rule in agent_policy["spec"]["ingress"]
+    )  # the gateway's data plane, in its own namespace, may reach the agent
+
+
+def test_vespa_is_ready_when_its_query_container_is_and_keeps_its_logs_on_its_volume() -> None:
+    (vespa,) = [w for w in _workloads(rendered("vespa")) if w["metadata"]["name"] == "vespa"]
+    (container,) = vespa["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    readiness = container["readinessProbe"]["httpGet"]
+    assert (readiness["path"], ports[readiness["port"]]) == ("/state/v1/health", 8080)
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    claims = {c["metadata"]["name"] for c in vespa["spec"]["volumeClaimTemplates"]}
+    assert mounts["/opt/vespa/logs"]["name"] in claims
+    internal = next(
+        s for s in _of(rendered("vespa"), "Service") if s["metadata"]["name"] == "vespa-internal"
+    )
+    assert internal["spec"]["publishNotReadyAddresses"] is True  # the deploy Job's way in
 
 
 @pytest.mark.parametrize("overlay", ["postgres", "postgres-trial"])
@@ -640,10 +745,12 @@ def test_the_postgres_search_tool_reads_its_dsn_from_the_secret_and_may_reach_th
         (database,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "postgres"]
         assert database["kind"] == "StatefulSet"
         assert database["spec"]["replicas"] == 1
+        # the search tool, and the agent whose history and questions live there too
         assert policies["postgres"]["ingress"] == [
             {
                 "from": [
-                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "search-tool"}}}
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "search-tool"}}},
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "agent"}}},
                 ],
                 "ports": [{"protocol": "TCP", "port": 5432}],
             }

@@ -36,12 +36,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.server import LIVENESS_SERVICE
 from tests.common.certs import issue, make_ca
-from tests.deploy.test_manifests import OVERLAYS, QUARRY, Doc, rendered
+from tests.deploy.test_manifests import AGENT_DB_SECRET, OVERLAYS, QUARRY, Doc, rendered
 from tests.e2e.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +52,8 @@ KEYS_FILE = "- {name: billing, sha256: " + "ab" * 32 + ", read: [docs]}\n"
 """What `quarry keygen --name billing --read docs` prints (the digest of some key)."""
 POSTGRES_SECRET = "quarry-postgres"
 """The postgres overlays' DSN (and CA): here the DSN of a database of the embedded PostgreSQL."""
+POD_NAME = "agent-7d9c4b5f6-x2x9q"
+"""`metadata.name` of the pod (what `fieldRef` env gives)."""
 SECRET_VALUES = {("quarry-api-keys", "agent-gateway-key"): "qk_agent-gateway-key-for-the-test"}
 """The values the Secrets referenced by `secretKeyRef` hold in this test."""
 
@@ -98,8 +101,13 @@ class Pod:
     health_port: int
 
 
-def _secret_files(name: str, directory: Path, database_dsn: str | None = None) -> None:
-    if name == "quarry-api-key-digests":
+def _secret_files(
+    name: str, directory: Path, database_dsn: str | None = None, agent_dsn: str = ""
+) -> None:
+    if name == AGENT_DB_SECRET:
+        assert agent_dsn, "the pod mounts the agent's database Secret: the test gives it one"
+        (directory / "dsn").write_text(agent_dsn + "\n")
+    elif name == "quarry-api-key-digests":
         (directory / "keys.yaml").write_text(KEYS_FILE)
     elif name == "quarry-tls":
         ca = make_ca(directory, "ca")
@@ -127,6 +135,10 @@ def _env(container: Doc) -> dict[str, str]:
 def _env_value(variable: Doc) -> str:
     if "value" in variable:
         return str(variable["value"])
+    if "fieldRef" in variable["valueFrom"]:
+        field = variable["valueFrom"]["fieldRef"]["fieldPath"]
+        assert field == "metadata.name", f"{variable['name']}: the test knows only the pod name"
+        return POD_NAME
     ref = variable["valueFrom"].get("secretKeyRef")
     assert ref is not None, f"{variable['name']}: the test fills only Secret references"
     key = (ref["name"], ref["key"])
@@ -135,7 +147,12 @@ def _env_value(variable: Doc) -> str:
 
 
 def _lay_out(
-    workload: Doc, docs: tuple[Doc, ...], base: Path, *, database_dsn: str | None = None
+    workload: Doc,
+    docs: tuple[Doc, ...],
+    base: Path,
+    *,
+    database_dsn: str | None = None,
+    agent_dsn: str = "",
 ) -> Pod:
     pod = workload["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -153,7 +170,7 @@ def _lay_out(
         elif "configMap" in volume:
             assert volume["configMap"]["name"] == config_map["metadata"]["name"]
         elif "secret" in volume:
-            _secret_files(volume["secret"]["secretName"], directory, database_dsn)
+            _secret_files(volume["secret"]["secretName"], directory, database_dsn, agent_dsn)
         else:
             assert {"emptyDir", "persistentVolumeClaim"} & set(volume), volume
     for mount in container.get("volumeMounts", []):
@@ -251,6 +268,21 @@ def _assert_not_ready(port: int, name: str) -> None:
     assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+def _wait_for_the_agents_schema(dsn: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    """The pod's agent migrated its database and heartbeats as the pod's name."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        with psycopg.connect(dsn) as conn:
+            tables = conn.execute("SELECT to_regclass('agent_replicas') IS NOT NULL").fetchone()
+            if tables and tables[0]:
+                rows = conn.execute("SELECT replica FROM agent_replicas").fetchall()
+                if rows:
+                    assert [r[0] for r in rows] == [POD_NAME]
+                    return
+        time.sleep(0.2)
+    raise AssertionError(f"the agent never laid out its history schema:\n{log.read_text()[-3000:]}")
+
+
 def _cases() -> list[Any]:
     return [
         pytest.param(overlay, name, id=f"{overlay}-{name}")
@@ -267,7 +299,9 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
     """The postgres overlays' search tool reads a real database (the embedded PostgreSQL). That
     server has no TLS: `postgres-trial` (no TLS in the namespace) becomes SERVING; `postgres`
     (`sslmode: verify-full`) must start, stay live and report NOT_SERVING, as against any
-    database whose certificate it cannot verify."""
+    database whose certificate it cannot verify. An agent that mounts its database Secret
+    (k8s/components/agent-postgres) gets a database too and must have laid out its schema and
+    heartbeated under its pod's name."""
     docs = rendered(overlay)
     (workload,) = [
         d
@@ -276,7 +310,10 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
     ]
     needs_database = overlay.startswith("postgres") and name == "search-tool"
     dsn = str(request.getfixturevalue("postgres_dsn")) if needs_database else None
-    pod = _lay_out(workload, docs, scratch, database_dsn=dsn)
+    volumes = workload["spec"]["template"]["spec"].get("volumes", [])
+    shared = any(v.get("secret", {}).get("secretName") == AGENT_DB_SECRET for v in volumes)
+    agent_dsn = str(request.getfixturevalue("postgres_dsn")) if shared else ""
+    pod = _lay_out(workload, docs, scratch, database_dsn=dsn, agent_dsn=agent_dsn)
     unverifiable = needs_database and overlay == "postgres"
     log = scratch / "pod.log"
     with log.open("wb") as out:
@@ -304,6 +341,8 @@ def test_every_overlays_quarry_pod_starts_from_the_wheel_on_a_read_only_root(
             raise AssertionError(
                 f"{overlay}: {name} did not start (exit {process.poll()}):\n{tail}"
             ) from error
+        if agent_dsn:
+            _wait_for_the_agents_schema(agent_dsn, process, log)
         process.send_signal(signal.SIGTERM)
         started = time.monotonic()
         code = process.wait(timeout=STOP_TIMEOUT_S)

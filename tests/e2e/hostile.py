@@ -640,3 +640,126 @@ HUGE_VALUES: tuple[HugeValue, ...] = (
         "messages[1]",
     ),
 )
+
+
+# --- the largest requests each limit accepts: each must finish in seconds ------------------------
+
+_CJK = "漢字検索"
+"""One word piece per character: the most embedder work per character a caller can send."""
+
+
+def _cjk(chars: int) -> str:
+    return (_CJK * (chars // len(_CJK) + 1))[:chars]
+
+
+def _words(size: int) -> str:
+    words = "retrieval augmented answers cite the documents they read "
+    return (words * (size // len(words) + 1))[:size]
+
+
+@dataclass(frozen=True)
+class Largest:
+    """The largest request an RPC accepts under the documented default limits."""
+
+    name: str
+    service: str
+    method: str
+    request: Callable[[], Message]
+
+
+LARGEST_ACCEPTED: tuple[Largest, ...] = (
+    Largest(
+        "Search: 4,000-character query, 9 variations of 4,000, limit 200",
+        "search_tool",
+        "Search",
+        lambda: search_tool_pb2.SearchRequest(
+            collection=CANARY_COLLECTION,
+            query={"primary": _cjk(4_000), "variations": [_cjk(4_000)] * 9},
+            limit=200,
+        ),
+    ),
+    Largest(
+        "Embed: 16 texts of 254 CJK characters (4,096 word pieces, the most the model reads)",
+        "search_tool",
+        "Embed",
+        lambda: search_tool_pb2.EmbedRequest(texts=[_cjk(254)] * 16),
+    ),
+    Largest(
+        "Embed: 256 short texts (16,000 characters in all)",
+        "search_tool",
+        "Embed",
+        lambda: search_tool_pb2.EmbedRequest(texts=[_words(62)] * 256),
+    ),
+    Largest(
+        "UpsertDocuments: one document of 1,000,000 bytes",
+        "search_tool",
+        "UpsertDocuments",
+        lambda: search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION,
+            documents=[search_tool_pb2.Document(id="largest", text=_words(1_000_000))],
+        ),
+    ),
+    Largest(
+        "UpsertDocuments: 1,000 documents of 1,000 bytes",
+        "search_tool",
+        "UpsertDocuments",
+        lambda: search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION,
+            documents=[
+                search_tool_pb2.Document(id=f"many-{n}", text=_words(1_000)) for n in range(1_000)
+            ],
+        ),
+    ),
+    Largest(
+        "ReadDocument: 200 chunks",
+        "search_tool",
+        "ReadDocument",
+        lambda: search_tool_pb2.ReadDocumentRequest(
+            collection=SCRATCH_COLLECTION, document_id="largest", max_chunks=200
+        ),
+    ),
+    Largest(
+        "ListDocuments: page of 10,000",
+        "search_tool",
+        "ListDocuments",
+        lambda: search_tool_pb2.ListDocumentsRequest(
+            collection=SCRATCH_COLLECTION, page_size=10_000
+        ),
+    ),
+    Largest(
+        "CountDocuments: grouped by source and entity_type",
+        "search_tool",
+        "CountDocuments",
+        lambda: search_tool_pb2.CountDocumentsRequest(
+            collection=SCRATCH_COLLECTION, group_by=["source", "entity_type"]
+        ),
+    ),
+    Largest(
+        "GetCollection",
+        "search_tool",
+        "GetCollection",
+        lambda: search_tool_pb2.GetCollectionRequest(collection=SCRATCH_COLLECTION),
+    ),
+    Largest(
+        "ListCollections", "search_tool", "ListCollections", search_tool_pb2.ListCollectionsRequest
+    ),
+    Largest(
+        "Run: 4,000-character question, 20 prior turns of 1,600 characters (32,000 in all)",
+        "agent",
+        "Run",
+        lambda: agent_pb2.RunRequest(
+            collection=CANARY_COLLECTION,
+            query=_words(4_000),
+            history=[agent_pb2.ConversationTurn(question=_words(600), answer=_words(1_000))] * 20,
+        ),
+    ),
+    Largest(
+        "DeleteDocuments: 1,000 ids",
+        "search_tool",
+        "DeleteDocuments",
+        lambda: search_tool_pb2.DeleteDocumentsRequest(
+            collection=SCRATCH_COLLECTION, document_ids=[f"many-{n}" for n in range(1_000)]
+        ),
+    ),
+)
+"""In order: the reads after the upserts find their documents, the delete runs last."""

@@ -124,8 +124,10 @@ async def test_read_returns_the_document_of_a_seen_result_within_the_caller_filt
 
     reads = [e.reading for e in events if e.WhichOneof("event") == "reading"]
     assert [(r.document_id, r.first_chunk, r.chunks_shown, r.chunk_count) for r in reads] == [
-        ("tempfile-tempdir", 0, 1, 1)
+        ("tempfile-tempdir", 0, 1, 1),
+        ("", 0, 0, 0),  # the unseen id: its event carries the error the model read
     ]
+    assert reads[1].error.startswith("'shutil-rmtree__chunk_0' is not a result you have seen")
     results = _tool_messages(stack.openai.requests[before:][2].body)
     assert results[1]["content"].startswith("Read tempfile-tempdir: chunks 0-0 of 1.")
     assert "### [tempfile-tempdir__chunk_0] tempfile.TemporaryDirectory" in results[1]["content"]
@@ -154,8 +156,10 @@ async def test_count_answers_how_many_through_the_real_search_tool(stack: Stack)
 
     counts = [e.counting for e in events if e.WhichOneof("event") == "counting"]
     assert [(c.document_count, list(c.group_by), c.exact) for c in counts] == [
-        (2, ["source"], True)
+        (2, ["source"], True),
+        (0, ["colour"], False),  # refused: its event carries the error the model read
     ]
+    assert "group_by[0]: cannot group by 'colour'" in counts[1].error
     results = _tool_messages(stack.openai.requests[before:][1].body)
     assert results[0]["content"] == (
         "Counted 2 documents (2 chunks) matching the filter.\n"
@@ -229,9 +233,12 @@ async def test_a_model_writing_tool_calls_as_json_text_searches_and_hears_of_its
 
     sent = stack.openai.requests[before:]
     assert all("tools" not in r.body for r in sent)
-    assert [e.searching.query.primary for e in events if e.WhichOneof("event") == "searching"] == [
-        "temporary directory"
+    searching = [e.searching for e in events if e.WhichOneof("event") == "searching"]
+    assert [(s.query.primary, bool(s.error)) for s in searching] == [
+        ("temporary directory", False),
+        ("", True),  # the broken call: its event carries the error the model read
     ]
+    assert searching[1].error.startswith("The arguments are not valid JSON")
     broken = sent[2].body["messages"][-1]["content"]
     assert broken.startswith("Tool result (error) for call")
     assert "The arguments are not valid JSON" in broken

@@ -34,6 +34,7 @@ LIMITS = RequestLimits(
     filter_string_chars=12,
     embed_text_chars=40,
     embed_total_chars=80,
+    embed_total_word_pieces=50,
     upsert_total_bytes=100,
 )
 
@@ -207,3 +208,16 @@ async def test_upsert_texts_over_the_total_are_refused_naming_the_setting(stub: 
     await stub.UpsertDocuments(
         search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=documents[:1])
     )
+
+
+async def test_embed_texts_over_the_word_piece_total_are_refused_naming_the_setting(
+    stub: Stub,
+) -> None:
+    """A CJK character is a word piece: 62 texts of 256 took the model 39 s at load 15."""
+    cjk = "漢字" * 5  # 10 characters, 10 word pieces (+2 markers)
+    details = await fails(stub.Embed(search_tool_pb2.EmbedRequest(texts=[cjk] * 5)), INVALID)
+    assert fields_of(details) == ["texts"]
+    assert "60 word pieces" in details.violations[0].description
+    assert "search_tool.limits.embed_total_word_pieces is 50" in details.violations[0].description
+    reply = await stub.Embed(search_tool_pb2.EmbedRequest(texts=[cjk] * 4))
+    assert len(reply.embeddings) == 4

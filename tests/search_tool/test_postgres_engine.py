@@ -100,6 +100,27 @@ async def _recomputed(dsn: str) -> tuple[tuple[int, int], dict[str, int]]:
     return (len(rows), sum(n for _, n in rows)), dict(frequencies)
 
 
+async def _postings(dsn: str) -> Counter[tuple[str, str, int, int]]:
+    """Every (term, chunk, count, chunk length) posting the keyword side reads."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        rows = await (
+            await conn.execute("SELECT term, chunk_id, tf, doc_length FROM quarry_postings_1")
+        ).fetchall()
+    return Counter((str(t), str(c), int(f), int(n)) for t, c, f, n in rows)
+
+
+async def _postings_recomputed(dsn: str) -> Counter[tuple[str, str, int, int]]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        rows = await (
+            await conn.execute("SELECT id, term_freqs, doc_length FROM quarry_chunks_1")
+        ).fetchall()
+    return Counter(
+        (str(term), str(chunk), int(tf), int(length))
+        for chunk, freqs, length in rows
+        for term, tf in freqs.items()
+    )
+
+
 async def test_keyword_scores_match_the_embedded_engines_bm25(
     engine: PostgresEngine, tmp_path: Path
 ) -> None:
@@ -164,6 +185,7 @@ async def test_term_statistics_stay_exact_through_upserts_replacements_and_delet
     assert await _statistics(postgres_dsn) == await _recomputed(postgres_dsn)
     totals, _ = await _statistics(postgres_dsn)
     assert totals[0] == 60 - 1 - 5
+    assert await _postings(postgres_dsn) == await _postings_recomputed(postgres_dsn)
 
 
 async def test_concurrent_replicas_rewriting_one_document_leave_exactly_one_version(

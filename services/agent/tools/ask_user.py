@@ -92,6 +92,7 @@ class QuestionClosed(ToolEvent):
 
 
 class AskUserTool(Tool):
+    position = 10
     name = ASK_USER
     description = (
         "Ask the person who asked a clarifying question and wait for the answer. Use it only "
@@ -177,3 +178,7 @@ def _answer_text(closed: ClosedQuestion) -> str:
         f"{NO_ANSWER} ({why}). Go on with the most likely reading of the question and say in "
         "your answer which reading you assumed."
     )
+
+
+TOOL = AskUserTool()
+"""This module's tool, found by the registry."""

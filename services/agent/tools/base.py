@@ -171,6 +171,8 @@ class Tool(ABC):
     """Validates the arguments; its JSON schema is the tool's parameters."""
     prompt_line: ClassVar[str]
     """The tool's line in the system prompt's tool list (`- `name`: ...`)."""
+    position: ClassVar[int] = 100
+    """Where the tool is offered among those of its `offer` (lower first)."""
     offer: ClassVar[Offer] = "standard"
     """standard: offered unless the request names others; opt_in: only when named; always:
     whatever the request names (the answering tool)."""
@@ -190,10 +192,22 @@ class Tool(ABC):
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, tool_schema(self.arguments))
 
+    @cached_property
+    def schema_chars(self) -> int:
+        """What the tool's schema and description add to every request (the budget's
+        estimate; computed once)."""
+        return len(json.dumps(self.spec.parameters)) + len(self.spec.description)
+
     def spec_for(self, seen: Collection[str]) -> ToolSpec:
         """The spec offered in a turn where the model has seen the results `seen`; a tool whose
         schema depends on the run (e.g. an enum of citable ids) overrides it."""
         return self.spec
+
+    def route(self, question: str, limit: int) -> str | None:
+        """The step-0 router (seed 003): when the model's first turn makes no tool call, the
+        agent runs the first tool whose `route` gives arguments (JSON) for `question`, the
+        specific tools before the searches; None: this tool does not fit the question."""
+        return None
 
     @cached_property
     def guidance(self) -> str:

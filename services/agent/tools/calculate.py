@@ -65,6 +65,7 @@ class Calculating(ToolEvent):
 
 
 class CalculateTool(Tool):
+    position = 40
     name = CALCULATE
     description = (
         "Evaluate an arithmetic expression exactly (sums, differences, ratios, percentages) "
@@ -92,3 +93,7 @@ class CalculateTool(Tool):
             arguments=Calculation(expression=expression).model_dump_json(),
             ran=True,
         )
+
+
+TOOL = CalculateTool()
+"""This module's tool, found by the registry."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -23,6 +25,8 @@ from services.agent.tools.base import (
 from services.common.errors import QuarryError
 
 COUNT = "count"
+COUNT_SHAPED = re.compile(r"\b(how many|number of|count)\b", re.IGNORECASE)
+"""A question the step-0 router answers with a count (by source) rather than a search."""
 
 
 class CountPlan(BaseModel):
@@ -79,6 +83,7 @@ class Counting(ToolEvent):
 
 
 class CountTool(Tool):
+    position = 30
     name = COUNT
     description = (
         "Count the documents matching a filter, optionally broken down by source, entity type, "
@@ -90,6 +95,9 @@ class CountTool(Tool):
         "- `count`: count the documents matching a filter, with breakdowns by source, entity "
         "type, a metadata key or date."
     )
+
+    def route(self, question: str, limit: int) -> str | None:
+        return json.dumps({"group_by": ["source"]}) if COUNT_SHAPED.search(question) else None
 
     async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         try:
@@ -160,3 +168,7 @@ def format_count(count: DocumentCount) -> str:
         if breakdown.omitted:
             lines.append(f"({breakdown.omitted} more values not listed)")
     return "\n".join(lines) + "\n"
+
+
+TOOL = CountTool()
+"""This module's tool, found by the registry."""

@@ -84,6 +84,7 @@ class Reading(ToolEvent):
 
 
 class ReadTool(Tool):
+    position = 20
     name = READ
     description = (
         "Read more of a document a result came from: the passage around the result, or the "
@@ -187,3 +188,7 @@ def format_read(
 def _read_block(hit: SearchHit) -> str:
     meta = f"source: {hit.source} | entity_type: {hit.entity_type} | url: {hit.url}"
     return f"\n### [{hit.id}] {hit.title}\n{meta}\n{hit.text}\n"
+
+
+TOOL = ReadTool()
+"""This module's tool, found by the registry."""

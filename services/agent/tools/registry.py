@@ -1,19 +1,14 @@
 """The registry: the tools the agent has, the ones a run's allowlist offers, a call's tool by
-name. `DEFAULT_TOOLS` is the agent's; adding a tool is one entry here after its module."""
+name. `DEFAULT_TOOLS` is the agent's: the `TOOL` of every module of this package, so adding a
+tool is adding its module."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterable, Iterator
 
-from services.agent.tools.ask_user import AskUserTool
 from services.agent.tools.base import Tool
-from services.agent.tools.calculate import CalculateTool
-from services.agent.tools.count import CountTool
-from services.agent.tools.read import ReadTool
-from services.agent.tools.search import SearchTool
-from services.agent.tools.submit_answer import SubmitAnswerTool
-from services.agent.tools.summarize import SummarizeTool
-from services.agent.tools.web_search import WebSearchTool
 
 
 class ToolRegistry:
@@ -21,7 +16,10 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool]) -> None:
         order = {"standard": 0, "opt_in": 1, "always": 2}
-        self._tools = {t.name: t for t in sorted(tools, key=lambda t: order[t.offer])}
+        ranked = sorted(tools, key=lambda t: (order[t.offer], t.position, t.name))
+        self._tools = {t.name: t for t in ranked}
+        if len(self._tools) != len(ranked):
+            raise ValueError("two tools of a registry share a name")
         answering = [t for t in self._tools.values() if t.answers]
         if len(answering) != 1 or answering[0].offer != "always":
             raise ValueError("a registry needs exactly one answering tool, always offered")
@@ -58,16 +56,15 @@ class ToolRegistry:
         )
 
 
-DEFAULT_TOOLS = ToolRegistry(
-    [
-        SearchTool(),
-        ReadTool(),
-        CountTool(),
-        CalculateTool(),
-        AskUserTool(),
-        WebSearchTool(),
-        SummarizeTool(),
-        SubmitAnswerTool(),
-    ]
-)
-"""The agent's tools."""
+def package_tools(package: str = "services.agent.tools") -> list[Tool]:
+    """The `TOOL` of every module of `package` (`tools/<name>.py`)."""
+    found: list[Tool] = []
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        tool = getattr(importlib.import_module(f"{package}.{info.name}"), "TOOL", None)
+        if isinstance(tool, Tool):
+            found.append(tool)
+    return found
+
+
+DEFAULT_TOOLS = ToolRegistry(package_tools())
+"""The agent's tools: every tool module's `TOOL`."""

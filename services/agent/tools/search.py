@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -93,6 +94,7 @@ class Searching(ToolEvent):
 
 
 class SearchTool(Tool):
+    position = 10
     name = SEARCH
     description = (
         "Search the collection for relevant passages. Use different retrieval strategies, "
@@ -105,6 +107,9 @@ class SearchTool(Tool):
     )
     uses_search = True
     parallel = True
+
+    def route(self, question: str, limit: int) -> str | None:
+        return json.dumps({"query": {"primary": question}, "limit": limit})
 
     async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         """One search. It fetches at least the run's `limit` (the caller's results); the model is
@@ -162,3 +167,7 @@ class SearchTool(Tool):
             total_count=page.total_count,
             ran=True,
         )
+
+
+TOOL = SearchTool()
+"""This module's tool, found by the registry."""

@@ -208,6 +208,7 @@ class Summarizing(ToolEvent):
 
 
 class SummarizeTool(Tool):
+    position = 30
     name = SUMMARIZE
     description = DESCRIPTION
     arguments = SummarizePlan
@@ -305,3 +306,7 @@ class SummarizeTool(Tool):
             usage=response.usage,
             condensed=tuple(included),
         )
+
+
+TOOL = SummarizeTool()
+"""This module's tool, found by the registry."""

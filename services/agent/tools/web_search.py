@@ -131,6 +131,7 @@ class WebSearching(ToolEvent):
 
 
 class WebSearchTool(Tool):
+    position = 20
     name = WEB_SEARCH
     description = DESCRIPTION
     arguments = WebSearchPlan
@@ -208,3 +209,7 @@ class WebSearchTool(Tool):
 
 def _ms_since(started: float) -> int:
     return int((time.perf_counter() - started) * 1000)
+
+
+TOOL = WebSearchTool()
+"""This module's tool, found by the registry."""

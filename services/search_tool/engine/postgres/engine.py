@@ -46,13 +46,20 @@ from services.search_tool.engine.base import (
     StoredVersion,
 )
 from services.search_tool.engine.postgres import bm25
-from services.search_tool.engine.postgres.rows import COLUMNS, new_metadata_types, to_chunk, to_row
+from services.search_tool.engine.postgres.rows import (
+    COLUMNS,
+    Row,
+    new_metadata_types,
+    to_chunk,
+    to_row,
+)
 from services.search_tool.engine.postgres.schema import (
     COMPONENT,
     MIGRATIONS,
     chunks_table,
     collection_ddl,
     drop_ddl,
+    postings_table,
     terms_table,
 )
 from services.search_tool.engine.postgres.search import (
@@ -312,6 +319,7 @@ class PostgresEngine:
             )
             async with conn.cursor() as cursor:
                 await cursor.executemany(statement, [row.values for row in rows])
+            await self._replace_postings(conn, collection, list(old), rows, ids)
             removed = _removed(old.values())
             added_terms: Counter[str] = Counter()
             for row in rows:
@@ -358,6 +366,7 @@ class PostgresEngine:
             rows = await (await conn.execute(statement, params)).fetchall()
             if not rows:
                 return 0
+            await self._replace_postings(conn, collection, [str(r[0]) for r in rows], [], [])
             removed = _removed({str(i): (f, int(n)) for i, f, n in rows}.values())
             await self._apply_statistics(
                 conn,
@@ -380,6 +389,40 @@ class PostgresEngine:
             " (SELECT DISTINCT hashtext(d) AS h FROM unnest(%s::text[]) AS d ORDER BY 1) AS x",
             (collection.id % 2_147_483_647, list(documents)),
         )
+
+    async def _replace_postings(
+        self,
+        conn: AsyncConnection[Any],
+        collection: _Collection,
+        removed_ids: list[str],
+        rows: Sequence[Row],
+        ids: Sequence[str],
+    ) -> None:
+        """Drop the postings of the chunks replaced or deleted, add those of the rows written
+        (`rows` in the order of `ids`)."""
+        table = postings_table(collection.id)
+        if removed_ids:
+            await conn.execute(
+                sql.SQL("DELETE FROM {} WHERE chunk_id = ANY(%s)").format(table), (removed_ids,)
+            )
+        terms: list[str] = []
+        chunk_ids: list[str] = []
+        tfs: list[int] = []
+        lengths: list[int] = []
+        for chunk_id, row in zip(ids, rows, strict=True):
+            for term, tf in row.counts.counts.items():
+                terms.append(term)
+                chunk_ids.append(chunk_id)
+                tfs.append(tf)
+                lengths.append(row.counts.length)
+        if terms:
+            await conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (term, chunk_id, tf, doc_length)"
+                    " SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[])"
+                ).format(table),
+                (terms, chunk_ids, tfs, lengths),
+            )
 
     async def _select_for_update(
         self, conn: AsyncConnection[Any], table: sql.Identifier, column: str, values: list[str]

@@ -48,7 +48,6 @@ COLUMNS = (
     "content_hash",
     "chunk_json",
     "embedding",
-    "terms",
     "term_freqs",
     "doc_length",
 )
@@ -142,7 +141,6 @@ def to_row(
         record.content_hash,
         chunk_json,
         vector_text(record.vector),
-        sorted(counts.counts),
         Jsonb(dict(counts.counts)),
         counts.length,
     )

@@ -6,8 +6,12 @@
     quarry_collection_fields    the metadata keys of each collection with their types
     quarry_chunks_<id>          the chunks of collection <id>: chunk fields, metadata (jsonb),
                                 the vector (pgvector, HNSW cosine index), the BM25 term counts
-                                (`term_freqs`, `terms` with a GIN index) and length, trigram
-                                indexes for `contains` on title and text
+                                (`term_freqs`) and length, trigram indexes for `contains` on
+                                title and text
+    quarry_postings_<id>        one row per (term, chunk): the term's count in the chunk and the
+                                chunk's length, in a covering index by term, so a keyword search
+                                reads only the postings of its query terms (index-only) instead
+                                of every matching chunk's wide, compressed row
     quarry_terms_<id>           BM25 document frequency of every term of collection <id>
 
 The catalog comes from versioned migrations (`MIGRATIONS`, applied once under the advisory lock of
@@ -57,6 +61,10 @@ def chunks_table(collection_id: int) -> sql.Identifier:
     return sql.Identifier(f"quarry_chunks_{int(collection_id)}")
 
 
+def postings_table(collection_id: int) -> sql.Identifier:
+    return sql.Identifier(f"quarry_postings_{int(collection_id)}")
+
+
 def terms_table(collection_id: int) -> sql.Identifier:
     return sql.Identifier(f"quarry_terms_{int(collection_id)}")
 
@@ -89,7 +97,6 @@ def collection_ddl(collection_id: int, dimensions: int) -> list[sql.Composed]:
                 content_hash text NOT NULL,
                 chunk_json text NOT NULL,
                 embedding vector({dimensions}) NOT NULL,
-                terms text[] NOT NULL,
                 term_freqs jsonb NOT NULL,
                 doc_length integer NOT NULL
             )"""
@@ -100,7 +107,18 @@ def collection_ddl(collection_id: int, dimensions: int) -> list[sql.Composed]:
         sql.SQL("CREATE INDEX {} ON {} USING hnsw (embedding vector_cosine_ops)").format(
             index("embedding"), chunks
         ),
-        sql.SQL("CREATE INDEX {} ON {} USING gin (terms)").format(index("terms"), chunks),
+        sql.SQL(
+            "CREATE TABLE {} (term text NOT NULL, chunk_id text NOT NULL,"
+            " tf integer NOT NULL, doc_length integer NOT NULL)"
+        ).format(postings_table(collection_id)),
+        sql.SQL("CREATE INDEX {} ON {} (term) INCLUDE (chunk_id, tf, doc_length)").format(
+            sql.Identifier(f"quarry_postings_{int(collection_id)}_term"),
+            postings_table(collection_id),
+        ),
+        sql.SQL("CREATE INDEX {} ON {} (chunk_id)").format(
+            sql.Identifier(f"quarry_postings_{int(collection_id)}_chunk"),
+            postings_table(collection_id),
+        ),
         sql.SQL("CREATE INDEX {} ON {} USING gin (text gin_trgm_ops)").format(
             index("text_trgm"), chunks
         ),
@@ -115,4 +133,5 @@ def drop_ddl(collection_id: int) -> list[sql.Composed]:
     return [
         sql.SQL("DROP TABLE IF EXISTS {}").format(chunks_table(collection_id)),
         sql.SQL("DROP TABLE IF EXISTS {}").format(terms_table(collection_id)),
+        sql.SQL("DROP TABLE IF EXISTS {}").format(postings_table(collection_id)),
     ]

@@ -3,8 +3,9 @@ fusion code, paged.
 
     dense side     per query vector, the HNSW index ordered by cosine distance under the filter
                    (pgvector's iterative scan keeps a selective filter from starving the index)
-    keyword side   BM25 computed in SQL from each chunk's term counts and the collection's term
-                   statistics (`bm25.py`), over the chunks holding a query term (GIN on `terms`)
+    keyword side   BM25 summed in SQL over the postings of the query terms alone (a covering
+                   index by term: index-only reads, never the chunks' wide rows) with the
+                   collection's term statistics (`bm25.py`); a filter joins the chunks scored
     completion     HYBRID: the cosine of the chunks only BM25 found and the BM25 of those only
                    the dense side found, so both sides score every candidate (`fusion.py`)
 
@@ -25,7 +26,11 @@ from psycopg import AsyncConnection, sql
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
 from services.search_tool.engine.postgres import bm25
 from services.search_tool.engine.postgres.rows import to_chunk, vector_text
-from services.search_tool.engine.postgres.schema import chunks_table, terms_table
+from services.search_tool.engine.postgres.schema import (
+    chunks_table,
+    postings_table,
+    terms_table,
+)
 from services.search_tool.engine.postgres.sql import compile_filter
 from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
 
@@ -184,13 +189,12 @@ class TableSearch:
             return None, None
         if not weights:
             return [], 0
-        score, score_params = self._score(weights)
-        terms = list(weights)
+        scored, scored_params = self._scored(weights)
         statement = sql.SQL(
-            "SELECT c.id, {} AS score FROM {} c WHERE c.terms && %s::text[] AND {} "
-            "ORDER BY score DESC, c.id LIMIT %s"
-        ).format(score, self._table, self._where)
-        params = [*score_params, terms, *self._where_params, self._candidates]
+            "WITH scored AS ({scored}) SELECT s.chunk_id, s.score FROM scored s {filtered}"
+            " ORDER BY s.score DESC, s.chunk_id LIMIT %s"
+        ).format(scored=scored, filtered=self._filter_join("s.chunk_id"))
+        params = [*scored_params, *self._where_params, self._candidates]
 
         async def work(conn: AsyncConnection[Any]) -> list[Candidate]:
             cursor = await conn.execute(statement, params)
@@ -198,25 +202,40 @@ class TableSearch:
 
         if query.strategy is Strategy.HYBRID:
             return await self._run(work), None
-        ranked, total = await asyncio.gather(self._run(work), self._keyword_matches(terms))
+        ranked, total = await asyncio.gather(self._run(work), self._keyword_matches(weights))
         return ranked, total
 
-    def _score(self, weights: dict[str, float]) -> tuple[sql.Composable, list[object]]:
-        """The BM25 expression of chunk `c` and its parameters."""
-        expression = sql.SQL(
-            "(SELECT coalesce(sum(q.w * {k1_plus_1} * f.v"
-            " / (f.v + {k1} * ({one_minus_b} + {b} * c.doc_length / %s::float8))), 0)"
+    def _scored(
+        self, weights: dict[str, float], *, only: Sequence[str] | None = None
+    ) -> tuple[sql.Composed, list[object]]:
+        """BM25 of every chunk holding a query term (of the chunks `only`, when given), summed
+        from the postings of the query terms alone: `chunk_id`, `score`."""
+        statement = sql.SQL(
+            "SELECT p.chunk_id, sum(q.w * {k1_plus_1} * p.tf"
+            " / (p.tf + {k1} * ({one_minus_b} + {b} * p.doc_length / %s::float8))) AS score"
             " FROM unnest(%s::text[], %s::float8[]) AS q(term, w)"
-            " CROSS JOIN LATERAL (SELECT (c.term_freqs ->> q.term)::float8 AS v) AS f"
-            " WHERE f.v IS NOT NULL)"
+            " JOIN {postings} p ON p.term = q.term {only} GROUP BY p.chunk_id"
         ).format(
             k1_plus_1=sql.Literal(bm25.K1 + 1.0),
             k1=sql.Literal(bm25.K1),
             one_minus_b=sql.Literal(1.0 - bm25.B),
             b=sql.Literal(bm25.B),
+            postings=postings_table(self._totals.collection_id),
+            only=sql.SQL("AND p.chunk_id = ANY(%s)") if only is not None else sql.SQL(""),
         )
         avgdl = self._totals.avgdl or 1.0
-        return expression, [avgdl, list(weights), list(weights.values())]
+        params: list[object] = [avgdl, list(weights), list(weights.values())]
+        if only is not None:
+            params.append(list(only))
+        return statement, params
+
+    def _filter_join(self, chunk_id: str) -> sql.Composable:
+        """Keeps the rows whose chunk matches the filter (nothing when there is none)."""
+        if self._query.filter.is_empty:
+            return sql.SQL("")
+        return sql.SQL("JOIN {} c ON c.id = {} AND {}").format(
+            self._table, sql.SQL(chunk_id), self._where
+        )
 
     async def _matching(self) -> int:
         """Chunks matching the filter (the collection's count when there is none)."""
@@ -225,14 +244,15 @@ class TableSearch:
         statement = sql.SQL("SELECT count(*) FROM {} c WHERE {}").format(self._table, self._where)
         return await self._count(statement, self._where_params, "")
 
-    async def _keyword_matches(self, terms: list[str]) -> int:
+    async def _keyword_matches(self, weights: dict[str, float]) -> int:
         """Chunks holding a query term and matching the filter, up to the cap."""
         statement = sql.SQL(
-            "SELECT count(*) FROM (SELECT 1 FROM {} c WHERE c.terms && %s::text[] AND {} "
-            "LIMIT %s) matched"
-        ).format(self._table, self._where)
-        params = [terms, *self._where_params, self._limits.keyword_count_cap]
-        return await self._count(statement, params, " ".join(sorted(terms)))
+            "SELECT count(*) FROM (SELECT DISTINCT p.chunk_id FROM {} p {} WHERE p.term = ANY(%s)"
+            " LIMIT %s) matched"
+        ).format(postings_table(self._totals.collection_id), self._filter_join("p.chunk_id"))
+        terms = sorted(weights)
+        params = [*self._where_params, terms, self._limits.keyword_count_cap]
+        return await self._count(statement, params, " ".join(terms))
 
     async def _count(self, statement: sql.Composed, params: list[object], words: str) -> int:
         key = (
@@ -291,11 +311,7 @@ class TableSearch:
         """BM25 of these chunks (those holding no query term score 0 and are left out)."""
         if not ids or not weights:
             return {}
-        score, score_params = self._score(weights)
-        statement = sql.SQL(
-            "SELECT c.id, {} FROM {} c WHERE c.id = ANY(%s) AND c.terms && %s::text[]"
-        ).format(score, self._table)
-        params = [*score_params, list(ids), list(weights)]
+        statement, params = self._scored(weights, only=ids)
 
         async def work(conn: AsyncConnection[Any]) -> dict[str, float]:
             cursor = await conn.execute(statement, params)

@@ -1,0 +1,202 @@
+"""The conversation of one run and its three context layers (seed 000 §4): what the model is sent
+each turn, Layer 1's budget for one tool result, Layer 2's pruning of old results before each
+call, Layer 3's compaction of older exchanges when the model's window overflows, and the token
+budget (whether the next call still fits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+from pydantic import ValidationError
+
+from services.agent.config import LoopSettings
+from services.agent.context import (
+    SUMMARY_SYSTEM_PROMPT,
+    ConversationSummary,
+    condense_results,
+    prune_tool_results,
+    split_for_compaction,
+    summary_prompt,
+)
+from services.agent.messages import (
+    CHARS_PER_TOKEN,
+    Message,
+    assistant,
+    estimate_tokens,
+    system,
+    total_chars,
+    user,
+)
+from services.agent.ports import (
+    ContextWindowExceeded,
+    ModelClient,
+    SearchClient,
+    StructuredRequest,
+    TokenUsage,
+    ToolSpec,
+)
+from services.agent.prompt import task_message
+from services.agent.records import StepRecord, transcript
+from services.agent.run import Deadline, RunRequest
+from services.agent.search import CollectionInfo
+from services.agent.tools import Tool
+from services.agent.tools.base import as_callers_error, tool_schema
+from services.agent.tools.results import result_budget_chars
+from services.common.errors import InvalidArgument
+
+ANSWER_OUTPUT_TOKENS = 500
+"""Tokens reserved for the answer the final call writes (its input is estimated)."""
+
+
+class ConversationTooLong(Exception):
+    """Even after compaction the model cannot take the conversation."""
+
+
+class Conversation:
+    """The system prompt, earlier turns, the first user message and every exchange since."""
+
+    def __init__(self, request: RunRequest, system_prompt: str, settings: LoopSettings) -> None:
+        self.request = request
+        self.system_prompt = system_prompt
+        self.settings = settings
+        self.history: list[Message] = [
+            m for turn in request.history for m in (user(turn.question), assistant(turn.answer))
+        ]
+        self.exchanges: list[Message] = []
+        self.summary = ""
+        """Layer 3's summary of the exchanges compacted away."""
+        self.collection = CollectionInfo(name=request.collection)
+        self.window = settings.default_context_window_tokens
+        """The model's context window in tokens."""
+        self.constrained = False
+        """The route holds tools to their schemas: run-dependent specs (`Tool.spec_for`, e.g. the
+        citable ids as an enum) are offered instead of the static ones."""
+
+    async def prepare(
+        self,
+        search: SearchClient,
+        model: ModelClient,
+        route: str,
+        deadline: Deadline,
+        window_tokens: int | None,
+    ) -> None:
+        """The collection's facts under the caller's filter (the facts the model is told are
+        those the filter lets the caller see; the search tool decides the filter there, so a bad
+        one ends the run before the first model call), and the model's window (`window_tokens`
+        when configured, else the route's as the gateway reports it)."""
+        try:
+            self.collection = await search.get_collection(
+                self.request.collection,
+                caller_filter=self.request.caller_filter,
+                remaining_s=deadline.remaining(),
+            )
+        except InvalidArgument as error:
+            raise as_callers_error(error) from None
+        reported = window_tokens or await model.context_window(
+            route, remaining_s=deadline.remaining()
+        )
+        self.window = reported or self.settings.default_context_window_tokens
+        self.constrained = await model.enforces_tool_schemas(
+            route, remaining_s=deadline.remaining()
+        )
+
+    def specs(self, tools: Sequence[Tool], seen: Collection[str]) -> tuple[ToolSpec, ...]:
+        """The tools as offered: run-dependent specs (`Tool.spec_for` the ids `seen`) where the
+        route holds tools to their schemas, else the static ones."""
+        if not self.constrained:
+            return tuple(t.spec for t in tools)
+        return tuple(t.spec_for(seen) for t in tools)
+
+    def condense(self, result_ids: Sequence[str], call_id: str) -> None:
+        """The texts of `result_ids` condensed in the results before call `call_id` (a summary
+        of them now stands in the conversation; each result stays citable)."""
+        self.exchanges = condense_results(self.exchanges, result_ids, call_id)
+
+    def append(self, message: Message) -> None:
+        self.exchanges.append(message)
+
+    def messages(self) -> list[Message]:
+        """What the model is sent: system prompt, earlier turns, the task, the exchanges."""
+        task = self._task(summary=self.summary)
+        return [system(self.system_prompt), *self.history, user(task), *self.exchanges]
+
+    def _task(self, *, summary: str = "") -> str:
+        request = self.request
+        return task_message(
+            request.query, request.mode, request.caller_filter, self.collection, summary=summary
+        )
+
+    @property
+    def budget_chars(self) -> int:
+        """Layer 1: the most characters one tool result may take."""
+        return result_budget_chars(self.window, self.settings.tool_result_share)
+
+    def fixed_chars(self, tools: Sequence[Tool]) -> int:
+        """What every request carries besides the exchanges: schemas, prompt, earlier turns."""
+        schemas = sum(t.schema_chars for t in tools)
+        return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
+
+    def prune(self, tools: Sequence[Tool]) -> None:
+        """Layer 2, before each call: old tool results trimmed, then cleared, as the window
+        fills."""
+        self.exchanges = prune_tool_results(
+            self.exchanges,
+            self.window,
+            fixed_chars=self.fixed_chars(tools),
+            soft_ratio=self.settings.soft_trim_ratio,
+            hard_ratio=self.settings.hard_clear_ratio,
+        )
+
+    def over_budget(
+        self, tools: Sequence[Tool], answer_only: Sequence[Tool], *, spent: int
+    ) -> bool:
+        """Whether the next call with `tools` would spend more than the token budget. A search
+        turn also keeps the answer-only call after it inside the budget: that call reads at
+        least the same conversation and writes the answer."""
+        if not self.request.max_tokens:
+            return False
+        conversation = total_chars(self.messages()) - len(self.system_prompt)
+        cost = estimate_tokens(conversation + self.fixed_chars(tools)) + ANSWER_OUTPUT_TOKENS
+        if list(tools) != list(answer_only):
+            answer_chars = conversation + self.fixed_chars(answer_only)
+            cost += estimate_tokens(answer_chars) + ANSWER_OUTPUT_TOKENS
+        return spent + cost > self.request.max_tokens
+
+    async def compact(
+        self,
+        model: ModelClient,
+        route: str,
+        deadline: Deadline,
+        steps: Sequence[StepRecord],
+        count: Callable[[TokenUsage], None],
+    ) -> None:
+        """Layer 3: the older exchanges summarised (from their step records, the original
+        results, not what Layer 2 pruned), the last `keep_last_exchanges` kept whole. Raises
+        `ConversationTooLong` when there is nothing to compact or the summary fails."""
+        split = split_for_compaction(self.exchanges, self.settings.keep_last_exchanges)
+        if split is None:
+            raise ConversationTooLong
+        recorded = {s.index: s for s in steps}
+        prompt = summary_prompt(
+            self._task(),
+            self.summary,
+            split.old,
+            max_chars=self.window * CHARS_PER_TOKEN // 2,
+            steps={
+                m.step: transcript([recorded[m.step]])[0] for m in split.old if m.step in recorded
+            },
+        )
+        request = StructuredRequest(
+            route=route,
+            messages=(system(SUMMARY_SYSTEM_PROMPT), user(prompt)),
+            schema=tool_schema(ConversationSummary),
+            schema_name="ConversationSummary",
+        )
+        try:
+            response = await model.generate_structured(request, remaining_s=deadline.remaining())
+            count(response.usage)
+            summary = ConversationSummary.model_validate_json(response.json_text)
+        except (ContextWindowExceeded, ValidationError) as error:
+            raise ConversationTooLong from error
+        self.summary = summary.render()
+        self.exchanges = split.recent
