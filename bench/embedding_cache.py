@@ -76,3 +76,36 @@ class CachedEmbedder:
     def _key(self, text: str) -> str:
         digest = hashlib.sha256(f"{self.model_name}\0{text}".encode()).hexdigest()
         return digest[:32]
+
+
+class HashedEmbedder:
+    """A stand-in for an embedder when only *latency* is measured: the model's own tokenizer (so
+    chunks are cut exactly as ingest cuts them) and its dimensions, but each vector is a
+    pseudo-random unit vector seeded by the text — no model runs, a corpus "embeds" in seconds.
+
+    Search costs do not depend on what the vectors mean (a flat scan reads every vector; BM25
+    never sees them), so the latency benches can run where embedding SciFact with MiniLM would
+    take an hour (a shared, loaded machine). Quality figures need the real model."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self._inner = inner
+
+    @property
+    def model_name(self) -> str:
+        return f"{self._inner.model_name}+hashed"
+
+    @property
+    def dimensions(self) -> int:
+        return self._inner.dimensions
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._inner.tokenizer
+
+    async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        rows = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for i, text in enumerate(texts):
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            vector = np.random.default_rng(seed).standard_normal(self.dimensions)
+            rows[i] = vector / np.linalg.norm(vector)
+        return rows

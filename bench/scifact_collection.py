@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.embedding_cache import CachedEmbedder
+from bench.embedding_cache import CachedEmbedder, HashedEmbedder
 from bench.harness import VAR_DIR, SciFact, note, settings_for
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.documents import Document
@@ -23,11 +23,20 @@ from services.search_tool.service import SearchService
 COLLECTION = "scifact"
 INGEST_BATCH = 64
 VECTOR_CACHE = VAR_DIR / "eval" / "scifact-vectors.npz"
+HASHED_DATA_DIR = VAR_DIR / "eval" / "scifact-hashed"
+"""Where the latency benches' `--hashed-vectors` collection lives (never the real one's)."""
 
 
 def cached_embedder(cache: Path = VECTOR_CACHE) -> CachedEmbedder:
     """MiniLM (the default embedder) behind the on-disk vector cache."""
     return CachedEmbedder(build_embedder(settings_for(Path()).embedding), cache)
+
+
+def hashed_embedder() -> CachedEmbedder:
+    """`HashedEmbedder` (latency only) behind the same cache type, so a query's vector costs
+    the search path what a cached MiniLM vector costs (`bench/peers/search.py`)."""
+    inner = HashedEmbedder(build_embedder(settings_for(Path()).embedding))
+    return CachedEmbedder(inner, HASHED_DATA_DIR.with_name("scifact-hashed-vectors.npz"))
 
 
 async def build_collection(

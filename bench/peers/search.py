@@ -42,10 +42,16 @@ except ImportError as missing:  # the peer is an optional extra
 
 import lancedb
 
-from bench.eval_scifact import ndcg_at
+from bench.eval_scifact import index_everything, ndcg_at
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note, percentile
 from bench.harness import settings_for as search_settings
-from bench.scifact_collection import COLLECTION, build_collection, cached_embedder
+from bench.scifact_collection import (
+    COLLECTION,
+    HASHED_DATA_DIR,
+    build_collection,
+    cached_embedder,
+    hashed_embedder,
+)
 from services.search_tool.engine.lancedb.rows import SEARCH_TEXT_COLUMN
 from services.search_tool.server import build_search_tool_server
 
@@ -86,10 +92,13 @@ def pair(name: str, ours: list[float], theirs: list[float], peer: str) -> dict[s
     }
 
 
-async def run(data_dir: Path) -> dict[str, Any]:
+async def run(data_dir: Path, *, hashed: bool = False) -> dict[str, Any]:
     data = load_scifact()
-    embedder = cached_embedder()
+    embedder = hashed_embedder() if hashed else cached_embedder()
     await build_collection(data_dir, data, embedder)
+    # the state the eval measures and a running search tool reaches once writes pause
+    # (`engine.settle_after_s`): every row in BM25, fragments compacted
+    await index_everything(data_dir)
     ids = sorted(data.queries)
     texts = [data.queries[q] for q in ids]
     vectors = await embedder.embed(texts)
@@ -150,7 +159,7 @@ async def run(data_dir: Path) -> dict[str, Any]:
     return {
         "benchmark": "peers_search",
         "data": f"SciFact, {rows.num_rows} chunks; {len(queries)} test queries, limit {LIMIT}, "
-        "one client, interleaved",
+        "one client, interleaved" + ("; hashed vectors (latency only)" if hashed else ""),
         "hybrid_vs_lancedb": pair(
             "Quarry HYBRID via gRPC vs LanceDB hybrid in process", *hybrid, "lancedb"
         ),
@@ -190,8 +199,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "peers_search.json")
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "eval" / "scifact")
+    parser.add_argument(
+        "--hashed-vectors",
+        action="store_true",
+        help="latency only: pseudo-random vectors instead of MiniLM's (no hour-long embedding "
+        f"of the corpus on a busy machine); the collection lives in {HASHED_DATA_DIR}",
+    )
     args = parser.parse_args()
-    emit(asyncio.run(run(args.data_dir)), args.out)
+    if args.hashed_vectors and args.data_dir == parser.get_default("data_dir"):
+        args.data_dir = HASHED_DATA_DIR
+    emit(asyncio.run(run(args.data_dir, hashed=args.hashed_vectors)), args.out)
 
 
 if __name__ == "__main__":

@@ -166,3 +166,44 @@ async def test_a_compaction_that_loses_to_a_concurrent_write_is_given_up() -> No
 async def test_a_compaction_that_fails_otherwise_still_raises() -> None:
     with pytest.raises(RuntimeError, match="disk full"):
         await indexes._compact(_CompactionBreaks(), IndexPolicy(), due=True)
+
+
+async def test_a_collection_left_unindexed_by_a_stopped_writer_is_maintained_when_reopened(
+    tmp_path: Path,
+) -> None:
+    writer = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=None)
+    try:
+        await _written_in_three_requests(writer)  # stops before any maintenance ran
+    finally:
+        await writer.close()
+    reader = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=0.01)
+    try:
+        table = await reader._table("c")
+        assert reader._maintenance.pending("c")
+        await reader.maintenance_settled("c")
+        assert await _unindexed(table) == (1, 0)
+    finally:
+        await reader.close()
+    again = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=0.01)
+    try:
+        await again._table("c")
+        assert not again._maintenance.pending("c"), "a converged collection was maintained again"
+    finally:
+        await again.close()
+
+
+async def test_dropping_an_unindexed_collection_just_opened_leaves_no_maintenance(
+    tmp_path: Path,
+) -> None:
+    writer = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=None)
+    try:
+        await _written_in_three_requests(writer)
+    finally:
+        await writer.close()
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=NEVER, settle_after_s=0.01)
+    try:
+        await engine.drop_collection("c")  # opens it (finding it unindexed) to drop it
+        assert not engine._maintenance.pending("c")
+        assert await engine.list_collections() == []
+    finally:
+        await engine.close()

@@ -35,6 +35,7 @@ from services.search_tool.engine.lancedb.indexes import (
     IndexPolicy,
     build_vector_index,
     ensure_indexes,
+    has_unindexed_rows,
     refresh_indexes,
 )
 from services.search_tool.engine.lancedb.maintenance import IndexMaintenance
@@ -177,6 +178,7 @@ class LanceDBEngine:
         await self._maintenance.drop(name)
         async with self._write_locks[name]:
             await self._openable(name)
+            await self._maintenance.drop(name)  # opening may have found it unindexed
             await self._cancel_deferred([name])
             await self._vectors.drop(name)
             async with self._open_locks[name]:
@@ -430,6 +432,8 @@ class LanceDBEngine:
             await ensure_indexes(table)
             self._tables[name] = table
             await self._vectors.opened(name, table)
+            if await has_unindexed_rows(table):
+                self._maintenance.due(name)
             return table
 
     async def _openable(self, name: str) -> None:

@@ -108,6 +108,12 @@ def scalar_indexes(schema: pa.Schema) -> dict[str, tuple[str, BTree | Bitmap]]:
     return wanted
 
 
+async def has_unindexed_rows(table: Any) -> bool:
+    """Whether some index leaves rows out (LanceDB then scans them on every query: KEYWORD over
+    SciFact with 846 of 12,095 rows outside BM25 took 86 ms p50 instead of 3.9 ms; i31's note)."""
+    return any((index.num_unindexed_rows or 0) > 0 for index in await table.list_indices())
+
+
 async def vector_index_rows(table: Any) -> int | None:
     """Rows the vector index covers (those added as extra segments too), or None when there is
     no vector index."""

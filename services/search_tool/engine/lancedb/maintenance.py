@@ -6,7 +6,9 @@ thresholds (`IndexPolicy`), so a collection fed only through `UpsertDocuments` u
 partly unindexed — KEYWORD 31–58 ms p50 instead of 18–22 ms once refreshed — and no client can ask
 for a refresh. Here, once a collection has had no write for `quiet_s`, a background task runs the
 same refresh bulk loaders call (compact, fold every row into every index); a write that lands
-meanwhile makes it run again once writes quiesce again. Neither searches nor writes wait for it
+meanwhile makes it run again once writes quiesce again. A collection opened with unindexed rows
+(its writer stopped within `quiet_s` of its last write, or ran without maintenance) is maintained
+as if just written. Neither searches nor writes wait for it
 (`LanceDBEngine.refresh` holds no write lock).
 """
 
@@ -38,6 +40,11 @@ class IndexMaintenance:
         task = self._tasks.get(name)
         if task is None or task.done():
             self._tasks[name] = asyncio.create_task(self._converge(name), name=f"maintain {name}")
+
+    def due(self, name: str) -> None:
+        """`name` was found with unindexed rows (opened after a process that wrote it stopped
+        before its maintenance ran): maintain it as after a write now."""
+        self.wrote(name)
 
     async def settled(self, name: str) -> None:
         """Wait until the maintenance of `name` due for the writes so far has run."""
