@@ -90,12 +90,18 @@ def test_the_citable_schema_keeps_every_other_field_and_does_not_touch_the_stati
     assert repr(static) == before
     assert _enum(schema) == ["a__chunk_0", "b__chunk_1"]
     assert schema["properties"]["citations"]["maxItems"] == 2
+    assert schema["properties"]["citations"]["minItems"] == 1
     assert set(schema["properties"]) == set(static["properties"])
     jsonschema.validate({**_answer(["b__chunk_1"]), "confidence": 0.5}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"citations": []}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"text": "t"}, schema)
+    with pytest.raises(jsonschema.ValidationError):  # results were seen: cite one of them
+        jsonschema.validate(_answer([]), schema)
+    before_any = citable_schema(static, [])
+    assert "minItems" not in before_any["properties"]["citations"]
+    jsonschema.validate(_answer([]), before_any)
 
 
 def _enum(schema: dict[str, Any]) -> list[str]:
