@@ -66,10 +66,11 @@ DOCUMENTS = [
     ),
 ]
 QUESTIONS = [
-    ("How long does the Brisk-7 kettle take to boil water?", "94 seconds"),
-    ("Who founded the Orlen Tide Observatory?", "Ilse Varga"),
-    ("Which port does a Quillon gateway listen on by default?", "7431"),
+    ("How long does the Brisk-7 kettle take to boil water?", "94 seconds", "brisk-kettle"),
+    ("Who founded the Orlen Tide Observatory?", "Ilse Varga", "orlen-observatory"),
+    ("Which port does a Quillon gateway listen on by default?", "7431", "quillon-protocol"),
 ]
+"""Question, the fact its answer must contain, the document that holds it."""
 RUN_TIMEOUT_S = float(os.environ.get("QUARRY_REAL_MODEL_RUN_TIMEOUT_S", "900"))
 """Per question. A quiet 2-core machine needs about 1-3 minutes; a busy one many times that."""
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "real_model_proof.json"
@@ -138,7 +139,7 @@ async def test_the_local_model_answers_from_the_collection_with_valid_calls_and_
 ) -> None:
     runs: list[dict[str, object]] = []
     async with AgentClient(stack.agent) as agent:
-        for question, fact in QUESTIONS:
+        for question, fact, source in QUESTIONS:
             started = time.perf_counter()
             cpu_before = cpu_seconds(stack.pids["model"])
             response = await agent.run(
@@ -159,6 +160,9 @@ async def test_the_local_model_answers_from_the_collection_with_valid_calls_and_
                     "answer": response.answer.text,
                     "citations": [c.result_id for c in response.answer.citations],
                     "has_fact": fact.lower() in response.answer.text.lower(),
+                    "cites_source": any(
+                        c.result_id.startswith(f"{source}__") for c in response.answer.citations
+                    ),
                     "problems": _check_run(response),
                     "model_calls": response.usage.model_calls,
                     "searches": response.usage.searches,
@@ -167,9 +171,11 @@ async def test_the_local_model_answers_from_the_collection_with_valid_calls_and_
                 }
             )
     answers_with_fact = sum(bool(r["has_fact"]) for r in runs)
+    answers_citing_source = sum(bool(r["cites_source"]) for r in runs)
     report = {
         "runs": runs,
         "answers_with_fact": answers_with_fact,
+        "answers_citing_the_source": answers_citing_source,
         "model_rss_mb": round(model_rss_mb(stack.pids["model"])),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
@@ -178,3 +184,4 @@ async def test_the_local_model_answers_from_the_collection_with_valid_calls_and_
     print(json.dumps(report, indent=2, ensure_ascii=False))
     assert [r["problems"] for r in runs] == [[], [], []]
     assert answers_with_fact >= 2, runs
+    assert answers_citing_source >= 2, runs  # a constrained answer must cite a seen result
