@@ -45,8 +45,12 @@ from services.agent.run_history import (
     INTERRUPTED_MESSAGE,
     RUNNING,
     RunQuery,
+    copy_record,
     decode_page_token,
     encode_page_token,
+    response_without_steps,
+    run_summary,
+    stamp_seconds,
 )
 from services.common.errors import DataLoss, Unavailable
 
@@ -201,7 +205,7 @@ class RunStore:
 
     def begin(self, run: agent_pb2.RunRecord) -> None:
         """A run started (`run.status` running): queued, not awaited."""
-        self._queue(self._guarded, self._begin, run.run_id, _copy(run))
+        self._queue(self._guarded, self._begin, run.run_id, copy_record(run))
 
     def append(
         self,
@@ -240,7 +244,7 @@ class RunStore:
             self._guarded,
             self._finish,
             run.run_id,
-            _copy(run),
+            copy_record(run),
             first_seq,
             list(events),
             list(steps),
@@ -283,7 +287,7 @@ class RunStore:
                     run.collection,
                     run.request.query,
                     run.status,
-                    _seconds(run.started_at),
+                    stamp_seconds(run.started_at),
                     run.caller,
                     run.route,
                     run.loop_settings_json,
@@ -320,7 +324,7 @@ class RunStore:
                 " context_window_tokens = ?, response = ? WHERE run_id = ?",
                 (
                     run.status,
-                    _seconds(run.ended_at),
+                    stamp_seconds(run.ended_at),
                     response.stop_reason if response else 0,
                     step_count,
                     response.usage.input_tokens if response else 0,
@@ -328,7 +332,7 @@ class RunStore:
                     run.error_code,
                     run.error_message,
                     run.context_window_tokens,
-                    _without_steps(response),
+                    response_without_steps(response),
                     run.run_id,
                 ),
             )
@@ -500,7 +504,7 @@ class RunStore:
         )
         rows = self._connection().execute(sql, [*values, query.page_size + 1]).fetchall()
         page = rows[: query.page_size]
-        summaries = [_summary(r) for r in page]
+        summaries = [run_summary(r) for r in page]
         more = len(rows) > query.page_size
         return summaries, encode_page_token(page[-1][4], page[-1][0]) if more and page else ""
 
@@ -566,43 +570,3 @@ def _unavailable(error: BaseException) -> Unavailable:
 def _is_damage(error: sqlite3.Error) -> bool:
     """A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB), not a busy or full one."""
     return (getattr(error, "sqlite_errorcode", 0) & 0xFF) in _DAMAGE_CODES
-
-
-def _copy(run: agent_pb2.RunRecord) -> agent_pb2.RunRecord:
-    """What a queued write stores: the record as it is now, not as the caller changes it."""
-    copy = agent_pb2.RunRecord()
-    copy.CopyFrom(run)
-    return copy
-
-
-def _seconds(stamp: Any) -> float:
-    return float(stamp.ToNanoseconds()) / 1e9
-
-
-def _without_steps(response: agent_pb2.RunResponse | None) -> bytes | None:
-    """The final response without its steps (they are stored once, in `run_steps`)."""
-    if response is None:
-        return None
-    copy = agent_pb2.RunResponse()
-    copy.CopyFrom(response)
-    del copy.steps[:]
-    return copy.SerializeToString()
-
-
-def _summary(row: Sequence[Any]) -> agent_pb2.RunSummary:
-    summary = agent_pb2.RunSummary(
-        run_id=row[0],
-        collection=row[1],
-        query=row[2],
-        status=row[3],
-        stop_reason=row[6],
-        steps=row[7],
-        input_tokens=row[8],
-        output_tokens=row[9],
-        error_code=row[10],
-        caller=row[11],
-    )
-    summary.started_at.FromNanoseconds(int(row[4] * 1e9))
-    if row[5] is not None:
-        summary.ended_at.FromNanoseconds(int(row[5] * 1e9))
-    return summary

@@ -49,8 +49,12 @@ from services.agent.run_history import (
     INTERRUPTED_MESSAGE,
     RUNNING,
     RunQuery,
+    copy_record,
     decode_page_token,
     encode_page_token,
+    response_without_steps,
+    run_summary,
+    stamp_seconds,
 )
 from services.common.errors import QuarryError
 from services.common.postgres import (
@@ -341,7 +345,7 @@ class PostgresRunHistory:
     # --- writes (queued on the writer task) ----------------------------------------------------
 
     def begin(self, run: agent_pb2.RunRecord) -> None:
-        self._enqueue(_Write("begin", (_copy(run),)))
+        self._enqueue(_Write("begin", (copy_record(run),)))
 
     def append(
         self,
@@ -361,7 +365,7 @@ class PostgresRunHistory:
     ) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._enqueue(
-            _Write("finish", (_copy(run), first_seq, list(events), list(steps)), done)
+            _Write("finish", (copy_record(run), first_seq, list(events), list(steps)), done)
         ):
             await done
 
@@ -372,7 +376,7 @@ class PostgresRunHistory:
         events: Sequence[agent_pb2.StreamRunResponse],
         steps: Sequence[agent_pb2.StepRecord],
     ) -> None:
-        self._enqueue(_Write("finish", (_copy(run), first_seq, list(events), list(steps))))
+        self._enqueue(_Write("finish", (copy_record(run), first_seq, list(events), list(steps))))
 
     async def forget(self, run_id: str) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -452,7 +456,7 @@ class PostgresRunHistory:
                 run.collection,
                 run.request.query,
                 run.status,
-                _seconds(run.started_at),
+                stamp_seconds(run.started_at),
                 run.caller,
                 run.route,
                 run.loop_settings_json,
@@ -515,8 +519,8 @@ class PostgresRunHistory:
                 run.collection,
                 run.request.query,
                 run.status,
-                _seconds(run.started_at),
-                _seconds(run.ended_at),
+                stamp_seconds(run.started_at),
+                stamp_seconds(run.ended_at),
                 run.caller,
                 run.route,
                 response.stop_reason if response else 0,
@@ -529,7 +533,7 @@ class PostgresRunHistory:
                 run.context_window_tokens,
                 self.replica,
                 run.request.SerializeToString(),
-                _without_steps(response),
+                response_without_steps(response),
             ),
         )
 
@@ -643,48 +647,10 @@ class PostgresRunHistory:
         page = rows[: query.page_size]
         more = len(rows) > query.page_size
         token = encode_page_token(page[-1][4], page[-1][0]) if more and page else ""
-        return [_summary(r) for r in page], token
+        return [run_summary(r) for r in page], token
 
     async def collections(self) -> list[str]:
         await self._caught_up()
         async with transaction(self.pool, self.settings.postgres) as conn:
             cursor = await conn.execute("SELECT DISTINCT collection FROM agent_runs")
             return [str(r[0]) for r in await cursor.fetchall()]
-
-
-def _copy(run: agent_pb2.RunRecord) -> agent_pb2.RunRecord:
-    copy = agent_pb2.RunRecord()
-    copy.CopyFrom(run)
-    return copy
-
-
-def _seconds(stamp: Any) -> float:
-    return float(stamp.ToNanoseconds()) / 1e9
-
-
-def _without_steps(response: agent_pb2.RunResponse | None) -> bytes | None:
-    if response is None:
-        return None
-    copy = agent_pb2.RunResponse()
-    copy.CopyFrom(response)
-    del copy.steps[:]
-    return copy.SerializeToString()
-
-
-def _summary(row: Sequence[Any]) -> agent_pb2.RunSummary:
-    summary = agent_pb2.RunSummary(
-        run_id=row[0],
-        collection=row[1],
-        query=row[2],
-        status=row[3],
-        stop_reason=row[6],
-        steps=row[7],
-        input_tokens=row[8],
-        output_tokens=row[9],
-        error_code=row[10],
-        caller=row[11],
-    )
-    summary.started_at.FromNanoseconds(int(row[4] * 1e9))
-    if row[5] is not None:
-        summary.ended_at.FromNanoseconds(int(row[5] * 1e9))
-    return summary

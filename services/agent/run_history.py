@@ -31,7 +31,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from quarry.agent.v1 import agent_pb2
 
@@ -169,3 +169,49 @@ def decode_page_token(token: str) -> tuple[float, str]:
         raise InvalidArgument.for_field(
             "page_token", "is not a token this service issued (pass next_page_token as is)"
         ) from None
+
+
+# --- shared by every implementation: a record as it is stored and read back ---------------------
+
+
+def copy_record(run: agent_pb2.RunRecord) -> agent_pb2.RunRecord:
+    """What a queued write stores: the record as it is now, not as the caller changes it."""
+    copy = agent_pb2.RunRecord()
+    copy.CopyFrom(run)
+    return copy
+
+
+def stamp_seconds(stamp: Any) -> float:
+    """A protobuf Timestamp as seconds since the epoch."""
+    return float(stamp.ToNanoseconds()) / 1e9
+
+
+def response_without_steps(response: agent_pb2.RunResponse | None) -> bytes | None:
+    """The final response without its steps (they are stored once, in `run_steps`)."""
+    if response is None:
+        return None
+    copy = agent_pb2.RunResponse()
+    copy.CopyFrom(response)
+    del copy.steps[:]
+    return copy.SerializeToString()
+
+
+def run_summary(row: Sequence[Any]) -> agent_pb2.RunSummary:
+    """A `ListRuns` row (run_id, collection, query, status, started_at, ended_at, stop_reason,
+    steps, input_tokens, output_tokens, error_code, caller) as its summary."""
+    summary = agent_pb2.RunSummary(
+        run_id=row[0],
+        collection=row[1],
+        query=row[2],
+        status=row[3],
+        stop_reason=row[6],
+        steps=row[7],
+        input_tokens=row[8],
+        output_tokens=row[9],
+        error_code=row[10],
+        caller=row[11],
+    )
+    summary.started_at.FromNanoseconds(int(row[4] * 1e9))
+    if row[5] is not None:
+        summary.ended_at.FromNanoseconds(int(row[5] * 1e9))
+    return summary
