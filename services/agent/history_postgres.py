@@ -266,6 +266,9 @@ class PostgresRunHistory:
                         "runs interrupted by this replica's previous process",
                         extra={"runs": own, "replica": self.replica},
                     )
+                # retention due at start runs before the replica is ready, so it never races the
+                # first runs this replica records (the loop below sweeps once per interval after)
+                await self._sweep_logged()
                 self._prepared.set()
             except Exception as error:  # the database is not there yet: try again
                 log.warning("run history database not ready", extra={"error": str(error)[:300]})
@@ -281,6 +284,12 @@ class PostgresRunHistory:
                     self._health.failed(error)
                 log.warning("run history heartbeat failed", extra={"error": str(error)[:300]})
             await asyncio.sleep(interval)
+
+    async def _sweep_logged(self) -> None:
+        try:
+            await self.sweep()
+        except Exception as error:  # retention can wait for the next interval
+            log.warning("run history retention failed", extra={"error": str(error)[:300]})
 
     async def _heartbeat(self) -> None:
         async with transaction(self.pool, self.settings.postgres) as conn:
