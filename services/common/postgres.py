@@ -8,6 +8,7 @@ versions, and what its errors mean to a caller.
     open_pool()           an `AsyncConnectionPool` that opens without waiting for the database
                           (a service starts, reports NOT_SERVING, and serves once it is reachable)
     transaction()         one pooled transaction whose statements are bounded by a deadline
+    snapshot()            a read-only one in pipeline mode: one snapshot, statements sent together
     Migration, migrate()  numbered migrations, each applied once per component under
                           `pg_advisory_lock`, however many replicas start together
     classify()            a driver or pool error as a domain error (`services.common.errors`):
@@ -182,16 +183,10 @@ async def transaction(
     """One transaction on a pooled connection. Every statement in it is bounded by the shorter of
     `timeout_s` (the request's remaining deadline) and `settings.statement_timeout_s`; errors come
     out classified (`classify`)."""
-    limit_s = settings.statement_timeout_s if timeout_s is None else timeout_s
-    limit_s = min(limit_s, settings.statement_timeout_s)
-    if limit_s <= 0:
-        raise DeadlineExceeded("the request's deadline passed before the database was asked")
+    limit_ms = _statement_limit_ms(settings, timeout_s)
     try:
         async with pool.connection() as conn, conn.transaction():
-            await conn.execute(
-                "SELECT set_config('statement_timeout', %s, true)",
-                (str(max(1, math.ceil(limit_s * 1000))),),
-            )
+            await conn.execute("SELECT set_config('statement_timeout', %s, true)", (limit_ms,))
             yield conn
     except QuarryError:
         raise
@@ -200,6 +195,46 @@ async def transaction(
         if classified is None:
             raise
         raise classified from error
+
+
+@contextlib.asynccontextmanager
+async def snapshot(
+    pool: Pool,
+    settings: PostgresSettings,
+    *,
+    timeout_s: float | None = None,
+) -> AsyncIterator[AsyncConnection[TupleRow]]:
+    """One read-only transaction on a pooled connection, in pipeline mode, bounded and classified
+    like `transaction`.
+
+    Every statement reads the same snapshot (REPEATABLE READ: statistics read first agree with the
+    rows read last, whatever commits meanwhile; a read-only transaction never fails to serialise).
+    Statements are sent without waiting for the previous one's result: the client waits only when
+    it reads a result, so statements queued together cost one round trip (the transaction's begin,
+    isolation and timeout travel with the first of them). A statement that writes fails."""
+    limit_ms = _statement_limit_ms(settings, timeout_s)
+    try:
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            await conn.execute("SELECT set_config('statement_timeout', %s, true)", (limit_ms,))
+            yield conn
+    except QuarryError:
+        raise
+    except Exception as error:
+        classified = classify(error, pool=pool, settings=settings)
+        if classified is None:
+            raise
+        raise classified from error
+
+
+def _statement_limit_ms(settings: PostgresSettings, timeout_s: float | None) -> str:
+    """`statement_timeout` for a transaction: the shorter of the request's remaining deadline and
+    the configured limit, in whole milliseconds (at least 1)."""
+    limit_s = settings.statement_timeout_s if timeout_s is None else timeout_s
+    limit_s = min(limit_s, settings.statement_timeout_s)
+    if limit_s <= 0:
+        raise DeadlineExceeded("the request's deadline passed before the database was asked")
+    return str(max(1, math.ceil(limit_s * 1000)))
 
 
 def classify(
