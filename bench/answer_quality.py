@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import tempfile
 import time
@@ -117,12 +118,28 @@ async def run_all(args: argparse.Namespace, agent_address: str, model_pid: int |
                     row["model_cpu_s"] = round(cpu_seconds(model_pid) - before, 1)
                 row["question"] = question.text
                 rows[f"{route}/{mode}"].append(row)
+                _write_partial(args.out, rows, index + 1)
                 note(
                     f"[{index + 1}/{len(questions)}] {route}/{mode}: "
                     f"doc={row.get('cited_right_document')} fact={row.get('contains_fact')} "
                     f"searches={row.get('searches')} {row['seconds']} s"
                 )
     return rows
+
+
+def _write_partial(out: Path, rows: dict[str, list[dict[str, Any]]], asked: int) -> None:
+    """The runs so far, beside `out` (`<out>.partial.json`), so a long local-model run cut short
+    still leaves its figures, each for the questions it actually ran."""
+    partial = {
+        "partial": True,
+        "questions_started": asked,
+        "summary": {config: summary(r) for config, r in rows.items() if r},
+        "machine": machine(),
+        "rows": rows,
+    }
+    path = out.with_suffix(".partial.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(partial, indent=2) + "\n", encoding="utf-8")
 
 
 def main() -> None:
@@ -134,6 +151,13 @@ def main() -> None:
     parser.add_argument("--tools", type=lambda s: s.split(","), default=["search"])
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=None,
+        help="the model server and the three services on this port and the next three "
+        "(default: free ports the system picks)",
+    )
     args = parser.parse_args()
     from quarry_cli.demo.build import ensure_demo_collection
 
@@ -141,7 +165,10 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory(prefix="answer-quality-") as root,
         local_model_stack(
-            Path(root), data_dir=args.data_dir, with_model="local" in args.routes
+            Path(root),
+            data_dir=args.data_dir,
+            with_model="local" in args.routes,
+            port_base=args.port_base,
         ) as stack,
     ):
         note(f"services up ({time.perf_counter() - started:.0f} s); demo collection ...")
