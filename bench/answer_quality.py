@@ -4,6 +4,7 @@ with known answering documents (`bench/answer_quality_questions.py`, 48 question
 
     python -m bench.answer_quality [--routes extractive,local] [--modes fast,thinking]
                                    [--questions 48] [--local-questions 12] [--tools search]
+                                   [--start 1] [--port-base PORT]
 
 Starts the model server (when `local` is asked for) and the three services as processes
 (`bench/local_model_stack.py`), builds the demo collection once into `var/bench-answer-quality/`
@@ -109,6 +110,8 @@ async def run_all(args: argparse.Namespace, agent_address: str, model_pid: int |
     tools = tuple(args.tools)
     async with AgentClient(agent_address) as agent:
         for index, question in enumerate(questions):
+            if index + 1 < args.start:
+                continue
             for route, mode in configs:
                 if route != "extractive" and index >= args.local_questions:
                     continue
@@ -148,6 +151,12 @@ def main() -> None:
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["fast", "thinking"])
     parser.add_argument("--questions", type=int, default=len(QUESTIONS))
     parser.add_argument("--local-questions", type=int, default=12)
+    parser.add_argument(
+        "--start",
+        type=int,
+        default=1,
+        help="the first question asked (1-based): resumes a run cut short",
+    )
     parser.add_argument("--tools", type=lambda s: s.split(","), default=["search"])
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -182,6 +191,7 @@ def main() -> None:
     result = {
         "questions": min(args.questions, len(QUESTIONS)),
         "local_questions": min(args.local_questions, args.questions),
+        "start": args.start,
         "tools": args.tools,
         "summary": {config: summary(r) for config, r in rows.items() if r},
         "model_rss_mb": round(rss),
