@@ -189,6 +189,21 @@ def test_the_overlay_names_every_image_it_renders_so_one_edit_pins_a_digest(
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_service_runs_from_its_own_image_and_the_vespa_job_from_the_search_tools(
+    overlay: str,
+) -> None:
+    docs = rendered(overlay)
+    for workload in _quarry_workloads(docs):
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        name = container["image"].partition(":")[0]
+        # the image `make image SERVICE=<workload>` builds, with what that service imports
+        assert name == f"registry.example.com/quarry-{workload['metadata']['name']}"
+    for job in _of(docs, "Job"):
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["image"].startswith("registry.example.com/quarry-search-tool:")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_quarry_pods_run_restricted(overlay: str) -> None:
     for workload in _quarry_workloads(rendered(overlay)):
         pod = workload["spec"]["template"]["spec"]
@@ -474,7 +489,10 @@ def _quarry_image_pods(docs: tuple[Doc, ...]) -> list[tuple[str, Doc]]:
     return [
         (w["metadata"]["name"], w["spec"]["template"]["spec"])
         for w in _workloads(docs)
-        if all("/quarry:" in c["image"] for c in w["spec"]["template"]["spec"]["containers"])
+        if all(
+            re.search(r"/quarry-[a-z-]+:", c["image"])
+            for c in w["spec"]["template"]["spec"]["containers"]
+        )
     ]
 
 
