@@ -147,7 +147,7 @@ images:
 	for service in $(SERVICES); do $(MAKE) --no-print-directory image SERVICE=$$service || exit 1; done
 
 # Prints the Containerfile's base image pinned by the digest your registry serves for its tag:
-# review it, then build with `make image PYTHON_IMAGE=<what it printed>`.
+# review it, then build with `make images PYTHON_IMAGE=<what it printed>`.
 base-image-digest:
 	@test -n "$(CONTAINER_TOOL)" || { echo "make base-image-digest needs podman or docker"; exit 1; }
 	$(CONTAINER_TOOL) pull $(CONTAINERFILE_BASE)
