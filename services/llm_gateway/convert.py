@@ -202,6 +202,7 @@ def provider_status(link: ChainLink) -> pb.ProviderStatus:
         context_window_tokens=link.provider.context_window_tokens,
         # Only providers that hold tool arguments to their schemas define the property.
         enforces_tool_schemas=bool(getattr(link.provider, "enforces_tool_schemas", False)),
+        forces_tool_calls=bool(getattr(link.provider, "forces_tool_calls", False)),
     )
     if health.last_error_at is not None:
         stamp = Timestamp()

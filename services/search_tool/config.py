@@ -76,6 +76,13 @@ class FusionSettings(BaseModel):
     """Weight of the dense side in linear fusion."""
     candidates: int = Field(default=100, ge=10, le=1000)
     """Candidates each side contributes to a HYBRID fusion (at least offset + limit)."""
+    calibrate: bool = True
+    """Each collection measures its own alpha on pseudo-queries made from its documents
+    (`calibration.py`; embedded engine only); false: `alpha` everywhere."""
+    calibration_queries: int = Field(default=200, ge=10, le=2000)
+    """Pseudo-queries a calibration measures (about one HYBRID search each, in the background)."""
+    calibration_prior_queries: int = Field(default=50, ge=0)
+    """How strongly `alpha` holds: the measured alpha weighs n / (n + this) for n pseudo-queries."""
 
     def to_fusion(self) -> Fusion:
         return Fusion(FusionMethod(self.method), rrf_k=self.rrf_k, alpha=self.alpha)
