@@ -20,6 +20,9 @@ import numpy.typing as npt
 from services.common.admission import WorkQueue
 from services.common.errors import DataLoss, FieldViolation, InvalidArgument, NotFound
 from services.common.names import collection_name_problem
+from services.search_tool.calibration import can_calibrate
+from services.search_tool.calibrations import DIRECTORY as CALIBRATION_DIRECTORY
+from services.search_tool.calibrations import FusionCalibrations
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.counting import CountRequest, DocumentCount, count_documents
@@ -31,6 +34,7 @@ from services.search_tool.engine.base import (
     DocumentPaging,
     DocumentSummary,
     EngineQuery,
+    Fusion,
     SearchEngine,
     SearchPage,
     Strategy,
@@ -142,6 +146,7 @@ class SearchService:
             batch_documents=settings.write_batch_documents,
             chunking_recipe=settings.chunking.recipe,
             sizes=settings.limits,
+            model_max_tokens=settings.embedding.max_tokens,
         )
         self._ingestor = Ingestor(engine, embedder, chunker, limits)
         queue = settings.work_queue
@@ -156,12 +161,25 @@ class SearchService:
         embedded = settings.engine.kind in ("embedded", "lancedb")
         self.faults = StorageFaults(settings.data_dir if embedded else None)
         """Storage faults of an operation on a collection, named (see `faults`)."""
+        self.calibrations: FusionCalibrations | None = None
+        """Each collection's own HYBRID weights (`calibrations`); None: the configured fusion
+        everywhere (calibration off, or an engine without both sides' scores)."""
+        if settings.fusion.calibrate and can_calibrate(engine):
+            self.calibrations = FusionCalibrations(
+                engine,  # type: ignore[arg-type]  # can_calibrate checked scored_candidates
+                embedder,
+                settings.fusion,
+                settings.data_dir / CALIBRATION_DIRECTORY if embedded else None,
+                building=self.is_building,
+            )
 
     @property
     def engine(self) -> SearchEngine:
         return self._engine
 
     async def close(self) -> None:
+        if self.calibrations is not None:
+            await self.calibrations.close()
         await self._engine.close()
 
     async def upsert_documents(
@@ -292,7 +310,7 @@ class SearchService:
             filter=expression,
             limit=limit,
             offset=request.offset,
-            fusion=self._settings.fusion.to_fusion(),
+            fusion=self._fusion_for(request),
             timeout_s=timeout,
         )
         page = await self._engine.search(request.collection, query)
@@ -341,6 +359,8 @@ class SearchService:
     async def delete_collection(self, collection: str) -> None:
         validate_collection_name(collection)
         await self._engine.drop_collection(collection)
+        if self.calibrations is not None:
+            self.calibrations.forget(collection)
 
     async def embed(self, texts: Sequence[str]) -> Embeddings:
         if not texts:
@@ -389,6 +409,12 @@ class SearchService:
         return effective_filter(
             request.caller_filter, request.filter, fields, limits=self._settings.limits
         )
+
+    def _fusion_for(self, request: SearchRequest) -> Fusion:
+        """HYBRID: the collection's calibrated fusion when it has one; else the configured."""
+        if request.strategy is Strategy.HYBRID and self.calibrations is not None:
+            return self.calibrations.fusion_for(request.collection)
+        return self._settings.fusion.to_fusion()
 
     async def _query_vectors(self, request: SearchRequest) -> npt.NDArray[np.float32]:
         if request.strategy is Strategy.KEYWORD:
