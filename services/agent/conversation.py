@@ -72,6 +72,9 @@ class Conversation:
         self.constrained = False
         """The route holds tools to their schemas: run-dependent specs (`Tool.spec_for`, e.g. the
         citable ids as an enum) are offered instead of the static ones."""
+        self.calls_forced = False
+        """Every reply of the route's model is a call of an offered tool (a grammar forces it):
+        what a turn offers decides what the model does."""
 
     async def prepare(
         self,
@@ -100,6 +103,7 @@ class Conversation:
         self.constrained = await model.enforces_tool_schemas(
             route, remaining_s=deadline.remaining()
         )
+        self.calls_forced = await model.forces_tool_calls(route, remaining_s=deadline.remaining())
 
     def specs(self, tools: Sequence[Tool], seen: Collection[str]) -> tuple[ToolSpec, ...]:
         """The tools as offered: run-dependent specs (`Tool.spec_for` the ids `seen`) where the
