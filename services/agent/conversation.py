@@ -158,11 +158,12 @@ class Conversation:
         )
 
     def over_budget(
-        self, tools: Sequence[Tool], answer_only: Sequence[Tool], *, spent: int
+        self, tools: Sequence[Tool], answer_only: Sequence[Tool], spent: Callable[[], int]
     ) -> bool:
-        """Whether the next call with `tools` would spend more than the token budget. A search
-        turn also keeps the answer-only call after it inside the budget: that call reads at
-        least the same conversation and writes the answer."""
+        """Whether the next call with `tools` would spend more than the token budget (`spent()`:
+        the tokens spent so far, asked only when the run has a budget). A search turn also keeps
+        the answer-only call after it inside the budget: that call reads at least the same
+        conversation and writes the answer."""
         if not self.request.max_tokens:
             return False
         conversation = total_chars(self.messages()) - len(self.system_prompt)
@@ -170,7 +171,7 @@ class Conversation:
         if list(tools) != list(answer_only):
             answer_chars = conversation + self.fixed_chars(answer_only)
             cost += estimate_tokens(answer_chars) + ANSWER_OUTPUT_TOKENS
-        return spent + cost > self.request.max_tokens
+        return spent() + cost > self.request.max_tokens
 
     async def compact(
         self,

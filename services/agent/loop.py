@@ -290,9 +290,7 @@ class _Run:
         return response
 
     def _over_budget(self, tools: Sequence[Tool]) -> bool:
-        if not self.request.max_tokens:  # no budget: nothing to estimate
-            return False
-        return self.conversation.over_budget(tools, self.answer_only, spent=self.steps.spent)
+        return self.conversation.over_budget(tools, self.answer_only, lambda: self.steps.spent)
 
     def _result(self) -> RunResult:
         seen = self.desk.seen
