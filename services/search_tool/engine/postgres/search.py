@@ -57,14 +57,14 @@ class CollectionTotals:
     write_seq: int
 
 
-CountKey = tuple[int, int, str, str]
+CountKey = tuple[int, int, str]
 
 
 class MatchCounts:
-    """Chunks matching a filter (or a filter and query words), remembered per (collection, write
-    sequence, statement): a repeated filter costs nothing until the next write, on any replica.
-    Also remembers the last write sequence seen per collection, so a search can tell before its
-    first round trip whether a count is probably cached."""
+    """Chunks matching a filter, remembered per (collection, write sequence, statement): a
+    repeated filter costs nothing until the next write, on any replica. Also remembers the last
+    write sequence seen per collection, so a search can tell before its first round trip whether
+    a count is probably cached."""
 
     def __init__(self, size: int = _COUNT_CACHE_SIZE) -> None:
         self._size = size
@@ -107,15 +107,9 @@ class _Count:
 
     statement: sql.Composed
     params: list[object]
-    words: str
 
     def key(self, collection_id: int, write_seq: int) -> CountKey:
-        return (
-            collection_id,
-            write_seq,
-            self.statement.as_string(None) + repr(self.params),
-            self.words,
-        )
+        return (collection_id, write_seq, self.statement.as_string(None) + repr(self.params))
 
 
 class TableSearch:
@@ -143,6 +137,7 @@ class TableSearch:
         self._candidates = max(self._depth, limits.hybrid_candidates) if hybrid else self._depth
         semantic = query.strategy is Strategy.SEMANTIC
         self._terms = Counter() if semantic else bm25.query_terms(query.keyword_text)
+        self._keyword_matches = 0
 
     async def run(self) -> SearchPage:
         """Raises `CollectionGone` when the collection's catalog row is missing."""
@@ -168,9 +163,9 @@ class TableSearch:
         keyword_cursor = await self._send_keyword()
         totals = await self._totals(totals_cursor)
         self._counts.saw(self._id, totals.write_seq)
-        matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
         dense_lists = await self._dense_lists(dense_cursors)
         keyword_list = await self._keyword_list(keyword_cursor)
+        matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
         # second: each side's score of what only the other side found
         completion = await self._completion(dense_lists, keyword_list)
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
@@ -188,22 +183,13 @@ class TableSearch:
 
     def _count_needed(self) -> _Count | None:
         """SEMANTIC / HYBRID: the chunks matching the filter (None without a filter: the
-        collection's count). KEYWORD: the chunks holding a query word and matching the filter, up
-        to the cap (None without query words: 0)."""
+        collection's count). KEYWORD: None (the keyword statement counts its matches)."""
         if self._query.strategy is Strategy.KEYWORD:
-            if not self._terms:
-                return None
-            statement = sql.SQL(
-                "SELECT count(*) FROM (SELECT DISTINCT p.chunk_id FROM {} p {}"
-                " WHERE p.term = ANY(%s) LIMIT %s) matched"
-            ).format(postings_table(self._id), self._filter_join("p.chunk_id"))
-            terms = sorted(self._terms)
-            params = [*self._where_params, terms, self._limits.keyword_count_cap]
-            return _Count(statement, params, " ".join(terms))
+            return None
         if self._query.filter.is_empty:
             return None
         statement = sql.SQL("SELECT count(*) FROM {} c WHERE {}").format(self._table, self._where)
-        return _Count(statement, list(self._where_params), "")
+        return _Count(statement, list(self._where_params))
 
     async def _matched(
         self,
@@ -217,7 +203,9 @@ class TableSearch:
         """The count `count` asks for in this snapshot: fetched here, or cached for its write
         sequence, or counted now (the collection was written since the last search saw it)."""
         if count is None:
-            return 0 if self._query.strategy is Strategy.KEYWORD else totals.chunks
+            return (
+                self._keyword_matches if self._query.strategy is Strategy.KEYWORD else totals.chunks
+            )
         key = count.key(self._id, totals.write_seq)
         if counted is not None:
             found = counted
@@ -301,16 +289,22 @@ class TableSearch:
             matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
             scored, params = self._scored(within=(matching, list(self._where_params)))
         statement = sql.SQL(
-            "{} SELECT s.chunk_id, s.score FROM scored s ORDER BY s.score DESC, s.chunk_id LIMIT %s"
+            "{} SELECT s.chunk_id, s.score, count(*) OVER () FROM scored s"
+            " ORDER BY s.score DESC, s.chunk_id LIMIT %s"
         ).format(scored)
         return await self._conn.execute(statement, [*params, self._candidates])
 
     async def _keyword_list(self, cursor: AsyncCursor[Any] | None) -> list[Candidate] | None:
+        """The keyword candidates; notes how many chunks the words and filter match (KEYWORD's
+        total, up to the cap: every scored chunk, counted before the limit)."""
         if self._query.strategy is Strategy.SEMANTIC:
             return None
         if cursor is None:
             return []
-        return [Candidate(str(i), float(s)) for i, s in await cursor.fetchall()]
+        rows = await cursor.fetchall()
+        if rows:
+            self._keyword_matches = min(int(rows[0][2]), self._limits.keyword_count_cap)
+        return [Candidate(str(i), float(s)) for i, s, _ in rows]
 
     def _scored(
         self,
@@ -367,14 +361,6 @@ class TableSearch:
         if only is not None:
             params.append(list(only))
         return statement, params
-
-    def _filter_join(self, chunk_id: str) -> sql.Composable:
-        """Keeps the rows whose chunk matches the filter (nothing when there is none)."""
-        if self._query.filter.is_empty:
-            return sql.SQL("")
-        return sql.SQL("JOIN {} c ON c.id = {} AND {}").format(
-            self._table, sql.SQL(chunk_id), self._where
-        )
 
     # -- completion and page ------------------------------------------------------------------
 
