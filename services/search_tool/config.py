@@ -219,8 +219,9 @@ class SearchToolSettings(QuarrySettings):
     """The engine."""
     fusion: FusionSettings = Field(default_factory=FusionSettings)
     """Hybrid fusion."""
-    max_document_bytes: int = Field(default=1_000_000, ge=1)
-    """Largest document text accepted, in UTF-8 bytes."""
+    max_document_bytes: int = Field(default=262_144, ge=1)
+    """Largest document text accepted, in UTF-8 bytes (a document must also fit
+    `limits.upsert_total_word_pieces`, the embedder's work for one call)."""
     max_documents_per_request: int = Field(default=1_000, ge=1)
     """Most documents one UpsertDocuments call may carry."""
     write_batch_documents: int = Field(default=64, ge=1)

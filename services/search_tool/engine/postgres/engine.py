@@ -31,6 +31,7 @@ from services.common.postgres import (
     DatabaseHealth,
     Pool,
     PostgresSettings,
+    Snapshot,
     classify,
     migrate,
     open_pool,
@@ -509,7 +510,7 @@ class PostgresEngine:
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
         collection = await self._collection(name)
 
-        async def work(conn: AsyncConnection[Any]) -> SearchPage:
+        async def work(conn: Snapshot) -> SearchPage:
             search = TableSearch(
                 collection.id, query, conn=conn, limits=self._limits, counts=self._counts
             )
@@ -629,7 +630,7 @@ class PostgresEngine:
         if cached is not None:
             return cached
 
-        async def work(conn: AsyncConnection[Any]) -> _Collection | None:
+        async def work(conn: Snapshot) -> _Collection | None:
             return await self._lookup(conn, name)
 
         found = await self._read(work, name)
@@ -638,11 +639,13 @@ class PostgresEngine:
         self._collections[name] = found
         return found
 
-    async def _lookup(self, conn: AsyncConnection[Any], name: str) -> _Collection | None:
+    async def _lookup(self, conn: AsyncConnection[Any] | Snapshot, name: str) -> _Collection | None:
         cursor = await conn.execute(
             "SELECT id, embedding_model, dimensions FROM quarry_collections WHERE name = %s",
             (name,),
         )
+        if isinstance(conn, Snapshot):
+            await conn.end()
         row = await cursor.fetchone()
         return None if row is None else _Collection(int(row[0]), str(row[1]), int(row[2]))
 
@@ -660,15 +663,17 @@ class PostgresEngine:
         *,
         timeout_s: float | None = None,
     ) -> list[tuple[Any, ...]]:
-        async def work(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-            return list(await (await conn.execute(statement, params)).fetchall())
+        async def work(conn: Snapshot) -> list[tuple[Any, ...]]:
+            cursor = await conn.execute(statement, params)
+            await conn.end()
+            return list(await cursor.fetchall())
 
         rows: list[tuple[Any, ...]] = await self._read(work, name, timeout_s=timeout_s)
         return rows
 
     async def _read(
         self,
-        work: Callable[[AsyncConnection[Any]], Awaitable[T]],
+        work: Callable[[Snapshot], Awaitable[T]],
         name: str | None = None,
         *,
         timeout_s: float | None = None,

@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg import AsyncCursor, sql
 
+from services.common.postgres import Snapshot
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
 from services.search_tool.engine.postgres import bm25
 from services.search_tool.engine.postgres.rows import to_chunk, vector_text
@@ -118,14 +119,15 @@ class _Count:
 
 
 class TableSearch:
-    """One `EngineQuery` against one collection, on a connection in a `snapshot` transaction."""
+    """One `EngineQuery` against one collection, in a `snapshot` transaction (which it ends with
+    its last read)."""
 
     def __init__(
         self,
         collection_id: int,
         query: EngineQuery,
         *,
-        conn: AsyncConnection[Any],
+        conn: Snapshot,
         limits: SearchLimits,
         counts: MatchCounts,
     ) -> None:
@@ -404,6 +406,7 @@ class TableSearch:
             return {}
         statement = sql.SQL("SELECT id, chunk_json FROM {} WHERE id = ANY(%s)").format(self._table)
         cursor = await self._conn.execute(statement, (list(ids),))
+        await self._conn.end()  # the last read: the transaction's end travels with it
         rows = [(str(i), str(j)) for i, j in await cursor.fetchall()]
         if len(rows) <= _PARSE_INLINE:
             return {i: to_chunk(j) for i, j in rows}
