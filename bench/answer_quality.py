@@ -4,6 +4,7 @@ with known answering documents (`bench/answer_quality_questions.py`, 48 question
 
     python -m bench.answer_quality [--routes extractive,local] [--modes fast,thinking]
                                    [--questions 48] [--local-questions 12] [--tools search]
+                                   [--start 1] [--port-base PORT]
 
 Starts the model server (when `local` is asked for) and the three services as processes
 (`bench/local_model_stack.py`), builds the demo collection once into `var/bench-answer-quality/`
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import tempfile
 import time
@@ -37,7 +39,6 @@ from services.agent.client import AgentClient, AgentError, ModeName, RunOptions
 
 COLLECTION = "python-docs"
 RESULTS = RESULTS_DIR / "answer_quality.json"
-RUN_TIMEOUT_S = 1200.0
 
 
 def document_of(result_id: str) -> str:
@@ -45,7 +46,12 @@ def document_of(result_id: str) -> str:
 
 
 async def ask(
-    agent: AgentClient, question: Question, route: str, mode: ModeName, tools: tuple[str, ...]
+    agent: AgentClient,
+    question: Question,
+    route: str,
+    mode: ModeName,
+    tools: tuple[str, ...],
+    timeout_s: float,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     options = RunOptions(
@@ -53,7 +59,7 @@ async def ask(
         mode=mode,
         route=route,
         tools=tools,
-        timeout_s=RUN_TIMEOUT_S,
+        timeout_s=timeout_s,
         temperature=0.0,
         seed=7,
     )
@@ -108,15 +114,18 @@ async def run_all(args: argparse.Namespace, agent_address: str, model_pid: int |
     tools = tuple(args.tools)
     async with AgentClient(agent_address) as agent:
         for index, question in enumerate(questions):
+            if index + 1 < args.start:
+                continue
             for route, mode in configs:
                 if route != "extractive" and index >= args.local_questions:
                     continue
                 before = cpu_seconds(model_pid) if model_pid else 0.0
-                row = await ask(agent, question, route, mode, tools)
+                row = await ask(agent, question, route, mode, tools, args.run_timeout_s)
                 if model_pid and route != "extractive":
                     row["model_cpu_s"] = round(cpu_seconds(model_pid) - before, 1)
                 row["question"] = question.text
                 rows[f"{route}/{mode}"].append(row)
+                _write_partial(args.out, rows, index + 1)
                 note(
                     f"[{index + 1}/{len(questions)}] {route}/{mode}: "
                     f"doc={row.get('cited_right_document')} fact={row.get('contains_fact')} "
@@ -125,15 +134,49 @@ async def run_all(args: argparse.Namespace, agent_address: str, model_pid: int |
     return rows
 
 
+def _write_partial(out: Path, rows: dict[str, list[dict[str, Any]]], asked: int) -> None:
+    """The runs so far, beside `out` (`<out>.partial.json`), so a long local-model run cut short
+    still leaves its figures, each for the questions it actually ran."""
+    partial = {
+        "partial": True,
+        "questions_started": asked,
+        "summary": {config: summary(r) for config, r in rows.items() if r},
+        "machine": machine(),
+        "rows": rows,
+    }
+    path = out.with_suffix(".partial.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(partial, indent=2) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--routes", type=lambda s: s.split(","), default=["extractive", "local"])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["fast", "thinking"])
     parser.add_argument("--questions", type=int, default=len(QUESTIONS))
     parser.add_argument("--local-questions", type=int, default=12)
+    parser.add_argument(
+        "--start",
+        type=int,
+        default=1,
+        help="the first question asked (1-based): resumes a run cut short",
+    )
     parser.add_argument("--tools", type=lambda s: s.split(","), default=["search"])
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--run-timeout-s",
+        type=float,
+        default=1200.0,
+        help="per run, and per local model call (a busy machine needs more)",
+    )
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=None,
+        help="the model server and the three services on this port and the next three "
+        "(default: free ports the system picks)",
+    )
     args = parser.parse_args()
     from quarry_cli.demo.build import ensure_demo_collection
 
@@ -141,7 +184,11 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory(prefix="answer-quality-") as root,
         local_model_stack(
-            Path(root), data_dir=args.data_dir, with_model="local" in args.routes
+            Path(root),
+            data_dir=args.data_dir,
+            with_model="local" in args.routes,
+            port_base=args.port_base,
+            call_timeout_s=args.run_timeout_s,
         ) as stack,
     ):
         note(f"services up ({time.perf_counter() - started:.0f} s); demo collection ...")
@@ -155,6 +202,7 @@ def main() -> None:
     result = {
         "questions": min(args.questions, len(QUESTIONS)),
         "local_questions": min(args.local_questions, args.questions),
+        "start": args.start,
         "tools": args.tools,
         "summary": {config: summary(r) for config, r in rows.items() if r},
         "model_rss_mb": round(rss),

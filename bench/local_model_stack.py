@@ -108,17 +108,28 @@ def local_model_stack(
     context: int = 4096,
     data_dir: Path | None = None,
     with_model: bool = True,
+    port_base: int | None = None,
+    call_timeout_s: float = 900.0,
 ) -> Iterator[LocalStack]:
     """The model server (unless `with_model` is false: only the `extractive` route then works)
-    and the three services, running until the block ends."""
+    and the three services, running until the block ends: on `port_base` and the next three
+    ports when given (a shared machine's assigned range), else on free ports. `call_timeout_s`
+    bounds one model call (the gateway's `timeout_s` of the local provider): a first call that
+    evaluates the whole uncached prompt takes minutes of wall time on a busy machine."""
     root.mkdir(parents=True, exist_ok=True)
-    port = model_port or free_port()
+    assigned = iter(range(port_base, port_base + 1 + len(SERVICES))) if port_base else None
+
+    def pick() -> int:
+        return next(assigned) if assigned is not None else free_port()
+
+    port = model_port or pick()
     model_url = f"http://127.0.0.1:{port}/v1"
     config = root / "quarry-local.yaml"
     subprocess.run(
         [
             *(sys.executable, str(LOCAL_MODEL), "config", "--port", str(port)),
             *("--context", str(context), "--out", str(config)),
+            *("--timeout-s", str(call_timeout_s)),
         ],
         check=True,
         stdout=subprocess.DEVNULL,
@@ -132,7 +143,7 @@ def local_model_stack(
             env.pop(key)
     env.pop("QUARRY_CONFIG", None)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: pick() for name in SERVICES}
     address = {name: f"127.0.0.1:{p}" for name, p in ports.items()}
     commands = {
         "search_tool": [

@@ -66,11 +66,15 @@ class Conversation:
         self.summary = ""
         """Layer 3's summary of the exchanges compacted away."""
         self.collection = CollectionInfo(name=request.collection)
+        self._task_text: tuple[CollectionInfo, str, str] | None = None
         self.window = settings.default_context_window_tokens
         """The model's context window in tokens."""
         self.constrained = False
         """The route holds tools to their schemas: run-dependent specs (`Tool.spec_for`, e.g. the
         citable ids as an enum) are offered instead of the static ones."""
+        self.calls_forced = False
+        """Every reply of the route's model is a call of an offered tool (a grammar forces it):
+        what a turn offers decides what the model does."""
 
     async def prepare(
         self,
@@ -99,6 +103,7 @@ class Conversation:
         self.constrained = await model.enforces_tool_schemas(
             route, remaining_s=deadline.remaining()
         )
+        self.calls_forced = await model.forces_tool_calls(route, remaining_s=deadline.remaining())
 
     def specs(self, tools: Sequence[Tool], seen: Collection[str]) -> tuple[ToolSpec, ...]:
         """The tools as offered: run-dependent specs (`Tool.spec_for` the ids `seen`) where the
@@ -121,10 +126,15 @@ class Conversation:
         return [system(self.system_prompt), *self.history, user(task), *self.exchanges]
 
     def _task(self, *, summary: str = "") -> str:
-        request = self.request
-        return task_message(
-            request.query, request.mode, request.caller_filter, self.collection, summary=summary
-        )
+        """The task message; built once per collection facts and summary (every call sends it)."""
+        cached = self._task_text
+        if cached is None or cached[0] is not self.collection or cached[1] != summary:
+            request = self.request
+            text = task_message(
+                request.query, request.mode, request.caller_filter, self.collection, summary=summary
+            )
+            cached = self._task_text = (self.collection, summary, text)
+        return cached[2]
 
     @property
     def budget_chars(self) -> int:

@@ -113,6 +113,11 @@ class GatewayModelClient:
         first = await self._first_provider(route, remaining_s)
         return first is not None and first.enforces_tool_schemas
 
+    async def forces_tool_calls(self, route: str, *, remaining_s: float | None) -> bool:
+        """Whether every reply of the first provider of `route` is a tool call."""
+        first = await self._first_provider(route, remaining_s)
+        return first is not None and first.forces_tool_calls
+
     async def _first_provider(
         self, route: str, remaining_s: float | None
     ) -> gw.ProviderStatus | None:

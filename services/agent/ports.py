@@ -121,6 +121,12 @@ class ModelClient(Protocol):
         constraint, so the loop offers `submit_answer` with the citable ids as one."""
         ...
 
+    async def forces_tool_calls(self, route: str, *, remaining_s: float | None) -> bool:
+        """Whether every reply of the route's first model is a call of an offered tool (a grammar
+        forces it): what a turn offers is then what the model does, so the loop makes a FAST
+        run's first turn offer `search` alone."""
+        ...
+
 
 class SearchClient(Protocol):
     """The search tool, as the loop uses it."""

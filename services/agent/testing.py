@@ -108,12 +108,15 @@ class ScriptedModel:
         latency_s: float = 0.0,
         gate: asyncio.Event | None = None,
         constrained: bool = False,
+        forced_calls: bool = False,
     ) -> None:
         self.turns: deque[Scripted] = deque(turns)
         self.summaries: deque[str | BaseException] = deque(summaries)
         self.context_window_tokens = context_window_tokens
         self.constrained = constrained
         """What `enforces_tool_schemas` answers: the route holds tools to their schemas."""
+        self.forced_calls = forced_calls
+        """What `forces_tool_calls` answers: every reply is a call of an offered tool."""
         self.latency_s = latency_s
         self.gate = gate
         self.requests: list[ModelRequest] = []
@@ -151,6 +154,9 @@ class ScriptedModel:
     async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
         return self.constrained
 
+    async def forces_tool_calls(self, route: str, *, remaining_s: float | None) -> bool:
+        return self.forced_calls
+
     async def _wait(self) -> None:
         self.called.set()
         try:
@@ -174,12 +180,14 @@ class FunctionModel:
         context_window_tokens: int | None = 32_000,
         latency_s: float = 0.0,
         constrained: bool = False,
+        forced_calls: bool = False,
     ) -> None:
         self.respond = respond
         self.context_window_tokens = context_window_tokens
         self.latency_s = latency_s
         self.calls = 0
         self.constrained = constrained
+        self.forced_calls = forced_calls
 
     async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
         self.calls += 1
@@ -197,6 +205,9 @@ class FunctionModel:
 
     async def enforces_tool_schemas(self, route: str, *, remaining_s: float | None) -> bool:
         return self.constrained
+
+    async def forces_tool_calls(self, route: str, *, remaining_s: float | None) -> bool:
+        return self.forced_calls
 
 
 _RESULT_ID = re.compile(r"^### \[([^\]]+)\]", re.MULTILINE)

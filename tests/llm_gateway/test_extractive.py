@@ -135,27 +135,27 @@ async def test_fast_mode_answers_after_one_search_even_when_it_found_little() ->
     assert answer["text"] == NOT_FOUND_TEXT
 
 
-async def test_thinking_mode_searches_again_with_key_terms_and_the_best_titles() -> None:
-    rich = search_result(PASSAGES, total=12)
+@pytest.mark.parametrize("total", [3, 12])
+async def test_thinking_mode_answers_without_a_second_search_when_the_first_was_not_thin(
+    total: int,
+) -> None:
+    rich = search_result(PASSAGES, total=total)
     messages = _conversation("What pigment absorbs light?", rich, thinking=True)
-    response = await ExtractiveProvider().generate(ChatRequest(tuple(messages), TOOLS))
-    (call,) = response.tool_calls
-    arguments = json.loads(call.arguments_json)
-    assert call.name == "search"
-    assert arguments["retrieval_strategy"] == "hybrid"
-    assert arguments["query"] == {
-        "primary": "pigment absorbs light",
-        "variations": ["Photosynthesis", "Chlorophyll", "Trains"],
-    }
-    assert response.text == (
-        "The first search found 12 results (Photosynthesis; Chlorophyll; Trains); "
-        "searching again with the key terms and those titles."
-    )
+    answer = await _answer(messages)
+    assert "Chlorophyll is the pigment that absorbs light" in str(answer["text"])
+    assert {"result_id": "doc-2__chunk_3"} in answer["citations"]  # type: ignore[operator]
+
+
+async def test_thinking_mode_searches_only_once_more_however_thin_the_second_search() -> None:
+    thin = search_result(PASSAGES[2:], total=1)
+    messages = _conversation("What pigment absorbs light?", thin, thin, thinking=True)
+    answer = await _answer(messages)
+    assert answer == {"text": NOT_FOUND_TEXT, "citations": []}
 
 
 async def test_thinking_mode_reads_the_best_result_then_answers_from_what_it_read() -> None:
     rich = search_result(PASSAGES, total=12)
-    messages = _conversation("What pigment absorbs light?", rich, rich, thinking=True)
+    messages = _conversation("What pigment absorbs light?", rich, thinking=True)
     response = await ExtractiveProvider().generate(ChatRequest(tuple(messages), WITH_READ))
     (call,) = response.tool_calls
     assert (call.name, json.loads(call.arguments_json)) == (

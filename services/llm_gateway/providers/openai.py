@@ -193,6 +193,12 @@ class OpenAIProvider:
         """Tool arguments are held to their schemas: forced by JSON schema or strict schemas."""
         return self.quirks.tool_calls_by_schema or self.quirks.strict_schemas
 
+    @property
+    def forces_tool_calls(self) -> bool:
+        """Every reply is a call of an offered tool: the JSON schema sent with the tools leaves the
+        model no plain-text answer (`tool_calls: json_schema`)."""
+        return self.quirks.tool_calls_by_schema
+
     async def generate(self, request: ChatRequest) -> ChatResponse:
         wire = self._wire(request)
         try:

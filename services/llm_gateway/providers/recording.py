@@ -52,6 +52,10 @@ class RecordingProvider:
         return bool(getattr(self._inner, "enforces_tool_schemas", False))
 
     @property
+    def forces_tool_calls(self) -> bool:
+        return bool(getattr(self._inner, "forces_tool_calls", False))
+
+    @property
     def context_window_tokens(self) -> int:
         return self._inner.context_window_tokens
 

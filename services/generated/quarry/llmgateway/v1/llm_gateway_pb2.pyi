@@ -274,7 +274,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ProviderStatus(_message.Message):
-    __slots__ = ("name", "kind", "model", "breaker_state", "consecutive_failures", "last_error", "last_error_at", "requests", "successes", "failures", "context_window_tokens", "enforces_tool_schemas")
+    __slots__ = ("name", "kind", "model", "breaker_state", "consecutive_failures", "last_error", "last_error_at", "requests", "successes", "failures", "context_window_tokens", "enforces_tool_schemas", "forces_tool_calls")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +287,7 @@ class ProviderStatus(_message.Message):
     FAILURES_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ENFORCES_TOOL_SCHEMAS_FIELD_NUMBER: _ClassVar[int]
+    FORCES_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: str
     model: str
@@ -299,7 +300,8 @@ class ProviderStatus(_message.Message):
     failures: int
     context_window_tokens: int
     enforces_tool_schemas: bool
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., model: _Optional[str] = ..., breaker_state: _Optional[_Union[BreakerState, str]] = ..., consecutive_failures: _Optional[int] = ..., last_error: _Optional[str] = ..., last_error_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requests: _Optional[int] = ..., successes: _Optional[int] = ..., failures: _Optional[int] = ..., context_window_tokens: _Optional[int] = ..., enforces_tool_schemas: _Optional[bool] = ...) -> None: ...
+    forces_tool_calls: bool
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., model: _Optional[str] = ..., breaker_state: _Optional[_Union[BreakerState, str]] = ..., consecutive_failures: _Optional[int] = ..., last_error: _Optional[str] = ..., last_error_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requests: _Optional[int] = ..., successes: _Optional[int] = ..., failures: _Optional[int] = ..., context_window_tokens: _Optional[int] = ..., enforces_tool_schemas: _Optional[bool] = ..., forces_tool_calls: _Optional[bool] = ...) -> None: ...
 
 class RouteStatus(_message.Message):
     __slots__ = ("name", "chain")

@@ -1,0 +1,213 @@
+"""A route whose every reply is a forced tool call (a grammar the model server enforces, the
+gateway's `tool_calls: json_schema`): a FAST run's first turn offers `search` alone, named, so the
+model searches before it answers instead of answering from memory; the turns after it offer what
+they always do (the answer with the citable ids as an enum). Routes that do not force calls, and
+THINKING runs, keep every tool on every turn."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+import jsonschema
+import pytest
+from quarry.agent.v1 import agent_pb2
+from quarry.llmgateway.v1 import llm_gateway_pb2 as gw
+from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
+
+from services.agent.gateway_client import GatewayModelClient
+from services.agent.loop import AgentLoop
+from services.agent.ports import ToolChoice
+from services.agent.run import Mode, StopReason
+from services.agent.testing import ScriptedModel, answer_call, calculate_call, search_call, turn
+from services.common.telemetry import Telemetry, setup_telemetry
+from services.llm_gateway.config import GatewaySettings, ProviderSettings
+from services.llm_gateway.server import build_gateway_server
+from services.llm_gateway.testing import FakeOpenAIServer, Reply
+from tests.agent.conftest import DOCUMENTS, result_of, run_events
+from tests.agent.fake_search import FakeSearch
+from tests.agent.test_cancellation import SERVER, _servers
+from tests.agent.test_dependency_clients import FakeSearchService
+from tests.llm_gateway.gateway_fixtures import gateway_settings
+
+TEMP = "tempfile__chunk_0"
+ANSWER = "Use tempfile.TemporaryDirectory [1]."
+
+
+def _offered(model: ScriptedModel, call: int) -> tuple[list[str], ToolChoice]:
+    request = model.requests[call]
+    return [t.name for t in request.tools], request.tool_choice
+
+
+async def test_a_fast_run_on_a_forcing_route_first_offers_only_search_then_the_answer(
+    search: FakeSearch,
+) -> None:
+    model = ScriptedModel(
+        [turn("", search_call("temporary directory")), turn("", answer_call(ANSWER, [TEMP]))],
+        constrained=True,
+        forced_calls=True,
+    )
+    events = await run_events(AgentLoop(model, search), mode=Mode.FAST)
+
+    result = result_of(events)
+    assert result.stop_reason is StopReason.ANSWERED
+    assert [c.result_id for c in result.answer.citations] == [TEMP]
+    assert _offered(model, 0) == (["search"], ToolChoice("named", "search"))
+    assert _offered(model, 1) == (["submit_answer"], ToolChoice("named", "submit_answer"))
+    answer = model.requests[1].tools[0].parameters
+    assert TEMP in answer["$defs"]["CitableResultId"]["enum"]
+    with pytest.raises(jsonschema.ValidationError):  # results were seen: an answer cites one
+        jsonschema.validate({"text": "t", "citations": []}, answer)
+    assert [s.offered_tools for s in result.steps][:1] == [("search",)]
+
+
+async def test_a_thinking_run_on_a_forcing_route_keeps_every_tool_on_its_first_turn(
+    search: FakeSearch,
+) -> None:
+    model = ScriptedModel(
+        [turn("", search_call("temporary directory")), turn("", answer_call(ANSWER, [TEMP]))],
+        constrained=True,
+        forced_calls=True,
+    )
+    await run_events(AgentLoop(model, search), mode=Mode.THINKING)
+
+    names, choice = _offered(model, 0)
+    assert {"search", "submit_answer"} <= set(names)
+    assert choice == ToolChoice()
+
+
+async def test_a_route_that_does_not_force_calls_keeps_every_tool_on_a_fast_first_turn(
+    search: FakeSearch,
+) -> None:
+    """A strict-schema vendor holds arguments to their schemas but may still answer in text or
+    pick its tool: its first FAST turn is unchanged."""
+    model = ScriptedModel(
+        [turn("", search_call("temporary directory")), turn("", answer_call(ANSWER, [TEMP]))],
+        constrained=True,
+    )
+    await run_events(AgentLoop(model, search), mode=Mode.FAST)
+
+    names, choice = _offered(model, 0)
+    assert {"search", "submit_answer"} <= set(names)
+    assert choice == ToolChoice()
+
+
+async def test_a_fast_run_whose_tools_exclude_search_is_offered_its_tools_on_a_forcing_route(
+    search: FakeSearch,
+) -> None:
+    model = ScriptedModel(
+        [turn("", calculate_call("6*7")), turn("", answer_call("42"))],
+        constrained=True,
+        forced_calls=True,
+    )
+    events = await run_events(
+        AgentLoop(model, search), mode=Mode.FAST, allowed_tools=frozenset({"calculate"})
+    )
+
+    assert result_of(events).stop_reason is StopReason.ANSWERED
+    assert _offered(model, 0) == (["calculate", "submit_answer"], ToolChoice())
+
+
+async def test_the_gateway_says_which_routes_force_tool_calls() -> None:
+    """GetStatus marks a `tool_calls: json_schema` provider as forcing calls; the same server
+    with native tool calls does not, nor does `extractive`; the agent's client reads the flag
+    for a route's first provider."""
+    base = {
+        "kind": "openai",
+        "endpoint": "llama-cpp-python",
+        "model": "qwen",
+        "base_url": "http://127.0.0.1:9/v1",
+    }
+    local = ProviderSettings.model_validate({**base, "name": "local", "tool_calls": "json_schema"})
+    native = ProviderSettings.model_validate({**base, "name": "native"})
+    settings = gateway_settings(
+        [local, native],
+        {"local": ["local", "extractive"], "native": ["native"], "offline": ["extractive"]},
+        default_route="offline",
+    )
+    server = build_gateway_server(settings, None)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            status = await gw_grpc.LlmGatewayServiceStub(channel).GetStatus(gw.GetStatusRequest())
+            client = GatewayModelClient(channel)
+            verdicts = {
+                route: await client.forces_tool_calls(route, remaining_s=5)
+                for route in ("local", "native", "offline", "")
+            }
+    finally:
+        await server.stop(0)
+    assert {p.name: p.forces_tool_calls for p in status.providers} == {
+        "local": True,
+        "native": False,
+        "extractive": False,
+    }
+    assert verdicts == {"local": True, "native": False, "offline": False, "": False}
+
+
+@pytest.fixture
+def telemetry() -> Telemetry:
+    return setup_telemetry("test")
+
+
+def _schema(body: dict[str, Any]) -> dict[str, Any]:
+    format_: dict[str, Any] = body["response_format"]
+    assert format_["type"] == "json_object"
+    schema: dict[str, Any] = format_["schema"]
+    return schema
+
+
+async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_cite_what_it_saw(
+    telemetry: Telemetry,
+) -> None:
+    """The real agent and gateway in front of a fake llama-cpp-python server: the first request's
+    grammar schema allows only a `search` call; the second only `submit_answer`, citing one of
+    the ids the search showed."""
+    search_args = {"query": {"primary": "temporary directory"}, "limit": 5}
+    answer_args = {"text": ANSWER, "citations": [{"result_id": TEMP}]}
+    with FakeOpenAIServer() as fake:
+        fake.push(
+            Reply(text=json.dumps({"name": "search", "arguments": search_args})),
+            Reply(text=json.dumps({"name": "submit_answer", "arguments": answer_args})),
+        )
+        local = ProviderSettings.model_validate(
+            {
+                "kind": "openai",
+                "name": "local",
+                "endpoint": "llama-cpp-python",
+                "model": "qwen",
+                "base_url": fake.base_url,
+                "tool_calls": "json_schema",
+                "context_window_tokens": 16_000,
+                "retry": {"max_attempts": 1},
+            }
+        )
+        gateway = GatewaySettings(
+            providers=[local], routes={"agent": ["local"]}, default_route="agent", server=SERVER
+        )
+        service = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+        async with _servers(telemetry, service, gateway=gateway) as agent:
+            reply = await agent.Run(
+                agent_pb2.RunRequest(
+                    query="temporary directory",
+                    collection="python-docs",
+                    mode=agent_pb2.MODE_FAST,
+                ),
+                timeout=30,
+            )
+        first, second = (_schema(r.body) for r in fake.requests)
+
+    assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    assert [c.result_id for c in reply.answer.citations] == [TEMP]
+    assert "anyOf" not in first
+    assert first["properties"]["name"] == {"const": "search"}
+    assert "anyOf" not in second
+    assert second["properties"]["name"] == {"const": "submit_answer"}
+    cited = second["properties"]["arguments"]["properties"]["citations"]
+    assert cited["minItems"] == 1
+    assert TEMP in cited["items"]["properties"]["result_id"]["enum"]
+    jsonschema.validate({"name": "submit_answer", "arguments": answer_args}, second)
+    invented = {"text": "t", "citations": [{"result_id": "invented__chunk_9"}]}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "submit_answer", "arguments": invented}, second)
