@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import math
 import re
-from functools import cache
 
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.search_tool.embedding.base import Tokenizer
+from services.search_tool.client import word_piece_spans
 
 REQUEST_WORD_PIECES = 14_000
 """The most the model may read for one call, by `model_word_pieces` (the search tool's default
@@ -38,19 +37,11 @@ SHORTEST_CHUNK = 100
 _PART_ID = re.compile(r"#part-[1-9][0-9]*$")
 
 
-@cache
-def _tokenizer() -> Tokenizer:
-    from services.search_tool.embedding.minilm import WordPieceTokenizer
-
-    return WordPieceTokenizer()
-
-
 def model_word_pieces(document: search_tool_pb2.Document) -> int:
     """An upper estimate of the word pieces the search tool's model reads for `document`: its text
     with the chunks' overlaps, and the title and two markers with every chunk."""
-    tokenizer = _tokenizer()
-    text = len(tokenizer.spans(document.text))
-    per_chunk = len(tokenizer.spans(document.title)) + 2
+    text = len(word_piece_spans(document.text))
+    per_chunk = len(word_piece_spans(document.title)) + 2
     return math.ceil(text * OVERLAP) + (text // SHORTEST_CHUNK + 1) * per_chunk
 
 
@@ -65,8 +56,8 @@ def split(document: search_tool_pb2.Document) -> list[search_tool_pb2.Document]:
     if size <= REQUEST_BYTES and model_word_pieces(document) <= REQUEST_WORD_PIECES:
         return [document]
     text = document.text
-    offsets = _tokenizer().spans(text)
-    per_chunk = len(_tokenizer().spans(document.title)) + 2
+    offsets = word_piece_spans(text)
+    per_chunk = len(word_piece_spans(document.title)) + 2
     # word pieces of text per part, so that text, overlaps and titles stay within the budget
     most = max(1, int(REQUEST_WORD_PIECES / (OVERLAP + per_chunk / SHORTEST_CHUNK)) - per_chunk)
     parts: list[str] = []

@@ -13,7 +13,8 @@ by the one shared mapping in `services.common.status`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from functools import cache
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 from quarry.common.v1 import search_pb2
@@ -156,3 +157,21 @@ class SearchToolClient:
             return await call
         except grpc.aio.AioRpcError as error:
             raise domain_error(error, SERVICE) from error
+
+
+if TYPE_CHECKING:
+    from services.search_tool.embedding.base import Tokenizer
+
+
+@cache
+def _word_piece_tokenizer() -> Tokenizer:
+    from services.search_tool.embedding.minilm import WordPieceTokenizer
+
+    return WordPieceTokenizer()
+
+
+def word_piece_spans(text: str) -> list[tuple[int, int]]:
+    """Character `(start, end)` of each word piece of `text` as the search tool's default embedder
+    reads it: what `search_tool.limits.upsert_total_word_pieces` counts, so a client can size its
+    `UpsertDocuments` calls under the limit before sending them (needs the search tool's extra)."""
+    return _word_piece_tokenizer().spans(text)
