@@ -4,9 +4,12 @@ and are registered here for every test package."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import ipaddress
 import os
 import socket
+import threading
 from collections.abc import Generator
 from typing import Any
 
@@ -15,6 +18,23 @@ import pytest
 from tests.postgres_server import postgres_dsn, postgres_server
 
 __all__ = ["postgres_dsn", "postgres_server"]
+
+_AST_LOCK = threading.RLock()
+_unlocked_parse = ast.parse
+
+
+@functools.wraps(_unlocked_parse)
+def _parse_one_thread_at_a_time(*args: Any, **kwargs: Any) -> Any:
+    with _AST_LOCK:
+        return _unlocked_parse(*args, **kwargs)
+
+
+# CPython 3.11 keeps the AST constructor's recursion depth in per-interpreter state and misses
+# restoring it on an error path (python/cpython#106905), so two threads building ASTs at once
+# (pytest rewriting a module's asserts on the main thread while a service in a test thread formats
+# a traceback, whose carets `ast.parse` a source line) can end in `SystemError: AST constructor
+# recursion depth mismatch`, seen in `pytest tests/cli` here. In tests, one parse at a time.
+ast.parse = _parse_one_thread_at_a_time
 
 POSTGRES_MARK = "postgres"
 _POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn"})
