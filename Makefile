@@ -25,7 +25,7 @@ PYTHON_IMAGE ?=
 PIP_INDEX_URL ?=
 EXTRA_CA_FILE ?=
 
-.PHONY: help setup lock check-lock protos check-protos lint test run eval bench clean vespa-package image images \
+.PHONY: help setup lock check-lock protos check-protos lint test run eval eval-beir bench clean vespa-package image images \
 	base-image-digest k8s local-model local-model-serve run-local real-model-proof
 
 help:
@@ -121,6 +121,12 @@ real-model-proof: setup
 ENGINE ?= lancedb
 eval: setup
 	$(PY) bench/eval_scifact.py --engine $(ENGINE) $(if $(filter vespa postgres,$(ENGINE)),--out bench/results/scifact-$(ENGINE).json,--out bench/results/scifact.json)
+
+# Any BEIR-format directory (kept outside the repository): KEYWORD / SEMANTIC / HYBRID (configured
+# and calibrated) nDCG@10, then the same through gRPC; WORK_DIR keeps its collection + vectors.
+eval-beir: setup
+	@test -n "$(DATASET)" || { echo "make eval-beir DATASET=/path/to/beir-dir [WORK_DIR=...]"; exit 2; }
+	$(PY) bench/eval_beir.py --dataset $(DATASET) $(if $(WORK_DIR),--work-dir $(WORK_DIR)) --grpc
 
 bench: setup
 	$(PY) bench/search_latency.py

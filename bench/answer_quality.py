@@ -39,7 +39,6 @@ from services.agent.client import AgentClient, AgentError, ModeName, RunOptions
 
 COLLECTION = "python-docs"
 RESULTS = RESULTS_DIR / "answer_quality.json"
-RUN_TIMEOUT_S = 1200.0
 
 
 def document_of(result_id: str) -> str:
@@ -47,7 +46,12 @@ def document_of(result_id: str) -> str:
 
 
 async def ask(
-    agent: AgentClient, question: Question, route: str, mode: ModeName, tools: tuple[str, ...]
+    agent: AgentClient,
+    question: Question,
+    route: str,
+    mode: ModeName,
+    tools: tuple[str, ...],
+    timeout_s: float,
 ) -> dict[str, Any]:
     started = time.perf_counter()
     options = RunOptions(
@@ -55,7 +59,7 @@ async def ask(
         mode=mode,
         route=route,
         tools=tools,
-        timeout_s=RUN_TIMEOUT_S,
+        timeout_s=timeout_s,
         temperature=0.0,
         seed=7,
     )
@@ -116,7 +120,7 @@ async def run_all(args: argparse.Namespace, agent_address: str, model_pid: int |
                 if route != "extractive" and index >= args.local_questions:
                     continue
                 before = cpu_seconds(model_pid) if model_pid else 0.0
-                row = await ask(agent, question, route, mode, tools)
+                row = await ask(agent, question, route, mode, tools, args.run_timeout_s)
                 if model_pid and route != "extractive":
                     row["model_cpu_s"] = round(cpu_seconds(model_pid) - before, 1)
                 row["question"] = question.text
@@ -161,6 +165,12 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
+        "--run-timeout-s",
+        type=float,
+        default=1200.0,
+        help="per run, and per local model call (a busy machine needs more)",
+    )
+    parser.add_argument(
         "--port-base",
         type=int,
         default=None,
@@ -178,6 +188,7 @@ def main() -> None:
             data_dir=args.data_dir,
             with_model="local" in args.routes,
             port_base=args.port_base,
+            call_timeout_s=args.run_timeout_s,
         ) as stack,
     ):
         note(f"services up ({time.perf_counter() - started:.0f} s); demo collection ...")

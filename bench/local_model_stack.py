@@ -109,10 +109,13 @@ def local_model_stack(
     data_dir: Path | None = None,
     with_model: bool = True,
     port_base: int | None = None,
+    call_timeout_s: float = 900.0,
 ) -> Iterator[LocalStack]:
     """The model server (unless `with_model` is false: only the `extractive` route then works)
     and the three services, running until the block ends: on `port_base` and the next three
-    ports when given (a shared machine's assigned range), else on free ports."""
+    ports when given (a shared machine's assigned range), else on free ports. `call_timeout_s`
+    bounds one model call (the gateway's `timeout_s` of the local provider): a first call that
+    evaluates the whole uncached prompt takes minutes of wall time on a busy machine."""
     root.mkdir(parents=True, exist_ok=True)
     assigned = iter(range(port_base, port_base + 1 + len(SERVICES))) if port_base else None
 
@@ -126,6 +129,7 @@ def local_model_stack(
         [
             *(sys.executable, str(LOCAL_MODEL), "config", "--port", str(port)),
             *("--context", str(context), "--out", str(config)),
+            *("--timeout-s", str(call_timeout_s)),
         ],
         check=True,
         stdout=subprocess.DEVNULL,

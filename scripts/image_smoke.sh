@@ -32,8 +32,9 @@ WORK=${QUARRY_SMOKE_DIR:-/tmp/quarry-image-smoke}
 PORT=${QUARRY_SMOKE_PORT:-52610}
 IMAGE_REPO=${QUARRY_SMOKE_REPO:-localhost/quarry-smoke}
 IMAGE_TAG=${QUARRY_SMOKE_TAG:-0.1.0}
-. /etc/os-release
-RELEASE=${VERSION_CODENAME:?/etc/os-release names no release}
+# shellcheck source=/dev/null
+RELEASE=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+[ -n "$RELEASE" ] || { echo "image_smoke: /etc/os-release names no release" >&2; exit 2; }
 BASE=${QUARRY_SMOKE_BASE:-localhost/quarry-base-debian-python:$RELEASE}
 MIRROR=${QUARRY_SMOKE_MIRROR:-http://deb.debian.org/debian}
 FORMER_IMAGE_MB=1060   # the single image for all three services (issue 32): 1.06 GB
@@ -86,8 +87,11 @@ if [ "$NEW_BASE" = 1 ] || ! podman image exists "$BASE"; then
     "$RELEASE" "$WORK/rootfs" "$MIRROR" > "$WORK/debootstrap.log" 2>&1 \
     || { tail -20 "$WORK/debootstrap.log" >&2; fail "debootstrap (log: $WORK/debootstrap.log)"; }
   rm -rf "$WORK/rootfs/var/cache/apt/archives/"*.deb "$WORK/rootfs/var/lib/apt/lists/"*
-  tar -C "$WORK/rootfs" -c . | podman import --change 'CMD ["python3"]' - "$BASE" >/dev/null
-  rm -rf "$WORK/rootfs"
+  # through a file, not a pipe: a failure of tar or of the import is then named, not lost in a pipe
+  tar -C "$WORK/rootfs" -cf "$WORK/rootfs.tar" .
+  podman import --change 'CMD ["python3"]' "$WORK/rootfs.tar" "$BASE" >/dev/null 2>&1 \
+    || fail "podman import of $WORK/rootfs.tar"
+  rm -rf "$WORK/rootfs" "$WORK/rootfs.tar"
 fi
 say "base $BASE: $(podman run --rm "$BASE" python3 --version)"
 
@@ -98,9 +102,11 @@ declare -A BUILD_S SIZE_MB HEALTH
 for service in "${SERVICES[@]}"; do
   say "building $IMAGE_REPO-$service:$IMAGE_TAG ..."
   start=$(date +%s)
+  ca=()
+  [ -s "$EXTRA_CA" ] && ca=("EXTRA_CA_FILE=$EXTRA_CA")
   make -C "$ROOT" --no-print-directory image SERVICE="$service" CONTAINER_TOOL=podman \
     PYTHON_IMAGE="$BASE" IMAGE_REPO="$IMAGE_REPO" IMAGE_TAG="$IMAGE_TAG" \
-    $( [ -s "$EXTRA_CA" ] && echo "EXTRA_CA_FILE=$EXTRA_CA" ) > "$WORK/build-$service.log" 2>&1 \
+    "${ca[@]}" > "$WORK/build-$service.log" 2>&1 \
     || { tail -30 "$WORK/build-$service.log" >&2; fail "build of $service (log: $WORK/build-$service.log)"; }
   BUILD_S[$service]=$(( $(date +%s) - start ))
   bytes=$(podman image inspect --format '{{.Size}}' "$IMAGE_REPO-$service:$IMAGE_TAG")
@@ -162,7 +168,7 @@ for service in "${SERVICES[@]}"; do
     for name in "${READINESS[$service]}" quarry.liveness; do checks+=("$port $name"); done
   done
   for check in "${checks[@]}"; do
-    until serving $check; do
+    until serving "${check% *}" "${check#* }"; do
       if ! podman container inspect -f '{{.State.Running}}' "quarry-smoke-$service" | grep -q true; then
         podman logs --tail 30 "quarry-smoke-$service" >&2 || :
         fail "$service exited (its log is above)"

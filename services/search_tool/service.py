@@ -146,6 +146,7 @@ class SearchService:
             batch_documents=settings.write_batch_documents,
             chunking_recipe=settings.chunking.recipe,
             sizes=settings.limits,
+            model_max_tokens=settings.embedding.max_tokens,
         )
         self._ingestor = Ingestor(engine, embedder, chunker, limits)
         queue = settings.work_queue

@@ -259,3 +259,39 @@ def test_make_base_image_digest_pulls_the_containerfiles_base_and_prints_it_by_d
     assert pull == f"podman pull {_base_image()}"
     assert show.startswith(f'echo "{_base_image()}@$(podman image inspect')
     assert "RepoDigests" in show
+
+
+SMOKE = ROOT / "scripts" / "image_smoke.sh"
+
+
+def test_the_smoke_script_builds_every_service_and_runs_each_as_its_pod_does() -> None:
+    """scripts/image_smoke.sh (slow, run by hand: README "Image smoke test") builds each image
+    with `make image` and starts it with the pods' restrictions (k8s/base: runAsUser,
+    readOnlyRootFilesystem, capabilities drop ALL, allowPrivilegeEscalation false)."""
+    text = SMOKE.read_text()
+    assert SMOKE.stat().st_mode & 0o111, "executable"
+    assert subprocess.run(["bash", "-n", str(SMOKE)], check=False).returncode == 0
+    (services,) = re.findall(r"^SERVICES=\(([^)]*)\)", text, flags=re.M)
+    assert tuple(services.split()) == SERVICES
+    assert 'make -C "$ROOT" --no-print-directory image SERVICE="$service"' in text
+    assert 'PYTHON_IMAGE="$BASE"' in text
+    assert "debootstrap --variant=minbase" in text
+    assert "EXTRA_CA_FILE=" in text
+    assert "/usr/local/share/ca-certificates/" in text
+    (run,) = re.findall(r"podman run -d .*?\n(?:.*\\\n)*.*\n", text)
+    pod = yaml.safe_load_all((ROOT / "k8s" / "base" / "agent.yaml").read_text())
+    (deployment,) = [d for d in pod if d and d["kind"] == "Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    uid = spec["securityContext"]["runAsUser"]
+    assert f"--user {uid}:" in run
+    (container,) = spec["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "--read-only" in run
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "--cap-drop ALL" in run
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert "--security-opt no-new-privileges" in run
+    # it is not part of `make test`: nothing in tests/ or the Makefile's test target runs it
+    assert (
+        "image_smoke" not in (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n")[0]
+    )

@@ -72,13 +72,15 @@ QUESTIONS = [
 ]
 """Question, the fact its answer must contain, the document that holds it."""
 RUN_TIMEOUT_S = float(os.environ.get("QUARRY_REAL_MODEL_RUN_TIMEOUT_S", "900"))
-"""Per question. A quiet 2-core machine needs about 1-3 minutes; a busy one many times that."""
+"""Per question, and per model call. A quiet 2-core machine needs about 1-3 minutes; a busy one
+many times that."""
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "real_model_proof.json"
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with local_model_stack(tmp_path_factory.mktemp("real-model")) as started:
+    root = tmp_path_factory.mktemp("real-model")
+    with local_model_stack(root, call_timeout_s=RUN_TIMEOUT_S) as started:
         with grpc.insecure_channel(started.search_tool) as channel:
             search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
                 search_tool_pb2.UpsertDocumentsRequest(

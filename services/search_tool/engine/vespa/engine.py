@@ -27,6 +27,7 @@ from services.common.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     Unavailable,
 )
 from services.search_tool.documents import (
@@ -234,9 +235,10 @@ class VespaEngine:
             await self._registry.ensure(name, spec)
 
     async def drop_collection(self, name: str) -> None:
-        """Vespa removes the chunks itself (a selection delete), then the registry entry."""
+        """The registry entry is marked (the fence other replicas' upserts check, `registry`),
+        Vespa removes the chunks itself (a selection delete), then the entry goes."""
         async with self._writing(name):
-            await self._spec(name)
+            await self._registry.mark_dropping(name)
             removed = await self._transport.delete_where(CHUNK, collection_selection(name))
             await self._registry.delete(name)
             log.info("collection dropped", extra={"collection": name, "chunks": removed})
@@ -261,6 +263,16 @@ class VespaEngine:
                 )
                 for r in records
             )
+            if not await self._registry.still_there(name):
+                # deleted meanwhile by another replica: its chunk deletion may have run before
+                # these writes landed, so they would outlive the collection
+                await self._delete_ids(name, [r.chunk.id for r in records])
+                raise NotFound(
+                    f"collection {name!r} was deleted while this upsert wrote; what it wrote "
+                    "was deleted again",
+                    reason="VESPA_COLLECTION_DROPPED",
+                    metadata={"collection": name},
+                )
         return len(records)
 
     async def stored_versions(
