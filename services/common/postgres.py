@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import logging
 import math
@@ -179,10 +180,11 @@ async def open_pool(
 
 
 RECENT_USE_S = 1.0
-"""A pooled connection returned healthy this recently is handed out without a check: a server that
-went away within that second fails the next statement instead (UNAVAILABLE, retryable), which
-also tells the health watch at once. Once a statement found the database unavailable, every
-connection is checked again before its next use."""
+"""A pooled connection returned healthy this recently is handed out to a `snapshot` (a read)
+without a check: a server restarted within that second fails the read instead (UNAVAILABLE; the
+caller may ask again, as the search engine does once). Once a statement found the database
+unavailable, every connection is checked again before its next use. Writes (`transaction`) are
+always checked."""
 _returned_at: weakref.WeakKeyDictionary[AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
 
 
@@ -190,9 +192,15 @@ async def _note_returned(conn: AsyncConnection[Any]) -> None:
     _returned_at[conn] = time.monotonic()
 
 
+_reading = contextvars.ContextVar("quarry_postgres_snapshot_checkout", default=False)
+"""Set while `snapshot` takes a connection: only those checkouts may skip the check (a read can be
+asked again; a write that met a dead connection could not tell whether it committed)."""
+
+
 async def _check_unless_just_used(conn: AsyncConnection[Any]) -> None:
     returned = _returned_at.get(conn)
-    if returned is not None and time.monotonic() - returned < RECENT_USE_S:
+    recent = returned is not None and time.monotonic() - returned < RECENT_USE_S
+    if recent and _reading.get():
         return
     await AsyncConnectionPool.check_connection(conn)
 
@@ -263,8 +271,10 @@ async def snapshot(
     isolation and timeout travel with the first of them, its end with the last read when the
     caller queues it with `Snapshot.end`). A statement that writes fails."""
     limit_ms = _statement_limit_ms(settings, timeout_s)
+    _reading.set(True)
     try:
         async with pool.connection() as conn:
+            _reading.set(False)
             try:
                 async with conn.pipeline():
                     await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -288,6 +298,8 @@ async def snapshot(
         if is_unavailable(classified):
             _returned_at.clear()  # the server went away: check every connection before use
         raise classified from error
+    finally:
+        _reading.set(False)
 
 
 _OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)

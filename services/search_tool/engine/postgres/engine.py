@@ -25,9 +25,11 @@ from typing import Any, TypeVar
 
 import psycopg.errors
 from psycopg import AsyncConnection, sql
+from psycopg_pool import PoolClosed, PoolTimeout
 
 from services.common.errors import FailedPrecondition, NotFound, QuarryError, Unavailable
 from services.common.postgres import (
+    DATABASE_UNAVAILABLE,
     DatabaseHealth,
     Pool,
     PostgresSettings,
@@ -685,7 +687,16 @@ class PostgresEngine:
             async with snapshot(self._pool, self._settings, timeout_s=timeout_s) as conn:
                 return await work(conn)
 
-        return await self._guard(once(), name)
+        try:
+            return await self._guard(once(), name)
+        except Unavailable as error:
+            # a read may have met a connection the server dropped (a restart within a second of
+            # its last use, handed out unchecked): asked again, every connection is checked first
+            if error.reason != DATABASE_UNAVAILABLE or isinstance(
+                error.__cause__, PoolTimeout | PoolClosed
+            ):
+                raise  # not a dropped connection: no connection could be had at all
+            return await self._guard(once(), name)
 
     async def _transact(
         self,

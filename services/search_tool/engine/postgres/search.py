@@ -5,16 +5,18 @@ fusion code, paged.
                    (pgvector's iterative scan keeps a selective filter from starving the index)
     keyword side   BM25 summed in SQL over the postings of the query terms alone (a covering
                    index by term: index-only reads, never the chunks' wide rows) with the
-                   collection's term statistics (`bm25.py`); a filter joins the chunks scored
+                   collection's term statistics (`bm25.py`); with a filter, only the postings
+                   of the chunks it matches (found first, materialised once)
     completion     HYBRID: the cosine of the chunks only BM25 found and the BM25 of those only
                    the dense side found, so both sides score every candidate (`fusion.py`)
 
 A search is one read-only transaction on one connection (`services.common.postgres.snapshot`):
 every statement reads the same snapshot, bounded by the query's time budget, and statements that
-do not need each other's results are sent together (pipeline mode), so a filtered HYBRID search
-waits for the database three times: the totals with both sides' candidates, the completion, the
-page's chunks. The BM25 weights (idf from the collection's term statistics) are computed in the
-keyword statements themselves.
+do not need each other's results are sent together (pipeline mode). HYBRID with query words runs
+both sides and the completion as CTEs of one statement, so a filtered HYBRID search waits for the
+database twice: the totals, the filter's count (unless cached) and that statement; then the
+page's chunks with the commit. The BM25 weights (idf from the collection's term statistics) are
+computed in the keyword statements themselves.
 """
 
 from __future__ import annotations
