@@ -16,6 +16,7 @@ from typing import Any
 
 from services.common.settings import ServerSettings
 from services.search_tool.config import FusionSettings, SearchToolSettings
+from services.search_tool.limits import RequestLimits
 from services.search_tool.server import build_search_tool_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,15 @@ def settings_for(
         data_dir=data_dir,
         log_level="WARNING",
         fusion=fusion,
+        limits=BENCH_LIMITS,
     )
+
+
+BENCH_LIMITS = RequestLimits(upsert_total_word_pieces=1_000_000, upsert_total_bytes=16_000_000)
+"""The benches build corpora (SciFact, BEIR) in requests of 64 documents, about 30,000 word pieces
+of model work: over the default `upsert_total_word_pieces` (16,384), which bounds one call of an
+untrusted caller to seconds. A bench is a trusted bulk load, so it lifts that bound (and the
+total bytes); every other limit stays the default."""
 
 
 @asynccontextmanager

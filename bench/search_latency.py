@@ -79,6 +79,8 @@ COLLECTION = "bench100k"
 ROWS = 100_000
 REAL_VECTORS = 500
 LOAD_BATCH = 10_000
+POSTGRES_LOAD_BATCH = 2_000
+LOAD_STATEMENT_TIMEOUT_S = 600.0
 SOURCES = ("pubmed", "arxiv", "biorxiv", "journal")
 ENTITY_TYPES = ("abstract", "section", "figure_caption")
 CATEGORIES = ("oncology", "immunology", "genetics", "neuroscience", "cardiology", "microbiology")
@@ -317,7 +319,10 @@ async def load_postgres(dsn: str, context: int) -> dict[str, Any]:
     # the keyword texts do not depend on the vectors: check what is held before embedding
     unembedded = records(texts, titles, np.ones((1, 384), dtype=np.float32), context)
     tokens = sum(bm25.term_counts(r.indexed_text).length for r in unembedded)
-    engine = await PostgresEngine.open(PostgresSettings(), dsn=dsn)
+    # a bulk load, not a request: batches of POSTGRES_LOAD_BATCH with a generous statement limit
+    # (10,000 rows in one upsert ran past the default 30 s on a busy machine)
+    settings = PostgresSettings(statement_timeout_s=LOAD_STATEMENT_TIMEOUT_S)
+    engine = await PostgresEngine.open(settings, dsn=dsn)
     try:
         if COLLECTION in await engine.list_collections():
             held = await _postgres_totals(dsn)
@@ -329,9 +334,9 @@ async def load_postgres(dsn: str, context: int) -> dict[str, Any]:
         await engine.ensure_collection(
             COLLECTION, CollectionSpec("sentence-transformers/all-MiniLM-L6-v2", 384)
         )
-        for start in range(0, ROWS, LOAD_BATCH):
-            await engine.upsert(COLLECTION, rows[start : start + LOAD_BATCH])
-            note(f"postgres: loaded {min(start + LOAD_BATCH, ROWS)}/{ROWS} chunks")
+        for start in range(0, ROWS, POSTGRES_LOAD_BATCH):
+            await engine.upsert(COLLECTION, rows[start : start + POSTGRES_LOAD_BATCH])
+            note(f"postgres: loaded {min(start + POSTGRES_LOAD_BATCH, ROWS)}/{ROWS} chunks")
     finally:
         await engine.close()
     return {"reused": False, "load_s": round(time.monotonic() - started, 1)}
@@ -430,6 +435,9 @@ async def run_side_by_side(data_dir: Path, context: int, dsn: str) -> dict[str, 
     setup["postgres"] = await load_postgres(dsn, context)
     queries = list(load_scifact().queries.values())
     os.environ[DSN_VARIABLE] = dsn
+    # one fusion on both: no background calibration (embedded engine only) loading the machine
+    # or changing the embedded engine's fusion while latency is measured
+    os.environ["QUARRY_SEARCH_TOOL_FUSION__CALIBRATE"] = "false"
     load_before = machine()["load_average_1m"]
     async with search_tool_process(data_dir) as embedded:
         with _environment({"QUARRY_SEARCH_TOOL_ENGINE__KIND": "postgres"}):

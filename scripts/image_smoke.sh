@@ -87,8 +87,11 @@ if [ "$NEW_BASE" = 1 ] || ! podman image exists "$BASE"; then
     "$RELEASE" "$WORK/rootfs" "$MIRROR" > "$WORK/debootstrap.log" 2>&1 \
     || { tail -20 "$WORK/debootstrap.log" >&2; fail "debootstrap (log: $WORK/debootstrap.log)"; }
   rm -rf "$WORK/rootfs/var/cache/apt/archives/"*.deb "$WORK/rootfs/var/lib/apt/lists/"*
-  tar -C "$WORK/rootfs" -c . | podman import --change 'CMD ["python3"]' - "$BASE" >/dev/null
-  rm -rf "$WORK/rootfs"
+  # through a file, not a pipe: a failure of tar or of the import is then named, not lost in a pipe
+  tar -C "$WORK/rootfs" -cf "$WORK/rootfs.tar" .
+  podman import --change 'CMD ["python3"]' "$WORK/rootfs.tar" "$BASE" >/dev/null 2>&1 \
+    || fail "podman import of $WORK/rootfs.tar"
+  rm -rf "$WORK/rootfs" "$WORK/rootfs.tar"
 fi
 say "base $BASE: $(podman run --rm "$BASE" python3 --version)"
 

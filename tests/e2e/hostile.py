@@ -11,6 +11,7 @@ ends with an `error` event is judged by that event's code.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,9 +43,11 @@ DOCUMENTED = frozenset(
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.DATA_LOSS,
     }
 )
-"""Every status a request may get; INTERNAL, UNKNOWN and a DEADLINE_EXCEEDED are never right."""
+"""Every status a request may get; INTERNAL, UNKNOWN and a DEADLINE_EXCEEDED are never right.
+DATA_LOSS only where data was damaged (`test_a_damaged_collection_answers_data_loss_...`)."""
 
 SERVICES: dict[str, Any] = {
     "search_tool": search_tool_pb2.DESCRIPTOR.services_by_name["SearchToolService"],
@@ -604,16 +607,16 @@ HUGE_VALUES: tuple[HugeValue, ...] = (
         "agent",
         "AnswerQuestion",
         lambda: agent_pb2.AnswerQuestionRequest(run_id=HUGE, question_id="q", text="yes"),
-        _NOT_FOUND,
-        "",
+        INVALID,
+        "run_id",
     ),
     HugeValue(
         "run id",
         "agent",
         "GetRun",
         lambda: agent_pb2.GetRunRequest(run_id=HUGE),
-        _NOT_FOUND,
-        "",
+        INVALID,
+        "run_id",
     ),
     HugeValue(
         "route",
@@ -656,6 +659,14 @@ def _cjk(chars: int) -> str:
 def _words(size: int) -> str:
     words = "retrieval augmented answers cite the documents they read "
     return (words * (size // len(words) + 1))[:size]
+
+
+def _schema_of(chars: int, seed: int) -> str:
+    """A flat object schema of about `chars` characters (at most), distinct per `seed`."""
+    properties: dict[str, object] = {}
+    while len(json.dumps({"type": "object", "properties": properties})) < chars - 40:
+        properties[f"p{seed}_{len(properties)}"] = {"type": "string"}
+    return json.dumps({"type": "object", "properties": properties})
 
 
 @functools.cache
@@ -760,6 +771,28 @@ LARGEST_ACCEPTED: tuple[Largest, ...] = (
             documents=[
                 search_tool_pb2.Document(id=f"many-{n}", text=_words(_largest_words(1_000)))
                 for n in range(1_000)
+            ],
+        ),
+    ),
+    Largest(
+        "Generate (offline route): a 3,900,000-character tool result (its 1,000,000-token window)"
+        " and two tools of 32,700-character schemas (65,536 characters of tools in all)",
+        "llm_gateway",
+        "Generate",
+        lambda: llm_gateway_pb2.GenerateRequest(
+            messages=[
+                llm_gateway_pb2.Message(role=llm_gateway_pb2.ROLE_USER, text="what is cited?"),
+                llm_gateway_pb2.Message(
+                    role=llm_gateway_pb2.ROLE_ASSISTANT,
+                    tool_calls=[llm_gateway_pb2.ToolCall(id="c1", name="t0", arguments_json="{}")],
+                ),
+                llm_gateway_pb2.Message(
+                    role=llm_gateway_pb2.ROLE_TOOL, text=_words(3_900_000), tool_call_id="c1"
+                ),
+            ],
+            tools=[
+                llm_gateway_pb2.Tool(name=f"t{n}", parameters_json=_schema_of(32_700, n))
+                for n in range(2)
             ],
         ),
     ),

@@ -151,6 +151,9 @@ def _documents(count: int) -> list[Document]:
 
 
 async def _service(settings: SearchToolSettings, embedder: Embedder) -> SearchService:
+    """A search service with calibration on (it is off by default)."""
+    on = settings.fusion.model_copy(update={"calibrate": True})
+    settings = settings.model_copy(update={"fusion": on})
     return SearchService(await open_engine(settings), embedder, settings)
 
 
@@ -222,7 +225,7 @@ async def test_a_calibration_made_for_another_fusion_setting_is_ignored(
     assert service.calibrations is not None
     await service.calibrations.calibrate("c")
     await _force_dense_only(settings)
-    other = settings.model_copy(update={"fusion": FusionSettings(alpha=0.5)})
+    other = settings.model_copy(update={"fusion": FusionSettings(alpha=0.5, calibrate=True)})
     restarted = await _service(other, embedder)
     try:
         assert restarted.calibrations is not None
@@ -277,11 +280,15 @@ async def test_a_small_collection_keeps_the_configured_fusion(
         await small.close()
 
 
+def test_calibration_is_off_unless_configured() -> None:
+    assert FusionSettings().calibrate is False
+
+
 async def test_with_calibration_off_hybrid_fuses_with_the_configured_alpha(
     settings: SearchToolSettings, embedder: Embedder
 ) -> None:
     off = settings.model_copy(update={"fusion": FusionSettings(calibrate=False)})
-    service = await _service(off, embedder)
+    service = SearchService(await open_engine(off), embedder, off)
     try:
         await service.upsert_documents("c", _documents(60))
         assert service.calibrations is None
@@ -295,7 +302,7 @@ async def test_a_calibration_of_a_missing_collection_fails_without_breaking_sear
     service: SearchService,
 ) -> None:
     assert service.calibrations is not None
-    assert service.calibrations.fusion_for("gone") == FusionSettings().to_fusion()
+    assert service.calibrations.fusion_for("gone") == FusionSettings(calibrate=True).to_fusion()
     await service.calibrations.settled()  # the background check failed quietly
     assert service.calibrations.get("gone") is None
     assert (await service.search(_hybrid())).page.hits

@@ -57,14 +57,14 @@ class CollectionTotals:
     write_seq: int
 
 
-CountKey = tuple[int, int, str, str]
+CountKey = tuple[int, int, str]
 
 
 class MatchCounts:
-    """Chunks matching a filter (or a filter and query words), remembered per (collection, write
-    sequence, statement): a repeated filter costs nothing until the next write, on any replica.
-    Also remembers the last write sequence seen per collection, so a search can tell before its
-    first round trip whether a count is probably cached."""
+    """Chunks matching a filter, remembered per (collection, write sequence, statement): a
+    repeated filter costs nothing until the next write, on any replica. Also remembers the last
+    write sequence seen per collection, so a search can tell before its first round trip whether
+    a count is probably cached."""
 
     def __init__(self, size: int = _COUNT_CACHE_SIZE) -> None:
         self._size = size
@@ -107,15 +107,9 @@ class _Count:
 
     statement: sql.Composed
     params: list[object]
-    words: str
 
     def key(self, collection_id: int, write_seq: int) -> CountKey:
-        return (
-            collection_id,
-            write_seq,
-            self.statement.as_string(None) + repr(self.params),
-            self.words,
-        )
+        return (collection_id, write_seq, self.statement.as_string(None) + repr(self.params))
 
 
 class TableSearch:
@@ -143,6 +137,7 @@ class TableSearch:
         self._candidates = max(self._depth, limits.hybrid_candidates) if hybrid else self._depth
         semantic = query.strategy is Strategy.SEMANTIC
         self._terms = Counter() if semantic else bm25.query_terms(query.keyword_text)
+        self._keyword_matches = 0
 
     async def run(self) -> SearchPage:
         """Raises `CollectionGone` when the collection's catalog row is missing."""
@@ -164,15 +159,30 @@ class TableSearch:
                 # a filter no chunk matches skips the dense side (HNSW would scan in vain)
                 counted = await self._fetch_count(count_cursor)
                 count_cursor = None
-        dense_cursors = await self._send_dense(skip=counted == 0)
-        keyword_cursor = await self._send_keyword()
-        totals = await self._totals(totals_cursor)
-        self._counts.saw(self._id, totals.write_seq)
-        matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
-        dense_lists = await self._dense_lists(dense_cursors)
-        keyword_list = await self._keyword_list(keyword_cursor)
-        # second: each side's score of what only the other side found
-        completion = await self._completion(dense_lists, keyword_list)
+        together = (
+            query.strategy is Strategy.HYBRID
+            and len(query.vectors) > 0
+            and bool(self._terms)
+            and counted != 0
+        )
+        keyword_list: list[Candidate] | None
+        completion: Completion | None
+        if together:  # both sides and the completion in one statement
+            hybrid_cursor = await self._send_hybrid()
+            totals = await self._totals(totals_cursor)
+            self._counts.saw(self._id, totals.write_seq)
+            dense_lists, keyword_list, completion = await self._hybrid_lists(hybrid_cursor)
+            matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
+        else:
+            dense_cursors = await self._send_dense(skip=counted == 0)
+            keyword_cursor = await self._send_keyword()
+            totals = await self._totals(totals_cursor)
+            self._counts.saw(self._id, totals.write_seq)
+            dense_lists = await self._dense_lists(dense_cursors)
+            keyword_list = await self._keyword_list(keyword_cursor)
+            matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
+            # second: each side's score of what only the other side found
+            completion = await self._completion(dense_lists, keyword_list)
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = fused[query.offset : self._depth]
         # third: the page's chunks
@@ -188,22 +198,13 @@ class TableSearch:
 
     def _count_needed(self) -> _Count | None:
         """SEMANTIC / HYBRID: the chunks matching the filter (None without a filter: the
-        collection's count). KEYWORD: the chunks holding a query word and matching the filter, up
-        to the cap (None without query words: 0)."""
+        collection's count). KEYWORD: None (the keyword statement counts its matches)."""
         if self._query.strategy is Strategy.KEYWORD:
-            if not self._terms:
-                return None
-            statement = sql.SQL(
-                "SELECT count(*) FROM (SELECT DISTINCT p.chunk_id FROM {} p {}"
-                " WHERE p.term = ANY(%s) LIMIT %s) matched"
-            ).format(postings_table(self._id), self._filter_join("p.chunk_id"))
-            terms = sorted(self._terms)
-            params = [*self._where_params, terms, self._limits.keyword_count_cap]
-            return _Count(statement, params, " ".join(terms))
+            return None
         if self._query.filter.is_empty:
             return None
         statement = sql.SQL("SELECT count(*) FROM {} c WHERE {}").format(self._table, self._where)
-        return _Count(statement, list(self._where_params), "")
+        return _Count(statement, list(self._where_params))
 
     async def _matched(
         self,
@@ -217,7 +218,9 @@ class TableSearch:
         """The count `count` asks for in this snapshot: fetched here, or cached for its write
         sequence, or counted now (the collection was written since the last search saw it)."""
         if count is None:
-            return 0 if self._query.strategy is Strategy.KEYWORD else totals.chunks
+            return (
+                self._keyword_matches if self._query.strategy is Strategy.KEYWORD else totals.chunks
+            )
         key = count.key(self._id, totals.write_seq)
         if counted is not None:
             found = counted
@@ -301,16 +304,22 @@ class TableSearch:
             matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
             scored, params = self._scored(within=(matching, list(self._where_params)))
         statement = sql.SQL(
-            "{} SELECT s.chunk_id, s.score FROM scored s ORDER BY s.score DESC, s.chunk_id LIMIT %s"
+            "{} SELECT s.chunk_id, s.score, count(*) OVER () FROM scored s"
+            " ORDER BY s.score DESC, s.chunk_id LIMIT %s"
         ).format(scored)
         return await self._conn.execute(statement, [*params, self._candidates])
 
     async def _keyword_list(self, cursor: AsyncCursor[Any] | None) -> list[Candidate] | None:
+        """The keyword candidates; notes how many chunks the words and filter match (KEYWORD's
+        total, up to the cap: every scored chunk, counted before the limit)."""
         if self._query.strategy is Strategy.SEMANTIC:
             return None
         if cursor is None:
             return []
-        return [Candidate(str(i), float(s)) for i, s in await cursor.fetchall()]
+        rows = await cursor.fetchall()
+        if rows:
+            self._keyword_matches = min(int(rows[0][2]), self._limits.keyword_count_cap)
+        return [Candidate(str(i), float(s)) for i, s, _ in rows]
 
     def _scored(
         self,
@@ -335,8 +344,7 @@ class TableSearch:
             " FROM unnest(%s::text[], %s::int[]) AS w(term, n)"
             " JOIN {terms} t ON t.term = w.term CROSS JOIN totals WHERE t.df > 0),"
             " {matching}"
-            " scored AS (SELECT p.chunk_id, sum(q.w * {k1_plus_1} * p.tf"
-            " / (p.tf + {k1} * ({one_minus_b} + {b} * p.doc_length / totals.avgdl))) AS score"
+            " scored AS (SELECT p.chunk_id, sum({bm25}) AS score"
             " FROM q JOIN {postings} p ON p.term = q.term {only} {join} CROSS JOIN totals"
             " GROUP BY p.chunk_id)"
         ).format(
@@ -346,10 +354,7 @@ class TableSearch:
                 if matching is not None
                 else sql.SQL("")
             ),
-            k1_plus_1=_float8(bm25.K1 + 1.0),
-            k1=_float8(bm25.K1),
-            one_minus_b=_float8(1.0 - bm25.B),
-            b=_float8(bm25.B),
+            bm25=_BM25_TERM,
             postings=postings_table(self._id),
             only=sql.SQL("AND p.chunk_id = ANY(%s)") if only is not None else sql.SQL(""),
             join=(
@@ -368,13 +373,97 @@ class TableSearch:
             params.append(list(only))
         return statement, params
 
-    def _filter_join(self, chunk_id: str) -> sql.Composable:
-        """Keeps the rows whose chunk matches the filter (nothing when there is none)."""
+    # -- HYBRID in one statement ------------------------------------------------------------
+
+    async def _send_hybrid(self) -> AsyncCursor[Any]:
+        """HYBRID with query words and vectors: the keyword candidates, each query vector's dense
+        candidates and the completion (the best cosine of each keyword-only candidate, the BM25 of
+        each dense-only one) in one statement, rows tagged by what they are (`_hybrid_lists`). The
+        same SQL as the separate statements, as CTEs, so one wait instead of two."""
+        query = self._query
         if self._query.filter.is_empty:
-            return sql.SQL("")
-        return sql.SQL("JOIN {} c ON c.id = {} AND {}").format(
-            self._table, sql.SQL(chunk_id), self._where
+            scored, params = self._scored()
+        else:
+            matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
+            scored, params = self._scored(within=(matching, list(self._where_params)))
+        await self._conn.execute(
+            "SELECT set_config('hnsw.ef_search', %s, true),"
+            " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+            (str(max(self._limits.ef_search, self._candidates)),),
         )
+        parts: list[sql.Composable] = [
+            scored,
+            sql.SQL(
+                ", kw AS MATERIALIZED (SELECT s.chunk_id AS id, s.score FROM scored s"
+                " ORDER BY s.score DESC, s.chunk_id LIMIT %s)"
+            ),
+        ]
+        params.append(self._candidates)
+        dense_names = [sql.Identifier(f"d{i}") for i in range(len(query.vectors))]
+        for name, vector in zip(dense_names, query.vectors, strict=True):
+            parts.append(
+                sql.SQL(
+                    ", {} AS MATERIALIZED (SELECT c.id, 1 - (c.embedding <=> %s::vector) AS score"
+                    " FROM {} c WHERE {} ORDER BY c.embedding <=> %s::vector LIMIT %s)"
+                ).format(name, self._table, self._where)
+            )
+            text = vector_text(vector)
+            params.extend([text, *self._where_params, text, self._candidates])
+        dense_ids = sql.SQL(" UNION ").join(
+            sql.SQL("SELECT id FROM {}").format(name) for name in dense_names
+        )
+        parts.append(
+            sql.SQL(
+                ", dense_ids AS ({dense_ids}),"
+                " cos AS (SELECT c.id, max(1 - (c.embedding <=> v.v)) AS score FROM {table} c"
+                " CROSS JOIN unnest(%s::vector[]) AS v(v)"
+                " WHERE c.id IN (SELECT id FROM kw EXCEPT SELECT id FROM dense_ids)"
+                " GROUP BY c.id),"
+                " bm AS (SELECT p.chunk_id AS id, sum({bm25}) AS score"
+                " FROM q JOIN {postings} p ON p.term = q.term CROSS JOIN totals"
+                " WHERE p.chunk_id IN (SELECT id FROM dense_ids EXCEPT SELECT id FROM kw)"
+                " GROUP BY p.chunk_id)"
+                " SELECT 0, id, score FROM kw"
+            ).format(
+                dense_ids=dense_ids,
+                table=self._table,
+                bm25=_BM25_TERM,
+                postings=postings_table(self._id),
+            )
+        )
+        params.append([vector_text(v) for v in query.vectors])
+        for i, name in enumerate(dense_names):
+            parts.append(
+                sql.SQL(" UNION ALL SELECT {}, id, score FROM {}").format(sql.Literal(i + 1), name)
+            )
+        parts.append(sql.SQL(" UNION ALL SELECT -1, id, score FROM cos"))
+        parts.append(sql.SQL(" UNION ALL SELECT -2, id, score FROM bm"))
+        return await self._conn.execute(sql.Composed(parts), params)
+
+    async def _hybrid_lists(
+        self, cursor: AsyncCursor[Any]
+    ) -> tuple[list[list[Candidate]], list[Candidate], Completion | None]:
+        """(dense lists, keyword list, completion) from `_send_hybrid`'s rows, each list in the
+        order its statement produced it (as the separate statements return them)."""
+        keyword: list[Candidate] = []
+        dense: list[list[Candidate]] = [[] for _ in self._query.vectors]
+        cosines: dict[str, float] = {}
+        scores: dict[str, float] = {}
+        for side, chunk_id, score in await cursor.fetchall():
+            if side == 0:
+                keyword.append(Candidate(str(chunk_id), float(score)))
+            elif side > 0:
+                dense[side - 1].append(Candidate(str(chunk_id), float(score)))
+            elif side == -1:
+                cosines[str(chunk_id)] = float(score)
+            else:
+                scores[str(chunk_id)] = float(score)
+        for ranking in dense:
+            ranking.sort(key=lambda c: -c.score)  # relaxed order: nearly sorted
+        if len(dense) > 1:
+            dense = [ranking for ranking in dense if ranking]
+        completion = Completion(dense=cosines, keyword=scores) if dense else None
+        return dense, keyword, completion
 
     # -- completion and page ------------------------------------------------------------------
 
@@ -415,6 +504,17 @@ class TableSearch:
 
 def _float8(value: float) -> sql.Composed:
     return sql.SQL("{}::float8").format(sql.Literal(value))
+
+
+_BM25_TERM = sql.SQL(
+    "q.w * {k1_plus_1} * p.tf / (p.tf + {k1} * ({one_minus_b} + {b} * p.doc_length / totals.avgdl))"
+).format(
+    k1_plus_1=_float8(bm25.K1 + 1.0),
+    k1=_float8(bm25.K1),
+    one_minus_b=_float8(1.0 - bm25.B),
+    b=_float8(bm25.B),
+)
+"""One posting's BM25 contribution (query weight `q.w`, collection `totals`, posting `p`)."""
 
 
 async def _by_id(cursor: AsyncCursor[Any] | None) -> dict[str, float]:
