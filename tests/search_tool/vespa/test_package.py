@@ -53,8 +53,8 @@ def test_checked_in_package_equals_what_the_definition_renders(tmp_path: Path) -
 
 def test_the_embedding_tensor_and_query_inputs_follow_the_dimensions() -> None:
     schema = application_package(768).get_schema("chunk").schema_to_text
-    assert "field embedding type tensor<float>(x[768])" in schema
-    assert "distance-metric: angular" in schema
+    assert "field embedding type tensor<bfloat16>(x[768])" in schema
+    assert "distance-metric: prenormalized-angular" in schema
     for i in range(MAX_QUERY_VECTORS):
         assert f"query(q{i}) tensor<float>(x[768])" in schema
     assert "384" not in schema
