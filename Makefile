@@ -10,7 +10,12 @@ STAMP := $(VENV)/.installed-stamp
 GENERATED := services/generated
 PYTEST_ARGS ?=
 
-IMAGE ?= quarry:0.1.0
+# One image per service: $(IMAGE_REPO)-<service>:$(IMAGE_TAG), e.g. quarry-agent:0.1.0;
+# IMAGE_REPO=registry.example.com/quarry gives registry.example.com/quarry-agent:0.1.0.
+SERVICES := search-tool llm-gateway agent
+SERVICE ?=
+IMAGE_REPO ?= quarry
+IMAGE_TAG ?= 0.1.0
 CONTAINER_TOOL ?= $(shell command -v podman || command -v docker || command -v buildah)
 # The base image: the Containerfile's exact tag unless PYTHON_IMAGE is given, e.g. pinned by the
 # digest `make base-image-digest` prints (PYTHON_IMAGE=docker.io/library/python:3.11.14-...@sha256:...).
@@ -20,13 +25,14 @@ PYTHON_IMAGE ?=
 PIP_INDEX_URL ?=
 EXTRA_CA_FILE ?=
 
-.PHONY: help setup lock check-lock protos check-protos lint test run eval bench clean vespa-package image \
+.PHONY: help setup lock check-lock protos check-protos lint test run eval eval-beir bench clean vespa-package image images \
 	base-image-digest k8s local-model local-model-serve run-local real-model-proof
 
 help:
 	@echo "make run    - start search tool, LLM gateway and agent locally (offline demo)"
 	@echo "make test   - lint, generated-code check and the whole test suite (what CI runs)"
-	@echo "make image  - build the container image (podman, docker or buildah); PYTHON_IMAGE=...@sha256:... pins the base"
+	@echo "make image SERVICE=agent - build one service's image (search-tool | llm-gateway | agent; podman, docker or buildah)"
+	@echo "make images - build all three images; PYTHON_IMAGE=...@sha256:... pins the base"
 	@echo "make base-image-digest - pull the base image and print it pinned by digest (podman or docker)"
 	@echo "make k8s    - render every k8s/ overlay into k8s/rendered/ (kubectl kustomize)"
 	@echo "make run-local - the same on a real local model (make local-model prepares it once, ~1.1 GB)"
@@ -116,6 +122,12 @@ ENGINE ?= lancedb
 eval: setup
 	$(PY) bench/eval_scifact.py --engine $(ENGINE) $(if $(filter vespa postgres,$(ENGINE)),--out bench/results/scifact-$(ENGINE).json,--out bench/results/scifact.json)
 
+# Any BEIR-format directory (kept outside the repository): KEYWORD / SEMANTIC / HYBRID (configured
+# and calibrated) nDCG@10, then the same through gRPC; WORK_DIR keeps its collection + vectors.
+eval-beir: setup
+	@test -n "$(DATASET)" || { echo "make eval-beir DATASET=/path/to/beir-dir [WORK_DIR=...]"; exit 2; }
+	$(PY) bench/eval_beir.py --dataset $(DATASET) $(if $(WORK_DIR),--work-dir $(WORK_DIR)) --grpc
+
 bench: setup
 	$(PY) bench/search_latency.py
 	$(PY) bench/ingest_throughput.py
@@ -127,14 +139,21 @@ bench: setup
 vespa-package: setup
 	$(PY) scripts/gen_vespa_app.py --zip build/vespa-app.zip
 
+# One service's image: its lock (requirements/$(SERVICE).lock) and its target in the Containerfile.
 image:
 	@test -n "$(CONTAINER_TOOL)" || { echo "make image needs podman, docker or buildah"; exit 1; }
+	@test "$(words $(SERVICE))" = 1 && test -n "$(filter $(SERVICE),$(SERVICES))" \
+		|| { echo "make image SERVICE=<one of: $(SERVICES)> (or make images: all three)"; exit 2; }
 	$(CONTAINER_TOOL) build -f Containerfile --build-arg PYTHON_IMAGE=$(or $(PYTHON_IMAGE),$(CONTAINERFILE_BASE)) \
 		$(if $(PIP_INDEX_URL),--build-arg PIP_INDEX_URL=$(PIP_INDEX_URL)) \
-		$(if $(EXTRA_CA_FILE),--build-arg EXTRA_CA_PEM="$$(cat $(EXTRA_CA_FILE))") -t $(IMAGE) .
+		$(if $(EXTRA_CA_FILE),--build-arg EXTRA_CA_PEM="$$(cat $(EXTRA_CA_FILE))") \
+		--build-arg SERVICE=$(SERVICE) --target $(SERVICE) -t $(IMAGE_REPO)-$(SERVICE):$(IMAGE_TAG) .
+
+images:
+	for service in $(SERVICES); do $(MAKE) --no-print-directory image SERVICE=$$service || exit 1; done
 
 # Prints the Containerfile's base image pinned by the digest your registry serves for its tag:
-# review it, then build with `make image PYTHON_IMAGE=<what it printed>`.
+# review it, then build with `make images PYTHON_IMAGE=<what it printed>`.
 base-image-digest:
 	@test -n "$(CONTAINER_TOOL)" || { echo "make base-image-digest needs podman or docker"; exit 1; }
 	$(CONTAINER_TOOL) pull $(CONTAINERFILE_BASE)

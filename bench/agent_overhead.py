@@ -10,7 +10,9 @@ formatting, bookkeeping), with the fakes' own time measured and subtracted.
 `--tools all`: every turn after the first also reads the best result's document, counts by
 source and calculates, so the time of the read, count and calculate tools is in the figure.
 
-Prints JSON (p50/p95/p99 ms per iteration, target p50 <= 5 ms) and writes bench/results/.
+Prints JSON (p50/p95/p99 ms per iteration, target p50 <= 5 ms; also the p50 per run and the model
+turns of a run: compare versions per run when their turn counts differ — a version that saves a
+model turn spreads the same work over fewer turns) and writes bench/results/.
 """
 
 from __future__ import annotations
@@ -150,7 +152,16 @@ def _documents() -> list[FakeDocument]:
 
 
 async def _measure(runs: int, searches: int, *, every_tool: bool) -> list[float]:
-    per_iteration_ms: list[float] = []
+    return [
+        per_turn for per_turn, _, _ in await _measure_runs(runs, searches, every_tool=every_tool)
+    ]
+
+
+async def _measure_runs(
+    runs: int, searches: int, *, every_tool: bool
+) -> list[tuple[float, float, int]]:
+    """Per run: the loop's time per model turn (ms), per run (ms), and its model turns."""
+    measured: list[tuple[float, float, int]] = []
     documents = _documents()
     for _ in range(runs):
         model, search = _TimedModel(searches, every_tool=every_tool), _TimedSearch(documents)
@@ -163,9 +174,10 @@ async def _measure(runs: int, searches: int, *, every_tool: bool) -> list[float]
         started = time.perf_counter()
         result = await loop.run(request)
         total = time.perf_counter() - started
-        overhead = total - model.spent_s - search.spent_s
-        per_iteration_ms.append(overhead * 1000 / result.usage.model_calls)
-    return per_iteration_ms
+        overhead_ms = (total - model.spent_s - search.spent_s) * 1000
+        turns = result.usage.model_calls
+        measured.append((overhead_ms / turns, overhead_ms, turns))
+    return measured
 
 
 def main() -> None:
@@ -176,7 +188,8 @@ def main() -> None:
     args = parser.parse_args()
     every_tool = args.tools == "all"
     asyncio.run(_measure(10, args.searches, every_tool=every_tool))
-    samples = sorted(asyncio.run(_measure(args.runs, args.searches, every_tool=every_tool)))
+    measured = asyncio.run(_measure_runs(args.runs, args.searches, every_tool=every_tool))
+    samples = sorted(per_turn for per_turn, _, _ in measured)
     quantiles = statistics.quantiles(samples, n=100)
     report = {
         "bench": "agent_overhead_per_iteration",
@@ -188,6 +201,8 @@ def main() -> None:
         "p50_ms": round(statistics.median(samples), 3),
         "p95_ms": round(quantiles[94], 3),
         "p99_ms": round(quantiles[98], 3),
+        "p50_ms_per_run": round(statistics.median(per_run for _, per_run, _ in measured), 3),
+        "model_turns_per_run": statistics.median(turns for _, _, turns in measured),
         "target_p50_ms": 5.0,
         "meets_target": statistics.median(samples) <= 5.0,
         "python": platform.python_version(),

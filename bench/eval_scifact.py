@@ -179,7 +179,7 @@ def replayed(replays: dict[str, Replay], fusion: Fusion) -> dict[str, list[str]]
 
 
 async def collect_replays(
-    engine: LanceDBEngine, embedder: CachedEmbedder, data: SciFact
+    engine: LanceDBEngine, embedder: CachedEmbedder, data: SciFact, *, collection: str = COLLECTION
 ) -> dict[str, Replay]:
     ids = sorted(data.queries)
     vectors = await embedder.embed([data.queries[q] for q in ids])
@@ -192,7 +192,7 @@ async def collect_replays(
             np.stack([vector]),
             limit=CHUNKS_PER_QUERY,
         )
-        scored, chunks = await engine.scored_candidates(COLLECTION, query)
+        scored, chunks = await engine.scored_candidates(collection, query)
         replays[query_id] = Replay(scored, _document_ids(chunks))
         if n % 200 == 0:
             note(f"{data.split}: scored candidates of {n}/{len(ids)} queries")
@@ -221,7 +221,13 @@ def choose_fusion(
     return chosen, on_train, best_per_method
 
 
-async def run_queries(stub: Any, data: SciFact, strategy: search_pb2.RetrievalStrategy) -> Run:
+async def run_queries(
+    stub: Any,
+    data: SciFact,
+    strategy: search_pb2.RetrievalStrategy,
+    *,
+    collection: str = COLLECTION,
+) -> Run:
     gate = asyncio.Semaphore(CONCURRENT_QUERIES)
     rankings: dict[str, list[str]] = {}
     latencies: list[float] = []
@@ -232,7 +238,7 @@ async def run_queries(stub: Any, data: SciFact, strategy: search_pb2.RetrievalSt
             started = time.perf_counter()
             response = await stub.Search(
                 search_tool_pb2.SearchRequest(
-                    collection=COLLECTION,
+                    collection=collection,
                     query=search_pb2.SearchQuery(primary=text),
                     strategy=strategy,
                     limit=CHUNKS_PER_QUERY,

@@ -16,6 +16,7 @@ from typing import Any
 
 from services.common.settings import ServerSettings
 from services.search_tool.config import FusionSettings, SearchToolSettings
+from services.search_tool.limits import RequestLimits
 from services.search_tool.server import build_search_tool_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -28,14 +29,30 @@ SCIFACT_DIR = Path(
 says (a worktree checked out elsewhere)."""
 
 
-def settings_for(data_dir: Path, *, fusion: FusionSettings | None = None) -> SearchToolSettings:
-    """Search tool settings on `data_dir`, port 0, quiet logs, defaults otherwise."""
-    settings = SearchToolSettings(
-        server=ServerSettings(host="127.0.0.1", port=0), data_dir=data_dir, log_level="WARNING"
+def settings_for(
+    data_dir: Path, *, fusion: FusionSettings | None = None, calibrate: bool = False
+) -> SearchToolSettings:
+    """Search tool settings on `data_dir`, port 0, quiet logs, defaults otherwise.
+
+    Fusion calibration (`services/search_tool/calibration.py`) is off unless `calibrate`: a
+    benchmark measures one fusion it chose (a background calibration would change the fusion
+    mid-run and load the machine while latency is measured); `bench/eval_beir.py` calibrates
+    first and then serves with it on."""
+    fusion = (fusion or FusionSettings()).model_copy(update={"calibrate": calibrate})
+    return SearchToolSettings(
+        server=ServerSettings(host="127.0.0.1", port=0),
+        data_dir=data_dir,
+        log_level="WARNING",
+        fusion=fusion,
+        limits=BENCH_LIMITS,
     )
-    if fusion is not None:
-        settings = settings.model_copy(update={"fusion": fusion})
-    return settings
+
+
+BENCH_LIMITS = RequestLimits(upsert_total_word_pieces=1_000_000, upsert_total_bytes=16_000_000)
+"""The benches build corpora (SciFact, BEIR) in requests of 64 documents, about 30,000 word pieces
+of model work: over the default `upsert_total_word_pieces` (16,384), which bounds one call of an
+untrusted caller to seconds. A bench is a trusted bulk load, so it lifts that bound (and the
+total bytes); every other limit stays the default."""
 
 
 @asynccontextmanager
@@ -141,13 +158,22 @@ def load_scifact(root: Path = SCIFACT_DIR, *, split: str = "test") -> SciFact:
     with the product)."""
     if not (root / "corpus.jsonl").exists():
         raise SystemExit(f"SciFact not found under {root}")
+    return load_beir(root, split=split)
+
+
+def load_beir(root: Path, *, split: str = "test") -> SciFact:
+    """Any BEIR-format collection under `root`: `corpus.jsonl`, `queries.jsonl`,
+    `qrels/<split>.tsv` (evaluation only: kept outside the repository, never bundled)."""
+    if not (root / "corpus.jsonl").exists() or not (root / "qrels" / f"{split}.tsv").exists():
+        raise SystemExit(f"no BEIR collection (corpus.jsonl, qrels/{split}.tsv) under {root}")
     corpus = list(_jsonl(root / "corpus.jsonl"))
     qrels: dict[str, dict[str, int]] = {}
     with (root / "qrels" / f"{split}.tsv").open(encoding="utf-8") as lines:
         next(lines)
         for line in lines:
             query_id, doc_id, score = line.rstrip("\n").split("\t")
-            qrels.setdefault(query_id, {})[doc_id] = int(score)
+            if int(score) > 0:
+                qrels.setdefault(query_id, {})[doc_id] = int(score)
     queries = {q["_id"]: q["text"] for q in _jsonl(root / "queries.jsonl") if q["_id"] in qrels}
     return SciFact(corpus=corpus, queries=queries, qrels=qrels, split=split)
 

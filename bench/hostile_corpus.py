@@ -5,7 +5,7 @@ The same corpus as `tests/e2e/test_hostile_input.py` (generated requests for eve
 undecodable bytes, the named regressions), more examples per RPC. Then the largest request each
 limit accepts (`LARGEST_ACCEPTED`), one at a time with a 600 s deadline: the report gives the
 slowest accepted request per RPC, over the corpus and these. Prints one JSON object and writes
-`bench/results/hostile_corpus.json`.
+`bench/results/hostile_corpus.json` (`hostile_corpus_largest.json` with `--largest-only`).
 
     python -m bench.hostile_corpus [--examples 60] [--largest-only]
 """
@@ -39,6 +39,7 @@ from tests.e2e.hostile import (
 )
 
 RESULTS = Path(__file__).parent / "results" / "hostile_corpus.json"
+LARGEST_RESULTS = RESULTS.with_name("hostile_corpus_largest.json")
 
 
 class PeakRss:
@@ -88,7 +89,13 @@ def largest(channels: dict[str, grpc.Channel]) -> list[dict[str, object]]:
             code, detail = error.code().name, (error.details() or "")[:200]
         seconds = round(time.monotonic() - started, 2)
         timed.append(
-            {"rpc": request.method, "request": request.name, "status": code, "seconds": seconds}
+            {
+                "rpc": request.method,
+                "request": request.name,
+                "status": code,
+                "seconds": seconds,
+                "load_1m": round(psutil.getloadavg()[0], 2),
+            }
             | ({"detail": detail} if detail else {})
         )
         print(json.dumps(timed[-1]), flush=True)
@@ -169,8 +176,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     report = run(args.examples, largest_only=args.largest_only)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    results = LARGEST_RESULTS if args.largest_only else RESULTS
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report))
 
 

@@ -123,7 +123,14 @@ def running_services(root: Path, extra_env: dict[str, str]) -> Iterator[Stack]:
     ports = {name: _free_port() for name in SERVICES}
     address = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     # the run history in the bench's own directory, not in the repository's var/ (a user's own)
-    env = {**os.environ, "QUARRY_AGENT_HISTORY__PATH": str(root / "runs.sqlite3"), **extra_env}
+    env = {
+        **os.environ,
+        "QUARRY_AGENT_HISTORY__PATH": str(root / "runs.sqlite3"),
+        # the bulk load sends 64 SciFact abstracts per request (about 30,000 word pieces of model
+        # work), a trusted load over the default bound of one untrusted call (16,384)
+        "QUARRY_SEARCH_TOOL_LIMITS__UPSERT_TOTAL_WORD_PIECES": "1000000",
+        **extra_env,
+    }
     for name in (
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OPENAI_API_KEY",

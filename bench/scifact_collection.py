@@ -44,8 +44,11 @@ async def build_collection(
     data: SciFact,
     embedder: CachedEmbedder,
     settings: SearchToolSettings | None = None,
+    *,
+    collection: str = COLLECTION,
 ) -> dict[str, Any]:
-    """Ingest the corpus into the engine of `settings` (LanceDB under `data_dir` by default).
+    """Ingest the corpus into `collection` on the engine of `settings` (LanceDB under `data_dir`
+    by default). Any BEIR-format corpus works (`bench/eval_beir.py`); `source` is `collection`.
 
     Always through the product's upsert, which skips every document whose stored version has the
     same content fingerprint (text, fields, embedding model and chunking recipe): a collection
@@ -62,19 +65,19 @@ async def build_collection(
                     id=d["_id"],
                     title=d.get("title", ""),
                     text=d["text"],
-                    source="scifact",
+                    source=collection,
                     entity_type="abstract",
                 )
                 for d in batch
             ]
-            result = await service.upsert_documents(COLLECTION, documents)
+            result = await service.upsert_documents(collection, documents)
             chunks += result.chunks_upserted
             if result.chunks_upserted:
-                note(f"ingested {start + len(batch)}/{len(data.corpus)} abstracts, {chunks} chunks")
+                note(f"ingested {start + len(batch)}/{len(data.corpus)} documents, {chunks} chunks")
         embedder.save()
-        stats = await service.get_collection(COLLECTION)
+        stats = await service.get_collection(collection)
         seconds = time.monotonic() - started
-        note(f"collection {COLLECTION!r}: {stats.chunk_count} chunks, {chunks} written")
+        note(f"collection {collection!r}: {stats.chunk_count} chunks, {chunks} written")
         return {
             "reused": chunks == 0,
             "chunks": stats.chunk_count,

@@ -50,7 +50,7 @@ from quarry_cli.questions import OUTCOMES, SKIPPED, TerminalQuestions
 from quarry_cli.status import EPILOG as STATUS_EPILOG
 from quarry_cli.status import add_arguments as add_status_arguments
 from quarry_cli.status import run as run_status
-from services.agent.client import MAX_LIMIT, AgentClient, AgentError, RunOptions
+from services.agent.client import MAX_LIMIT, AgentClient, RunOptions
 from services.common.errors import QuarryError
 from services.common.tls import ChannelTls
 from services.search_tool.client import SearchToolClient
@@ -322,7 +322,7 @@ async def ask(args: argparse.Namespace) -> int:
                 await asyncio.gather(building, return_exceptions=True)
                 await questions.close()
             return 0 if ended_well else 1
-    except AgentError as error:
+    except QuarryError as error:
         if args.json:
             print(json.dumps({"error": {"code": error.code, "message": error.message}}))
         else:

@@ -19,7 +19,8 @@ from quarry.agent.v1 import agent_pb2
 from rich.console import Console
 from rich.markup import escape
 
-from services.agent.client import AgentClient, AgentError
+from services.agent.client import AgentClient
+from services.common.errors import QuarryError
 
 SKIPPED = "(no answer: the user skipped this question; go on with your best judgement)"
 """Sent as the answer when the user ends the input (Ctrl-D): the question was acknowledged, so
@@ -64,8 +65,9 @@ class TerminalQuestions:
             return
         try:
             window = await self.agent.acknowledge_question(question.run_id, question.question_id)
-        except AgentError as error:
-            self.console.print(f"[red]cannot acknowledge the question:[/] {escape(str(error))}")
+        except QuarryError as error:
+            reason = f"{error.code}: {error.message}"
+            self.console.print(f"[red]cannot acknowledge the question:[/] {escape(reason)}")
             return
         within = f"within {window:g} s" if window else "before the run's deadline"
         self.console.print(
@@ -85,8 +87,9 @@ class TerminalQuestions:
             self.console.print("[bold]your answer[/]: ", end="")
         try:
             await self.agent.answer_question(question.run_id, question.question_id, line.strip())
-        except AgentError as error:
-            self.console.print(f"[red]answer not taken:[/] {escape(str(error))}")
+        except QuarryError as error:
+            reason = f"{error.code}: {error.message}"
+            self.console.print(f"[red]answer not taken:[/] {escape(reason)}")
 
     async def _stop_answering(self) -> None:
         """The question closed (or the run ended): stop waiting for a line."""

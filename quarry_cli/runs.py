@@ -27,7 +27,7 @@ from quarry_cli.connection import (
 )
 from quarry_cli.output import describe_error, error_json, print_json
 from quarry_cli.replay import Replay, ReplayError, replay_run
-from services.agent.client import AgentClient, AgentError
+from services.agent.client import AgentClient
 from services.common.errors import FieldViolation, InvalidArgument, QuarryError
 
 STATUSES = {
@@ -102,16 +102,7 @@ async def _with_client(
         if args.json:
             print_json(error_json(error))
         else:
-            _errors().print(describe_error(error), markup=False)
-        return 2 if args.action == "replay" else 1
-    except AgentError as error:
-        fields = [{"field": v.field, "description": v.description} for v in error.violations]
-        if args.json:
-            body = {"code": error.code, "message": error.message}
-            print_json({"error": {**body, **({"field_violations": fields} if fields else {})}})
-        else:
-            lines = [f"{error.code} {error.message}"]
-            lines += [f"  {v.field}: {v.description}" for v in error.violations]
+            lines = [describe_error(error)]
             if error.code == "UNAUTHENTICATED":
                 lines.append(f"Set {API_KEY_ENV} to your API key.")
             if error.code == "UNAVAILABLE":

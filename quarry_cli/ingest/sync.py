@@ -12,7 +12,9 @@ carry one, else their id).
 2. Read each unit. A unit may tell from the stored hashes alone that it is unchanged (a file whose
    stored documents all carry its current SHA-256 is not even parsed); otherwise only documents
    whose hash differs are sent. A document without a hash gets the SHA-256 of its wire form.
-3. Send in batches, up to two requests in flight so the search tool's embedder never waits for
+3. Send in batches within the search tool's per-call limits (`parts`: text bytes and the word
+   pieces its model reads; a document that alone passes them is sent as parts `<id>#part-N`), up
+   to two requests in flight so the search tool's embedder never waits for
    this process to read; every request but the last says `building`, so the collection reports
    it is still being built until the run is over.
 4. Delete documents a changed unit no longer produces and, with `prune`, those whose unit is gone.
@@ -36,11 +38,11 @@ from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
+from quarry_cli.ingest import parts
 from services.common.errors import InvalidArgument, NotFound
 from services.search_tool.client import SearchToolClient
 
 BATCH_DOCUMENTS = 64
-BATCH_CHARS = 40_000
 IN_FLIGHT = 2
 HASH_KEY = "content_sha256"
 """The metadata key holding the SHA-256 of what a document was made from (see the proto)."""
@@ -218,7 +220,7 @@ def _read(
     for document in documents:
         if HASH_KEY not in document.metadata:
             document.metadata[HASH_KEY].string_value = content_hash(document)
-    return documents
+    return [part for document in documents for part in parts.split(document)]
 
 
 async def _stored(
@@ -236,7 +238,7 @@ async def _stored(
         return {}
     return {
         d.id: _Stored(
-            d.metadata[PATH_KEY].string_value if PATH_KEY in d.metadata else d.id,
+            d.metadata[PATH_KEY].string_value if PATH_KEY in d.metadata else parts.whole_id(d.id),
             d.metadata[HASH_KEY].string_value,
         )
         for d in documents
@@ -279,7 +281,7 @@ class _Sender:
         self._unstored: dict[str, int] = {}
         """Documents per unit sent but not stored yet; the unit is done when it reaches 0."""
         self._batch: list[_Pending] = []
-        self._chars = 0
+        self._bytes = self._word_pieces = 0
         self._running: set[asyncio.Task[None]] = set()
 
     def expect(self, unit: str, documents: int) -> None:
@@ -301,11 +303,17 @@ class _Sender:
             self._count(change)
             self._stored(unit)
             return
+        size, pieces = len(document.text.encode()), parts.model_word_pieces(document)
         full = len(self._batch) >= self._target.batch_documents
-        if self._batch and (full or self._chars + len(document.text) > BATCH_CHARS):
+        if self._batch and (
+            full
+            or self._bytes + size > parts.REQUEST_BYTES
+            or self._word_pieces + pieces > parts.REQUEST_WORD_PIECES
+        ):
             await self._flush(building=True)
         self._batch.append(_Pending(document, unit, change))
-        self._chars += len(document.text)
+        self._bytes += size
+        self._word_pieces += pieces
 
     async def finish(self) -> None:
         """Send the last batch once the others are stored, without `building`."""
@@ -324,7 +332,7 @@ class _Sender:
             )
 
     async def _flush(self, *, building: bool, wait: bool = False) -> None:
-        batch, self._batch, self._chars = self._batch, [], 0
+        batch, self._batch, self._bytes, self._word_pieces = self._batch, [], 0, 0
         if not batch:
             return
         await self._drain(IN_FLIGHT - 1)

@@ -8,7 +8,11 @@
 
 `stream_run` yields the service's `StreamRunResponse` events as they arrive; a run that fails after
 it started ends with an `error` event (and no exception). A request the service refuses outright
-raises `AgentError`, as does `run` for any failure.
+raises, as does `run` for any failure, the `services.common.errors` error of its status code
+(`InvalidArgument` with its field violations, `NotFound`, `Unauthenticated`, `Unavailable`, ...):
+the one tree `SearchToolClient` raises too, so `except QuarryError` handles both. Each error has
+`code` (the status code's name), `message` and `retryable`. `AgentError` is that base,
+`QuarryError`, under its old name, kept for callers that catch it.
 
 A stream with `tools=["ask_user"]` may send a `question` event: acknowledge it at once
 (`acknowledge_question`) when someone will answer, then `answer_question`, on the same client (the
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import grpc
@@ -32,8 +36,8 @@ from services.agent.convert import filter_message
 from services.agent.filters import FilterGroup
 from services.common.auth import StaticKey
 from services.common.channels import open_channel
-from services.common.errors import FieldViolation
-from services.common.status import details_of_rpc_error
+from services.common.errors import QuarryError
+from services.common.status import domain_error
 from services.common.telemetry import Telemetry
 from services.common.tls import ChannelTls
 
@@ -42,18 +46,10 @@ _MODES = {"fast": agent_pb2.MODE_FAST, "thinking": agent_pb2.MODE_THINKING}
 _GROUPS = TypeAdapter(list[FilterGroup])
 
 
-@dataclass
-class AgentError(Exception):
-    """A run the agent refused or could not finish."""
-
-    code: str
-    """gRPC status code name, e.g. `INVALID_ARGUMENT`."""
-    message: str
-    retryable: bool = False
-    violations: list[FieldViolation] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
+AgentError = QuarryError
+"""The old name of what the client raises: `QuarryError`, the base of the one error tree (kept
+so `except AgentError` still catches every failure; new code catches `QuarryError` or one of its
+classes). Field violations are on `InvalidArgument` only; `str(error)` is the message."""
 
 
 def parse_filter(groups: str | Sequence[dict[str, Any]] | dict[str, Any]) -> search_pb2.Filter:
@@ -219,6 +215,6 @@ class AgentClient:
         return reply
 
 
-def _agent_error(error: grpc.aio.AioRpcError) -> AgentError:
-    details = details_of_rpc_error(error)
-    return AgentError(details.code.name, details.message, details.retryable, details.violations)
+def _agent_error(error: grpc.aio.AioRpcError) -> QuarryError:
+    """The agent's status as the error of its code (the agent's own message, unprefixed)."""
+    return domain_error(error)

@@ -66,6 +66,7 @@ class Conversation:
         self.summary = ""
         """Layer 3's summary of the exchanges compacted away."""
         self.collection = CollectionInfo(name=request.collection)
+        self._task_text: tuple[CollectionInfo, str, str] | None = None
         self.window = settings.default_context_window_tokens
         """The model's context window in tokens."""
         self.constrained = False
@@ -125,10 +126,15 @@ class Conversation:
         return [system(self.system_prompt), *self.history, user(task), *self.exchanges]
 
     def _task(self, *, summary: str = "") -> str:
-        request = self.request
-        return task_message(
-            request.query, request.mode, request.caller_filter, self.collection, summary=summary
-        )
+        """The task message; built once per collection facts and summary (every call sends it)."""
+        cached = self._task_text
+        if cached is None or cached[0] is not self.collection or cached[1] != summary:
+            request = self.request
+            text = task_message(
+                request.query, request.mode, request.caller_filter, self.collection, summary=summary
+            )
+            cached = self._task_text = (self.collection, summary, text)
+        return cached[2]
 
     @property
     def budget_chars(self) -> int:
@@ -152,11 +158,12 @@ class Conversation:
         )
 
     def over_budget(
-        self, tools: Sequence[Tool], answer_only: Sequence[Tool], *, spent: int
+        self, tools: Sequence[Tool], answer_only: Sequence[Tool], spent: Callable[[], int]
     ) -> bool:
-        """Whether the next call with `tools` would spend more than the token budget. A search
-        turn also keeps the answer-only call after it inside the budget: that call reads at
-        least the same conversation and writes the answer."""
+        """Whether the next call with `tools` would spend more than the token budget (`spent()`:
+        the tokens spent so far, asked only when the run has a budget). A search turn also keeps
+        the answer-only call after it inside the budget: that call reads at least the same
+        conversation and writes the answer."""
         if not self.request.max_tokens:
             return False
         conversation = total_chars(self.messages()) - len(self.system_prompt)
@@ -164,7 +171,7 @@ class Conversation:
         if list(tools) != list(answer_only):
             answer_chars = conversation + self.fixed_chars(answer_only)
             cost += estimate_tokens(answer_chars) + ANSWER_OUTPUT_TOKENS
-        return spent + cost > self.request.max_tokens
+        return spent() + cost > self.request.max_tokens
 
     async def compact(
         self,

@@ -575,7 +575,9 @@ def event_message(event: AgentEvent) -> agent_pb2.StreamRunResponse:
         )
     if isinstance(event, ToolEvent):
         message = agent_pb2.StreamRunResponse()
-        return json_format.ParseDict({event.WIRE_FIELD: event.wire()}, message)
+        return json_format.ParseDict(
+            {event.WIRE_FIELD: {**event.wire(), "step": event.step}}, message
+        )
     if isinstance(event, Done):
         return agent_pb2.StreamRunResponse(
             done=agent_pb2.DoneEvent(response=run_response(event.result), step=event.step)

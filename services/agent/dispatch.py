@@ -140,6 +140,7 @@ class ToolRunner:
             log_fields=self.log_fields,
             iteration=self.searches if iteration is None else iteration,
             route=self.model_route,
+            step=self.steps.index,
         )
 
     async def _run_one(self, tool: Tool, call: ToolCall) -> AsyncIterator[AgentEvent]:
@@ -149,7 +150,7 @@ class ToolRunner:
             outcome = await tool.run(call, self.context())
             while outcome.then is not None:
                 if outcome.event is not None:
-                    yield self._stamped(outcome.event)
+                    yield outcome.event
                 outcome = await outcome.then()
         event = self._apply(outcome)
         if event is not None:
@@ -172,16 +173,10 @@ class ToolRunner:
         with self._span(call):
             return self.context().failed(call, text)
 
-    def _stamped(self, event: ToolEvent) -> ToolEvent:
-        """The event with the step it belongs to (events that carry one)."""
-        if getattr(event, "step", None) not in (None, self.steps.index):
-            return replace(event, step=self.steps.index)  # type: ignore[type-var]
-        return event
-
     def _apply(self, outcome: ToolOutcome, *, routed: bool = False) -> ToolEvent | None:
         """Record what a tool call produced: its result in the conversation and in the step's
         record, the results it showed (citable from now on); returns the event the caller is
-        told of, with its step."""
+        told of."""
         if outcome.condensed:
             self.conversation.condense(outcome.condensed, outcome.call.id)
         if outcome.usage is not None:  # a tool that called the model (summarize)
@@ -208,7 +203,7 @@ class ToolRunner:
         tool = self.registry.get(outcome.call.name)
         if tool is not None and outcome.ran:
             self._used(tool)
-        return None if outcome.event is None else self._stamped(outcome.event)
+        return outcome.event
 
     def _used(self, tool: Tool) -> None:
         """Usage: a call of `tool` that ran."""
@@ -253,7 +248,7 @@ class ToolRunner:
         event = outcome.event
         if event is None or getattr(event, "iteration", number) == number:
             return outcome
-        return replace(outcome, event=replace(event, iteration=number))  # type: ignore[type-var]
+        return replace(outcome, event=replace(event, iteration=number))  # type: ignore[call-arg]
 
     def _refusal(self, call: ToolCall, tool: Tool | None, *, allow_tools: bool) -> str:
         """Why `call` may not run now, or "" when it may."""

@@ -3,43 +3,34 @@ own, a `ToolEvent` defined in its module: searching, calculating, ...), then don
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from services.agent.records import AnsweredBy
-from services.agent.run import Mode, RunResult
+from services.agent.run import Mode, RunResult, StepEvent
 from services.agent.tools.base import ToolEvent
 
 
 @dataclass(frozen=True)
-class Started:
+class Started(StepEvent):
     run_id: str
     collection: str
     mode: Mode
     route: str
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
-class Thinking:
+class Thinking(StepEvent):
     """The model's own text before its tool calls."""
 
     iteration: int
     text: str
     answered_by: AnsweredBy | None = None
     """The provider and model that wrote the text."""
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)
-class Done:
+class Done(StepEvent):
     result: RunResult
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,11 @@ finished step, and when it ends. Any replica answers `GetRun` / `ListRuns` for e
   logged as degraded; when it answers again recording resumes, and a run's end is written in
   full (an upsert of the whole row), so a run that began during the outage is still recorded
   with its response. Reads raise `Unavailable` (retryable) while it is down.
+* **Storage faults**, told by SQLSTATE (`services.common.storage_faults`): a write refused by a
+  full disk (53100) is dropped and counted like any failed write, its log line naming the cause;
+  a read hitting a damaged table or index (XX001 / XX002) answers DATA_LOSS naming the run
+  (`GetRun`) or the history (`ListRuns`), one on a full disk (a sort spilling to it)
+  RESOURCE_EXHAUSTED `STORAGE_FULL`; either names the SQLSTATE.
 * **Retention** by age and count, at most every `sweep_interval_s` per replica and by one replica
   at a time (a transaction-level advisory lock; the others skip).
 """
@@ -35,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +61,7 @@ from services.agent.run_history import (
     run_summary,
     stamp_seconds,
 )
-from services.common.errors import QuarryError
+from services.common.errors import DataLoss, QuarryError, ResourceExhausted
 from services.common.postgres import (
     DatabaseHealth,
     Migration,
@@ -65,6 +70,7 @@ from services.common.postgres import (
     open_pool,
     transaction,
 )
+from services.common.storage_faults import database_cause, database_damaged, database_full
 
 log = logging.getLogger(__name__)
 
@@ -448,9 +454,10 @@ class PostgresRunHistory:
         except Exception as error:
             if self._health is not None:
                 self._health.failed(error)
-            self._dropped(
-                write, str(error)[:300], None if isinstance(error, QuarryError) else error
-            )
+            why = str(error)[:300]
+            if database_full(error) or database_damaged(error):
+                why = f"storage fault: {database_cause(error)}"
+            self._dropped(write, why, None if isinstance(error, QuarryError) else error)
             return
         if write.done is not None and not write.done.done():
             write.done.set_result(None)
@@ -580,8 +587,37 @@ class PostgresRunHistory:
 
     # --- reads -----------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _storage_faults(self, damaged: str, metadata: dict[str, str]) -> Iterator[None]:
+        """A read's storage faults as statuses (see the module docstring); `damaged` says what
+        a damaged page takes away."""
+        try:
+            yield
+        except QuarryError:
+            raise
+        except Exception as error:
+            if database_damaged(error):
+                log.error("run history is damaged", extra={**metadata, "error": str(error)})
+                raise DataLoss(
+                    f"{damaged} is damaged in the PostgreSQL run history ({database_cause(error)})",
+                    metadata={**metadata, "sqlstate": str(getattr(error, "sqlstate", ""))},
+                ) from error
+            if database_full(error):
+                log.error("run history disk full", extra={**metadata, "error": str(error)})
+                raise ResourceExhausted(
+                    f"the PostgreSQL run history's disk is full ({database_cause(error)})",
+                    reason="STORAGE_FULL",
+                    metadata={**metadata, "sqlstate": str(getattr(error, "sqlstate", ""))},
+                    retry_after_s=60.0,
+                ) from error
+            raise
+
     async def get(self, run_id: str) -> agent_pb2.RunRecord | None:
         await self._caught_up()
+        with self._storage_faults(f"the record of run {run_id}", {"run_id": run_id}):
+            return await self._get(run_id)
+
+    async def _get(self, run_id: str) -> agent_pb2.RunRecord | None:
         async with transaction(self.pool, self.settings.postgres) as conn:
             cursor = await conn.execute(
                 "SELECT run_id, collection, status, started_at, ended_at, caller, route,"
@@ -650,9 +686,11 @@ class PostgresRunHistory:
             + (" WHERE " + " AND ".join(where) if where else "")
             + " ORDER BY started_at DESC, run_id DESC LIMIT %s"
         )
-        async with transaction(self.pool, self.settings.postgres) as conn:
-            cursor = await conn.execute(sql.encode(), [*values, query.page_size + 1])
-            rows = await cursor.fetchall()
+        history = "the run history's list of runs"
+        with self._storage_faults(history, {"store": "run_history"}):
+            async with transaction(self.pool, self.settings.postgres) as conn:
+                cursor = await conn.execute(sql.encode(), [*values, query.page_size + 1])
+                rows = await cursor.fetchall()
         page = rows[: query.page_size]
         more = len(rows) > query.page_size
         token = encode_page_token(page[-1][4], page[-1][0]) if more and page else ""
@@ -660,6 +698,7 @@ class PostgresRunHistory:
 
     async def collections(self) -> list[str]:
         await self._caught_up()
-        async with transaction(self.pool, self.settings.postgres) as conn:
-            cursor = await conn.execute("SELECT DISTINCT collection FROM agent_runs")
-            return [str(r[0]) for r in await cursor.fetchall()]
+        with self._storage_faults("the run history's list of runs", {"store": "run_history"}):
+            async with transaction(self.pool, self.settings.postgres) as conn:
+                cursor = await conn.execute("SELECT DISTINCT collection FROM agent_runs")
+                return [str(r[0]) for r in await cursor.fetchall()]

@@ -248,7 +248,7 @@ class _Run:
 
     def _thinking(self, response: ModelResponse) -> Thinking:
         iteration = self.tools.searches + 1
-        return Thinking(iteration, response.text, self.steps.answered_by, self.steps.index)
+        return Thinking(iteration, response.text, self.steps.answered_by, step=self.steps.index)
 
     async def _call(self, tools: Sequence[Tool], choice: ToolChoice) -> ModelResponse:
         """One model turn, a new step: prune (Layer 2), call; on overflow compact (Layer 3) and
@@ -290,7 +290,7 @@ class _Run:
         return response
 
     def _over_budget(self, tools: Sequence[Tool]) -> bool:
-        return self.conversation.over_budget(tools, self.answer_only, spent=self.steps.spent)
+        return self.conversation.over_budget(tools, self.answer_only, lambda: self.steps.spent)
 
     def _result(self) -> RunResult:
         seen = self.desk.seen

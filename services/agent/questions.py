@@ -48,6 +48,7 @@ from services.common.errors import (
     PermissionDenied,
     shown,
 )
+from services.common.names import agent_id_problem
 
 
 class QuestionOutcome(Enum):
@@ -374,22 +375,25 @@ class QuestionRegistry:
 
 
 def _id_violations(run_id: str, question_id: str) -> list[FieldViolation]:
-    return [
-        FieldViolation(name, "must not be empty")
+    """Each id that breaks the one id rule (`services.common.names.agent_id_problem`)."""
+    checked = (
+        (name, agent_id_problem(value))
         for name, value in (("run_id", run_id), ("question_id", question_id))
-        if not value
-    ]
+    )
+    return [FieldViolation(name, problem) for name, problem in checked if problem is not None]
 
 
 def require_ids(run_id: str, question_id: str) -> None:
-    """INVALID_ARGUMENT naming each empty id (every `QuestionBoard` checks the same)."""
+    """INVALID_ARGUMENT naming each id that breaks the id rule (every `QuestionBoard` checks
+    the same)."""
     violations = _id_violations(run_id, question_id)
     if violations:
         raise InvalidArgument.for_violations(violations)
 
 
 def require_answer(run_id: str, question_id: str, text: str, *, max_chars: int) -> None:
-    """INVALID_ARGUMENT naming each empty id and an empty or too long `text`."""
+    """INVALID_ARGUMENT naming each id that breaks the id rule and an empty or too long
+    `text`."""
     violations = _id_violations(run_id, question_id)
     if not text.strip():
         violations.append(FieldViolation("text", "must not be empty"))

@@ -14,6 +14,16 @@ from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepEvent:
+    """The base of every event a run reports (the loop's and each tool's): the step it belongs
+    to, a keyword field so each event's own fields keep their positions."""
+
+    step: int = field(default=0, compare=False)
+    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
+    compared, so an event equals the same event of another step)."""
+
+
 class Mode(Enum):
     FAST = "fast"
     """One search, then the answer."""

@@ -55,6 +55,7 @@ from services.common.errors import (
     Unavailable,
     shown,
 )
+from services.common.names import agent_id_problem
 from services.common.status import code_of, is_retryable
 
 log = logging.getLogger(__name__)
@@ -250,8 +251,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):  # type: ignore[misc]
         self, request: agent_pb2.GetRunRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> agent_pb2.GetRunResponse:
         store = self._history()
-        if not request.run_id:
-            raise InvalidArgument.for_field("run_id", "must name a run")
+        problem = agent_id_problem(request.run_id)
+        if problem is not None:
+            raise InvalidArgument.for_field("run_id", problem)
         record = await store.get(request.run_id)
         if record is None:
             raise NotFound(f"no recorded run {shown(request.run_id)} (unknown, or past retention)")

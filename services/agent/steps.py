@@ -91,9 +91,11 @@ class StepLog:
     @property
     def spent(self) -> int:
         """Tokens spent so far, the step in progress included (the budget's one source)."""
-        steps = [*self.steps, *([self.current.finish()] if self.current else [])]
-        spent = total_usage(steps)
-        return spent.input_tokens + spent.output_tokens
+        spent = total_usage(self.steps)
+        current = self.current.usage if self.current is not None else TokenUsage()
+        return (
+            spent.input_tokens + spent.output_tokens + current.input_tokens + current.output_tokens
+        )
 
     def totals(self) -> TokenUsage:
         """The tokens of the finished steps."""

@@ -11,6 +11,7 @@
     ├── Unavailable                  UNAVAILABLE + RetryInfo
     ├── DeadlineExceeded             DEADLINE_EXCEEDED
     ├── Cancelled                    CANCELLED
+    ├── Unimplemented                UNIMPLEMENTED
     └── DataLoss                     DATA_LOSS
 
 The status codes on the right are applied at the edge, in both directions, by
@@ -19,15 +20,24 @@ domain code raises these and never imports grpc. Messages are meant for the call
 contain stack traces or secrets, and quote a caller's value only through `shown`, a short marked
 prefix, so an error about a 100 KB value stays small enough to reach the caller (gRPC refuses
 trailers over 16 KiB; `services.common.status` also caps whatever reaches it).
+
+It is also the one tree a caller of Quarry catches: the public clients (`services.agent.client`,
+`services.search_tool.client`) turn every failed call into the error of its status code, so
+`except QuarryError` (or one of its classes) handles every failure of either. Each error says its
+status code by name (`code`, plain text: no grpc here) and whether a retry may succeed
+(`retryable`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED"
 """`ErrorInfo.reason` of an INVALID_ARGUMENT whose request does not fit the model's context window:
 the gateway sends it, the agent compacts on it (one name for both)."""
+RETRYABLE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
+"""Status codes a caller may retry (after the RetryInfo delay, when there is one)."""
 MAX_SHOWN_CHARS = 48
 """The longest prefix of a caller's value an error message quotes."""
 
@@ -54,6 +64,8 @@ class FieldViolation:
 class QuarryError(Exception):
     """Base of every error a Quarry service reports to its callers."""
 
+    code: ClassVar[str] = "INTERNAL"
+    """The gRPC status code's name the edge applies (`services.common.status`)."""
     default_reason: str = "INTERNAL"
 
     def __init__(
@@ -68,8 +80,14 @@ class QuarryError(Exception):
         self.reason = reason or self.default_reason
         self.metadata = dict(metadata or {})
 
+    @property
+    def retryable(self) -> bool:
+        """A retry may succeed (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)."""
+        return self.code in RETRYABLE_CODES
+
 
 class InvalidArgument(QuarryError):
+    code = "INVALID_ARGUMENT"
     default_reason = "INVALID_ARGUMENT"
 
     def __init__(
@@ -100,22 +118,27 @@ class InvalidArgument(QuarryError):
 
 
 class NotFound(QuarryError):
+    code = "NOT_FOUND"
     default_reason = "NOT_FOUND"
 
 
 class AlreadyExists(QuarryError):
+    code = "ALREADY_EXISTS"
     default_reason = "ALREADY_EXISTS"
 
 
 class PermissionDenied(QuarryError):
+    code = "PERMISSION_DENIED"
     default_reason = "PERMISSION_DENIED"
 
 
 class Unauthenticated(QuarryError):
+    code = "UNAUTHENTICATED"
     default_reason = "UNAUTHENTICATED"
 
 
 class FailedPrecondition(QuarryError):
+    code = "FAILED_PRECONDITION"
     default_reason = "FAILED_PRECONDITION"
 
 
@@ -135,22 +158,34 @@ class Retryable(QuarryError):
 
 
 class ResourceExhausted(Retryable):
+    code = "RESOURCE_EXHAUSTED"
     default_reason = "RESOURCE_EXHAUSTED"
 
 
 class Unavailable(Retryable):
+    code = "UNAVAILABLE"
     default_reason = "UNAVAILABLE"
 
 
 class DeadlineExceeded(QuarryError):
+    code = "DEADLINE_EXCEEDED"
     default_reason = "DEADLINE_EXCEEDED"
 
 
 class Cancelled(QuarryError):
+    code = "CANCELLED"
     default_reason = "CANCELLED"
+
+
+class Unimplemented(QuarryError):
+    """The service called has no such method: a caller pointed at the wrong service or port."""
+
+    code = "UNIMPLEMENTED"
+    default_reason = "UNIMPLEMENTED"
 
 
 class DataLoss(QuarryError):
     """Stored data is damaged: the message and metadata name what (a collection, a run)."""
 
+    code = "DATA_LOSS"
     default_reason = "DATA_LOSS"

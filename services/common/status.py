@@ -29,13 +29,7 @@ from services.common.errors import FieldViolation, QuarryError
 ERROR_DOMAIN = "quarry.dev"
 DEFAULT_RETRY_AFTER_S = 1.0
 """The RetryInfo delay of a retryable status whose error named none."""
-RETRYABLE_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
-)
+RETRYABLE_CODES = frozenset(grpc.StatusCode[name] for name in errors.RETRYABLE_CODES)
 """Codes a caller may retry (after the RetryInfo delay, when there is one)."""
 
 MAX_MESSAGE_BYTES = 768
@@ -53,19 +47,24 @@ MAX_METADATA_TOTAL_BYTES = 2_048
 """All metadata values together; values past it are cut to what is left."""
 
 _CODES: dict[type[QuarryError], grpc.StatusCode] = {
-    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
-    errors.NotFound: grpc.StatusCode.NOT_FOUND,
-    errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
-    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
-    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
-    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
-    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
-    errors.Cancelled: grpc.StatusCode.CANCELLED,
-    errors.DataLoss: grpc.StatusCode.DATA_LOSS,
-    QuarryError: grpc.StatusCode.INTERNAL,
+    cls: grpc.StatusCode[cls.code]
+    for cls in (
+        errors.InvalidArgument,
+        errors.NotFound,
+        errors.AlreadyExists,
+        errors.PermissionDenied,
+        errors.Unauthenticated,
+        errors.FailedPrecondition,
+        errors.ResourceExhausted,
+        errors.Unavailable,
+        errors.DeadlineExceeded,
+        errors.Cancelled,
+        errors.Unimplemented,
+        errors.DataLoss,
+        QuarryError,
+    )
 }
+"""Each class's status code, named by the class itself (`QuarryError.code`)."""
 _ERRORS: dict[grpc.StatusCode, type[QuarryError]] = {code: cls for cls, code in _CODES.items()}
 
 
@@ -193,10 +192,12 @@ def details_of_rpc_error(error: grpc.aio.AioRpcError) -> StatusDetails:
     return details_of(error.code(), error.details() or "", error.trailing_metadata())
 
 
-def domain_error(error: grpc.aio.AioRpcError, service: str) -> QuarryError:
-    """The domain exception for a failed call to `service`, keeping its code and details."""
+def domain_error(error: grpc.aio.AioRpcError, service: str = "") -> QuarryError:
+    """The domain exception for a failed call, keeping its code and details; its message starts
+    with `service: ` when given (a dependency's failure says which dependency failed)."""
     details = details_of_rpc_error(error)
-    message = f"{service}: {details.message or details.code.name}"
+    text = details.message or details.code.name
+    message = f"{service}: {text}" if service else text
     cls = _ERRORS.get(details.code, QuarryError)
     reason = details.reason or None
     if issubclass(cls, errors.InvalidArgument):

@@ -97,6 +97,7 @@ def chat_request(
 ) -> ChatRequest:
     """The domain request; `InvalidArgument` naming the field when it is malformed."""
     messages = messages_of(request.messages)
+    _check_tools_size(request.tools)
     tools = tuple(_tool(tool, index, schemas) for index, tool in enumerate(request.tools))
     _check_unique_tools(tools)
     choice = _tool_choice(request.tool_choice, tools)
@@ -309,6 +310,22 @@ def _tool(tool: pb.Tool, index: int, schemas: SchemaChecker) -> Tool:
         parameters=parameters,
         parameters_tokens=count_text_tokens(tool.parameters_json),
     )
+
+
+MAX_TOOLS_CHARS = 65_536
+"""All tools of one request together: names, descriptions and parameter schemas, in characters.
+Each distinct schema is checked once (`MAX_SCHEMA_CHARS` each); without a total one request could
+bring a thousand distinct ones (minutes of the event loop)."""
+
+
+def _check_tools_size(tools: Any) -> None:
+    total = sum(len(t.name) + len(t.description) + len(t.parameters_json) for t in tools)
+    if total > MAX_TOOLS_CHARS:
+        raise InvalidArgument.for_field(
+            "tools",
+            f"{total} characters of names, descriptions and schemas in all; "
+            f"the limit is {MAX_TOOLS_CHARS}",
+        )
 
 
 def _check_unique_tools(tools: tuple[Tool, ...]) -> None:

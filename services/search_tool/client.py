@@ -93,7 +93,8 @@ class SearchToolClient:
         filter: search_pb2.Filter | None = None,
         timeout_s: float | None = None,
     ) -> list[search_tool_pb2.DocumentInfo]:
-        """Every document of `collection` (matching `filter`), ordered by id, page after page."""
+        """Every document of `collection` (matching `filter`), page after page: ordered by id,
+        or in the engine's own order where it pages the listing itself (Vespa)."""
         documents: list[search_tool_pb2.DocumentInfo] = []
         token = ""
         while True:

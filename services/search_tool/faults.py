@@ -6,6 +6,10 @@ cannot decode). `StorageFaults.on(collection)` wraps one operation on a collecti
 into statuses that say what happened: a full disk is RESOURCE_EXHAUSTED naming the data directory
 and the cause (reason `STORAGE_FULL`), a damaged collection DATA_LOSS naming the collection (reason
 `COLLECTION_DAMAGED`). Anything else passes through untouched, so a bug stays INTERNAL.
+
+The PostgreSQL engine's faults are told by SQLSTATE (`services.common.storage_faults`: 53100
+disk_full; XX001 data_corrupted, XX002 index_corrupted), named as the PostgreSQL database with
+the SQLSTATE in the message and the ErrorInfo metadata.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
+
 from services.common.errors import DataLoss, QuarryError, ResourceExhausted
+from services.common.storage_faults import database_cause, database_damaged, database_full
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +64,8 @@ def leaves(error: BaseException) -> Iterator[BaseException]:
 
 
 def is_storage_full(error: BaseException) -> bool:
+    if isinstance(error, psycopg.Error):  # told by SQLSTATE, never by the server's text
+        return database_full(error)
     if isinstance(error, OSError) and error.errno in _FULL_ERRNOS:
         return True
     text = str(error)
@@ -66,6 +75,8 @@ def is_storage_full(error: BaseException) -> bool:
 def is_damage(error: BaseException) -> bool:
     if isinstance(error, QuarryError) or is_storage_full(error):
         return False
+    if isinstance(error, psycopg.Error):  # told by SQLSTATE, never by the server's text
+        return database_damaged(error)
     if type(error).__name__ in _DAMAGE_TYPES:
         return True
     text = str(error)
@@ -101,17 +112,22 @@ class StorageFaults:
         return None
 
     def full(self, cause: BaseException, collection: str) -> ResourceExhausted:
-        where = str(self._data_dir) if self._data_dir is not None else "the engine's storage"
+        if database_full(cause):
+            where, said = "the PostgreSQL database", database_cause(cause)
+            metadata = {"storage": "postgres", "sqlstate": str(getattr(cause, "sqlstate", ""))}
+        else:
+            where = str(self._data_dir) if self._data_dir is not None else "the engine's storage"
+            said, metadata = _first_line(cause), {"data_dir": where}
+            where = f"the search tool's data directory {where}"
         log.error(
             "storage full: write refused",
-            extra={"collection": collection, "data_dir": where, "error": str(cause)[:500]},
+            extra={"collection": collection, "storage": where, "error": str(cause)[:500]},
         )
         return ResourceExhausted(
-            f"the search tool's data directory {where} is full ({_first_line(cause)}): the "
-            f"write to collection {collection} stopped; reads keep working. Free space, then "
-            "retry (upserts are idempotent)",
+            f"{where} is full ({said}): the write to collection {collection} stopped; reads "
+            "keep working. Free space, then retry (upserts are idempotent)",
             reason="STORAGE_FULL",
-            metadata={"data_dir": where, "collection": collection},
+            metadata={**metadata, "collection": collection},
             retry_after_s=FULL_RETRY_AFTER_S,
         )
 
@@ -120,11 +136,15 @@ class StorageFaults:
             "collection damaged",
             extra={"collection": collection, "error": str(cause)[:500]},
         )
+        said, metadata = _first_line(cause), {"collection": collection}
+        if database_damaged(cause):
+            said = f"the PostgreSQL database: {database_cause(cause)}"
+            metadata["sqlstate"] = str(getattr(cause, "sqlstate", ""))
         return DataLoss(
-            f"collection {collection} is damaged ({_first_line(cause)}); other collections are "
+            f"collection {collection} is damaged ({said}); other collections are "
             "not affected. Restore it from a backup, or delete it and ingest it again",
             reason="COLLECTION_DAMAGED",
-            metadata={"collection": collection},
+            metadata=metadata,
         )
 
 

@@ -42,7 +42,7 @@ from services.search_tool.engine.base import (
     StoredVersion,
 )
 from services.search_tool.filters import METADATA_PREFIX, FieldType
-from services.search_tool.limits import DEFAULT_LIMITS, RequestLimits
+from services.search_tool.limits import DEFAULT_LIMITS, DOCUMENT_TOO_LARGE, RequestLimits
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,10 @@ class IngestLimits:
     chunking_recipe: str = ""
     """Identifies the chunk sizes, so that changing them re-ingests unchanged documents."""
     sizes: RequestLimits = DEFAULT_LIMITS
-    """How large a document's title, labels, url, breadcrumbs and metadata may be."""
+    """How large a document's title, labels, url, breadcrumbs and metadata may be, and how many
+    word pieces one call may give the model (`upsert_total_word_pieces`)."""
+    model_max_tokens: int = 256
+    """The embedder reads at most this many word pieces of a chunk (`embedding.max_tokens`)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,13 @@ class _Split(NamedTuple):
 
     chunk: Chunk
     keyword_text: str
+
+
+class _Chunked(NamedTuple):
+    """A document's chunks and content fingerprint."""
+
+    splits: list[_Split]
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -118,8 +128,10 @@ class Ingestor:
         existed = collection in await self._engine.list_collections()
         known = await self._engine.fields(collection) if existed else {}
         validate_documents(documents, known, self._limits)
+        # Tokenising is CPU work (about a second per megabyte): never on the event loop.
+        chunked = await asyncio.to_thread(self._chunk_all, documents)
         try:
-            return await self._upsert(collection, documents)
+            return await self._upsert(collection, documents, chunked)
         except Exception:
             if not existed:
                 await self._drop_if_empty(collection)
@@ -139,12 +151,17 @@ class Ingestor:
         except Exception:  # the write's own error is the one to report
             log.exception("could not drop the collection a failed first write created")
 
-    async def _upsert(self, collection: str, documents: Sequence[Document]) -> IngestResult:
+    async def _upsert(
+        self, collection: str, documents: Sequence[Document], chunked: Sequence[_Chunked]
+    ) -> IngestResult:
         await self._engine.ensure_collection(
             collection, CollectionSpec(self._embedder.model_name, self._embedder.dimensions)
         )
         size = self._limits.batch_documents
-        batches = [documents[start : start + size] for start in range(0, len(documents), size)]
+        batches = [
+            list(zip(documents[start : start + size], chunked[start : start + size], strict=True))
+            for start in range(0, len(documents), size)
+        ]
         written = deleted = 0
         prepared = await self._prepare(collection, batches[0])
         for following in [*batches[1:], None]:
@@ -163,14 +180,14 @@ class Ingestor:
         )
         return IngestResult(len(documents), written, deleted)
 
-    async def _prepare(self, collection: str, batch: Sequence[Document]) -> _Prepared:
-        """Chunk and embed the documents of a batch that changed (no lock held)."""
+    async def _prepare(
+        self, collection: str, batch: Sequence[tuple[Document, _Chunked]]
+    ) -> _Prepared:
+        """Embed the documents of a batch that changed (no lock held)."""
         generation = self._generations[collection]
-        stored = await self._engine.stored_versions(collection, [d.id for d in batch])
+        stored = await self._engine.stored_versions(collection, [d.id for d, _ in batch])
         pending: list[tuple[Document, list[_Split], str]] = []
-        # Tokenising is CPU work (seconds for a megabyte of text): never on the event loop.
-        chunked = await asyncio.to_thread(self._chunk_batch, batch)
-        for document, (chunks, fingerprint) in zip(batch, chunked, strict=True):
+        for document, (chunks, fingerprint) in batch:
             previous = stored.get(document.id)
             if (
                 previous is not None
@@ -212,9 +229,47 @@ class Ingestor:
             deleted = await self._engine.delete_chunks(collection, stale)
         return len(prepared.records), deleted
 
-    def _chunk_batch(self, batch: Sequence[Document]) -> list[tuple[list[_Split], str]]:
-        """Each document's chunks and content fingerprint (pure CPU: run in a worker thread)."""
-        return [(self._chunks(d), self._fingerprint(d)) for d in batch]
+    def _chunk_all(self, documents: Sequence[Document]) -> list[_Chunked]:
+        """Each document's chunks and content fingerprint, once the model's work for all of them
+        is within `upsert_total_word_pieces` (pure CPU: run in a worker thread)."""
+        chunked = [_Chunked(self._chunks(d), self._fingerprint(d)) for d in documents]
+        self._check_model_work(chunked)
+        return chunked
+
+    def _check_model_work(self, chunked: Sequence[_Chunked]) -> None:
+        """INVALID_ARGUMENT when the embedder would read more than `upsert_total_word_pieces`
+        word pieces for the call: each chunk's embedding text (title and chunk) and its two
+        markers, at most `model_max_tokens`, as `Embed` counts its texts. Unchanged documents
+        count too: a request's verdict does not depend on what is stored."""
+        budget = self._limits.sizes.upsert_total_word_pieces
+        most, tokenizer = self._limits.model_max_tokens, self._embedder.tokenizer
+        pieces = [
+            sum(min(len(tokenizer.spans(embedding_text(s.chunk))) + 2, most) for s in c.splits)
+            for c in chunked
+        ]
+        setting = f"search_tool.limits.upsert_total_word_pieces is {budget}"
+        alone = [(i, n) for i, n in enumerate(pieces) if n > budget]
+        if alone:
+            refused = InvalidArgument.for_violations(
+                [
+                    FieldViolation(
+                        f"documents[{i}].text",
+                        f"{n} word pieces for the model to read (its chunks with the title); "
+                        f"{setting} (split the document)",
+                    )
+                    for i, n in alone
+                ],
+                shown=10,
+            )
+            raise InvalidArgument(
+                refused.message, violations=refused.violations, reason=DOCUMENT_TOO_LARGE
+            )
+        if sum(pieces) > budget:
+            raise InvalidArgument.for_field(
+                "documents",
+                f"{sum(pieces)} word pieces for the model to read in all; {setting} "
+                "(send fewer documents per call)",
+            )
 
     def _chunks(self, document: Document) -> list[_Split]:
         chunks: list[_Split] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -19,6 +20,9 @@ import numpy.typing as npt
 from services.common.admission import WorkQueue
 from services.common.errors import DataLoss, FieldViolation, InvalidArgument, NotFound
 from services.common.names import collection_name_problem
+from services.search_tool.calibration import can_calibrate
+from services.search_tool.calibrations import DIRECTORY as CALIBRATION_DIRECTORY
+from services.search_tool.calibrations import FusionCalibrations
 from services.search_tool.chunking import Chunker
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.counting import CountRequest, DocumentCount, count_documents
@@ -26,8 +30,11 @@ from services.search_tool.documents import Document, document_id_problem
 from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import (
     CollectionStats,
+    CursorRejected,
+    DocumentPaging,
     DocumentSummary,
     EngineQuery,
+    Fusion,
     SearchEngine,
     SearchPage,
     Strategy,
@@ -64,10 +71,10 @@ class DocumentPage:
     """One page of ListDocuments."""
 
     documents: list[DocumentSummary]
-    """Ordered by id."""
+    """Ordered by id, or in the engine's own order when it pages the listing (`DocumentPaging`)."""
     next_page_token: str
-    """Where the next page starts (`page_token_after` of this page's last id) when more follow,
-    else empty."""
+    """Where the next page starts (`page_token_after` of this page's last id, or the engine's
+    cursor), tied to the listing's collection and filters, when more follow; else empty."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ class SearchService:
             batch_documents=settings.write_batch_documents,
             chunking_recipe=settings.chunking.recipe,
             sizes=settings.limits,
+            model_max_tokens=settings.embedding.max_tokens,
         )
         self._ingestor = Ingestor(engine, embedder, chunker, limits)
         queue = settings.work_queue
@@ -153,12 +161,25 @@ class SearchService:
         embedded = settings.engine.kind in ("embedded", "lancedb")
         self.faults = StorageFaults(settings.data_dir if embedded else None)
         """Storage faults of an operation on a collection, named (see `faults`)."""
+        self.calibrations: FusionCalibrations | None = None
+        """Each collection's own HYBRID weights (`calibrations`); None: the configured fusion
+        everywhere (calibration off, or an engine without both sides' scores)."""
+        if settings.fusion.calibrate and can_calibrate(engine):
+            self.calibrations = FusionCalibrations(
+                engine,  # type: ignore[arg-type]  # can_calibrate checked scored_candidates
+                embedder,
+                settings.fusion,
+                settings.data_dir / CALIBRATION_DIRECTORY if embedded else None,
+                building=self.is_building,
+            )
 
     @property
     def engine(self) -> SearchEngine:
         return self._engine
 
     async def close(self) -> None:
+        if self.calibrations is not None:
+            await self.calibrations.close()
         await self._engine.close()
 
     async def upsert_documents(
@@ -192,26 +213,43 @@ class SearchService:
         page_size: int = 0,
         page_token: str = "",
     ) -> DocumentPage:
-        """Documents ordered by id, after the position `page_token` names (a token this
-        service issued; anything else is INVALID_ARGUMENT naming `page_token`)."""
+        """Documents after the position `page_token` names (a token this service issued for this
+        collection and filter; anything else is INVALID_ARGUMENT naming `page_token`).
+
+        Ordered by id, unless the engine pages the listing itself (`DocumentPaging`, Vespa):
+        then in the engine's stable order, each page costing about its own size."""
         validate_collection_name(collection)
-        after_id = id_of_page_token(page_token, self._settings.limits) if page_token else ""
+        caller = caller_filter or RawFilter()
+        tie = _filter_tie(collection, caller, raw_filter)
+        position = _page_position(page_token, tie, self._settings.limits) if page_token else None
         size = page_size or DEFAULT_PAGE_SIZE
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise InvalidArgument.for_field(
                 "page_size", f"must be between 1 and {MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE})"
             )
         fields = await self._engine.fields(collection)
-        where = effective_filter(
-            caller_filter or RawFilter(), raw_filter, fields, limits=self._settings.limits
-        )
-        summaries = await self._engine.list_documents(
-            collection, where=None if where.is_empty else where
-        )
+        where = effective_filter(caller, raw_filter, fields, limits=self._settings.limits)
+        narrowed = None if where.is_empty else where
+        if isinstance(self._engine, DocumentPaging) and not isinstance(position, _AfterId):
+            try:
+                paged = await self._engine.list_documents_page(
+                    collection, where=narrowed, size=size, cursor=position or ""
+                )
+            except CursorRejected as rejected:
+                raise InvalidArgument.for_field("page_token", str(rejected)) from None
+            if paged is not None:
+                token = _page_token({"cursor": paged.cursor, "f": tie}) if paged.cursor else ""
+                return DocumentPage(paged.documents, token)
+            if position is not None:  # a cursor for a filter the engine does not page
+                raise InvalidArgument.for_field("page_token", _FOREIGN_TOKEN)
+        elif isinstance(position, str):  # an engine cursor, and this engine pages nothing
+            raise InvalidArgument.for_field("page_token", _FOREIGN_TOKEN)
+        after_id = position.id if isinstance(position, _AfterId) else ""
+        summaries = await self._engine.list_documents(collection, where=narrowed)
         after = sorted((s for s in summaries if s.id > after_id), key=lambda s: s.id)
         page = after[:size]
         more = len(after) > size
-        return DocumentPage(page, page_token_after(page[-1].id) if more else "")
+        return DocumentPage(page, page_token_after(page[-1].id, tie) if more else "")
 
     async def delete_documents(
         self,
@@ -272,7 +310,7 @@ class SearchService:
             filter=expression,
             limit=limit,
             offset=request.offset,
-            fusion=self._settings.fusion.to_fusion(),
+            fusion=self._fusion_for(request),
             timeout_s=timeout,
         )
         page = await self._engine.search(request.collection, query)
@@ -321,6 +359,8 @@ class SearchService:
     async def delete_collection(self, collection: str) -> None:
         validate_collection_name(collection)
         await self._engine.drop_collection(collection)
+        if self.calibrations is not None:
+            self.calibrations.forget(collection)
 
     async def embed(self, texts: Sequence[str]) -> Embeddings:
         if not texts:
@@ -370,6 +410,12 @@ class SearchService:
             request.caller_filter, request.filter, fields, limits=self._settings.limits
         )
 
+    def _fusion_for(self, request: SearchRequest) -> Fusion:
+        """HYBRID: the collection's calibrated fusion when it has one; else the configured."""
+        if request.strategy is Strategy.HYBRID and self.calibrations is not None:
+            return self.calibrations.fusion_for(request.collection)
+        return self._settings.fusion.to_fusion()
+
     async def _query_vectors(self, request: SearchRequest) -> npt.NDArray[np.float32]:
         if request.strategy is Strategy.KEYWORD:
             return np.zeros((0, self._embedder.dimensions), dtype=np.float32)
@@ -383,27 +429,57 @@ def validate_collection_name(name: str) -> None:
         raise InvalidArgument.for_field("collection", problem)
 
 
-def page_token_after(document_id: str) -> str:
-    """The opaque `ListDocuments` page token of the page after `document_id`."""
-    payload = json.dumps({"after": document_id}, ensure_ascii=False).encode()
-    return base64.urlsafe_b64encode(payload).decode()
+_FOREIGN_TOKEN = "is not a token this service issued (pass next_page_token as is)"
 
 
-def id_of_page_token(token: str, limits: RequestLimits) -> str:
-    """The document id a page token names; INVALID_ARGUMENT naming `page_token` for any token
-    this service did not issue (a garbage token used to return the first page)."""
+@dataclass(frozen=True)
+class _AfterId:
+    """A page token of a listing ordered by id: the next page starts after this id."""
+
+    id: str
+
+
+def _filter_tie(collection: str, caller: RawFilter, model: RawFilter) -> str:
+    """What a page token is tied to: the collection and both filters as the request gave them
+    (a token carried to another filter would list the wrong documents silently)."""
+    wording = repr((collection, caller, model)).encode()
+    return hashlib.sha256(wording).hexdigest()[:16]
+
+
+def _page_token(payload: dict[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(payload, ensure_ascii=False).encode()).decode()
+
+
+def page_token_after(document_id: str, tie: str = "") -> str:
+    """The opaque `ListDocuments` page token of the page after `document_id` (tied to the
+    listing's filter, `_filter_tie`, when given)."""
+    return _page_token({"after": document_id, "f": tie} if tie else {"after": document_id})
+
+
+def _page_position(token: str, tie: str, limits: RequestLimits) -> _AfterId | str:
+    """What a page token names: the id the next page starts after, or the engine's cursor.
+    INVALID_ARGUMENT naming `page_token` for any token this service did not issue, or issued
+    for another collection or filter (a garbage token used to return the first page)."""
     try:
         decoded = json.loads(base64.urlsafe_b64decode(token.encode()).decode())
-        document_id = decoded["after"] if isinstance(decoded, dict) else None
-    except (ValueError, UnicodeError, binascii.Error, KeyError):
-        document_id = None
+    except (ValueError, UnicodeError, binascii.Error):
+        decoded = None
+    if not isinstance(decoded, dict):
+        raise InvalidArgument.for_field("page_token", _FOREIGN_TOKEN)
+    if decoded.get("f", tie) != tie:
+        raise InvalidArgument.for_field(
+            "page_token",
+            "was issued for another collection or filter (a listing keeps the filter it began "
+            "with; start again without a token to list another)",
+        )
+    document_id, cursor = decoded.get("after"), decoded.get("cursor")
+    if isinstance(cursor, str) and cursor and "f" in decoded and document_id is None:
+        return cursor
     if not isinstance(document_id, str) or document_id_problem(
         document_id, limits.document_id_bytes
     ):
-        raise InvalidArgument.for_field(
-            "page_token", "is not a token this service issued (pass next_page_token as is)"
-        )
-    return document_id
+        raise InvalidArgument.for_field("page_token", _FOREIGN_TOKEN)
+    return _AfterId(document_id)
 
 
 def _validate_document_ids(document_ids: Sequence[str], limits: RequestLimits) -> None:

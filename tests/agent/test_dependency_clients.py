@@ -20,7 +20,7 @@ from quarry.searchtool.v1 import search_tool_pb2 as st
 from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 
 from services.agent import convert
-from services.agent.client import AgentClient, AgentError, RunOptions
+from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings
 from services.agent.dependencies import CONNECT_WAIT_S, RETRY_AFTER_S
 from services.agent.server import build_agent_server
@@ -481,7 +481,7 @@ async def test_a_dependency_that_never_comes_up_fails_the_question_at_its_deadli
             options = RunOptions(collection="python-docs", timeout_s=1.0)
             try:
                 events = [e async for e in client.stream_run("q", options)]
-            except AgentError as error:
+            except QuarryError as error:
                 code, message = error.code, error.message
             else:
                 assert events[-1].WhichOneof("event") == "error"

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from quarry.agent.v1 import agent_pb2
 
-from services.agent.client import AgentError, RunOptions, parse_filter
+from services.agent.client import RunOptions, parse_filter
 from services.agent.config import HistorySettings
 from services.agent.history import RunQuery, RunStore
 from services.agent.testing import FunctionModel, search_then_answer
-from services.common.errors import DataLoss
+from services.common.errors import DataLoss, InvalidArgument, QuarryError
 from tests.agent.fake_search import FakeSearch
 from tests.agent.test_run_history import Start, serve  # noqa: F401  (the fixture)
 from tests.faults import can_mount_tmpfs, damage, fill, small_filesystem
@@ -211,7 +211,7 @@ async def test_get_run_of_a_damaged_record_is_data_loss_naming_it_over_grpc(
         try:
             await client.get_run(run_id)
             codes[run_id] = "OK"
-        except AgentError as error:
+        except QuarryError as error:
             codes[run_id], messages[run_id] = error.code, error.message
     assert set(codes.values()) == {"OK", "DATA_LOSS"}
     assert all(run_id in message for run_id, message in messages.items())
@@ -226,7 +226,7 @@ async def test_a_run_refused_before_it_starts_is_not_recorded(
     """`../x` reached the search tool, failed there INVALID_ARGUMENT, and was recorded."""
     agent = await serve(FunctionModel(search_then_answer(1)), search)
     client = agent.client()
-    with pytest.raises(AgentError) as refused:
+    with pytest.raises(InvalidArgument) as refused:
         await client.run("temporary directory", RunOptions(collection="../x"))
     assert refused.value.code == "INVALID_ARGUMENT"
     assert [v.field for v in refused.value.violations] == ["collection"]
@@ -245,7 +245,7 @@ async def test_a_run_whose_filter_is_refused_before_its_first_step_is_not_record
     bad = parse_filter(
         '[{"conditions": [{"field": "colour", "operator": "equals", "value": "x"}]}]'
     )
-    with pytest.raises(AgentError) as refused:
+    with pytest.raises(QuarryError) as refused:
         await client.run("temporary directory", RunOptions(collection="python-docs", filter=bad))
     assert refused.value.code == "INVALID_ARGUMENT"
     good = await client.run("temporary directory", RunOptions(collection="python-docs"))

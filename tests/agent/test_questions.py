@@ -11,7 +11,7 @@ import grpc
 import pytest
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
-from services.agent.client import AgentClient, AgentError, RunOptions
+from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings, HistorySettings, QuestionSettings
 from services.agent.history_postgres import PostgresRunHistory
 from services.agent.loop import AgentLoop
@@ -30,6 +30,7 @@ from services.agent.testing import (
 )
 from services.agent.tools import ASK_USER, TOOL_NAMES
 from services.common.auth import ApiKey, AuthSettings, key_digest
+from services.common.errors import InvalidArgument, QuarryError
 from services.common.postgres import PostgresSettings
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
@@ -168,6 +169,7 @@ async def test_an_answered_question_reaches_the_model_and_the_stream_shows_both_
     ]
     question, closed = events[2].question, events[3].question_closed
     assert (question.text, question.run_id) == ("Which Python version?", events[0].started.run_id)
+    assert (question.step, closed.step, events[4].searching.step) == (1, 1, 2)
     assert question.acknowledge_within_ms == 10_000
     # 300 s configured; the run's deadline (60 s) caps it. gRPC sends a 10-100 s timeout in
     # 100 ms units, rounded up, so the server's deadline can be up to 0.1 s past the caller's.
@@ -196,7 +198,7 @@ async def test_an_unacknowledged_question_expires_and_the_run_goes_on_without_an
         if event.WhichOneof("event") == "question_closed":
             await search.called.wait()  # the run went on: it searches, held at the gate
             question = events[-2].question
-            with pytest.raises(AgentError) as late:
+            with pytest.raises(QuarryError) as late:
                 await agent.client.answer_question(question.run_id, question.question_id, "3.12")
             search.gate.set()
 
@@ -271,7 +273,7 @@ async def test_a_cancelled_stream_stops_waiting_and_forgets_the_run(
     call.cancel()
     await _until_no_live_runs(agent.servicer)
 
-    with pytest.raises(AgentError) as late:
+    with pytest.raises(QuarryError) as late:
         await agent.client.answer_question(question.run_id, question.question_id, "3.12")
     assert late.value.code == "NOT_FOUND"
     assert len(model.requests) == 1  # no model call after the cancel
@@ -285,10 +287,10 @@ async def test_answers_the_run_cannot_take_are_refused_with_a_clear_status(
     model = _asking_model()
     agent = await serve(model, search, questions=QuestionSettings(max_answer_chars=20))
     client = agent.client
-    refusals: dict[str, AgentError] = {}
+    refusals: dict[str, QuarryError] = {}
 
     async def refused(name: str, attempt: Awaitable[object]) -> None:
-        with pytest.raises(AgentError) as caught:
+        with pytest.raises(QuarryError) as caught:
             await attempt
         refusals[name] = caught.value
 
@@ -320,11 +322,13 @@ async def test_answers_the_run_cannot_take_are_refused_with_a_clear_status(
         "again": "FAILED_PRECONDITION",
         "ack after answer": "FAILED_PRECONDITION",
     }
-    too_long = refusals["too long"]
+    too_long, no_ids = refusals["too long"], refusals["no ids"]
+    assert isinstance(too_long, InvalidArgument)
+    assert isinstance(no_ids, InvalidArgument)
     assert [(v.field, v.description) for v in too_long.violations] == [
         ("text", "is 21 characters; max_answer_chars is 20")
     ]
-    assert [v.field for v in refusals["no ids"].violations] == ["run_id", "question_id"]
+    assert [v.field for v in no_ids.violations] == ["run_id", "question_id"]
     assert "already answered" in refusals["again"].message
     assert "replica" in refusals["unknown run"].message  # another one, or one that stopped
     assert _tool_results(model, 1) == ["The caller answered: 3.12"]
@@ -334,7 +338,7 @@ async def test_with_auth_only_the_runs_own_key_may_answer(serve: Start, search: 
     model = _asking_model()
     agent = await serve(model, search, api_key=OWNER_KEY)
     other, anonymous = agent.other(OTHER_KEY), agent.other("")
-    refusals: list[AgentError] = []
+    refusals: list[QuarryError] = []
     try:
         async for event in agent.client.stream_run("temporary directory", ASKING):
             if event.WhichOneof("event") != "question":
@@ -345,7 +349,7 @@ async def test_with_auth_only_the_runs_own_key_may_answer(serve: Start, search: 
                 other.acknowledge_question(run_id, qid),
                 anonymous.answer_question(run_id, qid, "anonymous"),
             ):
-                with pytest.raises(AgentError) as caught:
+                with pytest.raises(QuarryError) as caught:
                     await attempt
                 refusals.append(caught.value)
             await agent.client.answer_question(run_id, qid, "3.12")
@@ -369,7 +373,7 @@ async def test_the_run_deadline_bounds_the_wait_for_an_answer(
     agent = await serve(model, search, questions=QuestionSettings(acknowledge_timeout_s=600))
     options = RunOptions(**{**ASKING.__dict__, "timeout_s": 1.0})
     events: list[agent_pb2.StreamRunResponse] = []
-    with pytest.raises(AgentError) as ended:
+    with pytest.raises(QuarryError) as ended:
         await _collect(agent.client.stream_run("temporary directory", options), events)
 
     assert ended.value.code == "DEADLINE_EXCEEDED"
@@ -419,7 +423,7 @@ async def test_question_windows_longer_than_the_agents_are_invalid_argument(
 ) -> None:
     agent = await serve(ScriptedModel(), search)
     options = RunOptions(**{**ASKING.__dict__, "question_acknowledge_s": 11.0})
-    with pytest.raises(AgentError) as caught:
+    with pytest.raises(InvalidArgument) as caught:
         [e async for e in agent.client.stream_run("q", options)]
 
     assert caught.value.code == "INVALID_ARGUMENT"

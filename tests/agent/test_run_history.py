@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
-from services.agent.client import AgentClient, AgentError, RunOptions
+from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings, HistorySettings
 from services.agent.history import RunQuery, RunStore
 from services.agent.history_postgres import PostgresRunHistory
@@ -34,7 +34,7 @@ from services.agent.testing import (
     turn,
 )
 from services.common.auth import ApiKey, AuthSettings, key_digest
-from services.common.errors import Unavailable
+from services.common.errors import InvalidArgument, QuarryError, Unavailable
 from services.common.postgres import PostgresSettings
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
@@ -185,11 +185,11 @@ async def test_get_run_of_an_unknown_id_is_not_found_and_an_empty_id_invalid(
     serve: Start, search: FakeSearch
 ) -> None:
     client = (await serve(_model(), search)).client()
-    with pytest.raises(AgentError) as missing:
+    with pytest.raises(QuarryError) as missing:
         await client.get_run("0123456789abcdef")
     assert missing.value.code == "NOT_FOUND"
     assert "0123456789abcdef" in missing.value.message
-    with pytest.raises(AgentError) as empty:
+    with pytest.raises(InvalidArgument) as empty:
         await client.get_run("")
     assert empty.value.code == "INVALID_ARGUMENT"
     assert [v.field for v in empty.value.violations] == ["run_id"]
@@ -308,7 +308,7 @@ async def test_list_runs_rejects_bad_tokens_sizes_and_ranges_naming_the_field(
         ),
     }
     for field, request in cases.items():
-        with pytest.raises(AgentError) as refused:
+        with pytest.raises(InvalidArgument) as refused:
             await client.list_runs(request)
         assert refused.value.code == "INVALID_ARGUMENT", field
         assert [v.field for v in refused.value.violations] == [field]
@@ -326,14 +326,14 @@ async def test_with_auth_a_caller_sees_only_runs_on_collections_its_key_may_read
     assert [r.run_id for r in (await reader.list_runs()).runs] == [mine]
     assert [r.run_id for r in (await admin.list_runs()).runs] == [secret, mine]
     assert (await reader.get_run(mine)).caller == "docs-reader"
-    with pytest.raises(AgentError) as denied:
+    with pytest.raises(QuarryError) as denied:
         await reader.get_run(secret)
     assert denied.value.code == "PERMISSION_DENIED"
     assert "secret" in denied.value.message
-    with pytest.raises(AgentError) as listing:
+    with pytest.raises(QuarryError) as listing:
         await reader.list_runs(agent_pb2.ListRunsRequest(collection="secret"))
     assert listing.value.code == "PERMISSION_DENIED"
-    with pytest.raises(AgentError) as anonymous:
+    with pytest.raises(QuarryError) as anonymous:
         await agent.client().list_runs()
     assert anonymous.value.code == "UNAUTHENTICATED"
 
@@ -345,7 +345,7 @@ async def test_with_history_off_runs_work_and_the_history_rpcs_say_it_is_off(
     client = agent.client()
     events = await _stream(client)
     assert events[-1].WhichOneof("event") == "done"
-    with pytest.raises(AgentError) as off:
+    with pytest.raises(QuarryError) as off:
         await client.get_run(events[0].started.run_id)
     assert off.value.code == "FAILED_PRECONDITION"
     assert "history" in off.value.message

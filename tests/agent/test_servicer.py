@@ -17,10 +17,11 @@ from services.agent.loop import AgentLoop
 from services.agent.server import SERVICE_NAME, build_agent_server
 from services.agent.servicer import AgentServicer
 from services.agent.testing import ScriptedModel, answer_call, search_call, turn
-from services.common.errors import Unavailable
+from services.common.errors import NotFound, QuarryError, Unavailable, Unimplemented
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
 from services.common.status import details_of_rpc_error
+from services.search_tool.client import SearchToolClient
 from tests.agent.fake_search import FakeSearch
 
 Start = Callable[[ScriptedModel, FakeSearch], Awaitable[AgentClient]]
@@ -138,9 +139,35 @@ async def test_bad_requests_are_invalid_argument_naming_the_field(
     assert field in [v.field for v in details_of_rpc_error(caught.value).violations]
 
 
+async def test_the_agent_and_search_tool_clients_raise_one_error_tree(
+    serve: Start, search: FakeSearch
+) -> None:
+    agent = await serve(ScriptedModel(), search)
+    with pytest.raises(NotFound) as missing:
+        await agent.run("q", RunOptions(collection="nope"))
+    assert (missing.value.code, missing.value.retryable) == ("NOT_FOUND", False)
+    assert AgentError is QuarryError  # the old name still catches every failure
+    # A server with neither service: both clients say UNIMPLEMENTED with the same class.
+    settings = ServerSettings(port=0, grace_s=0)
+    server = build_server([], settings)
+    await server.start()
+    try:
+        async with AgentClient(server.address) as wrong:
+            with pytest.raises(Unimplemented) as from_agent:
+                await wrong.run("q", RunOptions(collection="python-docs", timeout_s=10))
+        async with SearchToolClient(server.address) as wrong_tool:
+            with pytest.raises(Unimplemented) as from_search_tool:
+                await wrong_tool.get_collection("python-docs")
+    finally:
+        await server.stop(0)
+    assert from_agent.value.code == from_search_tool.value.code == "UNIMPLEMENTED"
+    assert from_search_tool.value.message.startswith("search tool: ")
+    assert not from_agent.value.message.startswith("agent")
+
+
 async def test_unknown_collection_is_not_found(serve: Start, search: FakeSearch) -> None:
     agent = await serve(ScriptedModel(), search)
-    with pytest.raises(AgentError) as caught:
+    with pytest.raises(QuarryError) as caught:
         await agent.run("q", RunOptions(collection="nope"))
     assert caught.value.code == "NOT_FOUND"
     events = [e async for e in agent.stream_run("q", RunOptions(collection="nope"))]
@@ -182,7 +209,7 @@ async def test_caller_deadline_is_passed_downstream_and_stops_the_run(
     search.gate = asyncio.Event()
     model = ScriptedModel([turn("", search_call("x")), turn("", answer_call("never"))])
     agent = await serve(model, search)
-    with pytest.raises(AgentError) as caught:
+    with pytest.raises(QuarryError) as caught:
         await agent.run("q", RunOptions(collection="python-docs", timeout_s=1.0))
     assert caught.value.code == "DEADLINE_EXCEEDED"
     await search.cancelled.wait()
@@ -207,7 +234,7 @@ async def test_unreachable_dependencies_end_the_stream_with_unavailable() -> Non
             assert _kinds(events) == ["started", "error"]
             assert events[-1].error.code == "UNAVAILABLE"
             assert events[-1].error.retryable
-            with pytest.raises(AgentError) as caught:
+            with pytest.raises(QuarryError) as caught:
                 await agent.run("q", RunOptions(collection="python-docs"))
             assert caught.value.code == "UNAVAILABLE"
             assert caught.value.retryable

@@ -15,8 +15,16 @@ from services.agent.loop import AgentLoop
 from services.agent.ports import ContextWindowExceeded
 from services.agent.records import StepRecord
 from services.agent.run import Mode
-from services.agent.testing import ScriptedModel, answer_call, raw_call, search_call, turn
-from services.agent.tools import Searching
+from services.agent.testing import (
+    ScriptedModel,
+    answer_call,
+    calculate_call,
+    raw_call,
+    read_call,
+    search_call,
+    turn,
+)
+from services.agent.tools import Searching, ToolEvent
 from services.common import semconv
 from tests.agent.conftest import result_of, run_events
 from tests.agent.fake_search import FakeSearch
@@ -116,6 +124,45 @@ async def test_events_carry_the_step_they_belong_to(search: FakeSearch) -> None:
     assert done.step == 3 == len(done.result.steps)
     wire = convert.event_message(events[1])
     assert wire.thinking.step == 1
+
+
+async def test_every_tool_event_carries_the_step_of_the_turn_that_called_it(
+    search: FakeSearch,
+) -> None:
+    model = ScriptedModel(
+        [
+            turn("", search_call("tempfile"), raw_call("count", "{]")),
+            turn(
+                "",
+                read_call(TEMP, neighbours=0),
+                raw_call("count", '{"group_by": ["source"]}'),
+                calculate_call("2 * 21"),
+                calculate_call("1 / 0"),
+            ),
+            turn("", answer_call("TemporaryDirectory [1]", [TEMP])),
+        ]
+    )
+    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING)
+
+    tool_events = [(type(e).__name__, e.step) for e in events if isinstance(e, ToolEvent)]
+    assert tool_events == [
+        ("Searching", 1),
+        ("Counting", 1),
+        ("Reading", 2),
+        ("Counting", 2),
+        ("Calculating", 2),
+        ("Calculating", 2),
+    ]
+    assert [convert.event_message(e).WhichOneof("event") for e in events[1:-1]] == [
+        "searching",
+        "counting",
+        "reading",
+        "counting",
+        "calculating",
+        "calculating",
+    ]
+    wire = [convert.event_message(e) for e in events if isinstance(e, ToolEvent)]
+    assert [getattr(m, m.WhichOneof("event")).step for m in wire] == [1, 1, 2, 2, 2, 2]
 
 
 async def test_execute_tool_spans_carry_the_step_index(search: FakeSearch) -> None:

@@ -78,7 +78,9 @@ def test_the_web_search_and_summarize_events_reach_their_stream_fields() -> None
     )
     assert (web.duration_ms, web.step, web.error) == (7, 2, "")
     summarizing = convert.event_message(
-        Summarizing(1, ("a__chunk_0", "b__chunk_1"), "focus", 2, ("a__chunk_0",), 900, 12, "", 3)
+        Summarizing(
+            1, ("a__chunk_0", "b__chunk_1"), "focus", 2, ("a__chunk_0",), 900, 12, "", step=3
+        )
     )
     assert summarizing.WhichOneof("event") == "summarizing"
     event = summarizing.summarizing

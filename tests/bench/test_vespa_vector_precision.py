@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.vespa_vector_precision import rankings, to_bfloat16
+from bench.vespa_vector_precision import answerable, rankings, to_bfloat16
 
 
 def test_bfloat16_rounding_keeps_eight_bits_of_precision_and_breaks_ties_to_even() -> None:
@@ -25,3 +25,9 @@ def test_documents_rank_by_their_best_chunk_once_each() -> None:
     query = np.array([[1.0, 0.0]], dtype=np.float32)
     assert rankings(chunks, documents, query, cosine=True) == [["a", "c", "b"]]
     assert rankings(chunks, documents, query, cosine=False) == [["a", "c", "b"]]
+
+
+def test_a_partial_collection_keeps_only_queries_with_a_relevant_stored_document() -> None:
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}, "q3": {"d": 0, "e": 1}, "q4": {"a": 0}}
+    assert answerable(qrels, {"a", "c", "d"}) == ["q1", "q2"]
+    assert answerable(qrels, set()) == []

@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.agent.client import AgentClient, AgentError, RunOptions
+from services.agent.client import AgentClient, RunOptions
+from services.common.errors import QuarryError
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +85,7 @@ async def _agent_stderr(search_tool: str, verbosity: str | None) -> list[str]:
             if '"message": "serving"' in line:
                 address = json.loads(line)["address"]
         async with AgentClient(address) as agent:
-            with pytest.raises(AgentError):
+            with pytest.raises(QuarryError):
                 await agent.run("q", RunOptions(collection="python-docs", timeout_s=2.0))
     finally:
         if process.returncode is None:

@@ -76,3 +76,66 @@ def test_a_requirement_pyproject_does_not_pin_exactly_is_refused() -> None:
     text = _lock_text(("grpcio", "1.83.2", "x"), ("psycopg", "3.3.9", "x"))
     problems = LOCK.mismatches(LOCK.Lock("dev", ("dev",)), loose, text, where="dev.lock")
     assert problems == ["pyproject.toml: 'pytest>=9' is not pinned with == (pin it)"]
+
+
+SERVICE_PYPROJECT = """
+[project]
+dependencies = ["grpcio==1.83.2"]
+[project.optional-dependencies]
+search-tool = ["lancedb==0.40.0", "psycopg[binary]==3.3.9"]
+agent = ["psycopg[binary]==3.3.9"]
+llm-runtime = ["pydantic==2.7.1"]
+"""
+
+
+def test_a_service_lock_carries_the_common_pins_and_its_own_extra_and_no_other_services() -> None:
+    agent = LOCK.Lock("agent", ("agent",))
+    text = _lock_text(
+        ("grpcio", "1.83.2", "quarry (pyproject.toml)"),
+        ("psycopg", "3.3.9", "quarry (pyproject.toml)"),
+    )
+    assert LOCK.mismatches(agent, SERVICE_PYPROJECT, text, where="agent.lock") == []
+    # the search tool's engine locked into the agent's set is named
+    with_lancedb = text + _lock_text(("lancedb", "0.40.0", "quarry (pyproject.toml)"))
+    assert LOCK.mismatches(agent, SERVICE_PYPROJECT, with_lancedb, where="agent.lock") == [
+        "agent.lock: lancedb is locked as a direct dependency, not pinned"
+    ]
+    # and a missing common pin too
+    no_grpcio = _lock_text(("psycopg", "3.3.9", "quarry (pyproject.toml)"))
+    assert LOCK.mismatches(agent, SERVICE_PYPROJECT, no_grpcio, where="agent.lock") == [
+        "agent.lock: grpcio==1.83.2 is not locked"
+    ]
+
+
+def test_the_local_model_lock_holds_its_extra_alone_without_quarrys_dependencies() -> None:
+    runtime = LOCK.Lock("llm-runtime", ("llm-runtime",), extras_only=True, constrained=False)
+    assert LOCK.pins(runtime, SERVICE_PYPROJECT) == ["pydantic==2.7.1"]
+    text = _lock_text(("pydantic", "2.7.1", "-r -"), ("pydantic-core", "2.18.2", "pydantic"))
+    assert LOCK.mismatches(runtime, SERVICE_PYPROJECT, text, where="llm-runtime.lock") == []
+    moved = text.replace("pydantic==2.7.1", "pydantic==2.14.3")
+    assert LOCK.mismatches(runtime, SERVICE_PYPROJECT, moved, where="llm-runtime.lock") == [
+        "llm-runtime.lock: pydantic is locked at 2.14.3, pinned at 2.7.1"
+    ]
+
+
+def test_every_service_has_a_lock_and_the_dev_lock_holds_them_all() -> None:
+    locks = {lock.name: lock for lock in LOCK.LOCK_FILES}
+    assert set(LOCK.SERVICES) <= set(locks)
+    assert set(locks["dev"].extras) == {"dev", "cli", *LOCK.SERVICES}
+    for service in LOCK.SERVICES:
+        assert locks[service].extras == (service,)
+        assert locks[service].constrained, "a service ships the versions the tests ran on"
+    assert not locks["llm-runtime"].constrained  # its server needs older pydantic and numpy
+
+
+def test_one_package_pinned_at_two_versions_in_two_services_is_named() -> None:
+    assert LOCK.conflicting_pins(SERVICE_PYPROJECT) == []
+    two = SERVICE_PYPROJECT.replace(
+        'agent = ["psycopg[binary]==3.3.9"]', 'agent = ["psycopg==3.3.8"]'
+    )
+    assert LOCK.conflicting_pins(two) == [
+        "pyproject.toml: psycopg is pinned at 3.3.9 in [search-tool] and at 3.3.8 in [agent] "
+        "(one version: they share dev.lock)"
+    ]
+    assert LOCK.conflicting_pins(PYPROJECT.replace("[project]", "[project]\n")) == []
+    assert LOCK.conflicting_pins((ROOT / "pyproject.toml").read_text()) == []

@@ -189,6 +189,21 @@ def test_the_overlay_names_every_image_it_renders_so_one_edit_pins_a_digest(
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_service_runs_from_its_own_image_and_the_vespa_job_from_the_search_tools(
+    overlay: str,
+) -> None:
+    docs = rendered(overlay)
+    for workload in _quarry_workloads(docs):
+        (container,) = workload["spec"]["template"]["spec"]["containers"]
+        name = container["image"].partition(":")[0]
+        # the image `make image SERVICE=<workload>` builds, with what that service imports
+        assert name == f"registry.example.com/quarry-{workload['metadata']['name']}"
+    for job in _of(docs, "Job"):
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["image"].startswith("registry.example.com/quarry-search-tool:")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_quarry_pods_run_restricted(overlay: str) -> None:
     for workload in _quarry_workloads(rendered(overlay)):
         pod = workload["spec"]["template"]["spec"]
@@ -474,7 +489,10 @@ def _quarry_image_pods(docs: tuple[Doc, ...]) -> list[tuple[str, Doc]]:
     return [
         (w["metadata"]["name"], w["spec"]["template"]["spec"])
         for w in _workloads(docs)
-        if all("/quarry:" in c["image"] for c in w["spec"]["template"]["spec"]["containers"])
+        if all(
+            re.search(r"/quarry-[a-z-]+:", c["image"])
+            for c in w["spec"]["template"]["spec"]["containers"]
+        )
     ]
 
 
@@ -695,6 +713,66 @@ def test_the_optional_agent_route_exposes_only_the_agent_over_tls_through_a_gate
         "from" not in rule and backend["port"] in [p["port"] for p in rule["ports"]]
         for rule in agent_policy["spec"]["ingress"]
     )  # the gateway's data plane, in its own namespace, may reach the agent
+
+
+def _certificate_dns_names() -> set[str]:
+    """The DNS names of the `quarry-tls` Certificate k8s/README.md ("TLS") tells to create."""
+    text = (ROOT / "k8s" / "README.md").read_text()
+    block = text.split("kind: Certificate", 1)[1].split("```", 1)[0]
+    certificate = yaml.safe_load("kind: Certificate" + block)
+    return set(certificate["spec"]["dnsNames"])
+
+
+def test_with_in_cluster_tls_the_gateway_verifies_the_agents_certificate(tmp_path: Path) -> None:
+    """embedded-tls + agent-grpc-route + agent-grpc-route-tls (as k8s/README.md says): the
+    BackendTLSPolicy names the Service and port the route sends to, the CA of `quarry-tls` (as
+    the ConfigMap Gateway API reads) and a name the certificate carries; the agent asks no
+    client certificate (a BackendTLSPolicy cannot present one)."""
+    import shutil
+
+    k8s = tmp_path / "k8s"
+    shutil.copytree(ROOT / "k8s", k8s, ignore=shutil.ignore_patterns("rendered"))
+    overlay = k8s / "overlays" / "embedded-tls" / "kustomization.yaml"
+    spec = yaml.safe_load(overlay.read_text())
+    spec["components"] += [
+        "../../components/agent-grpc-route",
+        "../../components/agent-grpc-route-tls",
+    ]
+    overlay.write_text(yaml.safe_dump(spec))
+    out = subprocess.run(
+        [str(KUBECTL), "kustomize", str(overlay.parent)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    docs = tuple(d for d in yaml.safe_load_all(out) if d)
+    (policy,) = _of(docs, "BackendTLSPolicy")
+    (route,) = _of(docs, "GRPCRoute")
+    assert policy["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert policy["metadata"]["labels"]["app.kubernetes.io/part-of"] == "quarry"
+    (backend,) = route["spec"]["rules"][0]["backendRefs"]
+    service = next(s for s in _of(docs, "Service") if s["metadata"]["name"] == backend["name"])
+    (target,) = policy["spec"]["targetRefs"]
+    assert (target["group"], target["kind"], target["name"]) == ("", "Service", backend["name"])
+    port = next(p for p in service["spec"]["ports"] if p["port"] == backend["port"])
+    assert target["sectionName"] == port["name"]
+    # a policy applies only in its Service's namespace
+    assert policy["metadata"]["namespace"] == service["metadata"]["namespace"] == "quarry"
+    assert route["metadata"]["namespace"] == "quarry"
+    validation = policy["spec"]["validation"]
+    (ca,) = validation["caCertificateRefs"]
+    assert (ca["group"], ca["kind"], ca["name"]) == ("", "ConfigMap", "quarry-tls-ca")
+    readme = (ROOT / "k8s" / "README.md").read_text()
+    assert "kubectl -n quarry create configmap quarry-tls-ca" in readme
+    assert validation["hostname"] in _certificate_dns_names()
+    assert validation["hostname"].split(".")[:2] == [backend["name"], "quarry"]
+    # the agent serves TLS (so the route needs the policy) and asks callers for no certificate
+    (agent,) = [w for w in _workloads(docs) if w["metadata"]["name"] == "agent"]
+    env = {e["name"] for e in agent["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "QUARRY_AGENT_SERVER__TLS__CERT_FILE" in env
+    assert not any(name.startswith("QUARRY_AGENT_SERVER__TLS__CLIENT_CA") for name in env)
+    # and no TLS component -> no policy: the plaintext agent is reached as before
+    assert "quarry-tls" not in yaml.safe_dump(rendered("embedded"))
 
 
 def test_vespa_is_ready_when_its_query_container_is_and_keeps_its_logs_on_its_volume() -> None:

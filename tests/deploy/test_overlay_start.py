@@ -59,9 +59,10 @@ SECRET_VALUES = {("quarry-api-keys", "agent-gateway-key"): "qk_agent-gateway-key
 
 
 def _containerfile() -> tuple[str, dict[str, str]]:
-    """The image's working directory and the env its final stage sets."""
+    """The image's working directory and the env its `runtime` stage sets (every service's
+    target is built on it)."""
     text = (ROOT / "Containerfile").read_text()
-    final = text.rsplit("\nFROM ", 1)[1]
+    final = text.split(" AS runtime\n", 1)[1].split("\nFROM ", 1)[0]
     (workdir,) = re.findall(r"^WORKDIR (\S+)$", final, flags=re.M)
     (block,) = re.findall(r"^ENV (.*?)(?<!\\)\n", final, flags=re.M | re.S)
     pairs = re.findall(r"(\w+)=(\S+)", block.replace("\\\n", " "))

@@ -10,6 +10,8 @@ ends with an `error` event is judged by that event's code.
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,9 +43,11 @@ DOCUMENTED = frozenset(
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.DATA_LOSS,
     }
 )
-"""Every status a request may get; INTERNAL, UNKNOWN and a DEADLINE_EXCEEDED are never right."""
+"""Every status a request may get; INTERNAL, UNKNOWN and a DEADLINE_EXCEEDED are never right.
+DATA_LOSS only where data was damaged (`test_a_damaged_collection_answers_data_loss_...`)."""
 
 SERVICES: dict[str, Any] = {
     "search_tool": search_tool_pb2.DESCRIPTOR.services_by_name["SearchToolService"],
@@ -603,16 +607,16 @@ HUGE_VALUES: tuple[HugeValue, ...] = (
         "agent",
         "AnswerQuestion",
         lambda: agent_pb2.AnswerQuestionRequest(run_id=HUGE, question_id="q", text="yes"),
-        _NOT_FOUND,
-        "",
+        INVALID,
+        "run_id",
     ),
     HugeValue(
         "run id",
         "agent",
         "GetRun",
         lambda: agent_pb2.GetRunRequest(run_id=HUGE),
-        _NOT_FOUND,
-        "",
+        INVALID,
+        "run_id",
     ),
     HugeValue(
         "route",
@@ -657,6 +661,43 @@ def _words(size: int) -> str:
     return (words * (size // len(words) + 1))[:size]
 
 
+def _schema_of(chars: int, seed: int) -> str:
+    """A flat object schema of about `chars` characters (at most), distinct per `seed`."""
+    properties: dict[str, object] = {}
+    while len(json.dumps({"type": "object", "properties": properties})) < chars - 40:
+        properties[f"p{seed}_{len(properties)}"] = {"type": "string"}
+    return json.dumps({"type": "object", "properties": properties})
+
+
+@functools.cache
+def _largest_words(documents: int) -> int:
+    """The longest `_words` text of which `documents` copies in one UpsertDocuments fit the
+    default `upsert_total_word_pieces` (counted as the search tool counts: chunks, overlaps,
+    markers)."""
+    from services.search_tool.chunking import Chunker
+    from services.search_tool.config import SearchToolSettings
+    from services.search_tool.embedding.minilm import WordPieceTokenizer
+
+    settings = SearchToolSettings()
+    tokenizer = WordPieceTokenizer()
+    chunker = Chunker(
+        tokenizer,
+        chunk_tokens=settings.chunking.chunk_tokens,
+        overlap_tokens=settings.chunking.overlap_tokens,
+    )
+    most, budget = settings.embedding.max_tokens, settings.limits.upsert_total_word_pieces
+
+    def pieces(size: int) -> int:
+        chunks = chunker.split(_words(size))
+        return documents * sum(min(len(tokenizer.spans(c.text)) + 2, most) for c in chunks)
+
+    low, high = 1, settings.max_document_bytes
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if pieces(middle) <= budget else (low, middle - 1)
+    return low
+
+
 @dataclass(frozen=True)
 class Largest:
     """The largest request an RPC accepts under the documented default limits."""
@@ -691,22 +732,67 @@ LARGEST_ACCEPTED: tuple[Largest, ...] = (
         lambda: search_tool_pb2.EmbedRequest(texts=[_words(62)] * 256),
     ),
     Largest(
-        "UpsertDocuments: one document of 1,000,000 bytes",
+        "UpsertDocuments: one English document at the word-piece bound",
         "search_tool",
         "UpsertDocuments",
         lambda: search_tool_pb2.UpsertDocumentsRequest(
             collection=SCRATCH_COLLECTION,
-            documents=[search_tool_pb2.Document(id="largest", text=_words(1_000_000))],
+            documents=[search_tool_pb2.Document(id="largest", text=_words(_largest_words(1)))],
         ),
     ),
     Largest(
-        "UpsertDocuments: 1,000 documents of 1,000 bytes",
+        "UpsertDocuments: one CJK document of 13,000 characters (16,362 word pieces of chunks)",
+        "search_tool",
+        "UpsertDocuments",
+        lambda: search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION,
+            documents=[search_tool_pb2.Document(id="largest-cjk", text=_cjk(13_000))],
+        ),
+    ),
+    Largest(
+        "UpsertDocuments: one document of 262,144 bytes (words of 150 letters, one piece each)",
         "search_tool",
         "UpsertDocuments",
         lambda: search_tool_pb2.UpsertDocumentsRequest(
             collection=SCRATCH_COLLECTION,
             documents=[
-                search_tool_pb2.Document(id=f"many-{n}", text=_words(1_000)) for n in range(1_000)
+                search_tool_pb2.Document(
+                    id="largest-bytes", text=(("w" * 150 + " ") * 1_737)[:262_144]
+                )
+            ],
+        ),
+    ),
+    Largest(
+        "UpsertDocuments: 1,000 documents at the word-piece bound",
+        "search_tool",
+        "UpsertDocuments",
+        lambda: search_tool_pb2.UpsertDocumentsRequest(
+            collection=SCRATCH_COLLECTION,
+            documents=[
+                search_tool_pb2.Document(id=f"many-{n}", text=_words(_largest_words(1_000)))
+                for n in range(1_000)
+            ],
+        ),
+    ),
+    Largest(
+        "Generate (offline route): a 3,900,000-character tool result (its 1,000,000-token window)"
+        " and two tools of 32,700-character schemas (65,536 characters of tools in all)",
+        "llm_gateway",
+        "Generate",
+        lambda: llm_gateway_pb2.GenerateRequest(
+            messages=[
+                llm_gateway_pb2.Message(role=llm_gateway_pb2.ROLE_USER, text="what is cited?"),
+                llm_gateway_pb2.Message(
+                    role=llm_gateway_pb2.ROLE_ASSISTANT,
+                    tool_calls=[llm_gateway_pb2.ToolCall(id="c1", name="t0", arguments_json="{}")],
+                ),
+                llm_gateway_pb2.Message(
+                    role=llm_gateway_pb2.ROLE_TOOL, text=_words(3_900_000), tool_call_id="c1"
+                ),
+            ],
+            tools=[
+                llm_gateway_pb2.Tool(name=f"t{n}", parameters_json=_schema_of(32_700, n))
+                for n in range(2)
             ],
         ),
     ),

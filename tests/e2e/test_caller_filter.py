@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from services.agent.client import AgentClient, AgentError, RunOptions, parse_filter
+from services.agent.client import AgentClient, RunOptions, parse_filter
+from services.common.errors import InvalidArgument
 from services.llm_gateway.testing import Reply, ScriptedToolCall
 from tests.e2e.conftest import COLLECTION, Stack
 
@@ -23,7 +24,7 @@ async def test_a_caller_filter_the_search_tool_refuses_is_invalid_argument_namin
     )
     before = len(stack.openai.requests)
     async with AgentClient(stack.agent) as agent:
-        with pytest.raises(AgentError) as caught:
+        with pytest.raises(InvalidArgument) as caught:
             await agent.run(
                 QUESTION,
                 RunOptions(collection=COLLECTION, filter=bad, route="openai", timeout_s=60),

@@ -4,7 +4,7 @@ inside its deadline, the services stay up, and the canary collection is unchange
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -19,6 +19,7 @@ from tests.e2e.conftest import CHUNK_IDS, Stack
 from tests.e2e.hostile import (
     CANARY_COLLECTION,
     DEADLINE_S,
+    DOCUMENTED,
     HUGE_VALUES,
     REGRESSIONS,
     SCRATCH_COLLECTION,
@@ -31,6 +32,7 @@ from tests.e2e.hostile import (
     generated,
     methods,
 )
+from tests.faults import damage
 
 pytestmark = pytest.mark.slow
 METHODS = methods()
@@ -139,6 +141,70 @@ def test_an_error_about_a_huge_value_reaches_the_caller_as_its_own_status(
     details = details_of_rpc_error(error)
     if huge.field:
         assert [v.field for v in details.violations if v.field.startswith(huge.field)]
+
+
+def test_a_damaged_collection_answers_data_loss_on_every_read_and_the_others_keep_working(
+    stack: Stack, channels: dict[str, grpc.Channel]
+) -> None:
+    """DATA_LOSS is documented because this test damages data: 4 KB of random bytes in every data
+    file of one collection of the running search tool. Each read of it answers a documented
+    status (a search DATA_LOSS naming it), never INTERNAL; the canary keeps answering."""
+    stub = search_tool_pb2_grpc.SearchToolServiceStub(channels["search_tool"])
+    stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(
+            collection="damaged",
+            documents=[
+                search_tool_pb2.Document(id=f"d{n}", text=f"alpha beta gamma {n} " * 40)
+                for n in range(20)
+            ],
+        ),
+        timeout=120,
+    )
+    files = [p for p in (stack.logs / "data" / "damaged.lance").rglob("*") if p.is_file()]
+    files = [p for p in files if "/data/" in str(p)]
+    assert files
+    for path in files:
+        size = path.stat().st_size
+        damage(path, offset=size // 3, length=min(4096, max(1, size // 3)))
+    reads: dict[str, Callable[[], Any]] = {
+        "Search": lambda: stub.Search(
+            search_tool_pb2.SearchRequest(collection="damaged", query={"primary": "alpha"}),
+            timeout=DEADLINE_S,
+        ),
+        "ReadDocument": lambda: stub.ReadDocument(
+            search_tool_pb2.ReadDocumentRequest(collection="damaged", document_id="d1"),
+            timeout=DEADLINE_S,
+        ),
+        "ListDocuments": lambda: stub.ListDocuments(
+            search_tool_pb2.ListDocumentsRequest(collection="damaged"), timeout=DEADLINE_S
+        ),
+        "CountDocuments": lambda: stub.CountDocuments(
+            search_tool_pb2.CountDocumentsRequest(collection="damaged"), timeout=DEADLINE_S
+        ),
+    }
+    codes: dict[str, grpc.StatusCode] = {}
+    details: dict[str, str] = {}
+    for name, read in reads.items():
+        try:
+            read()
+            codes[name] = grpc.StatusCode.OK
+        except grpc.RpcError as error:
+            failed: Any = error
+            codes[name], details[name] = failed.code(), failed.details() or ""
+    assert all(code in DOCUMENTED for code in codes.values()), codes
+    assert codes["Search"] == grpc.StatusCode.DATA_LOSS, codes
+    assert all(
+        "collection damaged is damaged" in details[n]
+        for n, code in codes.items()
+        if code == grpc.StatusCode.DATA_LOSS
+    )
+    listed = stub.ListCollections(search_tool_pb2.ListCollectionsRequest(), timeout=DEADLINE_S)
+    assert CANARY_COLLECTION in [c.name for c in listed.collections]
+    canary = stub.Search(
+        search_tool_pb2.SearchRequest(collection=CANARY_COLLECTION, query={"primary": "directory"}),
+        timeout=DEADLINE_S,
+    )
+    assert canary.results
 
 
 def test_the_canary_collection_is_unchanged_after_the_corpus(

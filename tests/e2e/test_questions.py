@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from quarry.agent.v1 import agent_pb2
 
-from services.agent.client import AgentClient, AgentError, RunOptions
+from services.agent.client import AgentClient, RunOptions
 from services.common.auth import key_digest
+from services.common.errors import InvalidArgument, QuarryError
 from services.llm_gateway.testing import Reply, ScriptedToolCall
 from tests.e2e.conftest import COLLECTION, Stack, running_stack
 from tests.grpcurl.test_grpcurl import GRPCURL
@@ -120,7 +121,7 @@ async def test_a_question_is_answered_with_grpcurl_and_only_by_the_runs_own_key(
             if event.WhichOneof("event") != "question":
                 continue
             q = event.question
-            with pytest.raises(AgentError) as hijack:
+            with pytest.raises(QuarryError) as hijack:
                 await other.answer_question(q.run_id, q.question_id, "hijacked")
             await owner.acknowledge_question(q.run_id, q.question_id)
             await _grpcurl_answer(stack, OWNER, q.run_id, q.question_id, "Python 3.12")
@@ -155,7 +156,7 @@ async def test_an_unacknowledged_question_expires_and_the_run_answers_without_it
 
 async def test_a_unary_run_through_the_real_agent_refuses_ask_user(stack: Stack) -> None:
     async with AgentClient(stack.agent, api_key=OWNER) as owner:
-        with pytest.raises(AgentError) as caught:
+        with pytest.raises(InvalidArgument) as caught:
             await owner.run(QUESTION, _options())
     assert caught.value.code == "INVALID_ARGUMENT"
     assert [v.field for v in caught.value.violations] == ["tools[0]"]

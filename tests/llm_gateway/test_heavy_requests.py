@@ -14,13 +14,18 @@ import pytest
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
 from services.common.status import details_of_rpc_error
+from services.llm_gateway.convert import MAX_TOOLS_CHARS
 from services.llm_gateway.model import ChatRequest
 from services.llm_gateway.providers.extractive import (
     MAX_FILL_DEPTH,
     MAX_FILLED_VALUES,
     ExtractiveProvider,
 )
-from services.llm_gateway.schema_check import MAX_SCHEMA_MIN_SIZE, bounded_validator
+from services.llm_gateway.schema_check import (
+    MAX_SCHEMA_CHARS,
+    MAX_SCHEMA_MIN_SIZE,
+    bounded_validator,
+)
 from tests.llm_gateway.gateway_fixtures import gateway_settings, running_gateway, user
 
 
@@ -207,3 +212,50 @@ async def test_a_pattern_re2_cannot_run_is_refused_naming_where_it_is() -> None:
     assert [v.field for v in details.violations] == ["schema_json"]
     assert "at /properties/word/pattern" in details.violations[0].description
     assert "linear-time (RE2)" in details.violations[0].description
+
+
+def _wide_schema(properties: int) -> str:
+    """A flat object schema of `properties` string properties: checking it against the
+    meta-schema is CPU on the event loop in proportion to its length."""
+    return json.dumps(
+        {"type": "object", "properties": {f"p{n}": {"type": "string"} for n in range(properties)}}
+    )
+
+
+async def test_a_schema_text_over_the_length_limit_is_refused_before_it_is_parsed() -> None:
+    """A 680 KB tool schema of 10,000 properties held the gateway's event loop for 28 s (load 27)
+    while it was checked; the limit refuses it by its length alone."""
+    schema = _wide_schema(2_000)
+    assert len(schema) > MAX_SCHEMA_CHARS
+    async with running_gateway(gateway_settings()) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GenerateStructured(
+                pb.GenerateStructuredRequest(messages=[user("x")], schema_json=schema)
+            )
+        details = details_of_rpc_error(caught.value)
+        assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert [v.field for v in details.violations] == ["schema_json"]
+        assert f"the limit is {MAX_SCHEMA_CHARS}" in details.violations[0].description
+        fits = _wide_schema(100)
+        assert len(fits) <= MAX_SCHEMA_CHARS
+        reply = await stub.GenerateStructured(
+            pb.GenerateStructuredRequest(messages=[user("x")], schema_json=fits)
+        )
+        assert reply.json
+
+
+async def test_tools_over_the_total_length_are_refused_naming_tools_and_the_limit() -> None:
+    """Each schema within its own limit, distinct ones (so none is remembered) beyond the total:
+    a thousand would be minutes of checking."""
+    schema = _wide_schema(400)
+    tools = [pb.Tool(name=f"t{n}", parameters_json=schema) for n in range(8)]
+    assert len(schema) <= MAX_SCHEMA_CHARS < MAX_TOOLS_CHARS < 8 * len(schema)
+    async with running_gateway(gateway_settings()) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Generate(pb.GenerateRequest(messages=[user("x")], tools=tools))
+        details = details_of_rpc_error(caught.value)
+        assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert [v.field for v in details.violations] == ["tools"]
+        assert f"the limit is {MAX_TOOLS_CHARS}" in details.violations[0].description
+        reply = await stub.Generate(pb.GenerateRequest(messages=[user("x")], tools=tools[:2]))
+        assert reply.HasField("message")

@@ -113,3 +113,46 @@ async def test_list_documents_refuses_a_page_token_it_did_not_issue(
         )
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert [v.field for v in details_of_rpc_error(refused.value).violations] == ["page_token"]
+
+
+async def test_list_documents_refuses_a_page_token_issued_for_another_filter(
+    server: SearchToolServer, stub: search_tool_pb2_grpc.SearchToolServiceStub
+) -> None:
+    """A token names a position in one listing: carried to another filter (or collection) it
+    would page that listing from the wrong place, silently."""
+    wiki = search_pb2.Filter(
+        groups=[
+            search_pb2.FilterGroup(
+                conditions=[
+                    search_pb2.FilterCondition(
+                        field="source",
+                        operator=search_pb2.FILTER_OPERATOR_EQUALS,
+                        value={"string_value": "wiki"},
+                    )
+                ]
+            )
+        ]
+    )
+    async with SearchToolClient(server.address, timeout_s=30) as client:
+        await client.upsert_documents(
+            "notes", [document(f"doc-{n:02}", f"text {n}", source="wiki") for n in range(5)]
+        )
+    first = await stub.ListDocuments(
+        search_tool_pb2.ListDocumentsRequest(collection="notes", page_size=2, filter=wiki)
+    )
+    same = await stub.ListDocuments(
+        search_tool_pb2.ListDocumentsRequest(
+            collection="notes", page_size=2, filter=wiki, page_token=first.next_page_token
+        )
+    )
+    assert [d.id for d in same.documents] == ["doc-02", "doc-03"]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ListDocuments(
+            search_tool_pb2.ListDocumentsRequest(
+                collection="notes", page_size=2, page_token=first.next_page_token
+            )
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    (violation,) = details_of_rpc_error(refused.value).violations
+    assert violation.field == "page_token"
+    assert "another collection or filter" in violation.description

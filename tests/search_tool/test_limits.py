@@ -14,7 +14,7 @@ from quarry.searchtool.v1 import search_tool_pb2
 
 from services.common.settings import ServerSettings
 from services.search_tool.config import SearchToolSettings
-from services.search_tool.limits import RequestLimits
+from services.search_tool.limits import DOCUMENT_TOO_LARGE, RequestLimits
 from tests.search_tool.grpc_helpers import Op, condition, document, fails, fields_of, search, where
 
 Stub: TypeAlias = Any
@@ -36,6 +36,7 @@ LIMITS = RequestLimits(
     embed_total_chars=80,
     embed_total_word_pieces=50,
     upsert_total_bytes=100,
+    upsert_total_word_pieces=40,
 )
 
 
@@ -208,6 +209,58 @@ async def test_upsert_texts_over_the_total_are_refused_naming_the_setting(stub: 
     await stub.UpsertDocuments(
         search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=documents[:1])
     )
+
+
+async def test_upsert_over_the_word_piece_total_is_refused_naming_the_setting_and_writes_nothing(
+    stub: Stub,
+) -> None:
+    """The model is nearly all of an upsert's time: one 1,000,000-byte document took 386 s at
+    load 15. Three documents of 11 CJK characters (33 bytes, 11 word pieces and 2 markers each)
+    are 39 word pieces; a fourth of one letter (3 with its markers) passes 40 while the request
+    stays within the 100 bytes."""
+    cjk = "漢字漢字漢字漢字漢字漢"
+    documents = [document(f"d{n}", cjk) for n in range(3)] + [document("d3", "x")]
+    request = search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=documents)
+    details = await fails(stub.UpsertDocuments(request), INVALID)
+    assert fields_of(details) == ["documents"]
+    description = details.violations[0].description
+    assert "42 word pieces for the model to read in all" in description
+    assert "search_tool.limits.upsert_total_word_pieces is 40" in description
+    listed = await stub.ListCollections(search_tool_pb2.ListCollectionsRequest())
+    assert "docs" not in [c.name for c in listed.collections]  # nothing written, not even created
+    reply = await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=documents[:3])
+    )
+    assert reply.documents_upserted == 3
+
+
+async def test_one_document_over_the_word_piece_total_is_refused_naming_its_text(
+    stub: Stub,
+) -> None:
+    """Punctuation is a word piece per character: 99 bytes are 99 word pieces. The field named
+    is the document's text, so a client knows to split that document (the CLI does)."""
+    dense = document("dense", "a." * 49)
+    request = search_tool_pb2.UpsertDocumentsRequest(
+        collection="docs", documents=[document("ok", "x"), dense]
+    )
+    details = await fails(stub.UpsertDocuments(request), INVALID)
+    assert fields_of(details) == ["documents[1].text"]
+    assert "search_tool.limits.upsert_total_word_pieces is 40" in details.violations[0].description
+    assert "split the document" in details.violations[0].description
+    assert details.reason == DOCUMENT_TOO_LARGE
+
+
+async def test_a_title_counts_toward_the_word_pieces_once_per_chunk(stub: Stub) -> None:
+    """The model reads the title with every chunk: a document within the total alone is
+    refused once a title makes its chunks longer than the total."""
+    text = "漢字" * 9 + "漢"  # 19 word pieces and 2 markers
+    ok = search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=[document("t", text)])
+    await stub.UpsertDocuments(ok)
+    titled = document("t", text, title="漢字" * 10)  # 20 more
+    request = search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=[titled])
+    details = await fails(stub.UpsertDocuments(request), INVALID)
+    assert fields_of(details) == ["documents[0].text"]
+    assert "41 word pieces" in details.violations[0].description
 
 
 async def test_embed_texts_over_the_word_piece_total_are_refused_naming_the_setting(

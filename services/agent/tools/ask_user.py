@@ -132,6 +132,7 @@ class AskUserTool(Tool):
             text=text,
             acknowledge_within_ms=_ms(acknowledge_s),
             answer_within_ms=_ms(answer_s),
+            step=context.step,
         )
         log.info("question asked", extra={**context.log_fields, "question_id": question_id})
 
@@ -150,7 +151,9 @@ async def _answer_of(
         "question closed",
         extra={**context.log_fields, "question_id": question_id, "outcome": closed.outcome.value},
     )
-    event = QuestionClosed(closed.question_id, closed.outcome, closed.answer, closed.waited_ms)
+    event = QuestionClosed(
+        closed.question_id, closed.outcome, closed.answer, closed.waited_ms, step=context.step
+    )
     return ToolOutcome(call, _answer_text(closed), event=event, ran=True)
 
 

@@ -32,7 +32,7 @@ from services.agent.config import LoopSettings
 from services.agent.messages import ToolCall
 from services.agent.ports import ModelClient, SearchClient, TokenUsage, ToolSpec
 from services.agent.questions import QuestionChannel
-from services.agent.run import Deadline, RunRequest
+from services.agent.run import Deadline, RunRequest, StepEvent
 from services.agent.search import SearchHit
 from services.common import semconv
 from services.common.errors import (
@@ -63,12 +63,15 @@ FAILURES_THAT_END_THE_RUN = (
 Offer = Literal["standard", "opt_in", "always"]
 
 
-class ToolEvent:
-    """The base of every tool's event (a frozen dataclass with `iteration` and `step`).
+@dataclass(frozen=True, kw_only=True)
+class ToolEvent(StepEvent):
+    """The base of every tool's event (a frozen dataclass with `iteration`; `step` from the
+    base, set by the tool from `ToolContext.step`).
 
-    `WIRE_FIELD` names the `StreamRunResponse` field that carries it; `wire()` is the event in
-    the protobuf JSON mapping of that message (field names as in the proto), so the API edge
-    (`convert.event_message`) converts a new tool's event without knowing it."""
+    `WIRE_FIELD` names the `StreamRunResponse` field that carries it; `wire()` is the event's
+    own fields in the protobuf JSON mapping of that message (field names as in the proto; the
+    edge adds `step`), so the API edge (`convert.event_message`) converts a new tool's event
+    without knowing it."""
 
     WIRE_FIELD: ClassVar[str]
 
@@ -137,6 +140,8 @@ class ToolContext:
     """Search tools: this search's number (from 1); others: the searches done before."""
     route: str = ""
     """The run's LLM gateway route (a tool that asks the gateway uses it)."""
+    step: int = 0
+    """The step (model turn, from 1) the call belongs to: the `step` of the event it emits."""
 
     def failed(self, call: ToolCall, text: str, event: ToolEvent | None = None) -> ToolOutcome:
         """A tool error for the model: logged, and marked on the current span."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -50,9 +50,6 @@ class Calculating(ToolEvent):
     result: str
     """The value shown to the model; empty when `error` is set."""
     error: str = ""
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -60,7 +57,6 @@ class Calculating(ToolEvent):
             "expression": self.expression,
             "result": self.result,
             "error": self.error,
-            "step": self.step,
         }
 
 
@@ -79,17 +75,21 @@ class CalculateTool(Tool):
         try:
             expression = parse_arguments(Calculation, call.arguments_json).expression
         except ToolArgumentsError as error:
-            refused = Calculating(iteration, call.arguments_json[:200], "", str(error))
+            refused = Calculating(
+                iteration, call.arguments_json[:200], "", str(error), step=context.step
+            )
             return context.failed(call, str(error), refused)
         try:
             value = format_number(calculate(expression))
         except CalculationError as error:
             text = f"The expression {expression!r} was refused: {error}. Fix it and call again."
-            return context.failed(call, text, Calculating(iteration, expression, "", str(error)))
+            return context.failed(
+                call, text, Calculating(iteration, expression, "", str(error), step=context.step)
+            )
         return ToolOutcome(
             call,
             f"{expression} = {value}",
-            event=Calculating(iteration, expression, value),
+            event=Calculating(iteration, expression, value, step=context.step),
             arguments=Calculation(expression=expression).model_dump_json(),
             ran=True,
         )

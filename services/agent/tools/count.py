@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -65,9 +65,6 @@ class Counting(ToolEvent):
     duration_ms: int
     error: str = ""
     """Why the count did not run or failed (the tool error the model read)."""
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -78,7 +75,6 @@ class Counting(ToolEvent):
             "exact": self.exact,
             "duration_ms": self.duration_ms,
             "error": self.error,
-            "step": self.step,
         }
 
 
@@ -103,7 +99,9 @@ class CountTool(Tool):
         try:
             plan = parse_arguments(CountPlan, call.arguments_json)
         except ToolArgumentsError as error:
-            invalid = Counting(context.iteration, (), (), 0, False, 0, error=str(error))
+            invalid = Counting(
+                context.iteration, (), (), 0, False, 0, error=str(error), step=context.step
+            )
             return context.failed(call, str(error), invalid)
         request = CountRequest(
             collection=context.request.collection,
@@ -130,6 +128,7 @@ class CountTool(Tool):
                     False,
                     elapsed,
                     error=text,
+                    step=context.step,
                 )
 
             return context.search_tool_error(call, error, "count", refused)
@@ -141,6 +140,7 @@ class CountTool(Tool):
             document_count=count.document_count,
             exact=count.exact,
             duration_ms=duration_ms,
+            step=context.step,
         )
         return ToolOutcome(
             call,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -65,9 +65,6 @@ class Reading(ToolEvent):
     duration_ms: int
     error: str = ""
     """Why the read did not run or failed (the tool error the model read)."""
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -79,7 +76,6 @@ class Reading(ToolEvent):
             "chunk_count": self.chunk_count,
             "duration_ms": self.duration_ms,
             "error": self.error,
-            "step": self.step,
         }
 
 
@@ -146,6 +142,7 @@ class ReadTool(Tool):
             chunks_shown=len(formatted.shown),
             chunk_count=document.chunk_count,
             duration_ms=duration_ms,
+            step=context.step,
         )
         return ToolOutcome(
             call,
@@ -162,7 +159,7 @@ class ReadTool(Tool):
 
 def _refused(context: ToolContext, result_id: str, error: str) -> Reading:
     """The event of a read that showed nothing."""
-    return Reading(context.iteration, result_id, "", 0, 0, 0, 0, error=error)
+    return Reading(context.iteration, result_id, "", 0, 0, 0, 0, error=error, step=context.step)
 
 
 def format_read(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -75,9 +75,6 @@ class Searching(ToolEvent):
     duration_ms: int
     error: str = ""
     """Why the search did not run or failed (the tool error the model read)."""
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -89,7 +86,6 @@ class Searching(ToolEvent):
             "total_count": self.total_count,
             "duration_ms": self.duration_ms,
             "error": self.error,
-            "step": self.step,
         }
 
 
@@ -117,7 +113,18 @@ class SearchTool(Tool):
         try:
             plan = parse_arguments(SearchPlan, call.arguments_json)
         except ToolArgumentsError as error:
-            invalid = Searching(context.iteration, "", (), "hybrid", (), 0, 0, 0, error=str(error))
+            invalid = Searching(
+                context.iteration,
+                "",
+                (),
+                "hybrid",
+                (),
+                0,
+                0,
+                0,
+                error=str(error),
+                step=context.step,
+            )
             return context.failed(call, str(error), invalid)
         request = SearchRequest(
             collection=context.request.collection,
@@ -131,7 +138,11 @@ class SearchTool(Tool):
         )
         started = time.perf_counter()
 
-        def event(result_count: int, total_count: int, error: str = "") -> Searching:
+        def event(
+            result_count: int, total_count: int, error: str = "", duration_ms: int | None = None
+        ) -> Searching:
+            if duration_ms is None:
+                duration_ms = int((time.perf_counter() - started) * 1000)
             return Searching(
                 iteration=context.iteration,
                 primary=request.primary,
@@ -140,8 +151,9 @@ class SearchTool(Tool):
                 filter_groups=request.filter_groups,
                 result_count=result_count,
                 total_count=total_count,
-                duration_ms=int((time.perf_counter() - started) * 1000),
+                duration_ms=duration_ms,
                 error=error,
+                step=context.step,
             )
 
         try:
@@ -158,7 +170,7 @@ class SearchTool(Tool):
         return ToolOutcome(
             call,
             formatted.text,
-            event=replace(event(len(formatted.shown), page.total_count), duration_ms=duration_ms),
+            event=event(len(formatted.shown), page.total_count, duration_ms=duration_ms),
             shown=tuple(formatted.shown),
             previewed=tuple(formatted.previewed),
             found=tuple(page.hits),

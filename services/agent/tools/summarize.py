@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from dataclasses import field as dc_field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, ValidationError
@@ -189,9 +188,6 @@ class Summarizing(ToolEvent):
     input_chars: int = 0
     duration_ms: int = 0
     error: str = ""
-    step: int = dc_field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -203,7 +199,6 @@ class Summarizing(ToolEvent):
             "input_chars": self.input_chars,
             "duration_ms": self.duration_ms,
             "error": self.error,
-            "step": self.step,
         }
 
 
@@ -224,7 +219,9 @@ class SummarizeTool(Tool):
             plan = parse_arguments(SummarizePlan, call.arguments_json)
         except ToolArgumentsError as error:
             return context.failed(
-                call, str(error), Summarizing(iteration, (), "", error=str(error))
+                call,
+                str(error),
+                Summarizing(iteration, (), "", error=str(error), step=context.step),
             )
         named = tuple(dict.fromkeys(plan.result_ids))
         unseen = [i for i in named if i not in context.seen]
@@ -233,7 +230,9 @@ class SummarizeTool(Tool):
                 f"Not results you have seen in this conversation: {', '.join(unseen)}. "
                 "Summarise only ids shown in results (`### [result_id] title`)."
             )
-            return context.failed(call, text, Summarizing(iteration, named, plan.focus, error=text))
+            return context.failed(
+                call, text, Summarizing(iteration, named, plan.focus, error=text, step=context.step)
+            )
         sent = summary_input(
             plan.focus,
             [context.seen[i] for i in named],
@@ -252,13 +251,13 @@ class SummarizeTool(Tool):
             )
         except ContextWindowExceeded:
             text = "The results are too long for the model to summarise at once: name fewer ids."
-            event = Summarizing(iteration, named, plan.focus, error=text)
+            event = Summarizing(iteration, named, plan.focus, error=text, step=context.step)
             return context.failed(call, text, event)
         except FAILURES_THAT_END_THE_RUN:
             raise
         except QuarryError as error:
             text = f"The summary failed: {error.message}. Go on without it."
-            event = Summarizing(iteration, named, plan.focus, error=text)
+            event = Summarizing(iteration, named, plan.focus, error=text, step=context.step)
             return context.failed(call, text, event)
         duration_ms = int((time.perf_counter() - started) * 1000)
         return self._summarised(call, context, plan, sent, response, duration_ms)
@@ -280,7 +279,7 @@ class SummarizeTool(Tool):
             text = (
                 f"The summary could not be read ({error.error_count()} problems); go on without it."
             )
-            event = Summarizing(context.iteration, named, plan.focus, error=text)
+            event = Summarizing(context.iteration, named, plan.focus, error=text, step=context.step)
             failed = context.failed(call, text, event)
             return replace(failed, usage=response.usage, duration_ms=duration_ms)
         checked = check_summary(summary, included)
@@ -292,6 +291,7 @@ class SummarizeTool(Tool):
             cited_ids=checked.cited,
             input_chars=sent.chars,
             duration_ms=duration_ms,
+            step=context.step,
         )
         cited = {i: context.seen[i] for i in checked.cited}
         return ToolOutcome(

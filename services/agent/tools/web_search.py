@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -113,9 +113,6 @@ class WebSearching(ToolEvent):
     cached: bool = False
     duration_ms: int = 0
     error: str = ""
-    step: int = field(default=0, compare=False)
-    """The step (model turn, from 1) the event belongs to; 0 before the first (metadata: not
-    compared, so an event equals the same event of another step)."""
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -126,7 +123,6 @@ class WebSearching(ToolEvent):
             "cached": self.cached,
             "duration_ms": self.duration_ms,
             "error": self.error,
-            "step": self.step,
         }
 
 
@@ -147,7 +143,9 @@ class WebSearchTool(Tool):
         try:
             plan = parse_arguments(WebSearchPlan, call.arguments_json)
         except ToolArgumentsError as error:
-            event = WebSearching(context.iteration, call.arguments_json[:200], error=str(error))
+            event = WebSearching(
+                context.iteration, call.arguments_json[:200], error=str(error), step=context.step
+            )
             return context.failed(call, str(error), event)
         started = time.perf_counter()
         try:
@@ -165,6 +163,7 @@ class WebSearchTool(Tool):
             provider=page.provider,
             cached=page.cached,
             duration_ms=duration_ms,
+            step=context.step,
         )
         return ToolOutcome(
             call,
@@ -188,7 +187,11 @@ class WebSearchTool(Tool):
         """The web's own failures (no provider, every provider failing, a query it refuses) are
         tool errors; the search tool's outages, the deadline and refused keys end the run."""
         event = WebSearching(
-            context.iteration, plan.query, duration_ms=duration_ms, error=error.message
+            context.iteration,
+            plan.query,
+            duration_ms=duration_ms,
+            error=error.message,
+            step=context.step,
         )
         if isinstance(error, FailedPrecondition) and error.reason == WEB_DISABLED_REASON:
             text = (

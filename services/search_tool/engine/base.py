@@ -280,3 +280,36 @@ class ReadinessCheck(Protocol):
 
     async def unready_reason(self) -> str | None:
         """None when the engine can answer now, else why not (logged with the health flip)."""
+
+
+@dataclass(frozen=True)
+class DocumentsPage:
+    """One page of a listing an engine pages itself (`DocumentPaging`)."""
+
+    documents: list[DocumentSummary]
+    """At most the size asked for; may be fewer, even none, with more to follow."""
+    cursor: str
+    """Where the next page starts, opaque to the caller; empty when the listing is complete."""
+
+
+class CursorRejected(Exception):
+    """A cursor the engine did not issue, or one its server refused (the service answers
+    INVALID_ARGUMENT naming `page_token`)."""
+
+
+@runtime_checkable
+class DocumentPaging(Protocol):
+    """An engine that lists documents page by page itself (Vespa: visiting with Vespa's
+    continuation), so one page costs about its own size instead of a read of everything the
+    filter matches. Pages come in the engine's own stable order, not by id: within one listing
+    (the same filter, each page started from the cursor of the one before) a document stored
+    for the whole listing is listed exactly once; one written or deleted meanwhile may or may
+    not be."""
+
+    async def list_documents_page(
+        self, name: str, *, where: FilterExpression | None, size: int, cursor: str
+    ) -> DocumentsPage | None:
+        """Up to `size` documents with a chunk matching `where`, from `cursor` ("" for the first
+        page). None when the engine cannot page this filter itself (the caller then lists with
+        `list_documents`); for a given filter the answer is always the same. A cursor it did not
+        issue: `CursorRejected`."""

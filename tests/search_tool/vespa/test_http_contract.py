@@ -572,10 +572,13 @@ async def test_delete_collection_is_a_selection_delete_that_follows_continuation
     assert all(r.query["cluster"] == "quarry_content" for r in rounds)
     assert all(r.query["timeout"] == "30s" for r in rounds)  # a continuation well before 180 s
     registry = [r for r in server.requests if r.path.startswith("/document/v1/quarry/collection/")]
-    assert [(r.method, r.path) for r in registry] == [
-        ("GET", REGISTRY_PATH),  # it exists (a get: the newest acknowledged entry)
-        ("DELETE", REGISTRY_PATH),
+    assert [(r.method, r.path, r.query.get("condition")) for r in registry] == [
+        ("GET", REGISTRY_PATH, None),  # it exists (a get: the newest acknowledged entry)
+        ("POST", REGISTRY_PATH, "collection.revision == 3"),  # marked: the fence
+        ("DELETE", REGISTRY_PATH, None),
     ]
+    assert registry[1].json()["fields"]["revision"] == -1
+    assert server.requests.index(registry[1]) < server.requests.index(rounds[0])
 
 
 async def test_delete_by_filter_runs_as_one_selection_and_counts_what_vespa_removed(

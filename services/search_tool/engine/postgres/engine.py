@@ -31,9 +31,11 @@ from services.common.postgres import (
     DatabaseHealth,
     Pool,
     PostgresSettings,
+    Snapshot,
     classify,
     migrate,
     open_pool,
+    snapshot,
     transaction,
 )
 from services.search_tool.documents import Chunk, ChunkRecord
@@ -63,7 +65,7 @@ from services.search_tool.engine.postgres.schema import (
     terms_table,
 )
 from services.search_tool.engine.postgres.search import (
-    CollectionTotals,
+    CollectionGone,
     MatchCounts,
     SearchLimits,
     TableSearch,
@@ -507,31 +509,18 @@ class PostgresEngine:
 
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
         collection = await self._collection(name)
-        totals = await self._totals(collection, query.timeout_s, name)
 
-        async def run(work: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
-            async with transaction(self._pool, self._settings, timeout_s=query.timeout_s) as conn:
-                return await work(conn)
+        async def work(conn: Snapshot) -> SearchPage:
+            search = TableSearch(
+                collection.id, query, conn=conn, limits=self._limits, counts=self._counts
+            )
+            return await search.run()
 
-        search = TableSearch(totals, query, run=run, limits=self._limits, counts=self._counts)
-        return await self._guard(search.run(), name)
-
-    async def _totals(
-        self, collection: _Collection, timeout_s: float | None, name: str
-    ) -> CollectionTotals:
-        rows = await self._fetch(
-            sql.SQL(
-                "SELECT chunk_count, token_count, write_seq FROM quarry_collections WHERE id = %s"
-            ),
-            [collection.id],
-            name,
-            timeout_s=timeout_s,
-        )
-        if not rows:
+        try:
+            return await self._read(work, name, timeout_s=query.timeout_s)
+        except CollectionGone:
             self._collections.pop(name, None)
-            raise _missing(name)
-        chunks, tokens, write_seq = rows[0]
-        return CollectionTotals(collection.id, int(chunks), int(tokens), int(write_seq))
+            raise _missing(name) from None
 
     async def describe(
         self, name: str, *, where: FilterExpression | None = None
@@ -641,20 +630,22 @@ class PostgresEngine:
         if cached is not None:
             return cached
 
-        async def work(conn: AsyncConnection[Any]) -> _Collection | None:
+        async def work(conn: Snapshot) -> _Collection | None:
             return await self._lookup(conn, name)
 
-        found = await self._transact(work, name)
+        found = await self._read(work, name)
         if found is None:
             raise _missing(name)
         self._collections[name] = found
         return found
 
-    async def _lookup(self, conn: AsyncConnection[Any], name: str) -> _Collection | None:
+    async def _lookup(self, conn: AsyncConnection[Any] | Snapshot, name: str) -> _Collection | None:
         cursor = await conn.execute(
             "SELECT id, embedding_model, dimensions FROM quarry_collections WHERE name = %s",
             (name,),
         )
+        if isinstance(conn, Snapshot):
+            await conn.end()
         row = await cursor.fetchone()
         return None if row is None else _Collection(int(row[0]), str(row[1]), int(row[2]))
 
@@ -672,11 +663,29 @@ class PostgresEngine:
         *,
         timeout_s: float | None = None,
     ) -> list[tuple[Any, ...]]:
-        async def work(conn: AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-            return list(await (await conn.execute(statement, params)).fetchall())
+        async def work(conn: Snapshot) -> list[tuple[Any, ...]]:
+            cursor = await conn.execute(statement, params)
+            await conn.end()
+            return list(await cursor.fetchall())
 
-        rows: list[tuple[Any, ...]] = await self._transact(work, name, timeout_s=timeout_s)
+        rows: list[tuple[Any, ...]] = await self._read(work, name, timeout_s=timeout_s)
         return rows
+
+    async def _read(
+        self,
+        work: Callable[[Snapshot], Awaitable[T]],
+        name: str | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> T:
+        """Read-only work in one snapshot, its statements pipelined (`snapshot`)."""
+        await self._guard(self.ensure_schema(), name)
+
+        async def once() -> T:
+            async with snapshot(self._pool, self._settings, timeout_s=timeout_s) as conn:
+                return await work(conn)
+
+        return await self._guard(once(), name)
 
     async def _transact(
         self,

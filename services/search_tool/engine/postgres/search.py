@@ -9,20 +9,25 @@ fusion code, paged.
     completion     HYBRID: the cosine of the chunks only BM25 found and the BM25 of those only
                    the dense side found, so both sides score every candidate (`fusion.py`)
 
-Every statement runs in a transaction bounded by the query's time budget. The dense and keyword
-sides run at once on two pooled connections.
+A search is one read-only transaction on one connection (`services.common.postgres.snapshot`):
+every statement reads the same snapshot, bounded by the query's time budget, and statements that
+do not need each other's results are sent together (pipeline mode), so a filtered HYBRID search
+waits for the database three times: the totals with both sides' candidates, the completion, the
+page's chunks. The BM25 weights (idf from the collection's term statistics) are computed in the
+keyword statements themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncCursor, sql
 
+from services.common.postgres import Snapshot
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
 from services.search_tool.engine.postgres import bm25
 from services.search_tool.engine.postgres.rows import to_chunk, vector_text
@@ -34,44 +39,55 @@ from services.search_tool.engine.postgres.schema import (
 from services.search_tool.engine.postgres.sql import compile_filter
 from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
 
-Run = Callable[[Callable[[AsyncConnection[Any]], Awaitable[Any]]], Awaitable[Any]]
-"""Runs one unit of work in a transaction bounded by the query's budget."""
-
 _COUNT_CACHE_SIZE = 512
+_PARSE_INLINE = 50
+"""Pages up to this many chunks are decoded on the event loop (a thread hop costs more)."""
+
+
+class CollectionGone(Exception):
+    """The collection's catalog row is gone (dropped, by this replica or another)."""
 
 
 @dataclass(frozen=True)
 class CollectionTotals:
-    """What a search reads from the catalog first."""
+    """The collection's catalog counters, read in the search's snapshot."""
 
-    collection_id: int
     chunks: int
     tokens: int
     write_seq: int
 
-    @property
-    def avgdl(self) -> float:
-        return self.tokens / self.chunks if self.chunks else 0.0
+
+CountKey = tuple[int, int, str]
 
 
 class MatchCounts:
-    """Chunks matching a filter (or a filter and query words), remembered per (collection, write
-    sequence, statement): a repeated filter costs nothing until the next write, on any replica."""
+    """Chunks matching a filter, remembered per (collection, write sequence, statement): a
+    repeated filter costs nothing until the next write, on any replica. Also remembers the last
+    write sequence seen per collection, so a search can tell before its first round trip whether
+    a count is probably cached."""
 
     def __init__(self, size: int = _COUNT_CACHE_SIZE) -> None:
         self._size = size
-        self._counts: OrderedDict[tuple[int, int, str, str], int] = OrderedDict()
+        self._counts: OrderedDict[CountKey, int] = OrderedDict()
+        self._seen: dict[int, int] = {}
 
-    def get(self, key: tuple[int, int, str, str]) -> int | None:
+    def get(self, key: CountKey) -> int | None:
         found = self._counts.get(key)
         if found is not None:
             self._counts.move_to_end(key)
         return found
 
-    def put(self, key: tuple[int, int, str, str], count: int) -> None:
+    def put(self, key: CountKey, count: int) -> None:
         self._counts[key] = count
         if len(self._counts) > self._size:
             self._counts.popitem(last=False)
+
+    def last_seen(self, collection_id: int) -> int | None:
+        """The write sequence the last search of the collection read (None: none yet)."""
+        return self._seen.get(collection_id)
+
+    def saw(self, collection_id: int, write_seq: int) -> None:
+        self._seen[collection_id] = write_seq
 
 
 @dataclass(frozen=True)
@@ -84,42 +100,92 @@ class SearchLimits:
     """HNSW candidate list size (at least the candidates asked for)."""
 
 
+@dataclass
+class _Count:
+    """A match count a search needs: its statement, and its cache key once the write sequence is
+    known."""
+
+    statement: sql.Composed
+    params: list[object]
+
+    def key(self, collection_id: int, write_seq: int) -> CountKey:
+        return (collection_id, write_seq, self.statement.as_string(None) + repr(self.params))
+
+
 class TableSearch:
-    """One `EngineQuery` against one collection."""
+    """One `EngineQuery` against one collection, in a `snapshot` transaction (which it ends with
+    its last read)."""
 
     def __init__(
         self,
-        totals: CollectionTotals,
+        collection_id: int,
         query: EngineQuery,
         *,
-        run: Run,
+        conn: Snapshot,
         limits: SearchLimits,
         counts: MatchCounts,
     ) -> None:
-        self._totals = totals
+        self._id = collection_id
         self._query = query
-        self._run = run
+        self._conn = conn
         self._limits = limits
         self._counts = counts
-        self._table = chunks_table(totals.collection_id)
+        self._table = chunks_table(collection_id)
         self._where, self._where_params = compile_filter(query.filter, alias="c")
         self._depth = query.offset + query.limit
         hybrid = query.strategy is Strategy.HYBRID
         self._candidates = max(self._depth, limits.hybrid_candidates) if hybrid else self._depth
         semantic = query.strategy is Strategy.SEMANTIC
         self._terms = Counter() if semantic else bm25.query_terms(query.keyword_text)
+        self._keyword_matches = 0
 
     async def run(self) -> SearchPage:
+        """Raises `CollectionGone` when the collection's catalog row is missing."""
         query = self._query
-        weights = await self._weights()
-        (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
-            self._dense_side(), self._keyword_side(weights)
+        count = self._count_needed()
+        seen = self._counts.last_seen(self._id)
+        cached = (
+            None if count is None or seen is None else self._counts.get(count.key(self._id, seen))
         )
-        completion = await self._completion(dense_lists, keyword_list, weights)
-        if matched is None:
-            matched = keyword_matches or 0
+        # first round trip: the totals, the count unless cached, both sides' candidates
+        totals_cursor = await self._conn.execute(
+            "SELECT chunk_count, token_count, write_seq FROM quarry_collections WHERE id = %s",
+            (self._id,),
+        )
+        count_cursor, counted = None, None
+        if count is not None and not cached:  # unknown, or probably no match: count now
+            count_cursor = await self._conn.execute(count.statement, count.params)
+            if query.strategy is not Strategy.KEYWORD:
+                # a filter no chunk matches skips the dense side (HNSW would scan in vain)
+                counted = await self._fetch_count(count_cursor)
+                count_cursor = None
+        together = (
+            query.strategy is Strategy.HYBRID
+            and len(query.vectors) > 0
+            and bool(self._terms)
+            and counted != 0
+        )
+        keyword_list: list[Candidate] | None
+        completion: Completion | None
+        if together:  # both sides and the completion in one statement
+            hybrid_cursor = await self._send_hybrid()
+            totals = await self._totals(totals_cursor)
+            self._counts.saw(self._id, totals.write_seq)
+            dense_lists, keyword_list, completion = await self._hybrid_lists(hybrid_cursor)
+            matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
+        else:
+            dense_cursors = await self._send_dense(skip=counted == 0)
+            keyword_cursor = await self._send_keyword()
+            totals = await self._totals(totals_cursor)
+            self._counts.saw(self._id, totals.write_seq)
+            dense_lists = await self._dense_lists(dense_cursors)
+            keyword_list = await self._keyword_list(keyword_cursor)
+            matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
+            # second: each side's score of what only the other side found
+            completion = await self._completion(dense_lists, keyword_list)
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = fused[query.offset : self._depth]
+        # third: the page's chunks
         chunks = await self._chunks([f.id for f in page])
         hits = [
             Hit(chunks[f.id], f.score, f.dense_score, f.keyword_score)
@@ -128,207 +194,330 @@ class TableSearch:
         ]
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))
 
-    async def _weights(self) -> dict[str, float]:
-        """Each query term's idf times its count in the query (`bm25.weights`)."""
-        if not self._terms or self._query.strategy is Strategy.SEMANTIC:
-            return {}
-        statement = sql.SQL("SELECT term, df FROM {} WHERE term = ANY(%s)").format(
-            terms_table(self._totals.collection_id)
-        )
+    # -- counts -------------------------------------------------------------------------------
 
-        async def work(conn: AsyncConnection[Any]) -> dict[str, int]:
-            cursor = await conn.execute(statement, (list(self._terms),))
-            return {str(term): int(df) for term, df in await cursor.fetchall()}
+    def _count_needed(self) -> _Count | None:
+        """SEMANTIC / HYBRID: the chunks matching the filter (None without a filter: the
+        collection's count). KEYWORD: None (the keyword statement counts its matches)."""
+        if self._query.strategy is Strategy.KEYWORD:
+            return None
+        if self._query.filter.is_empty:
+            return None
+        statement = sql.SQL("SELECT count(*) FROM {} c WHERE {}").format(self._table, self._where)
+        return _Count(statement, list(self._where_params))
 
-        frequencies = await self._run(work)
-        return bm25.weights(self._terms, frequencies, self._totals.chunks)
+    async def _matched(
+        self,
+        count: _Count | None,
+        totals: CollectionTotals,
+        seen: int | None,
+        cached: int | None,
+        cursor: AsyncCursor[Any] | None,
+        counted: int | None,
+    ) -> int:
+        """The count `count` asks for in this snapshot: fetched here, or cached for its write
+        sequence, or counted now (the collection was written since the last search saw it)."""
+        if count is None:
+            return (
+                self._keyword_matches if self._query.strategy is Strategy.KEYWORD else totals.chunks
+            )
+        key = count.key(self._id, totals.write_seq)
+        if counted is not None:
+            found = counted
+        elif cursor is not None:
+            found = await self._fetch_count(cursor)
+        elif cached is not None and seen == totals.write_seq:
+            return cached
+        elif (remembered := self._counts.get(key)) is not None:
+            return remembered
+        else:
+            found = await self._fetch_count(await self._conn.execute(count.statement, count.params))
+        self._counts.put(key, found)
+        return found
 
-    async def _dense_side(self) -> tuple[int | None, list[list[Candidate]]]:
-        """(chunks matching the filter, one candidate list per query vector);
-        KEYWORD: (None, [])."""
+    @staticmethod
+    async def _fetch_count(cursor: AsyncCursor[Any]) -> int:
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def _totals(self, cursor: AsyncCursor[Any]) -> CollectionTotals:
+        row = await cursor.fetchone()
+        if row is None:
+            raise CollectionGone
+        return CollectionTotals(int(row[0]), int(row[1]), int(row[2]))
+
+    # -- dense side ---------------------------------------------------------------------------
+
+    async def _send_dense(self, *, skip: bool) -> list[AsyncCursor[Any]] | None:
+        """One statement per query vector: the HNSW index ordered by cosine distance under the
+        filter. None for KEYWORD; [] when nothing can match."""
         query = self._query
         if query.strategy is Strategy.KEYWORD:
-            return None, []
-        matched = await self._matching()
-        if len(query.vectors) == 0 or matched == 0:
-            return matched, [[] for _ in query.vectors]
+            return None
+        if skip or len(query.vectors) == 0:
+            return []
         statement = sql.SQL(
             "SELECT c.id, 1 - (c.embedding <=> %s::vector) FROM {} c WHERE {} "
             "ORDER BY c.embedding <=> %s::vector LIMIT %s"
         ).format(self._table, self._where)
         ef_search = str(max(self._limits.ef_search, self._candidates))
+        await self._conn.execute(
+            "SELECT set_config('hnsw.ef_search', %s, true),"
+            " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+            (ef_search,),
+        )
+        cursors = []
+        for vector in query.vectors:
+            text = vector_text(vector)
+            params = [text, *self._where_params, text, self._candidates]
+            cursors.append(await self._conn.execute(statement, params))
+        return cursors
 
-        async def work(conn: AsyncConnection[Any]) -> list[list[Candidate]]:
-            await conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true),"
-                " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                (ef_search,),
-            )
-            lists: list[list[Candidate]] = []
-            for vector in query.vectors:
-                text = vector_text(vector)
-                params = [text, *self._where_params, text, self._candidates]
-                cursor = await conn.execute(statement, params)
-                ranking = [Candidate(str(i), float(s)) for i, s in await cursor.fetchall()]
-                ranking.sort(key=lambda c: -c.score)  # relaxed order: nearly sorted
-                lists.append(ranking)
-            return lists
+    async def _dense_lists(self, cursors: list[AsyncCursor[Any]] | None) -> list[list[Candidate]]:
+        """One candidate list per query vector (KEYWORD: none)."""
+        if cursors is None:
+            return []
+        if not cursors:
+            return [[] for _ in self._query.vectors]
+        lists: list[list[Candidate]] = []
+        for cursor in cursors:
+            ranking = [Candidate(str(i), float(s)) for i, s in await cursor.fetchall()]
+            ranking.sort(key=lambda c: -c.score)  # relaxed order: nearly sorted
+            lists.append(ranking)
+        if len(lists) > 1:
+            lists = [ranking for ranking in lists if ranking]
+        return lists
 
-        found: list[list[Candidate]] = await self._run(work)
-        if len(query.vectors) > 1:
-            found = [ranking for ranking in found if ranking]
-        return matched, found
+    # -- keyword side -------------------------------------------------------------------------
 
-    async def _keyword_side(
-        self, weights: dict[str, float]
-    ) -> tuple[list[Candidate] | None, int | None]:
-        """(candidates, chunks matching the words and the filter — KEYWORD only, up to the cap);
-        SEMANTIC: (None, None)."""
-        query = self._query
-        if query.strategy is Strategy.SEMANTIC:
-            return None, None
-        if not weights:
-            return [], 0
-        scored, scored_params = self._scored(weights)
+    async def _send_keyword(self) -> AsyncCursor[Any] | None:
+        """BM25 top candidates under the filter. None for SEMANTIC and for no query words.
+
+        With a filter, the chunks matching it are found first (its indexes, or one pass over the
+        chunk table's narrow pages) and only their postings are summed: checking each chunk that
+        holds a query word one by one costs a random read per chunk, thousands for common words."""
+        if self._query.strategy is Strategy.SEMANTIC or not self._terms:
+            return None
+        if self._query.filter.is_empty:
+            scored, params = self._scored()
+        else:
+            matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
+            scored, params = self._scored(within=(matching, list(self._where_params)))
         statement = sql.SQL(
-            "WITH scored AS ({scored}) SELECT s.chunk_id, s.score FROM scored s {filtered}"
+            "{} SELECT s.chunk_id, s.score, count(*) OVER () FROM scored s"
             " ORDER BY s.score DESC, s.chunk_id LIMIT %s"
-        ).format(scored=scored, filtered=self._filter_join("s.chunk_id"))
-        params = [*scored_params, *self._where_params, self._candidates]
+        ).format(scored)
+        return await self._conn.execute(statement, [*params, self._candidates])
 
-        async def work(conn: AsyncConnection[Any]) -> list[Candidate]:
-            cursor = await conn.execute(statement, params)
-            return [Candidate(str(i), float(s)) for i, s in await cursor.fetchall()]
-
-        if query.strategy is Strategy.HYBRID:
-            return await self._run(work), None
-        ranked, total = await asyncio.gather(self._run(work), self._keyword_matches(weights))
-        return ranked, total
+    async def _keyword_list(self, cursor: AsyncCursor[Any] | None) -> list[Candidate] | None:
+        """The keyword candidates; notes how many chunks the words and filter match (KEYWORD's
+        total, up to the cap: every scored chunk, counted before the limit)."""
+        if self._query.strategy is Strategy.SEMANTIC:
+            return None
+        if cursor is None:
+            return []
+        rows = await cursor.fetchall()
+        if rows:
+            self._keyword_matches = min(int(rows[0][2]), self._limits.keyword_count_cap)
+        return [Candidate(str(i), float(s)) for i, s, _ in rows]
 
     def _scored(
-        self, weights: dict[str, float], *, only: Sequence[str] | None = None
+        self,
+        *,
+        only: Sequence[str] | None = None,
+        within: tuple[sql.Composed, list[object]] | None = None,
     ) -> tuple[sql.Composed, list[object]]:
-        """BM25 of every chunk holding a query term (of the chunks `only`, when given), summed
-        from the postings of the query terms alone: `chunk_id`, `score`."""
+        """`WITH ... scored AS (...)`: BM25 of every chunk holding a query term, summed from the
+        postings of the query terms alone (`chunk_id`, `score`); of the chunks `only`, or of those
+        the statement `within` selects (materialised once, then hash-joined), when given. Each
+        term's weight is its idf from the collection's statistics (`bm25.idf`) times its count in
+        the query; terms no chunk holds weigh nothing (`bm25.weights`). float8 throughout: a bare
+        decimal literal is `numeric`, whose arithmetic is several times slower."""
+        matching, matching_params = within if within is not None else (None, [])
         statement = sql.SQL(
-            "SELECT p.chunk_id, sum(q.w * {k1_plus_1} * p.tf"
-            " / (p.tf + {k1} * ({one_minus_b} + {b} * p.doc_length / %s::float8))) AS score"
-            " FROM unnest(%s::text[], %s::float8[]) AS q(term, w)"
-            " JOIN {postings} p ON p.term = q.term {only} GROUP BY p.chunk_id"
+            "WITH totals AS ("
+            "SELECT chunk_count::float8 AS n,"
+            " coalesce(nullif(token_count::float8 / nullif(chunk_count, 0), 0), 1.0) AS avgdl"
+            " FROM quarry_collections WHERE id = %s),"
+            " q AS (SELECT t.term,"
+            " ln((totals.n - t.df + 0.5::float8) / (t.df + 0.5::float8) + 1.0::float8) * w.n AS w"
+            " FROM unnest(%s::text[], %s::int[]) AS w(term, n)"
+            " JOIN {terms} t ON t.term = w.term CROSS JOIN totals WHERE t.df > 0),"
+            " {matching}"
+            " scored AS (SELECT p.chunk_id, sum({bm25}) AS score"
+            " FROM q JOIN {postings} p ON p.term = q.term {only} {join} CROSS JOIN totals"
+            " GROUP BY p.chunk_id)"
         ).format(
-            k1_plus_1=sql.Literal(bm25.K1 + 1.0),
-            k1=sql.Literal(bm25.K1),
-            one_minus_b=sql.Literal(1.0 - bm25.B),
-            b=sql.Literal(bm25.B),
-            postings=postings_table(self._totals.collection_id),
+            terms=terms_table(self._id),
+            matching=(
+                sql.SQL("matching AS MATERIALIZED ({}),").format(matching)
+                if matching is not None
+                else sql.SQL("")
+            ),
+            bm25=_BM25_TERM,
+            postings=postings_table(self._id),
             only=sql.SQL("AND p.chunk_id = ANY(%s)") if only is not None else sql.SQL(""),
+            join=(
+                sql.SQL("JOIN matching m ON m.id = p.chunk_id")
+                if matching is not None
+                else sql.SQL("")
+            ),
         )
-        avgdl = self._totals.avgdl or 1.0
-        params: list[object] = [avgdl, list(weights), list(weights.values())]
+        params: list[object] = [
+            self._id,
+            list(self._terms),
+            list(self._terms.values()),
+            *matching_params,
+        ]
         if only is not None:
             params.append(list(only))
         return statement, params
 
-    def _filter_join(self, chunk_id: str) -> sql.Composable:
-        """Keeps the rows whose chunk matches the filter (nothing when there is none)."""
+    # -- HYBRID in one statement ------------------------------------------------------------
+
+    async def _send_hybrid(self) -> AsyncCursor[Any]:
+        """HYBRID with query words and vectors: the keyword candidates, each query vector's dense
+        candidates and the completion (the best cosine of each keyword-only candidate, the BM25 of
+        each dense-only one) in one statement, rows tagged by what they are (`_hybrid_lists`). The
+        same SQL as the separate statements, as CTEs, so one wait instead of two."""
+        query = self._query
         if self._query.filter.is_empty:
-            return sql.SQL("")
-        return sql.SQL("JOIN {} c ON c.id = {} AND {}").format(
-            self._table, sql.SQL(chunk_id), self._where
+            scored, params = self._scored()
+        else:
+            matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
+            scored, params = self._scored(within=(matching, list(self._where_params)))
+        await self._conn.execute(
+            "SELECT set_config('hnsw.ef_search', %s, true),"
+            " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+            (str(max(self._limits.ef_search, self._candidates)),),
         )
-
-    async def _matching(self) -> int:
-        """Chunks matching the filter (the collection's count when there is none)."""
-        if self._query.filter.is_empty:
-            return self._totals.chunks
-        statement = sql.SQL("SELECT count(*) FROM {} c WHERE {}").format(self._table, self._where)
-        return await self._count(statement, self._where_params, "")
-
-    async def _keyword_matches(self, weights: dict[str, float]) -> int:
-        """Chunks holding a query term and matching the filter, up to the cap."""
-        statement = sql.SQL(
-            "SELECT count(*) FROM (SELECT DISTINCT p.chunk_id FROM {} p {} WHERE p.term = ANY(%s)"
-            " LIMIT %s) matched"
-        ).format(postings_table(self._totals.collection_id), self._filter_join("p.chunk_id"))
-        terms = sorted(weights)
-        params = [*self._where_params, terms, self._limits.keyword_count_cap]
-        return await self._count(statement, params, " ".join(terms))
-
-    async def _count(self, statement: sql.Composed, params: list[object], words: str) -> int:
-        key = (
-            self._totals.collection_id,
-            self._totals.write_seq,
-            statement.as_string(None) + repr(params),
-            words,
+        parts: list[sql.Composable] = [
+            scored,
+            sql.SQL(
+                ", kw AS MATERIALIZED (SELECT s.chunk_id AS id, s.score FROM scored s"
+                " ORDER BY s.score DESC, s.chunk_id LIMIT %s)"
+            ),
+        ]
+        params.append(self._candidates)
+        dense_names = [sql.Identifier(f"d{i}") for i in range(len(query.vectors))]
+        for name, vector in zip(dense_names, query.vectors, strict=True):
+            parts.append(
+                sql.SQL(
+                    ", {} AS MATERIALIZED (SELECT c.id, 1 - (c.embedding <=> %s::vector) AS score"
+                    " FROM {} c WHERE {} ORDER BY c.embedding <=> %s::vector LIMIT %s)"
+                ).format(name, self._table, self._where)
+            )
+            text = vector_text(vector)
+            params.extend([text, *self._where_params, text, self._candidates])
+        dense_ids = sql.SQL(" UNION ").join(
+            sql.SQL("SELECT id FROM {}").format(name) for name in dense_names
         )
-        cached = self._counts.get(key)
-        if cached is not None:
-            return cached
+        parts.append(
+            sql.SQL(
+                ", dense_ids AS ({dense_ids}),"
+                " cos AS (SELECT c.id, max(1 - (c.embedding <=> v.v)) AS score FROM {table} c"
+                " CROSS JOIN unnest(%s::vector[]) AS v(v)"
+                " WHERE c.id IN (SELECT id FROM kw EXCEPT SELECT id FROM dense_ids)"
+                " GROUP BY c.id),"
+                " bm AS (SELECT p.chunk_id AS id, sum({bm25}) AS score"
+                " FROM q JOIN {postings} p ON p.term = q.term CROSS JOIN totals"
+                " WHERE p.chunk_id IN (SELECT id FROM dense_ids EXCEPT SELECT id FROM kw)"
+                " GROUP BY p.chunk_id)"
+                " SELECT 0, id, score FROM kw"
+            ).format(
+                dense_ids=dense_ids,
+                table=self._table,
+                bm25=_BM25_TERM,
+                postings=postings_table(self._id),
+            )
+        )
+        params.append([vector_text(v) for v in query.vectors])
+        for i, name in enumerate(dense_names):
+            parts.append(
+                sql.SQL(" UNION ALL SELECT {}, id, score FROM {}").format(sql.Literal(i + 1), name)
+            )
+        parts.append(sql.SQL(" UNION ALL SELECT -1, id, score FROM cos"))
+        parts.append(sql.SQL(" UNION ALL SELECT -2, id, score FROM bm"))
+        return await self._conn.execute(sql.Composed(parts), params)
 
-        async def work(conn: AsyncConnection[Any]) -> int:
-            row = await (await conn.execute(statement, params)).fetchone()
-            return int(row[0]) if row else 0
+    async def _hybrid_lists(
+        self, cursor: AsyncCursor[Any]
+    ) -> tuple[list[list[Candidate]], list[Candidate], Completion | None]:
+        """(dense lists, keyword list, completion) from `_send_hybrid`'s rows, each list in the
+        order its statement produced it (as the separate statements return them)."""
+        keyword: list[Candidate] = []
+        dense: list[list[Candidate]] = [[] for _ in self._query.vectors]
+        cosines: dict[str, float] = {}
+        scores: dict[str, float] = {}
+        for side, chunk_id, score in await cursor.fetchall():
+            if side == 0:
+                keyword.append(Candidate(str(chunk_id), float(score)))
+            elif side > 0:
+                dense[side - 1].append(Candidate(str(chunk_id), float(score)))
+            elif side == -1:
+                cosines[str(chunk_id)] = float(score)
+            else:
+                scores[str(chunk_id)] = float(score)
+        for ranking in dense:
+            ranking.sort(key=lambda c: -c.score)  # relaxed order: nearly sorted
+        if len(dense) > 1:
+            dense = [ranking for ranking in dense if ranking]
+        completion = Completion(dense=cosines, keyword=scores) if dense else None
+        return dense, keyword, completion
 
-        counted: int = await self._run(work)
-        self._counts.put(key, counted)
-        return counted
+    # -- completion and page ------------------------------------------------------------------
 
     async def _completion(
-        self,
-        dense_lists: list[list[Candidate]],
-        keyword_list: list[Candidate] | None,
-        weights: dict[str, float],
+        self, dense_lists: list[list[Candidate]], keyword_list: list[Candidate] | None
     ) -> Completion | None:
-        """HYBRID: each side's score of the candidates only the other side found."""
+        """HYBRID: each side's score of the candidates only the other side found (the best cosine
+        over the query vectors; BM25, leaving out chunks holding no query term: they score 0)."""
         if keyword_list is None or not dense_lists:
             return None
         keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
-        cosines, scores = await asyncio.gather(
-            self._cosines_at(keyword_only), self._keyword_scores_at(dense_only, weights)
-        )
-        return Completion(dense=cosines, keyword=scores)
-
-    async def _cosines_at(self, ids: Sequence[str]) -> dict[str, float]:
-        """The best cosine over the query vectors of these chunks."""
-        if not ids or len(self._query.vectors) == 0:
-            return {}
-        vectors = [vector_text(v) for v in self._query.vectors]
-        statement = sql.SQL(
-            "SELECT c.id, max(1 - (c.embedding <=> q.v)) FROM {} c"
-            " CROSS JOIN unnest(%s::vector[]) AS q(v) WHERE c.id = ANY(%s) GROUP BY c.id"
-        ).format(self._table)
-
-        async def work(conn: AsyncConnection[Any]) -> dict[str, float]:
-            cursor = await conn.execute(statement, (vectors, list(ids)))
-            return {str(i): float(s) for i, s in await cursor.fetchall()}
-
-        found: dict[str, float] = await self._run(work)
-        return found
-
-    async def _keyword_scores_at(
-        self, ids: Sequence[str], weights: dict[str, float]
-    ) -> dict[str, float]:
-        """BM25 of these chunks (those holding no query term score 0 and are left out)."""
-        if not ids or not weights:
-            return {}
-        statement, params = self._scored(weights, only=ids)
-
-        async def work(conn: AsyncConnection[Any]) -> dict[str, float]:
-            cursor = await conn.execute(statement, params)
-            return {str(i): float(s) for i, s in await cursor.fetchall()}
-
-        found: dict[str, float] = await self._run(work)
-        return found
+        cosines = scores = None
+        if keyword_only and len(self._query.vectors):
+            vectors = [vector_text(v) for v in self._query.vectors]
+            statement = sql.SQL(
+                "SELECT c.id, max(1 - (c.embedding <=> q.v)) FROM {} c"
+                " CROSS JOIN unnest(%s::vector[]) AS q(v) WHERE c.id = ANY(%s) GROUP BY c.id"
+            ).format(self._table)
+            cosines = await self._conn.execute(statement, (vectors, list(keyword_only)))
+        if dense_only and self._terms:
+            scored, params = self._scored(only=dense_only)
+            statement = sql.SQL("{} SELECT chunk_id, score FROM scored").format(scored)
+            scores = await self._conn.execute(statement, params)
+        return Completion(dense=await _by_id(cosines), keyword=await _by_id(scores))
 
     async def _chunks(self, ids: Sequence[str]) -> dict[str, Any]:
         """The page's chunks by id (a chunk deleted meanwhile is left out)."""
         if not ids:
             return {}
         statement = sql.SQL("SELECT id, chunk_json FROM {} WHERE id = ANY(%s)").format(self._table)
-
-        async def work(conn: AsyncConnection[Any]) -> list[tuple[str, str]]:
-            cursor = await conn.execute(statement, (list(ids),))
-            return [(str(i), str(j)) for i, j in await cursor.fetchall()]
-
-        rows: list[tuple[str, str]] = await self._run(work)
+        cursor = await self._conn.execute(statement, (list(ids),))
+        await self._conn.end()  # the last read: the transaction's end travels with it
+        rows = [(str(i), str(j)) for i, j in await cursor.fetchall()]
+        if len(rows) <= _PARSE_INLINE:
+            return {i: to_chunk(j) for i, j in rows}
         return await asyncio.to_thread(lambda: {i: to_chunk(j) for i, j in rows})
+
+
+def _float8(value: float) -> sql.Composed:
+    return sql.SQL("{}::float8").format(sql.Literal(value))
+
+
+_BM25_TERM = sql.SQL(
+    "q.w * {k1_plus_1} * p.tf / (p.tf + {k1} * ({one_minus_b} + {b} * p.doc_length / totals.avgdl))"
+).format(
+    k1_plus_1=_float8(bm25.K1 + 1.0),
+    k1=_float8(bm25.K1),
+    one_minus_b=_float8(1.0 - bm25.B),
+    b=_float8(bm25.B),
+)
+"""One posting's BM25 contribution (query weight `q.w`, collection `totals`, posting `p`)."""
+
+
+async def _by_id(cursor: AsyncCursor[Any] | None) -> dict[str, float]:
+    if cursor is None:
+        return {}
+    return {str(i): float(s) for i, s in await cursor.fetchall()}

@@ -27,6 +27,7 @@ from services.common.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     Unavailable,
 )
 from services.search_tool.documents import (
@@ -39,7 +40,9 @@ from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
     Coverage,
+    CursorRejected,
     Degradation,
+    DocumentsPage,
     DocumentSummary,
     EngineQuery,
     Hit,
@@ -52,6 +55,13 @@ from services.search_tool.engine.vespa.documents import (
     chunk_document_id,
     chunk_fields,
     chunk_from_hit,
+)
+from services.search_tool.engine.vespa.listing import (
+    MAX_ROUNDS,
+    MAX_WANTED,
+    VisitCursor,
+    ending_digest,
+    first_chunk_selection,
 )
 from services.search_tool.engine.vespa.package import (
     BM25_FEATURE,
@@ -67,6 +77,7 @@ from services.search_tool.engine.vespa.package import (
     package_profile,
 )
 from services.search_tool.engine.vespa.queries import (
+    chunk_counts_body,
     count_body,
     dense_body,
     describe_body,
@@ -77,6 +88,7 @@ from services.search_tool.engine.vespa.queries import (
 from services.search_tool.engine.vespa.registry import CollectionRegistry, Registered
 from services.search_tool.engine.vespa.selection import collection_selection, compile_selection
 from services.search_tool.engine.vespa.transport import (
+    ContinuationRefused,
     Endpoint,
     QueryRejected,
     VespaTransport,
@@ -223,9 +235,10 @@ class VespaEngine:
             await self._registry.ensure(name, spec)
 
     async def drop_collection(self, name: str) -> None:
-        """Vespa removes the chunks itself (a selection delete), then the registry entry."""
+        """The registry entry is marked (the fence other replicas' upserts check, `registry`),
+        Vespa removes the chunks itself (a selection delete), then the entry goes."""
         async with self._writing(name):
-            await self._spec(name)
+            await self._registry.mark_dropping(name)
             removed = await self._transport.delete_where(CHUNK, collection_selection(name))
             await self._registry.delete(name)
             log.info("collection dropped", extra={"collection": name, "chunks": removed})
@@ -250,6 +263,16 @@ class VespaEngine:
                 )
                 for r in records
             )
+            if not await self._registry.still_there(name):
+                # deleted meanwhile by another replica: its chunk deletion may have run before
+                # these writes landed, so they would outlive the collection
+                await self._delete_ids(name, [r.chunk.id for r in records])
+                raise NotFound(
+                    f"collection {name!r} was deleted while this upsert wrote; what it wrote "
+                    "was deleted again",
+                    reason="VESPA_COLLECTION_DROPPED",
+                    metadata={"collection": name},
+                )
         return len(records)
 
     async def stored_versions(
@@ -505,6 +528,67 @@ class VespaEngine:
             )
             for document, count in counts.items()
         ]
+
+    async def list_documents_page(
+        self, name: str, *, where: FilterExpression | None, size: int, cursor: str
+    ) -> DocumentsPage | None:
+        """`DocumentPaging`: a visit of the first chunks (`listing.py`), then one grouping
+        request per 200 listed documents for their chunk counts."""
+        await self._spec(name)
+        selection = first_chunk_selection(name, where)
+        if selection is None:
+            return None
+        at = VisitCursor.decode(cursor) if cursor else VisitCursor()
+        firsts: list[Chunk] = []
+        following: VisitCursor | None = at
+        for _ in range(MAX_ROUNDS):
+            room = size - len(firsts)
+            wanted = at.wanted or min(room, MAX_WANTED)
+            try:
+                visited, continuation = await self._transport.visit_page(
+                    CHUNK, selection, _SUMMARY, wanted=wanted, continuation=at.continuation
+                )
+            except ContinuationRefused as refused:
+                raise CursorRejected(str(refused)) from None
+            ending = ending_digest(continuation)
+            # the same request again covers the same buckets when it ends where it did before;
+            # else writes moved it: serve the response from its start (repeats, never skips)
+            after = at.after if ending == at.ending else ""
+            chunks = sorted(
+                (c for c in map(chunk_from_hit, visited) if c.document_id > after),
+                key=lambda c: c.document_id,
+            )
+            firsts.extend(chunks[:room])
+            if len(chunks) > room:  # the page is full inside this response: stay on it
+                following = VisitCursor(at.continuation, wanted, firsts[-1].document_id, ending)
+                break
+            if not continuation:  # the visit is complete
+                following = None
+                break
+            at = following = VisitCursor(continuation)
+            if len(firsts) == size:
+                break
+        counts = await self._chunk_counts(name, [c.document_id for c in firsts])
+        documents = [
+            DocumentSummary(
+                id=c.document_id,
+                source=c.source,
+                chunk_count=counts.get(c.document_id, 1),
+                metadata=dict(c.metadata),
+            )
+            for c in firsts
+        ]
+        return DocumentsPage(documents, following.encode() if following is not None else "")
+
+    async def _chunk_counts(self, name: str, document_ids: Sequence[str]) -> dict[str, int]:
+        """Each document's stored chunks: `group(document_id)` over `document_id in (…)`, by
+        attribute, 200 ids a request (`en/reference/querying/grouping-language.html`; `max` set,
+        since `grouping.defaultMaxGroups` would cut the list)."""
+        counts: dict[str, int] = {}
+        for batch in _batches(document_ids):
+            root = await self._transport.query(chunk_counts_body(name, _in("document_id", batch)))
+            counts.update(_grouplists(root).get("document_id", {}))
+        return counts
 
     async def _all_ids(self, name: str, expression: FilterExpression) -> list[dict[str, Any]]:
         """`chunk_id`, `document_id`, `content_hash` of every chunk matching `expression`."""

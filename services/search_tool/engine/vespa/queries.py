@@ -158,6 +158,23 @@ def describe_body(
     }
 
 
+def chunk_counts_body(collection: str, expression: FilterExpression) -> dict[str, Any]:
+    """The chunks of each document `expression` selects (`document_id in (…)`): one group per
+    document, all of them (`max` the number of ids; `grouping.defaultMaxGroups` would cut)."""
+    listed = sum(
+        len(c.value) if isinstance(c.value, tuple) else 1
+        for g in expression.groups
+        for c in g.conditions
+    )
+    return {
+        "yql": f"select chunk_id from {CHUNK} where "
+        + where(collection, expression)
+        + f" limit 0 | all(group(document_id) max({max(1, listed)}) each(output(count())))",
+        "hits": 0,
+        "ranking": "unranked",
+    }
+
+
 def scan_body(
     collection: str,
     expression: FilterExpression,

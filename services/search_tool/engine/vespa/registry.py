@@ -9,6 +9,14 @@ written whatever the condition, an existing one never), widened with `collection
 once never lose one another's. Entries are read by a document get (the newest acknowledged
 version, unlike a query) and cached for `ttl_s`: another replica's change shows here at most that
 much later; this process's own writes update the cache at once.
+
+Deleting a collection fences the writers of other replicas: the entry is first marked (its
+`revision` set to `DROPPING`, by test-and-set like any write, so a widening racing it is refused
+and reads the mark), then the chunks are deleted, then the entry. Reads of a marked collection are
+NotFound, creating or widening it is UNAVAILABLE (retry once the deletion ends), and an upsert
+asks `still_there` after its chunk writes were acknowledged: when the entry is marked or gone, it
+deletes what it wrote. Either its writes were acknowledged before the mark, so before the chunk
+deletion began (which then removes them), or its check comes after the mark and sees it.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 8
 """Test-and-set rounds of one registry write before giving up (Unavailable, retryable)."""
+DROPPING = -1
+"""The `revision` of an entry whose collection is being deleted."""
 CREATE_ONLY = "false"
 """The condition at creation: with `create`, a missing document is written whatever the
 condition, an existing one only if it holds, and `false` never does."""
@@ -49,7 +59,12 @@ class Registered:
     types: dict[str, FieldType]
     """Each metadata key's type."""
     revision: int
-    """Bumped by every write; the test-and-set condition of the next one."""
+    """Bumped by every write; the test-and-set condition of the next one (`DROPPING` while the
+    collection is being deleted)."""
+
+    @property
+    def dropping(self) -> bool:
+        return self.revision == DROPPING
 
 
 class CollectionRegistry:
@@ -75,9 +90,32 @@ class CollectionRegistry:
     async def require(self, name: str) -> Registered:
         """The entry, or NotFound."""
         stored = await self.get(name)
-        if stored is None:
-            raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+        if stored is None or stored.dropping:
+            raise _missing(name, stored)
         return stored
+
+    async def still_there(self, name: str) -> bool:
+        """Whether the entry exists and is not marked for deletion, read fresh (the fence an
+        upsert passes after its writes)."""
+        stored = await self.get(name, fresh=True)
+        return stored is not None and not stored.dropping
+
+    async def mark_dropping(self, name: str) -> None:
+        """Mark the entry `DROPPING` (test-and-set on its revision, at most `ATTEMPTS` rounds);
+        already marked (a deletion that was interrupted) is fine; missing is NotFound."""
+        for _ in range(ATTEMPTS):
+            stored = await self.get(name, fresh=True)
+            if stored is None:
+                raise _missing(name, stored)
+            if stored.dropping:
+                return
+            try:
+                marked = Registered(stored.spec, stored.types, DROPPING)
+                await self._put(name, marked, _unchanged(stored.revision))
+                return
+            except ConditionFailed:
+                log.info("registry changed under a deletion", extra={"collection": name})
+        raise _contended(name)
 
     async def ensure(self, name: str, spec: CollectionSpec) -> None:
         """Create the entry when missing (only a missing one is written, so two replicas
@@ -92,6 +130,8 @@ class CollectionRegistry:
                 stored = await self.get(name, fresh=True)
                 if stored is None:
                     raise _contended(name) from None
+        if stored.dropping:
+            raise _being_dropped(name)
         if (stored.spec.embedding_model, stored.spec.dimensions) != (
             spec.embedding_model,
             spec.dimensions,
@@ -110,8 +150,8 @@ class CollectionRegistry:
         condition that `revision` is unchanged; on 412 read again, at most `ATTEMPTS` rounds."""
         for _ in range(ATTEMPTS):
             stored = await self.get(name, fresh=True)
-            if stored is None:
-                raise NotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+            if stored is None or stored.dropping:
+                raise _missing(name, stored) if stored is None else _being_dropped(name)
             widened = widen_types(stored.types, records)
             if widened == stored.types:
                 return widened
@@ -186,6 +226,21 @@ def _registered(fields: Mapping[str, Any]) -> Registered:
         CollectionSpec(str(fields["embedding_model"]), int(fields["dimensions"])),
         {k: FieldType(v) for k, v in types.items()},
         int(fields.get("revision") or 0),
+    )
+
+
+def _missing(name: str, stored: Registered | None) -> NotFound:
+    being = " (it is being deleted)" if stored is not None else ""
+    return NotFound(f"collection {name!r} does not exist{being}", metadata={"collection": name})
+
+
+def _being_dropped(name: str) -> Unavailable:
+    return Unavailable(
+        f"collection {name!r} is being deleted; retry once the deletion ends (a deletion that "
+        "was interrupted ends by DeleteCollection again)",
+        retry_after_s=RETRY_AFTER_S,
+        reason="VESPA_COLLECTION_DROPPING",
+        metadata={"collection": name},
     )
 
 

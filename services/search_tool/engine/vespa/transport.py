@@ -57,6 +57,11 @@ class QueryRejected(Exception):
         self.message = message
 
 
+class ContinuationRefused(Exception):
+    """Vespa answered a visit that carried a `continuation` with 400: the token (a caller's,
+    through a page token) is not one Vespa can resume from."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where Vespa is and how to reach it."""
@@ -267,6 +272,47 @@ class VespaTransport:
                 break
             params = {**params, "continuation": str(token)}
         return found if limit is None else found[:limit]
+
+    async def visit_page(
+        self,
+        schema: str,
+        selection: str,
+        fields: Sequence[str],
+        *,
+        wanted: int,
+        continuation: str = "",
+    ) -> tuple[list[dict[str, Any]], str]:
+        """One visit request: `GET …/docid?selection=…&wantedDocumentCount=<wanted>` from
+        `continuation` ("" = the start). Returns the documents' `fields` and the continuation
+        to go on from ("" when the visit is complete).
+
+        `en/reference/api/document-v1.html`: `wantedDocumentCount` is best effort (Vespa visits
+        bucket by bucket and answers once that many documents were visited, so a response may
+        hold more, or fewer when it timed out or the cluster ran out); the absence of
+        `continuation` in a 200 answer means there is nothing left. A continuation Vespa cannot
+        parse is a 400 (its handler parses it with `ProgressToken.fromSerializedString`)."""
+        params = {
+            "selection": selection,
+            "cluster": CONTENT_CLUSTER,
+            "fieldSet": f"{schema}:{','.join(fields)}",
+            "wantedDocumentCount": str(wanted),
+            "timeout": VISIT_ROUND_TIMEOUT,
+        }
+        if continuation:
+            params["continuation"] = continuation
+        try:
+            payload = await self._visit_round("GET", schema, params)
+        except FailedPrecondition as refused:  # a 400
+            if continuation:
+                raise ContinuationRefused(str(refused)) from None
+            raise
+        documents = [
+            document["fields"]
+            for document in payload.get("documents") or []
+            if isinstance(document, dict) and isinstance(document.get("fields"), dict)
+        ]
+        following = payload.get("continuation")
+        return documents, str(following) if following else ""
 
     async def _visit_round(
         self, method: str, schema: str, params: dict[str, str]

@@ -348,32 +348,36 @@ class ErrorEvent(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class QuestionEvent(_message.Message):
-    __slots__ = ("run_id", "question_id", "text", "iteration", "acknowledge_within_ms", "answer_within_ms")
+    __slots__ = ("run_id", "question_id", "text", "iteration", "acknowledge_within_ms", "answer_within_ms", "step")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     ACKNOWLEDGE_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
     ANSWER_WITHIN_MS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     question_id: str
     text: str
     iteration: int
     acknowledge_within_ms: int
     answer_within_ms: int
-    def __init__(self, run_id: _Optional[str] = ..., question_id: _Optional[str] = ..., text: _Optional[str] = ..., iteration: _Optional[int] = ..., acknowledge_within_ms: _Optional[int] = ..., answer_within_ms: _Optional[int] = ...) -> None: ...
+    step: int
+    def __init__(self, run_id: _Optional[str] = ..., question_id: _Optional[str] = ..., text: _Optional[str] = ..., iteration: _Optional[int] = ..., acknowledge_within_ms: _Optional[int] = ..., answer_within_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class QuestionClosedEvent(_message.Message):
-    __slots__ = ("question_id", "outcome", "answer", "waited_ms")
+    __slots__ = ("question_id", "outcome", "answer", "waited_ms", "step")
     QUESTION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     WAITED_MS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     question_id: str
     outcome: QuestionOutcome
     answer: str
     waited_ms: int
-    def __init__(self, question_id: _Optional[str] = ..., outcome: _Optional[_Union[QuestionOutcome, str]] = ..., answer: _Optional[str] = ..., waited_ms: _Optional[int] = ...) -> None: ...
+    step: int
+    def __init__(self, question_id: _Optional[str] = ..., outcome: _Optional[_Union[QuestionOutcome, str]] = ..., answer: _Optional[str] = ..., waited_ms: _Optional[int] = ..., step: _Optional[int] = ...) -> None: ...
 
 class AnswerQuestionRequest(_message.Message):
     __slots__ = ("run_id", "question_id", "text")

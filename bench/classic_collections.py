@@ -1,0 +1,176 @@
+"""Classic test collections (Cranfield, CISI, NPL) rewritten in BEIR layout, for evaluation only.
+
+    python bench/classic_collections.py cranfield RAW_DIR OUT_DIR
+    python bench/classic_collections.py cisi RAW_DIR OUT_DIR
+    python bench/classic_collections.py npl RAW_DIR OUT_DIR
+
+Reads the collection's original files from RAW_DIR (taken by hand, at development time, from a
+public copy: see the SOURCE.md this writes) and writes `corpus.jsonl`, `queries.jsonl` and
+`qrels/test.tsv` under OUT_DIR — the layout `bench/harness.load_beir` and `bench/eval_beir.py`
+read. Nothing here downloads anything, and none of it is shipped with the product: keep OUT_DIR
+outside the repository (e.g. `/work/datasets/<name>`).
+
+* cranfield: 1,400 aeronautics abstracts (title + text), 225 judged questions, graded 1-4.
+* cisi: 1,460 library-science abstracts, 76 judged long, vague information needs, binary.
+* npl: 11,429 one-line electrical-engineering abstracts (no title), 93 judged short queries,
+  binary (three records of the source are empty and dropped: 11,426 documents).
+
+Query ids of Cranfield: `cran.qry` numbers its 225 queries 1..365 with gaps, but `cranqrel`
+numbers them 1..225 in file order (a known trap of that collection): the queries are renumbered in
+file order here so that both agree. Cranfield's grades (1 = complete answer ... 4 = minimal
+interest, -1 = of no interest) become gains 4..1, and -1 is dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+Converted = tuple[list[dict[str, str]], list[dict[str, str]], list[tuple[str, str, int]]]
+"""(corpus `{_id, title, text}`, queries `{_id, text}`, judgements (query, document, gain))."""
+_FIELD = re.compile(r"^\.([A-Z])\s*(.*)$")
+
+
+def smart_records(text: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """(id, {field letter: text}) of each record of a SMART file (`.I n`, `.T`, `.W`, ...)."""
+    record_id: str | None = None
+    fields: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        match = _FIELD.match(line)
+        if match and match.group(1) == "I":
+            if record_id is not None:
+                yield record_id, _joined(fields)
+            record_id, fields, current = match.group(2).strip(), {}, None
+        elif match and len(line.split()) == 1 and line.startswith("."):
+            current = match.group(1)
+            fields.setdefault(current, [])
+        elif current is not None:
+            fields[current].append(line)
+    if record_id is not None:
+        yield record_id, _joined(fields)
+
+
+def _joined(fields: dict[str, list[str]]) -> dict[str, str]:
+    return {k: " ".join(" ".join(v).split()) for k, v in fields.items()}
+
+
+def slash_records(text: str) -> Iterator[tuple[str, str]]:
+    """(id, body) of each record of NPL's files: an id line, body lines, a line holding `/`."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.strip() == "/":
+            if lines:
+                yield lines[0].strip(), " ".join(" ".join(lines[1:]).split())
+            lines = []
+        elif line.strip() or lines:
+            lines.append(line)
+
+
+def cranfield(raw: Path) -> Converted:
+    corpus = [
+        {"_id": i, "title": f.get("T", ""), "text": f.get("W", "")}
+        for i, f in smart_records(_read(raw / "cran.all.1400"))
+    ]
+    queries = [
+        {"_id": str(n), "text": f.get("W", "")}
+        for n, (_, f) in enumerate(smart_records(_read(raw / "cran.qry")), start=1)
+    ]
+    qrels = []
+    for line in _read(raw / "cranqrel").splitlines():
+        if line.strip():
+            query, doc, grade = line.split()[:3]
+            if 1 <= int(grade) <= 4:
+                qrels.append((query, doc, 5 - int(grade)))
+    return corpus, queries, qrels
+
+
+def cisi(raw: Path) -> Converted:
+    corpus = [
+        {"_id": i, "title": f.get("T", ""), "text": f.get("W", "")}
+        for i, f in smart_records(_read(raw / "CISI.ALL"))
+    ]
+    queries = [
+        {"_id": i, "text": " ".join(p for p in (f.get("T", ""), f.get("W", "")) if p)}
+        for i, f in smart_records(_read(raw / "CISI.QRY"))
+    ]
+    qrels = []
+    for line in _read(raw / "CISI.REL").splitlines():
+        if line.strip():
+            query, doc = line.split()[:2]
+            qrels.append((query, doc, 1))
+    return corpus, queries, qrels
+
+
+def npl(raw: Path) -> Converted:
+    corpus = [
+        {"_id": i, "title": "", "text": body} for i, body in slash_records(_read(raw / "doc-text"))
+    ]
+    queries = [
+        {"_id": i, "text": body.lower()} for i, body in slash_records(_read(raw / "query-text"))
+    ]
+    qrels = [
+        (query, doc, 1)
+        for query, body in slash_records(_read(raw / "rlv-ass"))
+        for doc in body.split()
+    ]
+    return corpus, queries, qrels
+
+
+CONVERTERS = {"cranfield": cranfield, "cisi": cisi, "npl": npl}
+
+
+def write_beir(
+    out: Path,
+    corpus: list[dict[str, str]],
+    queries: list[dict[str, str]],
+    qrels: list[tuple[str, str, int]],
+) -> dict[str, int]:
+    """Write the BEIR layout. Documents without text (Cranfield 471 and 995) are dropped (a
+    search tool refuses them); only judged pairs whose query and document exist are kept."""
+    corpus = [d for d in corpus if d["text"].strip()]
+    doc_ids = {d["_id"] for d in corpus}
+    query_ids = {q["_id"] for q in queries if q["text"]}
+    kept = sorted(
+        {(q, d): g for q, d, g in qrels if q in query_ids and d in doc_ids}.items(),
+        key=lambda item: (int(item[0][0]), int(item[0][1])),
+    )
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    with (out / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for d in corpus:
+            f.write(json.dumps({**d, "metadata": {}}) + "\n")
+    with (out / "queries.jsonl").open("w", encoding="utf-8") as f:
+        for q in queries:
+            if q["text"]:
+                f.write(json.dumps({**q, "metadata": {}}) + "\n")
+    with (out / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for (query, doc), gain in kept:
+            f.write(f"{query}\t{doc}\t{gain}\n")
+    return {
+        "documents": len(corpus),
+        "queries": len(query_ids),
+        "judged_queries": len({q for (q, _), _ in kept}),
+        "judgements": len(kept),
+    }
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", choices=sorted(CONVERTERS))
+    parser.add_argument("raw", type=Path, help="directory holding the original files")
+    parser.add_argument("out", type=Path, help="where the BEIR layout is written")
+    args = parser.parse_args()
+    counts = write_beir(args.out, *CONVERTERS[args.name](args.raw))
+    print(json.dumps({"collection": args.name, **counts}))
+
+
+if __name__ == "__main__":
+    main()

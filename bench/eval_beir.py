@@ -1,0 +1,201 @@
+"""Retrieval quality on any BEIR-format collection: KEYWORD, SEMANTIC and HYBRID nDCG@10, with the
+configured fusion and with the fusion the collection calibrates for itself.
+
+    python bench/eval_beir.py --dataset /work/datasets/cranfield [--work-dir DIR] [--out FILE]
+
+1. Builds the collection (named after the dataset directory) once under `--work-dir` (default
+   `var/eval/<name>`) through the product's ingest, in process; the embedder's vectors are cached
+   in `<work-dir>/vectors.npz`, so later runs embed nothing. Keep `--work-dir` outside the
+   repository for collections you share between worktrees (vectors cost CPU: MiniLM embeds a few
+   hundred chunks a minute on a loaded 2-core machine).
+2. Replays the engine's scored candidates of every judged query (`qrels/test.tsv`) through
+   `fusion.fuse`: SEMANTIC is the dense side alone, KEYWORD the keyword side alone, HYBRID the
+   configured fusion and the calibrated one (`services/search_tool/calibration.py`: pseudo-queries
+   from the collection's own documents, nothing from the judgements).
+3. With `--grpc`, also runs the judged queries through a search tool's gRPC API (the running
+   product, calibration on) and reports those figures beside the replayed ones.
+
+Nothing is chosen on the judged queries: the figures are what a collection never tuned on gets.
+The dataset is read from outside the repository and never shipped (see
+`bench/classic_collections.py` for turning classic collections into this layout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+from quarry.searchtool.v1 import search_tool_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.embedding_cache import CachedEmbedder
+from bench.eval_scifact import (
+    _STRATEGIES,
+    Replay,
+    collect_replays,
+    ndcg_at,
+    replayed,
+    run_queries,
+    scores,
+    timed_scores,
+)
+from bench.harness import (
+    RESULTS_DIR,
+    VAR_DIR,
+    SciFact,
+    emit,
+    load_beir,
+    machine,
+    note,
+    running_search_tool,
+    settings_for,
+)
+from bench.scifact_collection import build_collection, cached_embedder
+from services.search_tool.calibration import ALPHA_GRID
+from services.search_tool.calibrations import DIRECTORY as CALIBRATION_DIRECTORY
+from services.search_tool.calibrations import FusionCalibrations
+from services.search_tool.engine.base import Fusion, FusionMethod
+from services.search_tool.engine.lancedb import LanceDBEngine
+
+SIDES = {
+    "SEMANTIC": Fusion(FusionMethod.LINEAR, alpha=1.0),
+    "KEYWORD": Fusion(FusionMethod.LINEAR, alpha=0.0),
+}
+BOOTSTRAP_SAMPLES = 2_000
+
+
+def per_query_ndcg(rankings: dict[str, list[str]], data: SciFact) -> dict[str, float]:
+    return {q: ndcg_at(rankings.get(q, []), data.qrels[q]) for q in sorted(data.qrels)}
+
+
+def paired_interval(
+    a: dict[str, float], b: dict[str, float], *, seed: int = 7
+) -> tuple[float, float, float]:
+    """Mean of a - b over the queries and its 95 % bootstrap interval (queries resampled)."""
+    ids = sorted(a)
+    deltas = [a[q] - b[q] for q in ids]
+    rng = random.Random(seed)
+    means = sorted(
+        sum(deltas[rng.randrange(len(ids))] for _ in ids) / len(ids)
+        for _ in range(BOOTSTRAP_SAMPLES)
+    )
+    return (
+        round(sum(deltas) / len(ids), 4),
+        round(means[int(0.025 * BOOTSTRAP_SAMPLES)], 4),
+        round(means[int(0.975 * BOOTSTRAP_SAMPLES) - 1], 4),
+    )
+
+
+async def prepared(
+    data_dir: Path, name: str, data: SciFact, embedder: CachedEmbedder
+) -> dict[str, Any]:
+    """The collection built (or reused) and every row folded into the indexes."""
+    report = await build_collection(data_dir, data, embedder, collection=name)
+    engine = await LanceDBEngine.open(data_dir, policy=settings_for(data_dir).engine.index_policy())
+    try:
+        await engine.refresh(name)
+    finally:
+        await engine.close()
+    return report
+
+
+async def evaluate(
+    dataset: Path, name: str, work_dir: Path, *, through_grpc: bool
+) -> dict[str, Any]:
+    data = load_beir(dataset, split="test")
+    data_dir = work_dir / "lance"
+    embedder = cached_embedder(work_dir / "vectors.npz")
+    ingest = await prepared(data_dir, name, data, embedder)
+    settings = settings_for(data_dir)
+    calibrated = settings_for(data_dir, calibrate=True)
+    engine = await LanceDBEngine.open(data_dir, policy=settings.engine.index_policy())
+    try:
+        replays: dict[str, Replay] = await collect_replays(engine, embedder, data, collection=name)
+        calibrations = FusionCalibrations(
+            engine, embedder, calibrated.fusion, data_dir / CALIBRATION_DIRECTORY
+        )
+        started = time.monotonic()
+        calibration = await calibrations.calibrate(name)
+        calibration_s = round(time.monotonic() - started, 1)
+    finally:
+        await engine.close()
+    configured = settings.fusion.to_fusion()
+    note(f"{name}: calibrated {calibration.as_json()}")
+    runs = {
+        "SEMANTIC": replayed(replays, SIDES["SEMANTIC"]),
+        "KEYWORD": replayed(replays, SIDES["KEYWORD"]),
+        "HYBRID (configured)": replayed(replays, configured),
+        "HYBRID (calibrated)": replayed(replays, calibration.fusion),
+    }
+    figures = {label: scores(r, data) for label, r in runs.items()}
+    alpha_curve = {
+        str(alpha): scores(replayed(replays, replace(configured, alpha=alpha)), data)["ndcg@10"]
+        for alpha in ALPHA_GRID
+    }
+    per_query = {label: per_query_ndcg(r, data) for label, r in runs.items()}
+    best_side = max(("SEMANTIC", "KEYWORD"), key=lambda s: figures[s]["ndcg@10"])
+    for label in ("HYBRID (configured)", "HYBRID (calibrated)"):
+        mean, low, high = paired_interval(per_query[label], per_query[best_side])
+        figures[label]["minus_best_side"] = {"mean": mean, "ci95": [low, high]}
+    mean, low, high = paired_interval(
+        per_query["HYBRID (calibrated)"], per_query["HYBRID (configured)"]
+    )
+    result: dict[str, Any] = {
+        "benchmark": "beir",
+        "collection": name,
+        "dataset": str(dataset),
+        "documents": len(data.corpus),
+        "judged_queries": len(data.qrels),
+        "replayed": figures,
+        "best_side": best_side,
+        "calibrated_minus_configured": {"mean": mean, "ci95": [low, high]},
+        "ndcg@10_by_alpha": alpha_curve,
+        "calibration": {**calibration.as_json(), "seconds": calibration_s},
+        "configured_fusion": settings.fusion.model_dump(),
+        "ingest": ingest,
+        "machine": machine(),
+    }
+    if through_grpc:
+        result["grpc"] = await grpc_figures(data_dir, name, data)
+    return result
+
+
+async def grpc_figures(data_dir: Path, name: str, data: SciFact) -> dict[str, Any]:
+    """The judged queries through a running search tool (its HYBRID uses the calibration)."""
+    figures: dict[str, Any] = {}
+    async with (
+        running_search_tool(settings_for(data_dir, calibrate=True)) as address,
+        grpc.aio.insecure_channel(address) as channel,
+    ):
+        stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+        for strategy in ("SEMANTIC", "KEYWORD", "HYBRID"):
+            run = await run_queries(stub, data, _STRATEGIES[strategy], collection=name)
+            figures[strategy] = timed_scores(run, data)
+            note(f"{name} {strategy} through gRPC: {figures[strategy]}")
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", type=Path, required=True, help="a BEIR-format directory")
+    parser.add_argument("--name", help="collection name (default: the directory's name)")
+    parser.add_argument("--work-dir", type=Path, help="collection + vector cache (var/eval/NAME)")
+    parser.add_argument("--out", type=Path, help="JSON result (bench/results/beir-NAME.json)")
+    parser.add_argument("--grpc", action="store_true", help="also search through gRPC")
+    args = parser.parse_args()
+    name = args.name or args.dataset.resolve().name
+    work_dir = args.work_dir or VAR_DIR / "eval" / name
+    result = asyncio.run(evaluate(args.dataset, name, work_dir, through_grpc=args.grpc))
+    emit(result, args.out or RESULTS_DIR / f"beir-{name}.json")
+
+
+if __name__ == "__main__":
+    main()

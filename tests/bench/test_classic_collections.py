@@ -1,0 +1,107 @@
+"""Classic collections become BEIR layout the way `bench/harness.load_beir` reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.classic_collections import cisi, cranfield, npl, write_beir
+from bench.eval_beir import paired_interval
+from bench.harness import load_beir
+
+CRAN_DOCS = """.I 1
+.T
+wing in a slipstream .
+.A
+brenckman,m.
+.B
+j. ae. scs. 25, 1958, 324.
+.W
+wing in a slipstream .
+  an experimental study of a wing .
+.I 2
+.T
+empty record
+.A
+nobody
+.B
+nowhere
+.W
+.I 3
+.T
+heat transfer in slabs .
+.W
+heat conduction in composite slabs .
+"""
+CRAN_QUERIES = """.I 001
+.W
+what similarity laws apply to a wing .
+.I 004
+.W
+what problems of heat conduction in slabs .
+"""
+CRAN_QRELS = "1 1 2\n1 3 4\n2 3 1\n2 1 -1\n2 2 1\n"
+
+
+def test_cranfield_renumbers_its_queries_maps_grades_to_gains_and_drops_empty_documents(
+    tmp_path: Path,
+) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "cran.all.1400").write_text(CRAN_DOCS)
+    (raw / "cran.qry").write_text(CRAN_QUERIES)
+    (raw / "cranqrel").write_text(CRAN_QRELS)
+    counts = write_beir(tmp_path / "out", *cranfield(raw))
+    assert counts == {"documents": 2, "queries": 2, "judged_queries": 2, "judgements": 3}
+    data = load_beir(tmp_path / "out")
+    assert data.queries == {
+        "1": "what similarity laws apply to a wing .",
+        "2": "what problems of heat conduction in slabs .",
+    }
+    # grade 1 (complete answer) → gain 4 ... 4 (minimal interest) → 1; -1 and the empty doc go
+    assert data.qrels == {"1": {"1": 3, "3": 1}, "2": {"3": 4}}
+    first = data.corpus[0]
+    assert (first["_id"], first["title"]) == ("1", "wing in a slipstream .")
+    assert first["text"] == "wing in a slipstream . an experimental study of a wing ."
+
+
+def test_cisi_joins_a_query_title_and_text_and_keeps_only_judged_pairs(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "CISI.ALL").write_text(
+        ".I 1\n.T\nDewey Decimal\n.A\nComaromi\n.W\n   The present study\nof the DDC.\n"
+        ".X\n1\t5\t1\n"
+    )
+    (raw / "CISI.QRY").write_text(".I 1\n.T\nTitles\n.W\nWhat makes a title?\n.I 2\n.W\nOther?\n")
+    (raw / "CISI.REL").write_text("     1     1\t0\t0.000000\n     1     9\t0\t0.000000\n")
+    write_beir(tmp_path / "out", *cisi(raw))
+    data = load_beir(tmp_path / "out")
+    assert data.queries == {"1": "Titles What makes a title?"}
+    assert data.qrels == {"1": {"1": 1}}
+    assert data.corpus[0]["text"] == "The present study of the DDC."
+
+
+def test_npl_reads_slash_separated_records(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "doc-text").write_text(
+        "1\ncompact memories have\nflexible capacities\n   /\n2\nan analogue computer\n   /\n"
+    )
+    (raw / "query-text").write_text("1\nCOMPACT MEMORIES\n/\n")
+    (raw / "rlv-ass").write_text("1\n    1     2\n   /\n")
+    write_beir(tmp_path / "out", *npl(raw))
+    data = load_beir(tmp_path / "out")
+    assert [d["text"] for d in data.corpus] == [
+        "compact memories have flexible capacities",
+        "an analogue computer",
+    ]
+    assert data.queries == {"1": "compact memories"}
+    assert data.qrels == {"1": {"1": 1, "2": 1}}
+
+
+def test_the_paired_interval_brackets_the_mean_difference() -> None:
+    a = {str(i): 0.5 + (0.1 if i % 2 else 0.0) for i in range(40)}
+    b = {str(i): 0.5 for i in range(40)}
+    mean, low, high = paired_interval(a, b)
+    assert mean == 0.05
+    assert 0.0 < low <= mean <= high < 0.1
+    assert paired_interval(b, b) == (0.0, 0.0, 0.0)
