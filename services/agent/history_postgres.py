@@ -29,7 +29,12 @@ finished step, and when it ends. Any replica answers `GetRun` / `ListRuns` for e
   full disk (53100) is dropped and counted like any failed write, its log line naming the cause;
   a read hitting a damaged table or index (XX001 / XX002) answers DATA_LOSS naming the run
   (`GetRun`) or the history (`ListRuns`), one on a full disk (a sort spilling to it)
-  RESOURCE_EXHAUSTED `STORAGE_FULL`; either names the SQLSTATE.
+  RESOURCE_EXHAUSTED `STORAGE_FULL`; either names the SQLSTATE. Damage met by the history's own
+  work (marking this replica's leftover runs at start, retention, the heartbeat's marking of
+  stopped replicas' runs) never keeps it from becoming ready: it is counted (`damage_errors`),
+  what start-up found is kept in `findings` and logged once ("run history is damaged", naming
+  the step and the server's message, as the SQLite history's `quick_check` report), a later
+  damage is logged once per cause; runs go on, rows on sound pages are written and read.
 * **Retention** by age and count, at most every `sweep_interval_s` per replica and by one replica
   at a time (a transaction-level advisory lock; the others skip).
 """
@@ -78,6 +83,9 @@ COMPONENT = "agent"
 """The agent's name in the migrations table (the search tool's tables are its own)."""
 WRITERS = 4
 """Writer tasks (and so pooled connections) writing at once; a run's writes all go to one."""
+START_SWEEP_S = 5.0
+"""Each statement of the retention applied at start (before readiness) ends within this; a
+backlog it cannot clear in time is cleared by the next sweep (`sweep_interval_s`)."""
 RETENTION_LOCK_KEY = 0x51_41_52_52_59_52_45_54  # "QARRYRET"
 """Transaction advisory lock: one replica at a time applies retention."""
 DEAD_REPLICA_MESSAGE = (
@@ -175,6 +183,11 @@ class PostgresRunHistory:
         self._database_down = False
         self.failed_writes = 0
         """Writes that did not reach the database (failed, or dropped while it was down)."""
+        self.damage_errors = 0
+        """Damaged pages (SQLSTATE XX001 / XX002) met: by start-up, maintenance, reads, writes."""
+        self.findings: list[str] = []
+        """The damage start-up met (step: the server's message); empty when it met none."""
+        self._damage_logged: set[str] = set()
         self.interrupted_runs = 0
         """Runs this replica marked `interrupted` (its own leftovers, and dead replicas')."""
         self.on_replicas_gone: list[Any] = []
@@ -255,7 +268,11 @@ class PostgresRunHistory:
             )
 
     def _counts(self) -> dict[str, Any]:
-        return {"replica": self.replica, "failed_writes": self.failed_writes}
+        return {
+            "replica": self.replica,
+            "failed_writes": self.failed_writes,
+            "damage_errors": self.damage_errors,
+        }
 
     async def _maintain(self) -> None:
         """Prepare the schema once the database answers, then heartbeat for ever."""
@@ -266,36 +283,81 @@ class PostgresRunHistory:
                 async with pool.connection() as conn:
                     await migrate(conn, COMPONENT, MIGRATIONS)
                 await self._heartbeat()
-                own = await self._mark_own_running()
-                if own:
-                    log.warning(
-                        "runs interrupted by this replica's previous process",
-                        extra={"runs": own, "replica": self.replica},
-                    )
-                # retention due at start runs before the replica is ready, so it never races the
-                # first runs this replica records (the loop below sweeps once per interval after)
-                await self._sweep_logged()
-                self._prepared.set()
+                await self._start_marking()
             except Exception as error:  # the database is not there yet: try again
                 log.warning("run history database not ready", extra={"error": str(error)[:300]})
                 await asyncio.sleep(interval)
+                continue
+            # retention due at start runs before the replica is ready, so it never races the
+            # first runs this replica records (the loop below sweeps once per interval after);
+            # it is bounded and cannot fail the start
+            await self._sweep_logged(START_SWEEP_S, "applying retention at start")
+            if self.findings:
+                log.error(
+                    "run history is damaged: runs whose records are hit answer DATA_LOSS, the "
+                    "others keep working and new runs are recorded on sound pages; restore the "
+                    "database from a backup (or drop the damaged rows) to repair it",
+                    extra={"findings": list(self.findings), **self._counts()},
+                )
+            self._prepared.set()
         while True:
             try:
                 await self._heartbeat()
-                await self.mark_interrupted()
+                try:
+                    await self.mark_interrupted()
+                except Exception as error:
+                    if not database_damaged(error):
+                        raise
+                    self._damage_met("marking stopped replicas' runs interrupted", error)
                 if time.monotonic() - self._last_sweep >= self.settings.sweep_interval_s:
-                    await self.sweep()
+                    await self._sweep_logged(None, "applying retention")
             except Exception as error:
                 if self._health is not None:
                     self._health.failed(error)
                 log.warning("run history heartbeat failed", extra={"error": str(error)[:300]})
             await asyncio.sleep(interval)
 
-    async def _sweep_logged(self) -> None:
+    async def _start_marking(self) -> None:
+        """Mark this replica's leftover running runs; a damaged page is a finding, not a reason
+        to stay unready (those runs stay `running` until the damage is repaired)."""
         try:
-            await self.sweep()
+            own = await self._mark_own_running()
+        except Exception as error:
+            if not database_damaged(error):
+                raise
+            self._damage_met("marking this replica's leftover running runs interrupted", error)
+            return
+        if own:
+            log.warning(
+                "runs interrupted by this replica's previous process",
+                extra={"runs": own, "replica": self.replica},
+            )
+
+    async def _sweep_logged(self, timeout_s: float | None, step: str) -> None:
+        try:
+            await self.sweep(timeout_s=timeout_s)
         except Exception as error:  # retention can wait for the next interval
-            log.warning("run history retention failed", extra={"error": str(error)[:300]})
+            if database_damaged(error):
+                self._damage_met(step, error)
+            else:
+                log.warning("run history retention failed", extra={"error": str(error)[:300]})
+
+    def _damage_met(self, step: str, error: BaseException) -> None:
+        """Count a damaged page the history's own work met; before it is ready it is a finding
+        (logged once with the others), after it is logged once per cause."""
+        self.damage_errors += 1
+        cause = database_cause(error)
+        if not self._prepared.is_set():
+            self.findings.append(f"{step}: {cause}")
+            self._damage_logged.add(cause)
+            return
+        if cause in self._damage_logged:
+            return
+        self._damage_logged.add(cause)
+        log.error(
+            "run history is damaged",
+            extra={"step": step, "error": cause, **self._counts()},
+        )
 
     async def _heartbeat(self) -> None:
         async with transaction(self.pool, self.settings.postgres) as conn:
@@ -455,6 +517,8 @@ class PostgresRunHistory:
             if self._health is not None:
                 self._health.failed(error)
             why = str(error)[:300]
+            if database_damaged(error):
+                self.damage_errors += 1
             if database_full(error) or database_damaged(error):
                 why = f"storage fault: {database_cause(error)}"
             self._dropped(write, why, None if isinstance(error, QuarryError) else error)
@@ -553,11 +617,12 @@ class PostgresRunHistory:
             ),
         )
 
-    async def sweep(self) -> int:
-        """Retention now (by one replica at a time; the others return 0)."""
+    async def sweep(self, *, timeout_s: float | None = None) -> int:
+        """Retention now (by one replica at a time; the others return 0); each statement is
+        bounded by `timeout_s` (else the configured statement timeout)."""
         self._last_sweep = time.monotonic()
         age_s = self.settings.max_age_days * 86_400
-        async with transaction(self.pool, self.settings.postgres) as conn:
+        async with transaction(self.pool, self.settings.postgres, timeout_s=timeout_s) as conn:
             cursor = await conn.execute(
                 "SELECT pg_try_advisory_xact_lock(%s)", (RETENTION_LOCK_KEY,)
             )
@@ -597,6 +662,7 @@ class PostgresRunHistory:
             raise
         except Exception as error:
             if database_damaged(error):
+                self.damage_errors += 1
                 log.error("run history is damaged", extra={**metadata, "error": str(error)})
                 raise DataLoss(
                     f"{damaged} is damaged in the PostgreSQL run history ({database_cause(error)})",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -31,7 +32,7 @@ from tests.postgres_server import PostgresServer
 pytestmark = pytest.mark.postgres
 
 DSN_ENV = "QUARRY_TEST_AGENT_HISTORY_FAULTS_DSN"
-Open = Callable[[], Awaitable[PostgresRunHistory]]
+Open = Callable[..., Awaitable[PostgresRunHistory]]
 
 
 @pytest.fixture
@@ -39,11 +40,17 @@ async def opened(postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
     monkeypatch.setenv(DSN_ENV, postgres_dsn)
     stores: list[PostgresRunHistory] = []
 
-    async def open_store() -> PostgresRunHistory:
+    async def open_store(statement_timeout_s: float = 30.0, **history: Any) -> PostgresRunHistory:
         settings = HistorySettings(
             kind="postgres",
-            postgres=PostgresSettings(dsn_env=DSN_ENV, pool_timeout_s=2.0, connect_timeout_s=2),
+            postgres=PostgresSettings(
+                dsn_env=DSN_ENV,
+                pool_timeout_s=2.0,
+                connect_timeout_s=2,
+                statement_timeout_s=statement_timeout_s,
+            ),
             replica=ReplicaSettings(name="faults", heartbeat_interval_s=0.5, lease_s=5.0),
+            **history,
         )
         store = PostgresRunHistory(settings)
         store.open()
@@ -56,12 +63,14 @@ async def opened(postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
         await store.close()
 
 
-async def _record_run(store: PostgresRunHistory, run_id: str) -> agent_pb2.RunRecord:
+async def _record_run(
+    store: PostgresRunHistory, run_id: str, *, query: str = ""
+) -> agent_pb2.RunRecord:
     record = agent_pb2.RunRecord(
         run_id=run_id,
         collection="docs",
         status=agent_pb2.RUN_STATUS_RUNNING,
-        request=agent_pb2.RunRequest(query=f"q {run_id}", collection="docs"),
+        request=agent_pb2.RunRequest(query=query or f"q {run_id}", collection="docs"),
     )
     record.started_at.FromNanoseconds(time.time_ns())
     store.begin(record)
@@ -160,3 +169,100 @@ async def test_a_read_on_a_full_disk_answers_resource_exhausted_storage_full(
     assert full.value.reason == "STORAGE_FULL"
     assert full.value.metadata["sqlstate"] == "53100"
     assert (await store.get("run-1")) is not None  # other reads go on
+
+
+async def _blocks_of_runs(postgres_dsn: str) -> dict[str, int]:
+    """Each run's heap block in `agent_runs` (from its row's `ctid`)."""
+    async with await psycopg.AsyncConnection.connect(postgres_dsn) as conn:
+        cursor = await conn.execute("SELECT run_id, ctid::text FROM agent_runs")
+        rows = await cursor.fetchall()
+    return {str(run_id): int(str(ctid).strip("()").split(",")[0]) for run_id, ctid in rows}
+
+
+async def test_a_runs_table_damaged_before_start_is_reported_once_and_does_not_block_readiness(
+    opened: Open,
+    postgres_dsn: str,
+    postgres_server: PostgresServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The start-up work (this replica's leftover running runs, the retention sweep) scans the
+    damaged table: each failure is a finding, logged once, counted; the history becomes ready,
+    the runs on sound pages are read, new runs are recorded, the damaged ones answer DATA_LOSS."""
+    first = await opened()
+    leftover = agent_pb2.RunRecord(  # the first row: on the page damaged below
+        run_id="run-left-running",
+        collection="docs",
+        status=agent_pb2.RUN_STATUS_RUNNING,
+        request=agent_pb2.RunRequest(query="still running", collection="docs"),
+    )
+    leftover.started_at.FromNanoseconds(time.time_ns())
+    first.begin(leftover)
+    assert (await first.get("run-left-running")) is not None
+    filler = os.urandom(400).hex()  # ~1 KB a row, incompressible: the table spans pages
+    for n in range(30):
+        await _record_run(first, f"run-{n}", query=f"{n} {filler}")
+    await first.close()
+    blocks = await _blocks_of_runs(postgres_dsn)
+    assert max(blocks.values()) >= 2, blocks
+    assert blocks["run-left-running"] == 0
+    on_damaged = sorted(r for r, b in blocks.items() if b == 0 and r != "run-left-running")
+    on_sound = sorted(r for r, b in blocks.items() if b > 0 and r.startswith("run-"))
+    assert on_damaged
+    assert on_sound
+    await _damage_table(postgres_dsn, postgres_server, "agent_runs")
+
+    with caplog.at_level(logging.INFO, logger="services.agent.history_postgres"):
+        store = await opened()  # ready within 30 s, the damage notwithstanding
+        assert store.findings, "start-up met no damage: the test damaged nothing it reads"
+        assert all("SQLSTATE XX001" in f for f in store.findings), store.findings
+        assert any(f.startswith("marking this replica's leftover") for f in store.findings)
+        assert store.damage_errors == len(store.findings)
+        assert any(f.startswith("applying retention at start") for f in store.findings)
+        reports = [r for r in caplog.records if r.getMessage().startswith("run history is damaged")]
+        assert len(reports) == 1, [r.getMessage() for r in reports]
+        assert getattr(reports[0], "findings") == store.findings  # noqa: B009
+        assert not [r for r in caplog.records if r.getMessage() == "run history database not ready"]
+
+        with pytest.raises(DataLoss) as damaged:
+            await store.get(on_damaged[0])
+        assert damaged.value.metadata["run_id"] == on_damaged[0]
+        assert damaged.value.metadata["sqlstate"] == "XX001"
+        sound = await store.get(on_sound[0])
+        assert sound is not None
+        assert sound.response.answer.text == f"answer of {on_sound[0]}"
+        with pytest.raises(DataLoss):
+            await store.list_runs(RunQuery(page_size=100))
+
+        await _record_run(store, "run-after-damage")
+        assert store.failed_writes == 0
+        after = await store.get("run-after-damage")
+        assert after is not None
+        assert after.status == agent_pb2.RUN_STATUS_COMPLETED
+        assert store.damage_errors >= len(store.findings) + 2  # the two damaged reads
+
+        await asyncio.sleep(3 * store.settings.replica.heartbeat_interval_s)  # heartbeats go on
+        reports = [r for r in caplog.records if r.getMessage().startswith("run history is damaged")]
+        assert [r for r in reports if getattr(r, "step", None)] == [], "a known cause re-logged"
+
+
+async def test_a_start_up_retention_held_up_by_a_lock_is_cut_short_and_the_history_is_ready(
+    opened: Open, postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention due at start runs before readiness: a sweep that cannot finish (here its DELETE
+    waits on a lock another session holds) is cut at `START_SWEEP_S` a statement, logged, and
+    left to the next interval; with an hour-long statement timeout configured, readiness would
+    otherwise wait an hour."""
+    first = await opened()
+    for n in range(3):
+        await _record_run(first, f"run-{n}")
+    await first.close()
+    holder = await psycopg.AsyncConnection.connect(postgres_dsn)
+    async with holder, holder.transaction():
+        await holder.execute("LOCK TABLE agent_run_events IN EXCLUSIVE MODE")
+        with caplog.at_level(logging.WARNING, logger="services.agent.history_postgres"):
+            store = await opened(statement_timeout_s=3600.0, max_runs=1)  # ready within 30 s
+        failed = [r for r in caplog.records if r.getMessage() == "run history retention failed"]
+        assert len(failed) == 1
+        assert store.findings == []
+    assert len((await store.list_runs(RunQuery(page_size=10)))[0]) == 3  # nothing swept yet
+    assert await store.sweep() == 2  # the next sweep does the work
