@@ -145,3 +145,15 @@ async def test_keyword_and_hybrid_find_the_document_whose_words_match(
     top = (await opened.search(name, hybrid)).hits[0]
     assert top.chunk.id == "gamma__chunk_0"
     assert top.dense_score == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "text", ['"release wheels"', '"unbalanced AND (release OR', "NOT release", "release:*"]
+)
+async def test_query_syntax_in_keyword_text_is_searched_as_plain_words_on_every_engine(
+    engine: tuple[SearchEngine, str], text: str
+) -> None:
+    opened, name = engine
+    query = EngineQuery(Strategy.KEYWORD, text, np.zeros((0, DIMENSIONS), np.float32))
+    page = await opened.search(name, query)
+    assert "gamma__chunk_0" in [h.chunk.id for h in page.hits]

@@ -169,7 +169,7 @@ async def test_keyword_search_ranks_by_bm25_over_title_and_text(engine: LanceDBE
 
 
 async def test_keyword_query_syntax_is_treated_as_plain_words(engine: LanceDBEngine) -> None:
-    for text in ['"unbalanced AND (release OR', "NOT release", "release:*"]:
+    for text in ['"unbalanced AND (release OR', "NOT release", "release:*", '"release wheels"']:
         query = EngineQuery(Strategy.KEYWORD, text, np.zeros((0, DIMENSIONS), np.float32))
         page = await engine.search("fixture", query)
         assert "gamma__chunk_0" in [h.chunk.id for h in page.hits]

@@ -68,6 +68,13 @@ async def dense_candidates(
     return [ranking for ranking in lists if ranking] if len(vectors) > 1 else lists
 
 
+def plain_words(text: str) -> str:
+    """The query without double quotes: a quoted phrase is a phrase query to LanceDB's FTS, which
+    fails on an index without positions ("position is not found but required for phrase
+    queries") — the words are searched instead, as for any other query syntax."""
+    return text.replace('"', " ")
+
+
 async def keyword_candidates(
     table: Any,
     text: str,
@@ -79,7 +86,13 @@ async def keyword_candidates(
 ) -> tuple[list[Candidate], int]:
     """(row address, BM25) of the best keyword matches, best first — the first `keep` of them
     (all by default) — and how many matched, up to `limit`."""
-    builder = table.query().nearest_to_text(text).select(["_score"]).with_row_id().limit(limit)
+    builder = (
+        table.query()
+        .nearest_to_text(plain_words(text))
+        .select(["_score"])
+        .with_row_id()
+        .limit(limit)
+    )
     if where:
         builder = builder.where(where)
     result = await builder.to_arrow(timeout=budget)
@@ -125,7 +138,7 @@ async def keyword_scores_at(
     listed = ", ".join(str(int(a)) for a in addresses)
     builder = (
         table.query()
-        .nearest_to_text(text)
+        .nearest_to_text(plain_words(text))
         .select(["_score"])
         .with_row_id()
         .where(f"_rowid IN ({listed})")
