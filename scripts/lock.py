@@ -67,6 +67,9 @@ class Lock:
     """Only the extras' pins, without the project's own dependencies (a venv apart)."""
     constrained: bool = True
     """Resolved under dev.lock, so its versions are the ones the tests ran on."""
+    left_out: tuple[str, ...] = ()
+    """Distributions a dependency requires but no code of this lock's service can import, kept out
+    (`--no-emit-package`; images install with `--no-deps`)."""
 
     @property
     def path(self) -> Path:
@@ -77,9 +80,12 @@ SERVICES = ("search-tool", "llm-gateway", "agent")
 """The services, each an extra of pyproject.toml, a lock and an image (`make image SERVICE=...`)."""
 PRODUCT = ("cli", *SERVICES)
 """The extras that make up Quarry; with `dev` and the dependencies, one set of versions."""
+LEFT_OUT = {"search-tool": ("docker",)}
+"""pyvespa requires docker for its local-deployment module (`vespa.deployment`), which the Vespa
+engine never imports (tests/deploy/test_service_images.py checks what each service imports)."""
 LOCK_FILES = (
     Lock("dev", ("dev", *PRODUCT), constrained=False),
-    *(Lock(service, (service,)) for service in SERVICES),
+    *(Lock(service, (service,), left_out=LEFT_OUT.get(service, ())) for service in SERVICES),
     Lock("build", (), build_system=True),
     Lock("llm-runtime", ("llm-runtime",), extras_only=True, constrained=False),
 )
@@ -115,6 +121,8 @@ def write(lock: Lock) -> None:
         command += ["pyproject.toml", *(f"--extra={extra}" for extra in lock.extras)]
     if lock.constrained:
         command += ["--constraint", "requirements/dev.lock"]
+    for name in lock.left_out:
+        command += ["--no-emit-package", name]
     subprocess.run(command, cwd=ROOT, input=text, text=True, check=True)
     print(f"wrote {lock.path.relative_to(ROOT)}")
 

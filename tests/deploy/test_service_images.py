@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import os
+import subprocess
 import sys
 import sysconfig
 from functools import cache
@@ -188,3 +189,22 @@ def test_the_scan_follows_lazy_imports_inside_functions() -> None:
     assert distribution_of("vespa.package") == "pyvespa"
     assert distribution_of("google.protobuf.json_format") == "protobuf"
     assert distribution_of("no_such_module_anywhere") is None
+
+
+def test_the_search_tool_image_leaves_out_docker_which_its_vespa_code_never_imports() -> None:
+    assert "docker" not in locked("search-tool")
+    assert "docker" in locked("dev")  # pyvespa requires it; the image installs with --no-deps
+    # with docker unimportable, every module of the Vespa engine and the deploy job still imports
+    probe = (
+        "import sys, importlib, pkgutil\n"
+        "sys.modules['docker'] = None\n"
+        "import services.search_tool.engine.vespa as v\n"
+        "for m in pkgutil.walk_packages(v.__path__, v.__name__ + '.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "import quarry_cli.vespa_deploy\n"
+        "assert 'docker' not in {k for k, m in sys.modules.items() if m is not None}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
