@@ -31,9 +31,9 @@ from pydantic import TypeAdapter
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from quarry.common.v1 import search_pb2
 
-from services.agent.convert import MAX_LIMIT as MAX_LIMIT  # the most results a run returns
-from services.agent.convert import filter_message
+from services.agent.filter_wire import filter_message
 from services.agent.filters import FilterGroup
+from services.agent.run import MAX_LIMIT as MAX_LIMIT  # the most results a run returns
 from services.common.auth import StaticKey
 from services.common.channels import open_channel
 from services.common.errors import QuarryError

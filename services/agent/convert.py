@@ -1,57 +1,30 @@
-"""Protobuf <-> agent domain, in one place: requests, search calls and hits, collections, runs
-and events. The caller's filter passes through untouched; the search tool validates it."""
+"""The agent API's protobuf edge (`quarry.agent.v1`) <-> agent domain: run requests and their
+question windows in, run responses, step records and stream events out. The caller's filter passes
+through untouched; the search tool validates it.
+
+The other wire protocols convert beside their clients: the search tool's in
+`search_tool_client.py`, the LLM gateway's in `gateway_client.py`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import json_format, timestamp_pb2
 from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
-from quarry.searchtool.v1 import search_tool_pb2
 
 from services.agent.events import AgentEvent, Done, Failed, Started, Thinking
-from services.agent.filters import FilterGroup, FilterValue, Operator, Scalar
+from services.agent.filters import Scalar
 from services.agent.questions import QuestionWindows
 from services.agent.records import AnsweredBy, StepRecord, ToolCallRecord
-from services.agent.run import Mode, RunRequest, RunResult, StopReason, Turn
-from services.agent.search import (
-    WEB_SOURCE,
-    Breadcrumb,
-    Breakdown,
-    CollectionInfo,
-    CountRequest,
-    DocumentCount,
-    Facet,
-    ReadRequest,
-    SearchHit,
-    SearchRequest,
-    WebOrigin,
-)
+from services.agent.run import MAX_LIMIT, Mode, RunRequest, RunResult, StopReason, Turn
+from services.agent.search import SearchHit
 from services.agent.tools import DEFAULT_TOOLS, ToolEvent
 from services.common.auth import require_caller_permission
 from services.common.errors import FieldViolation, InvalidArgument, shown
 from services.common.names import collection_name_problem
 
-_OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
-    "equals": search_pb2.FILTER_OPERATOR_EQUALS,
-    "not_equals": search_pb2.FILTER_OPERATOR_NOT_EQUALS,
-    "contains": search_pb2.FILTER_OPERATOR_CONTAINS,
-    "greater_than": search_pb2.FILTER_OPERATOR_GREATER_THAN,
-    "greater_than_or_equal": search_pb2.FILTER_OPERATOR_GREATER_THAN_OR_EQUAL,
-    "less_than": search_pb2.FILTER_OPERATOR_LESS_THAN,
-    "less_than_or_equal": search_pb2.FILTER_OPERATOR_LESS_THAN_OR_EQUAL,
-    "in": search_pb2.FILTER_OPERATOR_IN,
-    "not_in": search_pb2.FILTER_OPERATOR_NOT_IN,
-}
-_STRATEGIES: dict[str, int] = {
-    "semantic": search_pb2.RETRIEVAL_STRATEGY_SEMANTIC,
-    "keyword": search_pb2.RETRIEVAL_STRATEGY_KEYWORD,
-    "hybrid": search_pb2.RETRIEVAL_STRATEGY_HYBRID,
-}
 _MODES = {agent_pb2.MODE_UNSPECIFIED: Mode.FAST, agent_pb2.MODE_FAST: Mode.FAST}
 _MODES[agent_pb2.MODE_THINKING] = Mode.THINKING
 _MODE_NUMBERS = {Mode.FAST: agent_pb2.MODE_FAST, Mode.THINKING: agent_pb2.MODE_THINKING}
@@ -61,14 +34,6 @@ _STOP_REASONS = {
     StopReason.BUDGET_EXHAUSTED: agent_pb2.STOP_REASON_BUDGET_EXHAUSTED,
     StopReason.FALLBACK_ANSWER: agent_pb2.STOP_REASON_FALLBACK_ANSWER,
 }
-_FIELD_TYPES = {
-    search_tool_pb2.FIELD_TYPE_STRING: "string",
-    search_tool_pb2.FIELD_TYPE_INTEGER: "integer",
-    search_tool_pb2.FIELD_TYPE_DOUBLE: "double",
-    search_tool_pb2.FIELD_TYPE_BOOL: "bool",
-    search_tool_pb2.FIELD_TYPE_TIMESTAMP: "timestamp",
-}
-MAX_LIMIT = 200
 
 
 # --- requests ------------------------------------------------------------------------------------
@@ -241,176 +206,6 @@ def _copy(message: search_pb2.Filter) -> search_pb2.Filter:
     copied = search_pb2.Filter()
     copied.CopyFrom(message)
     return copied
-
-
-def filter_message(groups: tuple[FilterGroup, ...] | list[FilterGroup]) -> search_pb2.Filter:
-    return search_pb2.Filter(
-        groups=[
-            search_pb2.FilterGroup(
-                conditions=[
-                    search_pb2.FilterCondition(
-                        field=c.field,
-                        operator=_OPERATOR_NUMBERS[c.operator],
-                        value=_value_message(c.value),
-                    )
-                    for c in g.conditions
-                ]
-            )
-            for g in groups
-        ]
-    )
-
-
-def _value_message(value: FilterValue) -> struct_pb2.Value:
-    message = struct_pb2.Value()
-    if isinstance(value, list):
-        message.list_value.values.extend(_value_message(v) for v in value)
-    elif isinstance(value, bool):
-        message.bool_value = value
-    elif isinstance(value, int | float):
-        message.number_value = float(value)
-    else:
-        message.string_value = value
-    return message
-
-
-def search_request(request: SearchRequest) -> search_tool_pb2.SearchRequest:
-    return search_tool_pb2.SearchRequest(
-        collection=request.collection,
-        query=search_pb2.SearchQuery(primary=request.primary, variations=request.variations),
-        strategy=_STRATEGIES[request.strategy],  # type: ignore[arg-type]
-        filter=filter_message(request.filter_groups),
-        caller_filter=request.caller_filter,
-        limit=request.limit,
-        offset=request.offset,
-    )
-
-
-# --- search tool replies -------------------------------------------------------------------------
-
-
-def read_request(request: ReadRequest) -> search_tool_pb2.ReadDocumentRequest:
-    return search_tool_pb2.ReadDocumentRequest(
-        collection=request.collection,
-        document_id=request.document_id,
-        first_chunk=request.first_chunk,
-        max_chunks=request.max_chunks,
-        caller_filter=request.caller_filter,
-    )
-
-
-_INTERVALS = {
-    "year": search_tool_pb2.DATE_INTERVAL_YEAR,
-    "month": search_tool_pb2.DATE_INTERVAL_MONTH,
-    "day": search_tool_pb2.DATE_INTERVAL_DAY,
-}
-
-
-def count_request(request: CountRequest) -> search_tool_pb2.CountDocumentsRequest:
-    return search_tool_pb2.CountDocumentsRequest(
-        collection=request.collection,
-        filter=filter_message(request.filter_groups),
-        caller_filter=request.caller_filter,
-        group_by=request.group_by,
-        date_interval=_INTERVALS[request.date_interval],
-        max_buckets=request.max_buckets,
-    )
-
-
-def document_count(message: search_tool_pb2.CountDocumentsResponse) -> DocumentCount:
-    return DocumentCount(
-        document_count=message.document_count,
-        chunk_count=message.chunk_count,
-        breakdowns=tuple(
-            Breakdown(
-                field=b.field,
-                buckets=tuple(Facet(f.value, f.count) for f in b.buckets),
-                omitted=b.omitted_buckets,
-            )
-            for b in message.breakdowns
-        ),
-        exact=message.exact,
-    )
-
-
-def search_hit(result: search_pb2.SearchResult) -> SearchHit:
-    hit = chunk_hit(
-        result.chunk,
-        score=result.score,
-        dense_score=result.dense_score if result.HasField("dense_score") else None,
-        keyword_score=result.keyword_score if result.HasField("keyword_score") else None,
-    )
-    if not result.HasField("web"):
-        return hit
-    fetched_at = _datetime(result.web.fetched_at) if result.web.HasField("fetched_at") else None
-    return replace(hit, web=WebOrigin(result.web.provider, fetched_at))
-
-
-def web_hit(result: search_tool_pb2.WebResult) -> SearchHit:
-    """A web page as a result the model can read and cite, marked as web."""
-    fetched_at = _datetime(result.fetched_at) if result.HasField("fetched_at") else None
-    return SearchHit(
-        id=result.id,
-        document_id=result.url,
-        title=result.title,
-        text=result.snippet,
-        score=0.0,
-        source=WEB_SOURCE,
-        url=result.url,
-        web=WebOrigin(result.provider, fetched_at),
-    )
-
-
-def chunk_hit(
-    chunk: search_pb2.Chunk,
-    *,
-    score: float = 0.0,
-    dense_score: float | None = None,
-    keyword_score: float | None = None,
-) -> SearchHit:
-    return SearchHit(
-        id=chunk.id,
-        document_id=chunk.document_id,
-        chunk_index=chunk.chunk_index,
-        title=chunk.title,
-        text=chunk.text,
-        score=score,
-        source=chunk.source,
-        entity_type=chunk.entity_type,
-        url=chunk.url,
-        created_at=_datetime(chunk.created_at) if chunk.HasField("created_at") else None,
-        updated_at=_datetime(chunk.updated_at) if chunk.HasField("updated_at") else None,
-        breadcrumbs=tuple(Breadcrumb(b.id, b.name, b.entity_type) for b in chunk.breadcrumbs),
-        metadata={k: _metadata_value(v) for k, v in chunk.metadata.items()},
-        dense_score=dense_score,
-        keyword_score=keyword_score,
-    )
-
-
-def _metadata_value(value: search_pb2.MetadataValue) -> Scalar:
-    kind = value.WhichOneof("kind")
-    return getattr(value, kind) if kind else ""
-
-
-def collection_info(message: search_tool_pb2.Collection) -> CollectionInfo:
-    return CollectionInfo(
-        name=message.name,
-        document_count=message.document_count,
-        chunk_count=message.chunk_count,
-        sources=tuple(Facet(f.value, f.count) for f in message.sources),
-        entity_types=tuple(Facet(f.value, f.count) for f in message.entity_types),
-        fields=tuple((f.name, _FIELD_TYPES.get(f.type, "unknown")) for f in message.fields),
-        earliest_created_at=_datetime(message.earliest_created_at)
-        if message.HasField("earliest_created_at")
-        else None,
-        latest_created_at=_datetime(message.latest_created_at)
-        if message.HasField("latest_created_at")
-        else None,
-    )
-
-
-def _datetime(stamp: timestamp_pb2.Timestamp) -> datetime:
-    return stamp.ToDatetime(tzinfo=UTC)
 
 
 # --- results and events --------------------------------------------------------------------------

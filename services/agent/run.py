@@ -13,6 +13,9 @@ from services.agent.records import AnsweredBy, StepRecord
 from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded
 
+MAX_LIMIT = 200
+"""The most results a run returns (`RunRequest.limit`)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class StepEvent:
@@ -55,7 +58,7 @@ class RunRequest:
     the search tool validates it and applies it as (caller) AND (model)."""
     mode: Mode = Mode.FAST
     limit: int = 10
-    """Results returned, 1..200."""
+    """Results returned, 1..`MAX_LIMIT`."""
     history: tuple[Turn, ...] = ()
     max_iterations: int = 0
     """0 means the mode's cap; never above it."""

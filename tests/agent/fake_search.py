@@ -2,11 +2,11 @@
 
 `FakeSearch` is a `SearchClient` over a handful of chunks (word-overlap ranking). Its filters are
 decided by the search tool's own code, reached the way the real service reaches it: the agent's
-request goes through the agent's converter to protobuf (`convert.search_request`), then through the
-search tool's edge converter and `effective_filter` — the one rule set, never a copy. Only the
-in-memory matching of a validated filter is written here, with the engine's semantics (a missing
-value satisfies `not_equals` / `not_in` and nothing else); `test_search_conformance.py` holds the
-fake and the real service to the same answers.
+request goes through the agent's converter to protobuf (`search_tool_client.search_request`), then
+through the search tool's edge converter and `effective_filter` — the one rule set, never a copy.
+Only the in-memory matching of a validated filter is written here, with the engine's semantics (a
+missing value satisfies `not_equals` / `not_in` and nothing else); `test_search_conformance.py`
+holds the fake and the real service to the same answers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.agent import convert
+from services.agent import search_tool_client
 from services.agent.search import (
     Breadcrumb,
     CollectionInfo,
@@ -193,7 +193,7 @@ class FakeSearch:
             error = self.errors.popleft()
             if error is not None:
                 raise error
-        return self.search_message(convert.search_request(request))
+        return self.search_message(search_tool_client.search_request(request))
 
     async def web_search(self, query: str, limit: int, *, remaining_s: float | None) -> WebPage:
         """The search tool's own `WebSearchService` (validation, retries, cache) over the
@@ -209,7 +209,7 @@ class FakeSearch:
                 raise error
         message = web_search_to_proto(await self.web.search(query, limit, deadline_s=remaining_s))
         return WebPage(
-            hits=[convert.web_hit(r) for r in message.results],
+            hits=[search_tool_client.web_hit(r) for r in message.results],
             provider=message.provider,
             cached=message.cached,
             took_ms=message.took_ms,
@@ -237,7 +237,7 @@ class FakeSearch:
         self, request: ReadRequest, *, remaining_s: float | None
     ) -> DocumentChunks:
         self.reads.append(request)
-        return await self.read_message(convert.read_request(request))
+        return await self.read_message(search_tool_client.read_request(request))
 
     async def read_message(self, message: search_tool_pb2.ReadDocumentRequest) -> DocumentChunks:
         """A read as the search tool receives it, decided by the search tool's own `reading`."""
@@ -254,14 +254,14 @@ class FakeSearch:
             self.fields(),
             DEFAULT_LIMITS,
         )
-        hits = [convert.chunk_hit(chunk_to_proto(c)) for c in read.chunks]
+        hits = [search_tool_client.chunk_hit(chunk_to_proto(c)) for c in read.chunks]
         return DocumentChunks(chunks=hits, chunk_count=read.chunk_count)
 
     async def count_documents(
         self, request: CountRequest, *, remaining_s: float | None
     ) -> DocumentCount:
         self.counts.append(request)
-        return await self.count_message(convert.count_request(request))
+        return await self.count_message(search_tool_client.count_request(request))
 
     async def count_message(self, message: search_tool_pb2.CountDocumentsRequest) -> DocumentCount:
         """A count as the search tool receives it, decided by the search tool's own `counting`."""
@@ -272,7 +272,7 @@ class FakeSearch:
             self.fields(),
             DEFAULT_LIMITS,
         )
-        return convert.document_count(count_to_proto(count))
+        return search_tool_client.document_count(count_to_proto(count))
 
     async def get_collection(
         self,

@@ -9,8 +9,9 @@ import pytest
 from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 
-from services.agent import convert
+from services.agent import convert, search_tool_client
 from services.agent.config import AgentSettings
+from services.agent.filter_wire import filter_message
 from services.agent.filters import FilterCondition, FilterGroup
 from services.agent.questions import QuestionWindows
 from services.agent.run import Mode
@@ -56,7 +57,7 @@ def test_the_callers_filter_passes_through_untouched_to_every_search() -> None:
         agent_pb2.RunRequest(query="q", collection="docs", filter=caller), default_limit=10
     )
     assert request.caller_filter == caller
-    search = convert.search_request(
+    search = search_tool_client.search_request(
         SearchRequest(collection="docs", primary="q", caller_filter=request.caller_filter)
     )
     assert search.caller_filter == caller
@@ -72,7 +73,7 @@ def test_model_filter_values_keep_integers_lists_and_booleans() -> None:
             ]
         ),
     )
-    message = convert.filter_message(groups)
+    message = filter_message(groups)
     year, stable = message.groups[0].conditions
     assert year.operator == search_pb2.FILTER_OPERATOR_IN
     assert [v.number_value for v in year.value.list_value.values] == [2024, 1.5]
@@ -95,7 +96,7 @@ def test_a_search_hit_survives_the_round_trip_through_protobuf() -> None:
         metadata={"n": 3, "f": 1.5, "ok": True, "s": "v"},
         dense_score=0.7,
     )
-    assert convert.search_hit(convert.search_result(hit)) == hit
+    assert search_tool_client.search_hit(convert.search_result(hit)) == hit
 
 
 def test_an_empty_turn_of_history_is_invalid_argument_naming_it() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from quarry.searchtool.v1 import search_tool_pb2
 
-from services.agent import convert
+from services.agent import convert, search_tool_client
 from services.agent.answers import SeenResults, accept_answer
 from services.agent.records import StepRecord, ToolCallRecord
 from services.agent.search import WEB_SOURCE
@@ -27,7 +27,7 @@ def web_result() -> search_tool_pb2.WebResult:
 
 
 def test_a_web_result_becomes_a_citable_hit_marked_as_web() -> None:
-    hit = convert.web_hit(web_result())
+    hit = search_tool_client.web_hit(web_result())
     assert (hit.id, hit.url, hit.document_id, hit.text) == (
         "web_0123456789abcdef",
         "https://example.org/zig",
@@ -41,22 +41,22 @@ def test_a_web_result_becomes_a_citable_hit_marked_as_web() -> None:
 
 
 def test_the_web_mark_survives_the_round_trip_through_a_search_result() -> None:
-    hit = convert.web_hit(web_result())
+    hit = search_tool_client.web_hit(web_result())
     message = convert.search_result(hit)
     assert message.HasField("web")
     assert message.web.provider == "searxng"
-    assert convert.search_hit(message) == hit
+    assert search_tool_client.search_hit(message) == hit
 
 
 def test_a_collection_result_carries_no_web_mark() -> None:
-    message = convert.search_result(convert.web_hit(web_result()))
+    message = convert.search_result(search_tool_client.web_hit(web_result()))
     message.ClearField("web")
-    assert convert.search_hit(message).web is None
+    assert search_tool_client.search_hit(message).web is None
 
 
 def test_a_citation_of_a_web_result_is_marked_as_web_on_the_wire() -> None:
     seen = SeenResults()
-    seen.add([convert.web_hit(web_result())])
+    seen.add([search_tool_client.web_hit(web_result())])
     answer = Answer(text="Zig [1].", citations=[CitationRef(result_id="web_0123456789abcdef")])
     (citation,) = accept_answer(answer, seen).citations
     assert citation.web
@@ -90,7 +90,7 @@ def test_the_web_search_and_summarize_events_reach_their_stream_fields() -> None
 
 
 def test_a_step_record_of_a_web_search_is_marked_as_web() -> None:
-    hit = convert.web_hit(web_result())
+    hit = search_tool_client.web_hit(web_result())
     step = StepRecord(
         index=1,
         text="",
