@@ -34,7 +34,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import psycopg
 import psycopg.errors
@@ -223,12 +223,18 @@ async def transaction(
     except QuarryError:
         raise
     except Exception as error:
-        classified = classify(error, pool=pool, settings=settings)
-        if classified is None:
-            raise
-        if is_unavailable(classified):
-            _returned_at.clear()  # the server went away: check every connection before use
-        raise classified from error
+        _raise_classified(error, pool, settings)
+
+
+def _raise_classified(error: Exception, pool: Pool, settings: PostgresSettings) -> NoReturn:
+    """`error` as `classify` names it (itself when it is not the database's); a database found
+    unavailable makes every pooled connection checked again before use."""
+    classified = classify(error, pool=pool, settings=settings)
+    if classified is None:
+        raise error
+    if is_unavailable(classified):
+        _returned_at.clear()  # the server went away: check every connection before use
+    raise classified from error
 
 
 class Snapshot:
@@ -292,12 +298,7 @@ async def snapshot(
     except QuarryError:
         raise
     except Exception as error:
-        classified = classify(error, pool=pool, settings=settings)
-        if classified is None:
-            raise
-        if is_unavailable(classified):
-            _returned_at.clear()  # the server went away: check every connection before use
-        raise classified from error
+        _raise_classified(error, pool, settings)
     finally:
         _reading.set(False)
 
