@@ -14,6 +14,7 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.postgres_server import postgres_dsn, postgres_server
 
@@ -35,6 +36,12 @@ def _parse_one_thread_at_a_time(*args: Any, **kwargs: Any) -> Any:
 # a traceback, whose carets `ast.parse` a source line) can end in `SystemError: AST constructor
 # recursion depth mismatch`, seen in `pytest tests/cli` here. In tests, one parse at a time.
 ast.parse = _parse_one_thread_at_a_time
+
+# No timed assertions in tests: Hypothesis's default 200 ms per-example deadline fails a correct
+# property on a loaded machine (seen once in tests/search_tool/vespa/test_yql.py at load ~25). A
+# property that must bound time says so itself, as the calculator's does.
+settings.register_profile("quarry", deadline=None)
+settings.load_profile("quarry")
 
 POSTGRES_MARK = "postgres"
 _POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_dsn"})
