@@ -37,6 +37,12 @@ from services.search_tool.engine.lancedb.indexes import (
     vector_index_rows,
     vector_partitions,
 )
+from services.search_tool.engine.lancedb.retrieval import (
+    FetchedRows,
+    best_cosines,
+    cosines_at,
+    keyword_candidates,
+)
 from services.search_tool.filters import (
     FilterExpression,
     Operator,
@@ -756,3 +762,49 @@ async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(tmp_path:
         assert all(h.dense_score is not None and h.keyword_score is not None for h in page.hits)
     finally:
         await engine.close()
+
+
+async def test_cosines_of_the_vectors_a_keyword_query_read_equal_those_of_a_take(
+    engine: LanceDBEngine,
+) -> None:
+    table = await engine._table("fixture")
+    rows = FetchedRows()
+    found, _ = await keyword_candidates(table, "release notes", None, 100, None, rows=rows)
+    addresses = sorted(int(c.id) for c in found)
+    query_vectors = np.stack([vector_for("x"), vector_for("release")])
+    read = best_cosines(addresses, np.stack([rows.vectors[a] for a in addresses]), query_vectors)
+    taken = await cosines_at(table, addresses, query_vectors, None)
+    assert len(addresses) > 1
+    assert read == taken  # exactly: the fused scores and their ties do not move
+    assert set(rows.chunk_json) == set(addresses)
+
+
+async def test_a_search_takes_only_the_page_chunks_its_ranking_queries_did_not_read(
+    engine: LanceDBEngine,
+) -> None:
+    table = await engine._table("fixture")
+    original_take = table.take_row_ids
+    taken: list[int] = []
+
+    def recording_take(row_ids: list[int]) -> object:
+        taken.extend(row_ids)
+        return original_take(row_ids)
+
+    table.take_row_ids = recording_take
+    keyword_rows = FetchedRows()
+    await keyword_candidates(table, "release", None, 100, None, rows=keyword_rows)
+    taken.clear()
+    hybrid = EngineQuery(Strategy.HYBRID, "release", np.stack([vector_for("x")]), limit=5)
+    hybrid_page = await engine.search("fixture", hybrid)
+    hybrid_taken = list(taken)
+    taken.clear()
+    semantic_page = await engine.search("fixture", _semantic(limit=5))
+    table.take_row_ids = original_take
+    assert len(hybrid_page.hits) == len(semantic_page.hits) == len(FIXTURE)
+    # no vectors are taken for the keyword-only candidates' cosines, and no chunk the keyword
+    # query read is taken again; SEMANTIC's ranking read its whole page
+    assert keyword_rows.chunk_json
+    assert hybrid_taken
+    assert not set(hybrid_taken) & set(keyword_rows.chunk_json)
+    assert len(hybrid_taken) == len(hybrid_page.hits) - len(keyword_rows.chunk_json)
+    assert taken == []

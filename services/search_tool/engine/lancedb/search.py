@@ -1,8 +1,10 @@
 """One search of one LanceDB table: both sides filtered by the engine, fused, paged.
 
-Candidates are ranked and fused by row address (reading no column but the score); the page's
-chunks are then taken by address. A concurrent write can move rows in between (a compaction, an
-update): the page then comes back short, and the search runs once more against the new version.
+Candidates are ranked and fused by row address. HYBRID's keyword side and SEMANTIC read their
+candidates' chunks (HYBRID's keyword side also their vectors) in the ranking query itself; the
+page's other chunks are then taken by address. A concurrent write can move rows in between (a
+compaction, an update): the page then comes back short, and the search runs once more against the
+new version.
 """
 
 from __future__ import annotations
@@ -14,18 +16,23 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
+
 from services.common.errors import DeadlineExceeded
 from services.search_tool.documents import Chunk
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
 from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
 from services.search_tool.engine.lancedb.retrieval import (
     ALL_PARTITIONS,
+    FetchedRows,
+    best_cosines,
     chunks_at,
     cosines_at,
     dense_candidates,
     keyword_candidates,
     keyword_scores_at,
 )
+from services.search_tool.engine.lancedb.rows import to_chunk
 from services.search_tool.engine.lancedb.sql import compile_filter
 from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
 
@@ -149,9 +156,12 @@ class _TableSearch:
         self._depth = query.offset + query.limit
         hybrid = query.strategy is Strategy.HYBRID
         self._candidates = max(self._depth, limits.hybrid_candidates) if hybrid else self._depth
+        self._rows = FetchedRows()
+        """Chunks (and vectors) the ranking queries read; the rest of the page is taken."""
 
     async def candidates(self) -> tuple[ScoredCandidates, int]:
         """What the search fuses, and how many chunks match (an upper bound for HYBRID)."""
+        self._rows = FetchedRows()
         (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
             self._dense_side(), self._keyword_side()
         )
@@ -166,7 +176,7 @@ class _TableSearch:
         scored, matched = await self.candidates()
         fused = fuse(scored.dense, scored.keyword, query.fusion, scored.completion)
         page = fused[query.offset : self._depth]
-        chunks = await chunks_at(self._table, [int(f.id) for f in page], self._budget)
+        chunks = await self._chunks([int(f.id) for f in page])
         if len(chunks) < len(page) and not final:
             raise _RowsMoved
         hits: list[Hit] = []
@@ -179,22 +189,36 @@ class _TableSearch:
             hits.append(Hit(chunk, fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score))
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))
 
+    async def _chunks(self, addresses: list[int]) -> dict[int, Chunk]:
+        """The chunks at these addresses: those the ranking queries read, the others taken."""
+        known = self._rows.chunk_json
+        chunks = {a: to_chunk(known[a]) for a in addresses if a in known}
+        missing = [a for a in addresses if a not in known]
+        if missing:
+            chunks.update(await chunks_at(self._table, missing, self._budget))
+        return chunks
+
     async def _completion(
         self, dense_lists: list[list[Candidate]], keyword_list: list[Candidate] | None
     ) -> Completion | None:
-        """HYBRID: each side's score of the candidates only the other side found."""
+        """HYBRID: each side's score of the candidates only the other side found (the keyword
+        side read its candidates' vectors: their cosines need no query)."""
         if keyword_list is None or not dense_lists:
             return None
         keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
-        cosines, bm25 = await asyncio.gather(
-            cosines_at(
-                self._table, [int(i) for i in keyword_only], self._query.vectors, self._budget
-            ),
+        known = self._rows.vectors
+        # in address order, as a take returns them: the same matrix gives the same cosines
+        at_hand = sorted(int(i) for i in keyword_only if int(i) in known)
+        unread = [int(i) for i in keyword_only if int(i) not in known]
+        vectors = self._query.vectors
+        cosines_read, bm25 = await asyncio.gather(
+            cosines_at(self._table, unread, vectors, self._budget),
             keyword_scores_at(
                 self._table, self._query.keyword_text, [int(i) for i in dense_only], self._budget
             ),
         )
-        return Completion(dense=cosines, keyword=bm25)
+        cosines = best_cosines(at_hand, _stacked([known[a] for a in at_hand]), vectors)
+        return Completion(dense={**cosines, **cosines_read}, keyword=bm25)
 
     async def _dense_side(self) -> tuple[int | None, list[list[Candidate]]]:
         """(rows matching the filter, one candidate list per query vector); KEYWORD: (None, [])."""
@@ -204,18 +228,27 @@ class _TableSearch:
         vectors = self._query.vectors
         if len(vectors) == 0:
             return await self._counts.count(self._name, self._table, self._where), []
+        # SEMANTIC's candidates are its page: their chunks come with them (HYBRID's would cost
+        # the slowest query more than taking the page's few dense-only ones later)
+        rows = self._rows if self._query.strategy is Strategy.SEMANTIC else None
         if indexed is None:  # a flat scan: counting runs beside it
             matched, found = await asyncio.gather(
                 self._counts.count(self._name, self._table, self._where),
                 dense_candidates(
-                    self._table, vectors, self._where, self._candidates, self._budget, None
+                    self._table,
+                    vectors,
+                    self._where,
+                    self._candidates,
+                    self._budget,
+                    None,
+                    rows=rows,
                 ),
             )
             return matched, found
         matched = await self._counts.count(self._name, self._table, self._where)
         nprobes = self._nprobes(matched, indexed)
         found = await dense_candidates(
-            self._table, vectors, self._where, self._candidates, self._budget, nprobes
+            self._table, vectors, self._where, self._candidates, self._budget, nprobes, rows=rows
         )
         return matched, found
 
@@ -227,7 +260,12 @@ class _TableSearch:
             return None, None
         if query.strategy is Strategy.HYBRID:
             ranked, _ = await keyword_candidates(
-                self._table, query.keyword_text, self._where, self._candidates, self._budget
+                self._table,
+                query.keyword_text,
+                self._where,
+                self._candidates,
+                self._budget,
+                rows=self._rows,
             )
             return ranked, None
         # one ranking to the cap gives both the count and, at its head, the candidates
@@ -245,3 +283,8 @@ class _TableSearch:
         if matched <= self._limits.policy.exact_search_max_rows:
             return ALL_PARTITIONS, ALL_PARTITIONS
         return probes_for(indexed_rows, self._limits.policy), 0
+
+
+def _stacked(vectors: list[Any]) -> Any:
+    """One matrix of row vectors (an empty one for none)."""
+    return np.stack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
