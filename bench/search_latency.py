@@ -500,6 +500,13 @@ def _database() -> Iterator[str]:
         yield server.create_database("latency")
 
 
+def default_data_dir(context: int) -> Path:
+    """Where the collection of `ROWS` chunks built with `context` is cached (one per both)."""
+    suffix = f"-context{context}" if context else ""
+    suffix += f"-rows{ROWS}" if ROWS != 100_000 else ""
+    return VAR_DIR / "bench" / f"search_latency{suffix}"
+
+
 def main() -> None:
     global ROWS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -531,9 +538,7 @@ def main() -> None:
     args = parser.parse_args()
     ROWS = args.rows
     context = args.keyword_context
-    suffix = f"-context{context}" if context else ""
-    suffix += f"-rows{ROWS}" if ROWS != 100_000 else ""
-    data_dir = args.data_dir or VAR_DIR / "bench" / f"search_latency{suffix}"
+    data_dir = args.data_dir or default_data_dir(context)
     if args.engine == "postgres":
         out = args.out
         if out == RESULTS_DIR / "search_latency.json":
