@@ -19,6 +19,7 @@ from services.common.errors import NotFound, Unavailable
 from services.search_tool.engine.base import CollectionSpec
 from services.search_tool.engine.vespa import Endpoint, VespaEngine
 from services.search_tool.engine.vespa.documents import chunk_document_id
+from services.search_tool.engine.vespa.package import application_package
 from services.search_tool.engine.vespa.registry import ATTEMPTS, DROPPING
 from tests.search_tool.engine_fixtures import DIMENSIONS
 from tests.search_tool.vespa.recording_server import Recorded, RecordingServer, Reply
@@ -334,6 +335,16 @@ async def test_every_write_of_the_entry_keeps_its_incarnation(
     assert store.documents["fixture"]["revision"] == 2
     assert _incarnation(store) == incarnation
     assert [c["incarnation"] for c in store.chunks.values()] == [incarnation]
+    # every field written is one the deployed schemas declare (a misspelt one Vespa refuses)
+    package = application_package()
+    [chunk] = store.chunks.values()
+    written: list[tuple[str, dict[str, Any]]] = [
+        ("collection", store.documents["fixture"]),
+        ("chunk", chunk),
+    ]
+    for schema, fields in written:
+        declared = {f.name for f in package.get_schema(schema).document.fields}
+        assert fields.keys() <= declared, schema
     store.hold_sweep = asyncio.Event()
     drop = asyncio.create_task(dropper.drop_collection("fixture"))
     await store.sweep_arrived.wait()
