@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ from services.search_tool.engine.base import (
     CursorRejected,
     DocumentPaging,
     DocumentSummary,
+    EmbeddingOverlap,
     EngineQuery,
     Fusion,
     SearchEngine,
@@ -306,14 +307,19 @@ class SearchService:
         query = EngineQuery(
             strategy=request.strategy,
             keyword_text=request.primary,
-            vectors=await self._query_vectors(request),
+            vectors=np.zeros((0, self._embedder.dimensions), dtype=np.float32),
             filter=expression,
             limit=limit,
             offset=request.offset,
             fusion=self._fusion_for(request),
             timeout_s=timeout,
         )
-        page = await self._engine.search(request.collection, query)
+        if request.strategy is Strategy.HYBRID and isinstance(self._engine, EmbeddingOverlap):
+            vectors = self._query_vectors(request)  # embedded while the keyword side runs
+            page = await self._engine.search_embedding(request.collection, query, vectors)
+        else:
+            query = replace(query, vectors=await self._query_vectors(request))
+            page = await self._engine.search(request.collection, query)
         return SearchOutcome(page, (time.perf_counter() - started) * 1000)
 
     async def read_document(self, request: ReadRequest) -> DocumentRead:

@@ -20,6 +20,8 @@ from services.common.status import DEFAULT_RETRY_AFTER_S
 from services.common.telemetry import setup_telemetry
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
+from services.search_tool.engine.lancedb import retrieval
+from services.search_tool.engine.lancedb import search as lancedb_search
 from services.search_tool.server import build_search_tool_server
 from services.search_tool.servicer import SERVICE_NAME
 from tests.search_tool.grpc_helpers import Op, condition, document, fails, search, where
@@ -438,3 +440,51 @@ async def test_an_invalid_filter_is_refused_before_the_query_is_embedded(
             assert (hanging.started, hanging.running) == (0, 0)
     finally:
         await server.stop(0)
+
+
+class _QueryEmbeddedAfterKeywordSearch:
+    """Embeds documents with the real model; a query's embedding finishes only once the
+    embedded engine's keyword query for it has started (or fails after 10 s)."""
+
+    def __init__(self, inner: Embedder, keyword_started: asyncio.Event) -> None:
+        self._inner = inner
+        self._keyword_started = keyword_started
+        self.model_name = inner.model_name
+        self.dimensions = inner.dimensions
+        self.tokenizer = inner.tokenizer
+
+    async def embed(self, texts: Any) -> Any:
+        if len(texts) == 1:
+            await asyncio.wait_for(self._keyword_started.wait(), timeout=10)
+        return await self._inner.embed(texts)
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_hybrid_search_runs_its_keyword_query_while_the_query_is_embedded(
+    settings: SearchToolSettings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyword_started = asyncio.Event()
+    keyword_candidates = retrieval.keyword_candidates
+
+    async def noting_start(*args: Any, **kwargs: Any) -> Any:
+        keyword_started.set()
+        return await keyword_candidates(*args, **kwargs)
+
+    monkeypatch.setattr(lancedb_search, "keyword_candidates", noting_start)
+    server = await _server_with(
+        settings, _QueryEmbeddedAfterKeywordSearch(embedder, keyword_started)
+    )
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+            )
+            hybrid = await stub.Search(search("docs", "bake the bread", HYBRID))
+            keyword = await stub.Search(search("docs", "bake the bread", KEYWORD))
+    finally:
+        await server.stop(0)
+    assert keyword.results[0].chunk.document_id == "recipe-bread"
+    assert hybrid.results[0].chunk.document_id == "recipe-bread"

@@ -9,7 +9,7 @@ remote engine times out on some content nodes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -280,6 +280,18 @@ class ReadinessCheck(Protocol):
 
     async def unready_reason(self) -> str | None:
         """None when the engine can answer now, else why not (logged with the health flip)."""
+
+
+@runtime_checkable
+class EmbeddingOverlap(Protocol):
+    """An engine whose keyword side needs no query vector (the embedded engine): a HYBRID
+    search's keyword query starts while the query is still being embedded."""
+
+    async def search_embedding(
+        self, name: str, query: EngineQuery, vectors: Awaitable[npt.NDArray[np.float32]]
+    ) -> SearchPage:
+        """`search` of `query` with its `vectors` replaced by what `vectors` gives (awaited
+        inside the search's time budget; its error is the search's error)."""
 
 
 @dataclass(frozen=True)

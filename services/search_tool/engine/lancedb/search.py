@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from services.common.errors import DeadlineExceeded
 from services.search_tool.documents import Chunk
@@ -88,12 +89,15 @@ async def search_table(
     limits: SearchLimits,
     counts: FilterCounts,
     indexed_rows: Callable[[], int | None],
+    pending_vectors: Awaitable[npt.NDArray[np.float32]] | None = None,
 ) -> SearchPage:
     """Run `query` within its time budget. `indexed_rows` tells the rows the vector index covers
-    now (None: no vector index, dense search scans every row the filter leaves)."""
+    now (None: no vector index, dense search scans every row the filter leaves). With
+    `pending_vectors`, they replace `query.vectors` once ready; the keyword side does not wait
+    for them."""
     try:
         async with asyncio.timeout(query.timeout_s):
-            search = _TableSearch(name, table, query, limits, counts, indexed_rows)
+            search = _TableSearch(name, table, query, limits, counts, indexed_rows, pending_vectors)
             try:
                 return await search.run(final=False)
             except _RowsMoved:
@@ -144,7 +148,9 @@ class _TableSearch:
         limits: SearchLimits,
         counts: FilterCounts,
         indexed_rows: Callable[[], int | None],
+        pending_vectors: Awaitable[npt.NDArray[np.float32]] | None = None,
     ) -> None:
+        self._pending_vectors = pending_vectors
         self._name = name
         self._table = table
         self._query = query
@@ -224,6 +230,10 @@ class _TableSearch:
         """(rows matching the filter, one candidate list per query vector); KEYWORD: (None, [])."""
         if self._query.strategy is Strategy.KEYWORD:
             return None, []
+        if self._pending_vectors is not None:  # the keyword side runs meanwhile
+            vectors = await self._pending_vectors
+            self._pending_vectors = None
+            self._query = replace(self._query, vectors=vectors)
         indexed = self._indexed_rows()
         vectors = self._query.vectors
         if len(vectors) == 0:
