@@ -15,7 +15,9 @@ machine's drift hits every stage alike). HYBRID stages (limit 10):
 * `grpc`: the whole `Search` RPC through an in-process server (client and server in one process).
 * `service`: `SearchService.search` in process (validation, filter, query embedding, the engine's
   search) — `grpc` minus this is the gRPC hop and protobuf conversion.
-* `embed` (`--latency-collection` only): the query's embedding alone.
+* `embed` (`--latency-collection` only): the query's embedding alone; and
+  `service_embedding_first`: `service` with the engine hiding `EmbeddingOverlap` (the query
+  embedded before the engine starts) — `service` against it is what the overlap saves.
 * `engine`: `LanceDBEngine.search` with a ready `EngineQuery`.
 * `lancedb_hybrid` (SciFact only): LanceDB's own hybrid query, the peer of `bench/peers/search.py`.
 * The engine's own steps, each alone, exactly as `engine/lancedb/search.py` runs them: `dense`
@@ -40,7 +42,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import numpy as np
@@ -64,7 +66,7 @@ from services.search_tool.config import ChunkingSettings
 from services.search_tool.convert import filter_from_proto
 from services.search_tool.embedding.base import Embedder
 from services.search_tool.embedding.minilm import MiniLmEmbedder
-from services.search_tool.engine.base import EngineQuery, Fusion, Strategy
+from services.search_tool.engine.base import EngineQuery, Fusion, SearchEngine, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.retrieval import keyword_candidates
 from services.search_tool.engine.lancedb.search import _TableSearch
@@ -114,6 +116,16 @@ class SearchPath:
         self.collection, self.vectors, self.fusion = collection, vectors, fusion
         self.wire_filter, self.expression = wire_filter, expression
         self.prepared: dict[tuple[Strategy, str], Any] = {}
+
+    def args(self) -> tuple[Any, ...]:
+        """What a `SearchPath` over another service needs besides engine, service and stub."""
+        return (
+            self.collection,
+            self.vectors,
+            self.fusion,
+            self.wire_filter,
+            self.expression,
+        )
 
     def query(self, strategy: Strategy, text: str) -> EngineQuery:
         vector = self.vectors[text]
@@ -278,7 +290,21 @@ async def run_latency_collection(data_dir: Path, count: int) -> dict[str, Any]:
         async def embed(text: str) -> Any:
             return await embedder.embed([text])
 
-        hybrid = await _hybrid_stages(path, texts, {"embed": embed})
+        settings = search_settings(data_dir)
+        # a search calls no engine method but `fields`, `search` (and `close`)
+        hiding = cast(SearchEngine, _EmbeddingFirst(path.engine))
+        embedding_first = SearchService(hiding, embedder, settings)
+        service_embedding_first = SearchPath(
+            path.engine, embedding_first, None, *path.args()
+        ).service_call(Strategy.HYBRID)
+        try:
+            hybrid = await _hybrid_stages(
+                path,
+                texts,
+                {"embed": embed, "service_embedding_first": service_embedding_first},
+            )
+        finally:
+            await embedding_first.close()
     return {
         "benchmark": "search_breakdown",
         "data": f"bench/search_latency.py collection ({search_latency.ROWS} chunks), filter "
@@ -310,6 +336,22 @@ async def _hybrid_stages(
         },
         texts,
     )
+
+
+class _EmbeddingFirst:
+    """The engine without `EmbeddingOverlap`: the service embeds the query, then searches."""
+
+    def __init__(self, engine: LanceDBEngine) -> None:
+        self._engine = engine
+
+    async def fields(self, name: str) -> Any:
+        return await self._engine.fields(name)
+
+    async def search(self, name: str, query: EngineQuery) -> Any:
+        return await self._engine.search(name, query)
+
+    async def close(self) -> None:
+        """The engine is the bench's, closed with it."""
 
 
 class Serving:
