@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -808,3 +809,38 @@ async def test_a_search_takes_only_the_page_chunks_its_ranking_queries_did_not_r
     assert not set(hybrid_taken) & set(keyword_rows.chunk_json)
     assert len(hybrid_taken) == len(hybrid_page.hits) - len(keyword_rows.chunk_json)
     assert taken == []
+
+
+async def test_a_search_while_embedding_in_a_missing_collection_is_not_found_and_never_embeds(
+    tmp_path: Path,
+) -> None:
+    engine = await LanceDBEngine.open(tmp_path / "db")
+    embedded: list[str] = []
+
+    async def embedding() -> Any:
+        embedded.append("started")
+        return np.stack([vector_for("x")])
+
+    pending = embedding()
+    query = EngineQuery(Strategy.HYBRID, "release", np.zeros((0, DIMENSIONS), np.float32))
+    with pytest.raises(NotFound):
+        await engine.search_embedding("missing", query, pending)
+    assert embedded == []
+    # closed, not left to warn "never awaited"
+    assert inspect.getcoroutinestate(pending) == inspect.CORO_CLOSED
+    await engine.close()
+
+
+async def test_a_search_while_embedding_equals_a_search_with_the_vectors_given(
+    engine: LanceDBEngine,
+) -> None:
+    vectors = np.stack([vector_for("x")])
+
+    async def embedding() -> Any:
+        return vectors
+
+    hybrid = EngineQuery(Strategy.HYBRID, "release", vectors, limit=5)
+    given = await engine.search("fixture", hybrid)
+    empty = replace(hybrid, vectors=np.zeros((0, DIMENSIONS), np.float32))
+    overlapped = await engine.search_embedding("fixture", empty, embedding())
+    assert overlapped == given

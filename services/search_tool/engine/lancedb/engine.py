@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Mapping, Sequence
@@ -339,7 +340,12 @@ class LanceDBEngine:
         """`search` whose keyword side (and filter count) starts before `vectors` are ready: on
         100,000 chunks under a filter the keyword query (~4 ms) runs while MiniLM embeds the
         query (~8 ms)."""
-        table = await self._table(name)
+        try:
+            table = await self._table(name)
+        except BaseException:
+            if inspect.iscoroutine(vectors):
+                vectors.close()  # never started: no "never awaited" warning
+            raise
         return await search_table(
             name,
             table,
