@@ -14,15 +14,17 @@ from typing import cast
 from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
 
-from services.agent.caller_filter import (
+from services.agent.filters import (
     NO_VALUE,
     CallerCondition,
     CallerFilter,
     CallerOperator,
+    FilterGroup,
+    FilterValue,
     JsonValue,
     NoValue,
+    Operator,
 )
-from services.agent.filters import FilterGroup, FilterValue, Operator
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
     "equals": search_pb2.FILTER_OPERATOR_EQUALS,

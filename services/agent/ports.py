@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from services.agent.caller_filter import CallerFilter
+from services.agent.filters import CallerFilter
 from services.agent.messages import Message, ToolCall
 from services.agent.search import (
     CollectionInfo,

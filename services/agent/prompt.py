@@ -10,7 +10,7 @@ from datetime import datetime
 from functools import cache
 from importlib import resources
 
-from services.agent.caller_filter import NO_VALUE, CallerFilter
+from services.agent.filters import NO_VALUE, CallerFilter
 from services.agent.run import Mode
 from services.agent.search import CollectionInfo, Facet
 from services.agent.tools import DEFAULT_TOOLS, Tool

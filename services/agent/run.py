@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from services.agent.caller_filter import CallerFilter
+from services.agent.filters import CallerFilter
 from services.agent.records import AnsweredBy, StepRecord
 from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded

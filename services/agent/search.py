@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from services.agent.caller_filter import CallerFilter
-from services.agent.filters import FilterGroup, Scalar
+from services.agent.filters import CallerFilter, FilterGroup, Scalar
 
 Strategy = Literal["semantic", "keyword", "hybrid"]
 WEB_SOURCE = "web"

@@ -19,10 +19,9 @@ from google.protobuf import timestamp_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from services.agent.caller_filter import CallerFilter
 from services.agent.dependencies import call_options, dependency_error
 from services.agent.filter_wire import caller_filter_message, filter_message
-from services.agent.filters import Scalar
+from services.agent.filters import CallerFilter, Scalar
 from services.agent.search import (
     WEB_SOURCE,
     Breadcrumb,

@@ -9,8 +9,8 @@ import pytest
 from quarry.common.v1 import search_pb2
 
 from services.agent import filter_wire
-from services.agent.caller_filter import CallerFilter
 from services.agent.events import AgentEvent, Done
+from services.agent.filters import CallerFilter
 from services.agent.loop import AgentLoop
 from services.agent.run import RunResult
 from tests.agent.fake_search import FakeDocument, FakeSearch

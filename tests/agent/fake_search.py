@@ -23,8 +23,8 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
 from services.agent import search_tool_client
-from services.agent.caller_filter import CallerFilter
 from services.agent.filter_wire import caller_filter_message
+from services.agent.filters import CallerFilter
 from services.agent.search import (
     Breadcrumb,
     CollectionInfo,

@@ -18,9 +18,9 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent import filter_wire, prompt
-from services.agent.caller_filter import NO_VALUE, CallerCondition, CallerFilter
 from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings
+from services.agent.filters import NO_VALUE, CallerCondition, CallerFilter
 from services.agent.server import build_agent_server
 from services.common.errors import InvalidArgument, NotFound, QuarryError
 from services.common.server import QuarryServer, ServiceRegistration, build_server

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.agent.caller_filter import CallerFilter
+from services.agent.filters import CallerFilter
 from services.agent.loop import AgentLoop
 from services.agent.ports import SearchClient
 from services.agent.run import RunRequest

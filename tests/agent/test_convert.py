@@ -10,10 +10,9 @@ from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 
 from services.agent import convert, search_tool_client
-from services.agent.caller_filter import CallerCondition, CallerFilter
 from services.agent.config import AgentSettings
 from services.agent.filter_wire import filter_message
-from services.agent.filters import FilterCondition, FilterGroup
+from services.agent.filters import CallerCondition, CallerFilter, FilterCondition, FilterGroup
 from services.agent.questions import QuestionWindows
 from services.agent.run import Mode
 from services.agent.search import Breadcrumb, SearchHit, SearchRequest

@@ -20,8 +20,7 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent import filter_wire
-from services.agent.caller_filter import CallerFilter
-from services.agent.filters import FilterCondition, FilterGroup
+from services.agent.filters import CallerFilter, FilterCondition, FilterGroup
 from services.agent.ports import SearchClient
 from services.agent.search import Breadcrumb, CountRequest, ReadRequest, SearchRequest
 from services.agent.search_tool_client import SearchToolClient
