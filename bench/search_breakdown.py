@@ -23,7 +23,8 @@ machine's drift hits every stage alike). HYBRID stages (limit 10):
 * The engine's own steps, each alone, exactly as `engine/lancedb/search.py` runs them: `dense`
   (dense candidates, filter count beside), `keyword` (keyword candidates; beside a flat dense scan
   they read their vectors and chunks), `completion` (each side's score of what only the other side
-  found: BM25 by a filtered keyword query, cosines from read vectors or a take), `fuse` (Python),
+  found: BM25 by a filtered keyword query of those that can reach the page, cosines from read
+  vectors or a take), `fuse` (Python),
   `chunks` (the page's chunks the ranking did not read, taken by address). The search's critical
   path is max(dense, keyword) + completion + fuse + chunks.
 
@@ -191,7 +192,7 @@ class SearchPath:
             (_, dense), (keyword, _) = await asyncio.gather(
                 search._dense_side(), search._keyword_side()
             )
-            completion = await search._completion(dense, keyword)
+            completion = await search._completion(dense, keyword, complete=False)
             fused = fuse(dense, keyword, self.fusion, completion)
             self.prepared[key] = (search, dense, keyword, completion, fused)
         return self.prepared[key]
@@ -205,7 +206,7 @@ class SearchPath:
 
         async def completion(text: str) -> Any:
             search, d, k, _, _ = await self.prepare(strategy, text)
-            return await search._completion(d, k)
+            return await search._completion(d, k, complete=False)
 
         async def fusing(text: str) -> Any:
             _, d, k, c, _ = await self.prepare(strategy, text)

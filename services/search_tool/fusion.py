@@ -75,6 +75,53 @@ def missing_sides(
     return keyword_only, dense_only
 
 
+def keyword_scores_needed(
+    dense: Sequence[Sequence[Candidate]],
+    keyword: Sequence[Candidate],
+    fusion: Fusion,
+    depth: int,
+    *,
+    all_matches: bool,
+    cosines: Mapping[str, float],
+) -> list[str]:
+    """The dense-only candidates (`missing_sides`) whose BM25 can change the first `depth`
+    entries of `fuse`'s ranking; the others may be left out of the completion (counted 0) and
+    those entries, their scores and their order stay exactly the same.
+
+    `all_matches`: `keyword` holds every chunk that contains a query word, so every dense-only
+    candidate's BM25 is 0 — none is needed. Otherwise, for `linear` only: every candidate of
+    `keyword` whose cosine is known (on the dense side, or in `cosines`) has its exact fused
+    score; let T be the `depth`-th best of them. A dense-only candidate's BM25 is at most the
+    lowest of `keyword` (it is not among the best), so its fused score is at most
+    α·cosine + (1 − α)·lowest / highest; below T it cannot reach the first `depth` (the blend is
+    monotonic in floating point, and `highest` stays the largest BM25 of the union, hence the
+    scale). The other methods normalise over every candidate: all are needed.
+    """
+    _, dense_only = missing_sides(dense, keyword)
+    if all_matches:
+        return []
+    if fusion.method is not FusionMethod.LINEAR or not keyword or len(keyword) < depth:
+        return dense_only
+    top = max(c.score for c in keyword)
+    if top <= 0:
+        return dense_only
+    alpha = fusion.alpha
+    best = _best_dense(dense)
+    exact = sorted(
+        (
+            alpha * cosine + (1.0 - alpha) * (c.score / top)
+            for c in keyword
+            if (cosine := best.get(c.id, cosines.get(c.id))) is not None
+        ),
+        reverse=True,
+    )
+    if len(exact) < depth:
+        return dense_only
+    threshold = exact[depth - 1]
+    ceiling = (1.0 - alpha) * (min(c.score for c in keyword) / top)
+    return [i for i in dense_only if not alpha * best[i] + ceiling < threshold]
+
+
 def fuse(
     dense: Sequence[Sequence[Candidate]],
     keyword: Sequence[Candidate] | None,

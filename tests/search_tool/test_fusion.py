@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.search_tool.engine.base import Fusion, FusionMethod
-from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
+from services.search_tool.fusion import (
+    Candidate,
+    Completion,
+    fuse,
+    keyword_scores_needed,
+    missing_sides,
+)
 
 DENSE = [[Candidate("d1", 0.80), Candidate("d2", 0.78), Candidate("both", 0.60)]]
 KEYWORD = [Candidate("k1", 12.0), Candidate("both", 6.0)]
@@ -95,3 +105,79 @@ def test_variations_without_a_keyword_side_fuse_by_rrf_or_take_the_best_cosine()
     by_cosine = fuse(lists, None, Fusion(FusionMethod.LINEAR))
     assert [(f.id, f.score) for f in by_cosine] == [("b", 0.95), ("a", 0.9)]
     assert all(f.keyword_score is None for f in by_cosine)
+
+
+def test_no_bm25_is_needed_when_the_keyword_side_holds_every_match() -> None:
+    needed = keyword_scores_needed(
+        DENSE, KEYWORD, Fusion(FusionMethod.LINEAR, alpha=0.7), 1, all_matches=True, cosines={}
+    )
+    assert needed == []
+
+
+def test_a_dense_only_candidate_is_needed_only_if_its_best_possible_bm25_reaches_the_page() -> None:
+    dense = [[Candidate("close", 0.90), Candidate("far", 0.10), Candidate("both", 0.50)]]
+    keyword = [Candidate("k1", 10.0), Candidate("both", 9.0), Candidate("k3", 8.0)]
+    linear = Fusion(FusionMethod.LINEAR, alpha=0.5)
+    cosines = {"k1": 0.40, "k3": 0.30}
+    # exact: k1 0.7, both 0.7, k3 0.55; at most: close 0.45 + 0.4, far 0.05 + 0.4
+    assert keyword_scores_needed(dense, keyword, linear, 2, all_matches=False, cosines=cosines) == [
+        "close"
+    ]
+    assert keyword_scores_needed(dense, keyword, linear, 3, all_matches=False, cosines=cosines) == [
+        "close"
+    ]
+    # too few exact scores for the page, or a method that normalises over everyone: all needed
+    assert keyword_scores_needed(dense, keyword, linear, 4, all_matches=False, cosines=cosines) == [
+        "close",
+        "far",
+    ]
+    rrf = Fusion(FusionMethod.RRF)
+    assert keyword_scores_needed(dense, keyword, rrf, 1, all_matches=False, cosines=cosines) == [
+        "close",
+        "far",
+    ]
+
+
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30),
+    st.lists(st.floats(0.1, 30.0), min_size=1, max_size=30),
+    st.integers(0, 30),
+    st.sampled_from([0.0, 0.3, 0.7, 1.0]),
+    st.integers(1, 12),
+    st.randoms(use_true_random=False),
+)
+@settings(max_examples=400)
+def test_leaving_out_the_bm25_nobody_needs_keeps_the_page_exactly(
+    cosines: list[float],
+    bm25: list[float],
+    shared: int,
+    alpha: float,
+    depth: int,
+    rng: Any,
+) -> None:
+    """Random sides sharing `shared` chunks; every dense-only chunk's true BM25 is at most the
+    keyword side's lowest (or 0): the first `depth` fused entries, scores and order included,
+    are the same with the full completion and with only the needed BM25."""
+    depth = min(depth, len(bm25))
+    keyword_scores = sorted(bm25, reverse=True)
+    keyword = [Candidate(f"k{i}", s) for i, s in enumerate(keyword_scores)]
+    shared = min(shared, len(keyword), len(cosines))
+    ids = [f"k{i}" for i in range(shared)] + [f"d{i}" for i in range(len(cosines) - shared)]
+    dense = [
+        sorted((Candidate(i, c) for i, c in zip(ids, cosines, strict=True)), key=lambda c: -c.score)
+    ]
+    keyword_only, dense_only = missing_sides(dense, keyword)
+    lowest = keyword_scores[-1]
+    true_bm25 = {i: rng.choice([0.0, lowest, lowest, rng.uniform(0.0, lowest)]) for i in dense_only}
+    true_bm25 = {i: s for i, s in true_bm25.items() if s > 0}
+    completion_cosines = {i: rng.uniform(0.0, 1.0) for i in keyword_only}
+    full = Completion(dense=completion_cosines, keyword=true_bm25)
+    fusion = Fusion(FusionMethod.LINEAR, alpha=alpha)
+    needed = keyword_scores_needed(
+        dense, keyword, fusion, depth, all_matches=False, cosines=completion_cosines
+    )
+    partial = Completion(
+        dense=completion_cosines, keyword={i: s for i, s in true_bm25.items() if i in needed}
+    )
+    page = fuse(dense, keyword, fusion, full)[:depth]
+    assert fuse(dense, keyword, fusion, partial)[:depth] == page

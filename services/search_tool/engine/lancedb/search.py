@@ -35,7 +35,13 @@ from services.search_tool.engine.lancedb.retrieval import (
 )
 from services.search_tool.engine.lancedb.rows import to_chunk
 from services.search_tool.engine.lancedb.sql import compile_filter
-from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
+from services.search_tool.fusion import (
+    Candidate,
+    Completion,
+    fuse,
+    keyword_scores_needed,
+    missing_sides,
+)
 
 _COUNT_CACHE_SIZE = 512
 
@@ -132,7 +138,7 @@ async def scored_candidates(
     """What `search_table` would fuse for `query`, and the chunk at each candidate address:
     fusion parameters are chosen by replaying these (`bench/eval_scifact.py`)."""
     search = _TableSearch("", table, query, limits, counts, indexed_rows)
-    scored, _ = await search.candidates()
+    scored, _ = await search.candidates(complete=True)
     addresses = {int(c.id) for ranking in scored.dense for c in ranking}
     addresses.update(int(c.id) for c in scored.keyword or ())
     chunks = await chunks_at(table, sorted(addresses), None)
@@ -165,13 +171,16 @@ class _TableSearch:
         self._rows = FetchedRows()
         """Chunks (and vectors) the ranking queries read; the rest of the page is taken."""
 
-    async def candidates(self) -> tuple[ScoredCandidates, int]:
-        """What the search fuses, and how many chunks match (an upper bound for HYBRID)."""
+    async def candidates(self, *, complete: bool = False) -> tuple[ScoredCandidates, int]:
+        """What the search fuses, and how many chunks match (an upper bound for HYBRID).
+        Unless `complete`, the BM25 of dense-only candidates that cannot reach the page is left
+        out (`fusion.keyword_scores_needed`): the page is the same, the rest of the fused
+        ranking is not (a replay that fuses again with other weights needs `complete`)."""
         self._rows = FetchedRows()
         (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
             self._dense_side(), self._keyword_side()
         )
-        completion = await self._completion(dense_lists, keyword_list)
+        completion = await self._completion(dense_lists, keyword_list, complete=complete)
         if matched is None:
             matched = keyword_matches or 0
         return ScoredCandidates(dense_lists, keyword_list, completion), matched
@@ -205,10 +214,15 @@ class _TableSearch:
         return chunks
 
     async def _completion(
-        self, dense_lists: list[list[Candidate]], keyword_list: list[Candidate] | None
+        self,
+        dense_lists: list[list[Candidate]],
+        keyword_list: list[Candidate] | None,
+        *,
+        complete: bool,
     ) -> Completion | None:
         """HYBRID: each side's score of the candidates only the other side found (the keyword
-        side read its candidates' vectors: their cosines need no query)."""
+        side read its candidates' vectors: their cosines need no query) — unless `complete`,
+        BM25 only of the dense-only candidates that can reach the page."""
         if keyword_list is None or not dense_lists:
             return None
         keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
@@ -217,13 +231,22 @@ class _TableSearch:
         at_hand = sorted(int(i) for i in keyword_only if int(i) in known)
         unread = [int(i) for i in keyword_only if int(i) not in known]
         vectors = self._query.vectors
+        cosines = best_cosines(at_hand, _stacked([known[a] for a in at_hand]), vectors)
+        if not complete:
+            dense_only = keyword_scores_needed(
+                dense_lists,
+                keyword_list,
+                self._query.fusion,
+                self._depth,
+                all_matches=len(keyword_list) < self._candidates,
+                cosines=cosines,
+            )
         cosines_read, bm25 = await asyncio.gather(
             cosines_at(self._table, unread, vectors, self._budget),
             keyword_scores_at(
                 self._table, self._query.keyword_text, [int(i) for i in dense_only], self._budget
             ),
         )
-        cosines = best_cosines(at_hand, _stacked([known[a] for a in at_hand]), vectors)
         return Completion(dense={**cosines, **cosines_read}, keyword=bm25)
 
     async def _dense_side(self) -> tuple[int | None, list[list[Candidate]]]:
