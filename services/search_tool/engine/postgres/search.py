@@ -422,12 +422,13 @@ class TableSearch:
                 " WHERE c.id IN (SELECT id FROM kw EXCEPT SELECT id FROM dense_ids)"
                 " GROUP BY c.id),"
                 # one index probe per (dense-only chunk, query term): reading every posting of
-                # the query terms again and keeping those of ~100 chunks cost more than the
-                # keyword side itself at 100k chunks
+                # the query terms again and keeping those of ~100 chunks cost as much as the
+                # keyword side itself at 100k chunks. OFFSET 0 keeps the planner from pulling
+                # the lateral subquery up into that very hash join.
                 " bm AS (SELECT p.chunk_id AS id, sum({bm25}) AS score"
                 " FROM (SELECT id FROM dense_ids EXCEPT SELECT id FROM kw) d CROSS JOIN q"
-                " JOIN LATERAL (SELECT p.chunk_id, p.tf, p.doc_length FROM {postings} p"
-                " WHERE p.term = q.term AND p.chunk_id = d.id) p ON true CROSS JOIN totals"
+                " CROSS JOIN LATERAL (SELECT p.chunk_id, p.tf, p.doc_length FROM {postings} p"
+                " WHERE p.term = q.term AND p.chunk_id = d.id OFFSET 0) p CROSS JOIN totals"
                 " GROUP BY p.chunk_id)"
                 " SELECT 0, id, score FROM kw"
             ).format(
