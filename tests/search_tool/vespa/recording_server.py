@@ -45,6 +45,9 @@ class Reply:
     body: Any = None
     delay: asyncio.Event | None = None
     """When set, the reply waits for this event (a test can hold a request open)."""
+    then: Callable[[], Reply] | None = None
+    """When set, called once `delay` is set: the reply actually sent (a held write decides its
+    outcome when it is applied, as Vespa does)."""
 
 
 Responder = Callable[[Recorded], Reply]
@@ -133,6 +136,8 @@ class RecordingServer:
         reply = self.respond(request)
         if reply.delay is not None:
             await reply.delay.wait()
+        if reply.then is not None:
+            reply = reply.then()
         payload = json.dumps(reply.body).encode() if reply.body is not None else b""
         connection.send_headers(
             stream_id,

@@ -366,6 +366,10 @@ async def test_upsert_puts_each_chunk_under_an_id_that_survives_slashes_and_hash
     assert fields["chunk_id"] == chunk.id
     assert fields["collection"] == "fixture"
     assert fields["embedding"]["values"] == pytest.approx(vector_for("a").tolist())
+    # the registry entry has no incarnation (written before they existed): the put is
+    # conditional on a stored chunk having none either, and carries none
+    assert puts[0].query == {"condition": "chunk.incarnation == null", "create": "true"}
+    assert "incarnation" not in fields
 
 
 async def test_unreachable_vespa_is_unavailable_with_a_retry_hint(started: Any) -> None:

@@ -2,7 +2,9 @@
 
 Reads run concurrently; writes to one collection are serialised by a lock in this process; the
 one document several replicas share, a collection's registry entry, is written by test-and-set
-(`registry`). A write's chunks go out together; when one fails, the others are cancelled and
+(`registry`), and each chunk put is conditional on the collection's incarnation, so an upsert
+racing a deletion and re-creation on another replica leaves nothing in the new collection. A
+write's chunks go out together; when one fails, the others are cancelled and
 awaited before the lock is released. Acked writes are visible to the next query in indexed mode,
 so `upsert` returns only once Vespa acknowledged every chunk.
 
@@ -85,9 +87,16 @@ from services.search_tool.engine.vespa.queries import (
     keyword_body,
     scan_body,
 )
-from services.search_tool.engine.vespa.registry import CollectionRegistry, Registered
+from services.search_tool.engine.vespa.registry import ATTEMPTS as REGISTRY_ATTEMPTS
+from services.search_tool.engine.vespa.registry import (
+    CollectionRegistry,
+    Registered,
+    condition_of,
+)
 from services.search_tool.engine.vespa.selection import collection_selection, compile_selection
 from services.search_tool.engine.vespa.transport import (
+    RETRY_AFTER_S,
+    ConditionFailed,
     ContinuationRefused,
     Endpoint,
     QueryRejected,
@@ -252,21 +261,22 @@ class VespaEngine:
     async def upsert(
         self, name: str, records: Sequence[ChunkRecord], *, absent: AbstractSet[str] = frozenset()
     ) -> int:
-        """Puts are idempotent by chunk id, so `absent` changes nothing here."""
+        """Puts are idempotent by chunk id, so `absent` changes nothing here. Each put is
+        conditional on the incarnation of the entry read first (`registry`); after all were
+        answered the entry is read again, and when it is marked, gone or of another incarnation
+        (deleted, maybe created again, meanwhile) what this upsert wrote is deleted again."""
         if not records:
             return 0
         async with self._writing(name):
-            widened = await self._registry.widen(name, records)
-            await _together(
-                self._transport.put(
-                    CHUNK, chunk_document_id(name, r.chunk.id), chunk_fields(name, r, widened)
-                )
-                for r in records
+            entry = await self._registry.widen(name, records)
+            written = await _together(
+                self._put_chunk(name, entry.incarnation, r, entry.types) for r in records
             )
-            if not await self._registry.still_there(name):
+            if not all(written) or not await self._registry.still_there(name, entry.incarnation):
                 # deleted meanwhile by another replica: its chunk deletion may have run before
-                # these writes landed, so they would outlive the collection
-                await self._delete_ids(name, [r.chunk.id for r in records])
+                # these writes landed, so they would outlive the collection (or sit in the one
+                # created again under the same name)
+                await self._delete_own(name, entry.incarnation, [r.chunk.id for r in records])
                 raise NotFound(
                     f"collection {name!r} was deleted while this upsert wrote; what it wrote "
                     "was deleted again",
@@ -274,6 +284,65 @@ class VespaEngine:
                     metadata={"collection": name},
                 )
         return len(records)
+
+    async def _put_chunk(
+        self,
+        name: str,
+        incarnation: str,
+        record: ChunkRecord,
+        types: Mapping[str, FieldType],
+    ) -> bool:
+        """Write one chunk into `incarnation`: with `create` and the condition that a chunk
+        stored under its id is of the same incarnation. Refused (412), the stored chunk is of
+        another one: when the entry, read fresh, is still `incarnation`, that chunk is older
+        (a newer incarnation exists only once this one's entry is gone) and is replaced, on
+        condition that it is still the one read; else this upsert is the older one and the chunk
+        is left alone: False. At most `ATTEMPTS` rounds, then Unavailable."""
+        document_id = chunk_document_id(name, record.chunk.id)
+        fields = chunk_fields(name, record, types)
+        if incarnation:
+            fields["incarnation"] = incarnation
+        condition = condition_of(incarnation)
+        for _ in range(REGISTRY_ATTEMPTS):
+            try:
+                await self._transport.put(
+                    CHUNK, document_id, fields, condition=condition, create=True
+                )
+                return True
+            except ConditionFailed:
+                pass
+            stored = await self._transport.get(CHUNK, document_id)
+            if not await self._registry.still_there(name, incarnation):
+                return False
+            if stored is None:  # deleted since the refusal: written as new
+                condition = condition_of(incarnation)
+                continue
+            found = str(stored.get("incarnation") or "")
+            log.info(
+                "a chunk of an older incarnation under this id: replacing it",
+                extra={"collection": name, "incarnation": found or None},
+            )
+            condition = condition_of(found)
+        raise Unavailable(
+            f"chunk {record.chunk.id!r} of collection {name!r} kept changing under this write "
+            f"({REGISTRY_ATTEMPTS} test-and-set rounds); retry",
+            retry_after_s=RETRY_AFTER_S,
+            reason="VESPA_CHUNK_CONTENDED",
+            metadata={"collection": name, "chunk_id": record.chunk.id},
+        )
+
+    async def _delete_own(self, name: str, incarnation: str, chunk_ids: Sequence[str]) -> None:
+        """Delete these chunks where they are still of `incarnation` (a chunk the collection
+        created again holds under the same id is not this upsert's to delete); 412 (another
+        incarnation's, or none) leaves it."""
+
+        async def delete(chunk_id: str) -> None:
+            with contextlib.suppress(ConditionFailed):
+                await self._transport.delete(
+                    CHUNK, chunk_document_id(name, chunk_id), condition=condition_of(incarnation)
+                )
+
+        await _together(delete(c) for c in chunk_ids)
 
     async def stored_versions(
         self, name: str, document_ids: Sequence[str]

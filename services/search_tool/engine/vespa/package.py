@@ -188,6 +188,9 @@ def chunk_schema(dimensions: int) -> Schema:
             ),
             Field("content_hash", "string", indexing=["attribute", "summary"], match=["cased"]),
             Field("chunk_json", "string", indexing=["summary"]),
+            # the collection's incarnation the chunk was written into (`registry`): only
+            # test-and-set conditions read it, from the stored document; no attribute, no RAM
+            Field("incarnation", "string", indexing=["summary"]),
             Field(
                 EMBEDDING,
                 # bfloat16 cells, dot product on unit vectors: on SciFact (3,712 of 5,183
@@ -246,6 +249,9 @@ def collection_schema() -> Schema:
                 Field("metadata_types", "string", indexing=["summary"]),
                 # bumped by every write; the test-and-set condition of the next one
                 Field("revision", "long", indexing=["attribute", "summary"]),
+                # random id written at creation: a collection deleted and created again has
+                # another one (`registry`)
+                Field("incarnation", "string", indexing=["summary"]),
             ]
         ),
     )

@@ -17,12 +17,27 @@ NotFound, creating or widening it is UNAVAILABLE (retry once the deletion ends),
 asks `still_there` after its chunk writes were acknowledged: when the entry is marked or gone, it
 deletes what it wrote. Either its writes were acknowledged before the mark, so before the chunk
 deletion began (which then removes them), or its check comes after the mark and sees it.
+
+A collection deleted *and created again* between an upsert's writes and that check is told apart
+by its incarnation: a random id written into the entry at creation (`incarnation`), never reused,
+kept by every later write of the entry, and carried by each chunk (`chunk.incarnation`). An upsert
+takes the incarnation from the entry it read before writing and (`condition_of`) writes each chunk
+only if the stored chunk of that id, if any, is of the same incarnation (with `create`, so a new
+chunk is written), deletes them with the same condition, and counts as fenced out when the entry
+it checks afterwards is of another incarnation: so an upsert that began against incarnation A
+leaves no chunk in B, and never overwrites or deletes one of B's. A chunk of another incarnation
+found under the id while the entry is still the upsert's own is an older one's (a newer one exists
+only once this entry is gone) and is replaced on condition that it is still the one read.
+Entries written before incarnations existed (and chunks without the field) are the empty
+incarnation, `== null` in a condition; a newer incarnation is never empty, so the change from such
+an entry to a recreated one is seen as well.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +46,7 @@ from typing import Any
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.search_tool.documents import ChunkRecord, metadata_type, widen
 from services.search_tool.engine.base import CollectionSpec
-from services.search_tool.engine.vespa.package import COLLECTION
+from services.search_tool.engine.vespa.package import CHUNK, COLLECTION
 from services.search_tool.engine.vespa.transport import (
     RETRY_AFTER_S,
     ConditionFailed,
@@ -61,6 +76,9 @@ class Registered:
     revision: int
     """Bumped by every write; the test-and-set condition of the next one (`DROPPING` while the
     collection is being deleted)."""
+    incarnation: str = ""
+    """Random id written at creation and kept by every later write: a collection deleted and
+    created again has another one. "" for an entry written before incarnations existed."""
 
     @property
     def dropping(self) -> bool:
@@ -94,11 +112,11 @@ class CollectionRegistry:
             raise _missing(name, stored)
         return stored
 
-    async def still_there(self, name: str) -> bool:
-        """Whether the entry exists and is not marked for deletion, read fresh (the fence an
-        upsert passes after its writes)."""
+    async def still_there(self, name: str, incarnation: str) -> bool:
+        """Whether the entry exists, is not marked for deletion and is still `incarnation`, read
+        fresh (the fence an upsert passes after its writes)."""
         stored = await self.get(name, fresh=True)
-        return stored is not None and not stored.dropping
+        return stored is not None and not stored.dropping and stored.incarnation == incarnation
 
     async def mark_dropping(self, name: str) -> None:
         """Mark the entry `DROPPING` (test-and-set on its revision, at most `ATTEMPTS` rounds);
@@ -110,7 +128,7 @@ class CollectionRegistry:
             if stored.dropping:
                 return
             try:
-                marked = Registered(stored.spec, stored.types, DROPPING)
+                marked = Registered(stored.spec, stored.types, DROPPING, stored.incarnation)
                 await self._put(name, marked, _unchanged(stored.revision))
                 return
             except ConditionFailed:
@@ -123,7 +141,8 @@ class CollectionRegistry:
         stored = await self.get(name, fresh=True)
         if stored is None:
             try:
-                await self._put(name, Registered(spec, {}, 1), CREATE_ONLY)
+                entry = Registered(spec, {}, 1, new_incarnation())
+                await self._put(name, entry, CREATE_ONLY)
                 log.info("collection created", extra={"collection": name})
                 return
             except ConditionFailed:  # another writer created it first
@@ -144,21 +163,22 @@ class CollectionRegistry:
                 metadata={"collection": name},
             )
 
-    async def widen(self, name: str, records: Sequence[ChunkRecord]) -> dict[str, FieldType]:
-        """The metadata key types once `records` are stored, written to the entry when they
-        widen it: read it (a get, not the cache), widen, put it back with `revision + 1` on
-        condition that `revision` is unchanged; on 412 read again, at most `ATTEMPTS` rounds."""
+    async def widen(self, name: str, records: Sequence[ChunkRecord]) -> Registered:
+        """The entry once `records` are stored (their metadata key types, the incarnation they
+        are written into), written when they widen it: read it (a get, not the cache), widen,
+        put it back with `revision + 1` on condition that `revision` is unchanged; on 412 read
+        again, at most `ATTEMPTS` rounds."""
         for _ in range(ATTEMPTS):
             stored = await self.get(name, fresh=True)
             if stored is None or stored.dropping:
                 raise _missing(name, stored) if stored is None else _being_dropped(name)
             widened = widen_types(stored.types, records)
             if widened == stored.types:
-                return widened
+                return stored
             try:
-                entry = Registered(stored.spec, widened, stored.revision + 1)
+                entry = Registered(stored.spec, widened, stored.revision + 1, stored.incarnation)
                 await self._put(name, entry, _unchanged(stored.revision))
-                return widened
+                return entry
             except ConditionFailed:
                 log.info(
                     "registry changed under a write, reading it again", extra={"collection": name}
@@ -171,17 +191,22 @@ class CollectionRegistry:
 
     async def _put(self, name: str, entry: Registered, condition: str) -> None:
         """Write `entry` if `condition` (a document selection) holds for the stored one, else
-        `ConditionFailed`; `CREATE_ONLY` writes only a missing entry."""
+        `ConditionFailed`; `CREATE_ONLY` writes only a missing entry. A put replaces the whole
+        document, so the incarnation is written again each time (an entry without one stays
+        without)."""
+        fields: dict[str, Any] = {
+            "name": name,
+            "embedding_model": entry.spec.embedding_model,
+            "dimensions": entry.spec.dimensions,
+            "metadata_types": json.dumps({k: t.value for k, t in sorted(entry.types.items())}),
+            "revision": entry.revision,
+        }
+        if entry.incarnation:
+            fields["incarnation"] = entry.incarnation
         await self._transport.put(
             COLLECTION,
             name,
-            {
-                "name": name,
-                "embedding_model": entry.spec.embedding_model,
-                "dimensions": entry.spec.dimensions,
-                "metadata_types": json.dumps({k: t.value for k, t in sorted(entry.types.items())}),
-                "revision": entry.revision,
-            },
+            fields,
             condition=condition,
             create=condition == CREATE_ONLY,
         )
@@ -213,6 +238,18 @@ def widen_types(
     return merged
 
 
+def new_incarnation() -> str:
+    """A fresh incarnation id: 128 random bits as hex (never reused, never empty)."""
+    return secrets.token_hex(16)
+
+
+def condition_of(incarnation: str) -> str:
+    """The condition that a stored chunk belongs to `incarnation` (the empty one: a chunk
+    without the field, `== null`, the only comparison defined on a missing field)."""
+    value = f'"{incarnation}"' if incarnation else "null"
+    return f"{CHUNK}.incarnation == {value}"
+
+
 def _unchanged(revision: int) -> str:
     """The condition that the stored entry is still at `revision` (0: written before entries
     had one, the field is missing, which only `== null` tests without turning invalid)."""
@@ -226,6 +263,7 @@ def _registered(fields: Mapping[str, Any]) -> Registered:
         CollectionSpec(str(fields["embedding_model"]), int(fields["dimensions"])),
         {k: FieldType(v) for k, v in types.items()},
         int(fields.get("revision") or 0),
+        str(fields.get("incarnation") or ""),
     )
 
 

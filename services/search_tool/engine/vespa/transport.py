@@ -209,9 +209,12 @@ class VespaTransport:
             )
         raise _status_error(status, message)
 
-    async def delete(self, schema: str, document_id: str) -> None:
-        """Remove one document (200 also when it did not exist)."""
-        await self._write("delete", schema, document_id, None, {})
+    async def delete(self, schema: str, document_id: str, *, condition: str | None = None) -> None:
+        """Remove one document (200 also when it did not exist). With `condition`, only if it
+        holds for the stored document, else `ConditionFailed` (a missing document may answer
+        either: callers take both as "not removed by me")."""
+        params = {} if condition is None else {"condition": condition}
+        await self._write("delete", schema, document_id, None, params)
 
     @property
     def feeds_apart(self) -> bool:
