@@ -369,6 +369,7 @@ async def test_a_collection_from_before_incarnations_writes_none_and_is_still_fe
     [written] = store.chunks.values()
     assert "incarnation" not in written
     assert store.put_conditions == ["chunk.incarnation == null"]
+    store.puts_arrived = asyncio.Event()  # the first upsert's put set it: wait for the next one
     store.hold_puts = asyncio.Event()
     upsert = asyncio.create_task(writer.upsert("fixture", [_record("b")]))
     await store.puts_arrived.wait()
