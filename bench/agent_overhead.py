@@ -5,7 +5,8 @@ tool, both at zero latency, and times every model turn of the loop: the time the
 between one model call and the next (pruning, tool-argument validation, filter merge, result
 formatting, bookkeeping), with the fakes' own time measured and subtracted.
 
-    python bench/agent_overhead.py [--runs 200] [--searches 5] [--tools search|all]
+    python -m bench.agent_overhead [--runs 200] [--searches 5] [--tools search|all]
+    python -m bench.agent_overhead --against DIR [--rounds 8] [--runs 100] [--tools all]
 
 `--tools all`: every turn after the first also reads the best result's document, counts by
 source and calculates, so the time of the read, count and calculate tools is in the figure.
@@ -13,6 +14,15 @@ source and calculates, so the time of the read, count and calculate tools is in 
 Prints JSON (p50/p95/p99 ms per iteration, target p50 <= 5 ms; also the p50 per run and the model
 turns of a run: compare versions per run when their turn counts differ — a version that saves a
 model turn spreads the same work over fewer turns) and writes bench/results/.
+
+`--against DIR` compares two versions on a shared machine: DIR is another source tree of Quarry
+(e.g. `git worktree add /tmp/quarry-main main`, or `git archive` of a commit unpacked) whose
+`bench/agent_overhead.py` prints the same report. Each round runs this bench once in DIR and once
+here, as subprocesses with the same interpreter, in alternating order; it prints every round
+with the load, then the medians of both sides and the ratios this / DIR (of the medians, and the
+median of the rounds' own ratios) for p50 per turn and per run. Ratios survive a busy machine,
+absolute milliseconds do not. The rounds rewrite DIR's `bench/results/agent_overhead.json` (use
+a scratch tree); this tree's is left as it was.
 """
 
 from __future__ import annotations
@@ -20,9 +30,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import re
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -180,12 +193,77 @@ async def _measure_runs(
     return measured
 
 
+HERE = Path(__file__).resolve().parents[1]
+"""This source tree (the repository root)."""
+COMPARED = ("p50_ms", "p50_ms_per_run")
+
+
+def _report_in(tree: Path, runs: int, searches: int, tools: str) -> dict[str, float]:
+    """This bench's report, run once in `tree` (its own code) with this interpreter."""
+    command = [sys.executable, "-m", "bench.agent_overhead", "--runs", str(runs)]
+    command += ["--searches", str(searches), "--tools", tools]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True)
+    report: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def compare(against: Path, rounds: int, runs: int, searches: int, tools: str) -> dict[str, object]:
+    """Rounds of one run in `against` and one here, alternating which goes first."""
+    sides: dict[str, list[dict[str, float]]] = {"against": [], "here": []}
+    loads = []
+    for i in range(rounds):
+        order = ("against", "here") if i % 2 == 0 else ("here", "against")
+        for side in order:
+            tree = against if side == "against" else HERE
+            sides[side].append(_report_in(tree, runs, searches, tools))
+        loads.append(round(os.getloadavg()[0], 2))
+        figures = {s: {k: sides[s][-1][k] for k in COMPARED} for s in sides}
+        print(json.dumps({"round": i, **figures, "load_1min": loads[-1]}), flush=True)
+    summary: dict[str, object] = {
+        "bench": "agent_overhead_compared",
+        "here": str(HERE),
+        "against": str(against),
+        "rounds": rounds,
+        "runs": runs,
+        "tools": tools,
+        "load_1min_min_max": [min(loads), max(loads)],
+        "model_turns_per_run": {s: sides[s][-1]["model_turns_per_run"] for s in sides},
+    }
+    for key in COMPARED:
+        here = [r[key] for r in sides["here"]]
+        there = [r[key] for r in sides["against"]]
+        summary[key] = {
+            "against_median": round(statistics.median(there), 3),
+            "here_median": round(statistics.median(here), 3),
+            "ratio_here_over_against": round(statistics.median(here) / statistics.median(there), 3),
+            "median_of_round_ratios": round(
+                statistics.median(h / t for h, t in zip(here, there, strict=True)), 3
+            ),
+        }
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--searches", type=int, default=5)
     parser.add_argument("--tools", choices=["search", "all"], default="all")
+    parser.add_argument("--against", type=Path, help="another source tree to compare with")
+    parser.add_argument("--rounds", type=int, default=8, help="with --against")
     args = parser.parse_args()
+    if args.against is not None:
+        against = args.against.resolve()
+        if not (against / "bench" / "agent_overhead.py").is_file():
+            parser.error(f"--against {against}: no bench/agent_overhead.py there")
+        kept = RESULTS.read_bytes() if RESULTS.exists() else None
+        try:
+            summary = compare(against, args.rounds, args.runs, args.searches, args.tools)
+        finally:  # the rounds here rewrote this tree's report; DIR's are DIR's
+            if kept is not None:
+                RESULTS.write_bytes(kept)
+        print(json.dumps(summary))
+        return
     every_tool = args.tools == "all"
     asyncio.run(_measure(10, args.searches, every_tool=every_tool))
     measured = asyncio.run(_measure_runs(args.runs, args.searches, every_tool=every_tool))

@@ -17,6 +17,7 @@ from services.agent.answers import (
     unknown_citations,
 )
 from services.agent.config import LoopSettings
+from services.agent.prompt import FORCE_ANSWER
 from services.agent.run import FinalAnswer, StopReason
 from services.agent.search import SearchHit
 from services.agent.tools import ToolOutcome
@@ -108,6 +109,14 @@ class AnswerDesk:
 
     def best_previews(self) -> list[SearchHit]:
         return sorted(self.previews.values(), key=lambda h: h.score, reverse=True)
+
+    def before_answering(self, stop_reason: StopReason, budget_chars: int) -> list[str]:
+        """What the answer-only call is told first: the best previews in full (it composes the
+        answer from them), then, when a limit ended the search phase, to answer now."""
+        told = [self.give_full_text(self.best_previews(), budget_chars)] if self.previews else []
+        if stop_reason is not StopReason.ANSWERED:
+            told.append(FORCE_ANSWER)
+        return told
 
     def _refine(self, answer: FinalAnswer, *, thinking: bool, room: Callable[[], bool]) -> bool:
         """Whether a low-confidence THINKING answer gets one more round (budget left, rounds

@@ -1,6 +1,6 @@
 """The agent API's protobuf edge (`quarry.agent.v1`) <-> agent domain: run requests and their
-question windows in, run responses, step records and stream events out. The caller's filter passes
-through untouched; the search tool validates it.
+question windows in, run responses, step records and stream events out. The caller's filter
+comes in as the domain `CallerFilter`, losslessly (`filter_wire`): the search tool validates it.
 
 The other wire protocols convert beside their clients: the search tool's in
 `search_tool_client.py`, the LLM gateway's in `gateway_client.py`."""
@@ -15,6 +15,7 @@ from quarry.agent.v1 import agent_pb2
 from quarry.common.v1 import search_pb2
 
 from services.agent.events import AgentEvent, Done, Failed, Started, Thinking
+from services.agent.filter_wire import caller_filter
 from services.agent.filters import Scalar
 from services.agent.questions import QuestionWindows
 from services.agent.records import AnsweredBy, StepRecord, ToolCallRecord
@@ -105,7 +106,7 @@ def run_request(
     return RunRequest(
         collection=collection,
         query=query,
-        caller_filter=_copy(message.filter),
+        caller_filter=caller_filter(message.filter),
         mode=_MODES[message.mode],
         limit=message.limit or default_limit,
         history=tuple(Turn(t.question, t.answer) for t in message.history),
@@ -200,12 +201,6 @@ def _window_violations(name: str, asked: float, configured: float | None) -> lis
     if configured is not None and asked > configured:
         return [FieldViolation(path, f"is {asked:g} s; the agent allows at most {configured:g} s")]
     return []
-
-
-def _copy(message: search_pb2.Filter) -> search_pb2.Filter:
-    copied = search_pb2.Filter()
-    copied.CopyFrom(message)
-    return copied
 
 
 # --- results and events --------------------------------------------------------------------------

@@ -1,15 +1,30 @@
-"""A filter's protobuf message (`quarry.common.v1.Filter`) from the model's filter groups: the one
-wire shape both edges that speak it share — the search tool's client sends the model's filter in
-it, and the public `AgentClient` builds the caller's filter (`parse_filter`) with it."""
+"""The filter's protobuf message (`quarry.common.v1.Filter`), the one wire shape three edges share:
+
+* the model's filter groups out (`filter_message`): the search tool's client sends the model's
+  filter in it, and the public `AgentClient` builds the caller's filter with it (`parse_filter`);
+* the caller's filter in (`caller_filter`, the agent API's edge `convert.run_request`) and back
+  out (`caller_filter_message`, the search tool's client): lossless, so the search tool judges
+  exactly what the caller sent."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from google.protobuf import struct_pb2
 from quarry.common.v1 import search_pb2
 
-from services.agent.filters import FilterGroup, FilterValue, Operator
+from services.agent.filters import (
+    NO_VALUE,
+    CallerCondition,
+    CallerFilter,
+    CallerOperator,
+    FilterGroup,
+    FilterValue,
+    JsonValue,
+    NoValue,
+    Operator,
+)
 
 _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
     "equals": search_pb2.FILTER_OPERATOR_EQUALS,
@@ -22,6 +37,12 @@ _OPERATOR_NUMBERS: dict[Operator, search_pb2.FilterOperator] = {
     "in": search_pb2.FILTER_OPERATOR_IN,
     "not_in": search_pb2.FILTER_OPERATOR_NOT_IN,
 }
+_CALLER_OPERATOR_NUMBERS: dict[CallerOperator, int] = {
+    "unspecified": search_pb2.FILTER_OPERATOR_UNSPECIFIED
+}
+for _name, _number in _OPERATOR_NUMBERS.items():
+    _CALLER_OPERATOR_NUMBERS[_name] = _number
+_CALLER_OPERATORS: dict[int, CallerOperator] = {n: o for o, n in _CALLER_OPERATOR_NUMBERS.items()}
 
 
 def filter_message(groups: Sequence[FilterGroup]) -> search_pb2.Filter:
@@ -53,3 +74,74 @@ def _value_message(value: FilterValue) -> struct_pb2.Value:
     else:
         message.string_value = value
     return message
+
+
+# --- the caller's filter -------------------------------------------------------------------------
+
+
+def caller_filter(message: search_pb2.Filter) -> CallerFilter:
+    """The caller's filter as sent (an operator number without a name stays the number; a value
+    unset or set to no kind is `NO_VALUE`, which the search tool reads as it reads either)."""
+    return CallerFilter(
+        tuple(
+            tuple(
+                CallerCondition(
+                    field=c.field,
+                    operator=_CALLER_OPERATORS.get(c.operator, c.operator),
+                    value=_json(c.value) if c.value.WhichOneof("kind") else NO_VALUE,
+                )
+                for c in group.conditions
+            )
+            for group in message.groups
+        )
+    )
+
+
+def caller_filter_message(caller: CallerFilter) -> search_pb2.Filter:
+    """The caller's filter as it arrived (`caller_filter`'s inverse)."""
+    message = search_pb2.Filter()
+    for conditions in caller.groups:
+        group = message.groups.add()
+        for c in conditions:
+            condition = group.conditions.add(field=c.field)
+            operator = c.operator
+            # A number without a name is set as sent (proto3 enums are open).
+            number = operator if isinstance(operator, int) else _CALLER_OPERATOR_NUMBERS[operator]
+            condition.operator = cast("search_pb2.FilterOperator", number)
+            if not isinstance(c.value, NoValue):
+                _set_json(condition.value, c.value)
+    return message
+
+
+def _json(value: struct_pb2.Value) -> JsonValue:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        return value.number_value
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "list_value":
+        return [_json(v) for v in value.list_value.values]
+    if kind == "struct_value":
+        return {k: _json(v) for k, v in value.struct_value.fields.items()}
+    return None
+
+
+def _set_json(message: struct_pb2.Value, value: JsonValue) -> None:
+    if value is None:
+        message.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(value, bool):
+        message.bool_value = value
+    elif isinstance(value, int | float):
+        message.number_value = float(value)
+    elif isinstance(value, str):
+        message.string_value = value
+    elif isinstance(value, list):
+        message.list_value.SetInParent()
+        for item in value:
+            _set_json(message.list_value.values.add(), item)
+    else:
+        message.struct_value.SetInParent()
+        for key, item in value.items():
+            _set_json(message.struct_value.fields[key], item)

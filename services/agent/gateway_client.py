@@ -1,9 +1,10 @@
 """The LLM gateway as the loop's `ModelClient`, over gRPC, with deadlines passed downstream.
 
 Every failed call becomes the `services.common.errors` exception of the same status code (by
-`services.common.status.domain_error`); the gateway's CONTEXT_WINDOW_EXCEEDED becomes
-`ContextWindowExceeded`, so the loop never sees grpc. A call waits briefly for the channel to
-connect, then names the gateway as unreachable (`services.agent.dependencies`).
+`services.common.status.domain_error`); the gateway's CONTEXT_WINDOW_EXCEEDED status, its one
+overflow signal (`_gateway_error`), becomes `ContextWindowExceeded`, so the loop never sees grpc.
+A call waits briefly for the channel to connect, then names the gateway as unreachable
+(`services.agent.dependencies`).
 """
 
 from __future__ import annotations
@@ -74,8 +75,6 @@ class GatewayModelClient:
             )
         except grpc.aio.AioRpcError as error:
             raise _gateway_error(error, self._channel) from error
-        if reply.context_window_exceeded:
-            raise ContextWindowExceeded(f"{reply.provider} reported a full context window")
         calls = tuple(ToolCall(c.id, c.name, c.arguments_json) for c in reply.message.tool_calls)
         return ModelResponse(
             text=reply.message.text,

@@ -30,12 +30,12 @@ from services.agent.ports import (
     SearchClient,
     ToolChoice,
 )
-from services.agent.prompt import FORCE_ANSWER, system_prompt
+from services.agent.prompt import system_prompt
 from services.agent.questions import QuestionChannel
 from services.agent.records import StepRecord
 from services.agent.run import Deadline, FinalAnswer, Mode, RunRequest, RunResult, StopReason
 from services.agent.steps import StepLog
-from services.agent.tools import DEFAULT_TOOLS, SEARCH, Tool, ToolRegistry
+from services.agent.tools import DEFAULT_TOOLS, Tool, ToolRegistry
 from services.common import semconv
 from services.common.errors import QuarryError
 
@@ -172,7 +172,11 @@ class _Run:
             if self._over_budget(self.offered):
                 self.stop_reason = StopReason.BUDGET_EXHAUSTED
                 return
-            response = await self._call(*self._search_turn())
+            opening = self.turns == 0 and self.request.mode is Mode.FAST
+            turn = self.loop.tools.turn(
+                self.offered, opening_forced=opening and self.conversation.calls_forced
+            )
+            response = await self._call(*turn)
             if response.text.strip():
                 yield self._thinking(response)
             calls = self.tools.execute(
@@ -190,34 +194,12 @@ class _Run:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
 
-    def _search_turn(self) -> tuple[Sequence[Tool], ToolChoice]:
-        """What a search-phase turn offers: every tool, the model choosing. Except the first turn
-        of a FAST run on a route whose replies are forced tool calls: `search` alone, named, so
-        the run searches before it answers. Such a route's model must call one of the tools
-        offered; given `submit_answer` too, Qwen2.5-Coder-1.5B answered from memory on its first
-        turn in 6 of 8 runs over the Python docs and cited nothing it had read."""
-        search = self.loop.tools.get(SEARCH)
-        if (
-            self.turns == 0
-            and self.request.mode is Mode.FAST
-            and self.conversation.calls_forced
-            and search is not None
-            and search in self.offered
-        ):
-            return (search,), ToolChoice("named", search.name)
-        return self.offered, ToolChoice()
-
     async def _final_phase(self) -> AsyncIterator[AgentEvent]:
         """One last call offering only the answering tool, sent once more when its answer is
         sent back (invalid, or citing unseen results). It composes the answer, so the best
         results shown as previews are given in full first."""
-        if self.desk.previews:
-            budget = self.conversation.budget_chars
-            self.conversation.append(
-                user(self.desk.give_full_text(self.desk.best_previews(), budget))
-            )
-        if self.stop_reason is not StopReason.ANSWERED:
-            self.conversation.append(user(FORCE_ANSWER))
+        for text in self.desk.before_answering(self.stop_reason, self.conversation.budget_chars):
+            self.conversation.append(user(text))
         # Asked to answer from nothing, a model can only say the collection lacks the answer.
         budget_spent = self.stop_reason is StopReason.BUDGET_EXHAUSTED and not self.tools.searches
         for _ in range(0 if budget_spent else 2):

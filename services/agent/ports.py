@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from quarry.common.v1 import search_pb2
-
+from services.agent.filters import CallerFilter
 from services.agent.messages import Message, ToolCall
 from services.agent.search import (
     CollectionInfo,
@@ -139,7 +138,7 @@ class SearchClient(Protocol):
         self,
         name: str,
         *,
-        caller_filter: search_pb2.Filter | None = None,
+        caller_filter: CallerFilter | None = None,
         remaining_s: float | None,
     ) -> CollectionInfo:
         """What the collection holds — under `caller_filter`, only what it lets its holder see.

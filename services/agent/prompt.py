@@ -10,9 +10,7 @@ from datetime import datetime
 from functools import cache
 from importlib import resources
 
-from google.protobuf import json_format
-from quarry.common.v1 import search_pb2
-
+from services.agent.filters import NO_VALUE, CallerFilter
 from services.agent.run import Mode
 from services.agent.search import CollectionInfo, Facet
 from services.agent.tools import DEFAULT_TOOLS, Tool
@@ -47,7 +45,7 @@ def _resource(name: str) -> str:
 def task_message(
     query: str,
     mode: Mode,
-    caller_filter: search_pb2.Filter,
+    caller_filter: CallerFilter,
     collection: CollectionInfo,
     *,
     summary: str = "",
@@ -64,7 +62,7 @@ def task_message(
     return "\n\n".join(sections) + "\n"
 
 
-def _filter_text(caller_filter: search_pb2.Filter) -> str:
+def _filter_text(caller_filter: CallerFilter) -> str:
     """The caller's filter in the shape of the model's own `filter_groups`."""
     if not caller_filter.groups:
         return "none"
@@ -73,12 +71,10 @@ def _filter_text(caller_filter: search_pb2.Filter) -> str:
             "conditions": [
                 {
                     "field": c.field,
-                    "operator": search_pb2.FilterOperator.Name(c.operator)
-                    .removeprefix("FILTER_OPERATOR_")
-                    .lower(),
-                    "value": _plain(json_format.MessageToDict(c.value)),
+                    "operator": c.operator,
+                    "value": None if c.value is NO_VALUE else _plain(c.value),
                 }
-                for c in group.conditions
+                for c in group
             ]
         }
         for group in caller_filter.groups

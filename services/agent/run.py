@@ -7,8 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from quarry.common.v1 import search_pb2
-
+from services.agent.filters import CallerFilter
 from services.agent.records import AnsweredBy, StepRecord
 from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded
@@ -53,7 +52,7 @@ class Turn:
 class RunRequest:
     collection: str
     query: str
-    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    caller_filter: CallerFilter = field(default_factory=CallerFilter)
     """The caller's filter, as sent. The agent forwards it to every search and never reads it:
     the search tool validates it and applies it as (caller) AND (model)."""
     mode: Mode = Mode.FAST

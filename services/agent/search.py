@@ -6,9 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from quarry.common.v1 import search_pb2
-
-from services.agent.filters import FilterGroup, Scalar
+from services.agent.filters import CallerFilter, FilterGroup, Scalar
 
 Strategy = Literal["semantic", "keyword", "hybrid"]
 WEB_SOURCE = "web"
@@ -67,7 +65,7 @@ class SearchRequest:
     strategy: Strategy = "hybrid"
     filter_groups: tuple[FilterGroup, ...] = ()
     """The model's filter; the search tool applies it within `caller_filter`."""
-    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    caller_filter: CallerFilter = field(default_factory=CallerFilter)
     """The run's caller filter, forwarded as sent."""
     limit: int = 10
     offset: int = 0
@@ -82,7 +80,7 @@ class ReadRequest:
     first_chunk: int = 0
     max_chunks: int = 20
     """1..200."""
-    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    caller_filter: CallerFilter = field(default_factory=CallerFilter)
     """The run's caller filter, forwarded as sent; the search tool applies it."""
 
 
@@ -106,7 +104,7 @@ class CountRequest:
     collection: str
     filter_groups: tuple[FilterGroup, ...] = ()
     """The model's filter; the search tool applies it within `caller_filter`."""
-    caller_filter: search_pb2.Filter = field(default_factory=search_pb2.Filter)
+    caller_filter: CallerFilter = field(default_factory=CallerFilter)
     group_by: tuple[str, ...] = ()
     date_interval: DateInterval = "month"
     max_buckets: int = 20

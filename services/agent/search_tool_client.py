@@ -20,8 +20,8 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent.dependencies import call_options, dependency_error
-from services.agent.filter_wire import filter_message
-from services.agent.filters import Scalar
+from services.agent.filter_wire import caller_filter_message, filter_message
+from services.agent.filters import CallerFilter, Scalar
 from services.agent.search import (
     WEB_SOURCE,
     Breadcrumb,
@@ -78,10 +78,13 @@ class SearchToolClient:
         self,
         name: str,
         *,
-        caller_filter: search_pb2.Filter | None = None,
+        caller_filter: CallerFilter | None = None,
         remaining_s: float | None,
     ) -> CollectionInfo:
-        request = search_tool_pb2.GetCollectionRequest(collection=name, caller_filter=caller_filter)
+        request = search_tool_pb2.GetCollectionRequest(
+            collection=name,
+            caller_filter=None if caller_filter is None else caller_filter_message(caller_filter),
+        )
         try:
             reply = await self._stub.GetCollection(
                 request, **await call_options(self._channel, "search tool", remaining_s)
@@ -141,7 +144,7 @@ def search_request(request: SearchRequest) -> search_tool_pb2.SearchRequest:
         query=search_pb2.SearchQuery(primary=request.primary, variations=request.variations),
         strategy=_STRATEGIES[request.strategy],  # type: ignore[arg-type]
         filter=filter_message(request.filter_groups),
-        caller_filter=request.caller_filter,
+        caller_filter=caller_filter_message(request.caller_filter),
         limit=request.limit,
         offset=request.offset,
     )
@@ -153,7 +156,7 @@ def read_request(request: ReadRequest) -> search_tool_pb2.ReadDocumentRequest:
         document_id=request.document_id,
         first_chunk=request.first_chunk,
         max_chunks=request.max_chunks,
-        caller_filter=request.caller_filter,
+        caller_filter=caller_filter_message(request.caller_filter),
     )
 
 
@@ -168,7 +171,7 @@ def count_request(request: CountRequest) -> search_tool_pb2.CountDocumentsReques
     return search_tool_pb2.CountDocumentsRequest(
         collection=request.collection,
         filter=filter_message(request.filter_groups),
-        caller_filter=request.caller_filter,
+        caller_filter=caller_filter_message(request.caller_filter),
         group_by=request.group_by,
         date_interval=_INTERVALS[request.date_interval],
         max_buckets=request.max_buckets,

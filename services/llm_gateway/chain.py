@@ -9,8 +9,11 @@ One code path serves both RPC shapes: `stream` yields text and tool-call deltas 
 * Retryable errors (429, 5xx, timeouts, truncated streams) are retried with backoff, then the chain
   falls back. Fatal errors fall back at once. Context-window overflow and requests a provider
   rejects as malformed go straight back to the caller: no other provider would do better.
-* Once a delta has reached the caller a failure ends the request (`StreamInterrupted`): a fallback
-  would send a second, different beginning.
+  Overflow is one signal: a reply the provider stopped at its window (`context_window_exceeded`
+  from its translator) is handled as its overflow error, so the caller always learns it as
+  `RequestTooLarge` (INVALID_ARGUMENT, reason CONTEXT_WINDOW_EXCEEDED), never in a reply.
+* Once a delta has reached the caller a failure ends the request (`StreamInterrupted`; overflow
+  still as `RequestTooLarge`): a fallback would send a second, different beginning.
 * The caller's deadline bounds each try; no try starts without `MIN_TRY_S` left, and a try cut short
   by the deadline is not held against the provider.
 """
@@ -219,6 +222,12 @@ class ProviderChain:
                     except StopAsyncIteration:
                         raise RetryableProviderError("stream ended without completing") from None
                 if isinstance(event, Completed):
+                    if event.response.context_window_exceeded:
+                        # One overflow signal: a reply the provider stopped at its context
+                        # window is its overflow error (the caller gets CONTEXT_WINDOW_EXCEEDED).
+                        raise ContextWindowExceeded(
+                            f"{link.provider.name} stopped at its context window"
+                        )
                     event.response.usage.cost_usd = cost_usd(event.response.usage, link.price)
                     outcome.response = event.response
                     return
@@ -236,18 +245,18 @@ class ProviderChain:
         """Raise when the failure ends the request; otherwise decide whether to retry."""
         error = outcome.error
         provider = link.provider
-        if outcome.delivered:
-            raise StreamInterrupted(
-                f"the stream from {provider.name} broke after it started: {outcome.attempt.error}",
-                attempts,
-            )
-        if isinstance(error, ContextWindowExceeded):
+        if isinstance(error, ContextWindowExceeded):  # also after deltas: the stream overflowed
             raise RequestTooLarge(
                 f"the request does not fit the context window of {provider.name}",
                 attempts,
                 provider=provider.name,
                 model=provider.model,
                 context_window_tokens=provider.context_window_tokens,
+            )
+        if outcome.delivered:
+            raise StreamInterrupted(
+                f"the stream from {provider.name} broke after it started: {outcome.attempt.error}",
+                attempts,
             )
         if isinstance(error, FatalProviderError) and error.caller_error:
             raise RequestRejected(

@@ -147,7 +147,6 @@ def generate_response(
             ],
         ),
         stop_reason=_STOPS[response.stop_reason],
-        context_window_exceeded=response.context_window_exceeded,
         usage=usage_message(response.usage),
         provider=provider,
         model=response.model,

@@ -121,7 +121,8 @@ class ChatResponse:
     model: str
     """Model name as the provider reported it."""
     context_window_exceeded: bool = False
-    """The provider stopped because the context is full (reported as MAX_TOKENS)."""
+    """The provider stopped because the context is full (its translator reports it with
+    MAX_TOKENS); the chain turns such a reply into the overflow error (`ContextWindowExceeded`)."""
 
 
 @dataclass(frozen=True)

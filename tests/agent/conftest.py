@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from quarry.common.v1 import search_pb2
 
+from services.agent import filter_wire
 from services.agent.events import AgentEvent, Done
+from services.agent.filters import CallerFilter
 from services.agent.loop import AgentLoop
 from services.agent.run import RunResult
 from tests.agent.fake_search import FakeDocument, FakeSearch
@@ -66,15 +68,16 @@ def result_of(events: list[AgentEvent]) -> RunResult:
     return last.result
 
 
-def caller_filter(*groups: list[tuple[str, str, Any]]) -> search_pb2.Filter:
-    """A caller's filter as it arrives on the wire: groups of `(field, operator, value)`."""
+def caller_filter(*groups: list[tuple[str, str, Any]]) -> CallerFilter:
+    """A caller's filter as the agent API's edge hands it on: built on the wire from groups of
+    `(field, operator, value)`, then converted in (`filter_wire.caller_filter`)."""
     message = search_pb2.Filter()
     for conditions in groups:
         group = message.groups.add()
         for field, operator, value in conditions:
             number = search_pb2.FilterOperator.Value(f"FILTER_OPERATOR_{operator.upper()}")
             group.conditions.add(field=field, operator=number, value=struct_value(value))
-    return message
+    return filter_wire.caller_filter(message)
 
 
 async def run_events(loop: AgentLoop, **kwargs: object) -> list[AgentEvent]:

@@ -23,6 +23,8 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
 from services.agent import search_tool_client
+from services.agent.filter_wire import caller_filter_message
+from services.agent.filters import CallerFilter
 from services.agent.search import (
     Breadcrumb,
     CollectionInfo,
@@ -174,7 +176,7 @@ class FakeSearch:
         self.requests: list[SearchRequest] = []
         self.reads: list[ReadRequest] = []
         self.counts: list[CountRequest] = []
-        self.collections: list[search_pb2.Filter] = []
+        self.collections: list[CallerFilter] = []
         """The caller filter of each get_collection call."""
         self.remaining_s: list[float | None] = []
         self.called = asyncio.Event()
@@ -278,15 +280,16 @@ class FakeSearch:
         self,
         name: str,
         *,
-        caller_filter: search_pb2.Filter | None = None,
+        caller_filter: CallerFilter | None = None,
         remaining_s: float | None,
     ) -> CollectionInfo:
         """The facts of the documents the caller's filter lets it see (all without one),
         decided by the search tool's own `effective_filter`, as GetCollection decides them."""
-        self.collections.append(caller_filter or search_pb2.Filter())
+        caller = caller_filter or CallerFilter()
+        self.collections.append(caller)
         self._check_collection(name)
         expression = effective_filter(
-            filter_from_proto(caller_filter or search_pb2.Filter()), RawFilter(), self.fields()
+            filter_from_proto(caller_filter_message(caller)), RawFilter(), self.fields()
         )
         seen = [d for d in self.documents if matches(d, expression)]
         fields = self.fields()

@@ -5,8 +5,8 @@ filter, by the fake search tool and by the real one alike."""
 from __future__ import annotations
 
 import pytest
-from quarry.common.v1 import search_pb2
 
+from services.agent.filters import CallerFilter
 from services.agent.loop import AgentLoop
 from services.agent.ports import SearchClient
 from services.agent.run import RunRequest
@@ -30,7 +30,7 @@ def search(request: pytest.FixtureRequest) -> SearchClient:
     return FakeSearch([_fake(d) for d in FIXTURE], collection=COLLECTION)
 
 
-async def _collection_section(search: SearchClient, caller: search_pb2.Filter) -> str:
+async def _collection_section(search: SearchClient, caller: CallerFilter) -> str:
     """The `## Collection` section of the first message the model received."""
     model = ScriptedModel([turn("", answer_call("Nothing to say."))])
     request = RunRequest(collection=COLLECTION, query="What happened?", caller_filter=caller)
@@ -53,7 +53,7 @@ async def test_a_caller_restricted_to_one_source_is_described_only_that_source(
 async def test_without_a_caller_filter_the_whole_collection_is_described(
     search: SearchClient,
 ) -> None:
-    section = await _collection_section(search, search_pb2.Filter())
+    section = await _collection_section(search, CallerFilter())
     assert f"documents: {len(FIXTURE)}" in section
     assert all(word in section for word in OUTSIDE)
 

@@ -12,7 +12,7 @@ from quarry.common.v1 import search_pb2
 from services.agent import convert, search_tool_client
 from services.agent.config import AgentSettings
 from services.agent.filter_wire import filter_message
-from services.agent.filters import FilterCondition, FilterGroup
+from services.agent.filters import CallerCondition, CallerFilter, FilterCondition, FilterGroup
 from services.agent.questions import QuestionWindows
 from services.agent.run import Mode
 from services.agent.search import Breadcrumb, SearchHit, SearchRequest
@@ -48,7 +48,7 @@ def test_request_defaults_fast_mode_ten_results_configured_collection() -> None:
 
 def test_the_callers_filter_passes_through_untouched_to_every_search() -> None:
     """The agent does not judge the caller's filter (the search tool does): even an operator the
-    agent could not represent reaches the search tool as sent."""
+    search tool refuses reaches it as sent, through the domain `CallerFilter`."""
     odd = search_pb2.FilterCondition(
         field="colour", operator=search_pb2.FILTER_OPERATOR_UNSPECIFIED
     )
@@ -56,7 +56,7 @@ def test_the_callers_filter_passes_through_untouched_to_every_search() -> None:
     request = convert.run_request(
         agent_pb2.RunRequest(query="q", collection="docs", filter=caller), default_limit=10
     )
-    assert request.caller_filter == caller
+    assert request.caller_filter == CallerFilter(((CallerCondition("colour", "unspecified"),),))
     search = search_tool_client.search_request(
         SearchRequest(collection="docs", primary="q", caller_filter=request.caller_filter)
     )

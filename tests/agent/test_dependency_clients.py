@@ -19,7 +19,7 @@ from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
 from quarry.searchtool.v1 import search_tool_pb2 as st
 from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 
-from services.agent import convert
+from services.agent import convert, filter_wire
 from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings
 from services.agent.dependencies import CONNECT_WAIT_S, RETRY_AFTER_S
@@ -101,7 +101,9 @@ class FakeSearchService(st_grpc.SearchToolServiceServicer):  # type: ignore[misc
         self, request: st.GetCollectionRequest, context: Context
     ) -> st.GetCollectionResponse:
         info = await self.search.get_collection(
-            request.collection, caller_filter=request.caller_filter, remaining_s=None
+            request.collection,
+            caller_filter=filter_wire.caller_filter(request.caller_filter),
+            remaining_s=None,
         )
         return st.GetCollectionResponse(
             collection=st.Collection(

@@ -21,6 +21,7 @@ from services.agent.loop import AgentLoop
 from services.agent.ports import ToolChoice
 from services.agent.run import Mode, StopReason
 from services.agent.testing import ScriptedModel, answer_call, calculate_call, search_call, turn
+from services.agent.tools import DEFAULT_TOOLS
 from services.common.telemetry import Telemetry, setup_telemetry
 from services.llm_gateway.config import GatewaySettings, ProviderSettings
 from services.llm_gateway.server import build_gateway_server
@@ -107,6 +108,21 @@ async def test_a_fast_run_whose_tools_exclude_search_is_offered_its_tools_on_a_f
 
     assert result_of(events).stop_reason is StopReason.ANSWERED
     assert _offered(model, 0) == (["calculate", "submit_answer"], ToolChoice())
+
+
+def test_the_registry_opens_a_forced_run_with_the_tool_that_opens_and_else_offers_every_tool() -> (
+    None
+):
+    every = DEFAULT_TOOLS.offered(frozenset())
+    assert DEFAULT_TOOLS.turn(every, opening_forced=True) == (
+        (DEFAULT_TOOLS.get("search"),),
+        ToolChoice("named", "search"),
+    )
+    assert DEFAULT_TOOLS.turn(every, opening_forced=False) == (every, ToolChoice())
+    no_search = DEFAULT_TOOLS.offered(frozenset({"calculate"}))
+    assert [t.name for t in no_search] == ["calculate", "submit_answer"]
+    assert DEFAULT_TOOLS.turn(no_search, opening_forced=True) == (no_search, ToolChoice())
+    assert [t.name for t in DEFAULT_TOOLS if t.opens] == ["search"]
 
 
 async def test_the_gateway_says_which_routes_force_tool_calls() -> None:

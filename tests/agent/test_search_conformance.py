@@ -15,10 +15,12 @@ from typing import Any, cast
 
 import grpc
 import pytest
+from google.protobuf import json_format, struct_pb2
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from services.agent.filters import FilterCondition, FilterGroup
+from services.agent import filter_wire
+from services.agent.filters import CallerFilter, FilterCondition, FilterGroup
 from services.agent.ports import SearchClient
 from services.agent.search import Breadcrumb, CountRequest, ReadRequest, SearchRequest
 from services.agent.search_tool_client import SearchToolClient
@@ -74,17 +76,20 @@ def _fake(doc: Document) -> FakeDocument:
     )
 
 
-def _caller(*groups: list[tuple[str, search_pb2.FilterOperator, Any]]) -> search_pb2.Filter:
-    return search_pb2.Filter(
-        groups=[
-            search_pb2.FilterGroup(
-                conditions=[
-                    search_pb2.FilterCondition(field=f, operator=op, value=value(v))
-                    for f, op, v in group
-                ]
-            )
-            for group in groups
-        ]
+def _caller(*groups: list[tuple[str, search_pb2.FilterOperator, Any]]) -> CallerFilter:
+    """A caller's filter sent on the wire, as the agent API's edge converts it in."""
+    return filter_wire.caller_filter(
+        search_pb2.Filter(
+            groups=[
+                search_pb2.FilterGroup(
+                    conditions=[
+                        search_pb2.FilterCondition(field=f, operator=op, value=value(v))
+                        for f, op, v in group
+                    ]
+                )
+                for group in groups
+            ]
+        )
     )
 
 
@@ -124,7 +129,28 @@ def _requests() -> list[tuple[str, SearchRequest]]:
         "caller: malformed date": _caller([("created_at", greater, "yesterday")]),
         "caller: wrong value type": _caller([("metadata.draft", equals, "yes")]),
         "caller: no operator": _caller([("source", search_pb2.FILTER_OPERATOR_UNSPECIFIED, "x")]),
-        "caller: empty group": search_pb2.Filter(groups=[search_pb2.FilterGroup()]),
+        "caller: unknown operator number": _caller(
+            [("source", cast(search_pb2.FilterOperator, 99), "x")]
+        ),
+        "caller: null value": _caller([("source", equals, None)]),
+        "caller: object value": filter_wire.caller_filter(
+            search_pb2.Filter(
+                groups=[
+                    search_pb2.FilterGroup(
+                        conditions=[
+                            search_pb2.FilterCondition(
+                                field="source",
+                                operator=equals,
+                                value=json_format.ParseDict({"a": 1}, struct_pb2.Value()),
+                            )
+                        ]
+                    )
+                ]
+            )
+        ),
+        "caller: empty group": filter_wire.caller_filter(
+            search_pb2.Filter(groups=[search_pb2.FilterGroup()])
+        ),
     }
     cases += [(name, _request(caller=caller)) for name, caller in refused.items()]
     cases += [
@@ -153,14 +179,14 @@ def _requests() -> list[tuple[str, SearchRequest]]:
 
 
 def _request(
-    *, caller: search_pb2.Filter | None = None, model: tuple[FilterGroup, ...] = ()
+    *, caller: CallerFilter | None = None, model: tuple[FilterGroup, ...] = ()
 ) -> SearchRequest:
     return SearchRequest(
         collection=COLLECTION,
         primary=QUERY,
         strategy="semantic",
         filter_groups=model,
-        caller_filter=caller or search_pb2.Filter(),
+        caller_filter=caller or CallerFilter(),
         limit=200,
     )
 
@@ -208,7 +234,7 @@ async def test_the_fake_search_tool_accepts_refuses_and_matches_like_the_real_on
         if real != faked:
             disagreements.append(f"{name}: real {real}, fake {faked}")
     assert disagreements == []
-    assert outcomes.count("INVALID_ARGUMENT") >= 13
+    assert outcomes.count("INVALID_ARGUMENT") >= 16
     assert outcomes.count("OK") >= 2 * len(CASES)
 
 
@@ -346,13 +372,13 @@ async def test_the_fake_search_tool_counts_like_the_real_one(
     assert all(b.buckets for c in counted if c.document_count for b in c.breakdowns)
 
 
-def _described() -> list[tuple[str, search_pb2.Filter]]:
+def _described() -> list[tuple[str, CallerFilter]]:
     """Caller filters GetCollection describes under: none, one source, a metadata key only some
     documents have, OR-groups, a filter nothing matches, and two it must refuse."""
     eq, is_in = search_pb2.FILTER_OPERATOR_EQUALS, search_pb2.FILTER_OPERATOR_IN
     gt = search_pb2.FILTER_OPERATOR_GREATER_THAN
     return [
-        ("whole collection", search_pb2.Filter()),
+        ("whole collection", CallerFilter()),
         ("one source", _caller([("source", eq, "github")])),
         ("metadata key", _caller([("metadata.year", eq, 2022)])),
         ("or groups", _caller([("source", eq, "slack")], [("entity_type", eq, "comment")])),
@@ -363,7 +389,7 @@ def _described() -> list[tuple[str, search_pb2.Filter]]:
     ]
 
 
-async def _collection_outcome(search: SearchClient, caller: search_pb2.Filter) -> Outcome:
+async def _collection_outcome(search: SearchClient, caller: CallerFilter) -> Outcome:
     try:
         info = await search.get_collection(COLLECTION, caller_filter=caller, remaining_s=30)
     except InvalidArgument as error:

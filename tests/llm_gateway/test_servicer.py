@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterable
 from pathlib import Path
 
 import grpc
@@ -217,6 +218,46 @@ async def test_context_overflow_is_invalid_argument_with_the_window_for_compacti
     assert details.reason == "CONTEXT_WINDOW_EXCEEDED"
     assert details.metadata["provider"] == "a"
     assert details.metadata["context_window_tokens"] == "32000"
+
+
+async def test_a_reply_stopped_at_the_window_is_the_same_overflow_status_as_an_overflow_error(
+    tmp_path: Path,
+) -> None:
+    """Overflow has one signal: a provider that stops mid-reply at its window (Anthropic's
+    `model_context_window_exceeded`) gives the caller CONTEXT_WINDOW_EXCEEDED as its overflow
+    error does, unary and streamed (after deltas too), and no fallback is tried."""
+    providers = [
+        _scripted(
+            tmp_path,
+            "a",
+            "default: {text: partial answer, stop_reason: model_context_window_exceeded}\n",
+        ),
+    ]
+    providers[0].context_window_tokens = 32_000
+    settings = gateway_settings(providers, {"agent": ["a", "extractive"]})
+    async with running_gateway(settings) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as unary:
+            await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
+        deltas: list[pb.StreamGenerateResponse] = []
+        with pytest.raises(grpc.aio.AioRpcError) as streamed:
+            await _drain(
+                stub.StreamGenerate(pb.StreamGenerateRequest(messages=[user("hi")])), deltas
+            )
+    for caught in (unary.value, streamed.value):
+        details = details_of_rpc_error(caught)
+        assert details.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert details.reason == "CONTEXT_WINDOW_EXCEEDED"
+        assert details.metadata["provider"] == "a"
+        assert details.metadata["context_window_tokens"] == "32000"
+    assert [d.WhichOneof("event") for d in deltas] == ["text_delta"] * len(deltas)
+    assert deltas
+
+
+async def _drain(
+    stream: AsyncIterable[pb.StreamGenerateResponse], into: list[pb.StreamGenerateResponse]
+) -> None:
+    async for event in stream:
+        into.append(event)
 
 
 async def test_a_fallback_answer_lists_every_attempt(tmp_path: Path) -> None:

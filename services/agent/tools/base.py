@@ -187,6 +187,9 @@ class Tool(ABC):
     """Consecutive calls of one turn may run concurrently (THINKING mode)."""
     answers: ClassVar[bool] = False
     """The tool submits the final answer: the answer-only call offers only it."""
+    opens: ClassVar[bool] = False
+    """A FAST run on a route whose replies are forced tool calls opens with this tool alone
+    (`ToolRegistry.turn`): the run does it before it may answer."""
     needs_caller: ClassVar[bool] = False
     """The tool talks to the caller while the run waits: offered on a stream only."""
     permission: ClassVar[str] = ""

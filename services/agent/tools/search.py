@@ -103,6 +103,7 @@ class SearchTool(Tool):
     )
     uses_search = True
     parallel = True
+    opens = True
 
     def route(self, question: str, limit: int) -> str | None:
         return json.dumps({"query": {"primary": question}, "limit": limit})
