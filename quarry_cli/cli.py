@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 from quarry.agent.v1 import agent_pb2
 from rich.console import Console
 from rich.markup import escape
@@ -411,45 +413,52 @@ class _Renderer:
 
     def __call__(self, event: agent_pb2.StreamRunResponse) -> None:
         kind = event.WhichOneof("event")
+        if kind is None:
+            return
+        message = getattr(event, kind)
         error = _tool_error(event, kind)
         if error:
             name = TOOL_OF_EVENT.get(kind or "", kind)
             self.console.print(f"[cyan]{name}[/] [red]refused:[/] {escape(error)}")
-        elif kind == "started":
-            s = event.started
-            mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
-            self.console.print(
-                f"[dim]run {s.run_id} · {escape(s.collection)} · {mode} · route {s.route}[/]"
-            )
-        elif kind == "thinking":
-            self.console.print(f"[magenta]thinking[/] [italic]{escape(event.thinking.text)}[/]")
-        elif kind == "searching":
-            self._searching(event.searching)
-        elif kind == "reading":
-            self._reading(event.reading)
-        elif kind == "counting":
-            self._counting(event.counting)
-        elif kind == "calculating":
-            self._calculating(event.calculating)
-        elif kind == "web_searching":
-            self._web_searching(event.web_searching)
-        elif kind == "summarizing":
-            self._summarizing(event.summarizing)
-        elif kind == "question":
-            self.console.print(f"[yellow bold]question[/] {escape(event.question.text)}")
-        elif kind == "question_closed":
-            c = event.question_closed
-            answer = f" [italic]{escape(c.answer)}[/]" if c.answer and c.answer != SKIPPED else ""
-            outcome = "skipped" if c.answer == SKIPPED else OUTCOMES.get(c.outcome, "closed")
-            self.console.print(f"[yellow]question {outcome}[/]{answer}")
-        elif kind == "done":
-            self._done(event.done.response)
-        elif kind == "error":
-            e = event.error
-            hint = " (retryable)" if e.retryable else ""
-            self.console.print(
-                f"[red bold]error {e.code}[/]{hint}: {escape(e.message)}", soft_wrap=True
-            )
+            return
+        line = LINES.get(kind)
+        if line is None:
+            self._other(kind, message)
+        else:
+            line(self, message)
+
+    def _started(self, s: agent_pb2.StartedEvent) -> None:
+        mode = "thinking" if s.mode == agent_pb2.MODE_THINKING else "fast"
+        self.console.print(
+            f"[dim]run {s.run_id} · {escape(s.collection)} · {mode} · route {s.route}[/]"
+        )
+
+    def _thinking(self, t: agent_pb2.ThinkingEvent) -> None:
+        self.console.print(f"[magenta]thinking[/] [italic]{escape(t.text)}[/]")
+
+    def _question(self, q: agent_pb2.QuestionEvent) -> None:
+        self.console.print(f"[yellow bold]question[/] {escape(q.text)}")
+
+    def _question_closed(self, c: agent_pb2.QuestionClosedEvent) -> None:
+        answer = f" [italic]{escape(c.answer)}[/]" if c.answer and c.answer != SKIPPED else ""
+        outcome = "skipped" if c.answer == SKIPPED else OUTCOMES.get(c.outcome, "closed")
+        self.console.print(f"[yellow]question {outcome}[/]{answer}")
+
+    def _error(self, e: agent_pb2.ErrorEvent) -> None:
+        hint = " (retryable)" if e.retryable else ""
+        self.console.print(
+            f"[red bold]error {e.code}[/]{hint}: {escape(e.message)}", soft_wrap=True
+        )
+
+    def _other(self, kind: str, message: Message) -> None:
+        """An event this CLI has no line of its own for (a tool added after it was written): its
+        fields as JSON values, and its `error` in red when the call failed."""
+        fields = MessageToDict(message, preserving_proto_field_name=True)
+        fields.pop("step", None)
+        error = fields.pop("error", "")
+        detail = " ".join(f"{key}={json.dumps(value)}" for key, value in fields.items())
+        outcome = f" [red]refused:[/] {escape(str(error))}" if error else ""
+        self.console.print(f"[cyan]{escape(kind)}[/] {escape(detail)}{outcome}")
 
     def _searching(self, s: agent_pb2.SearchingEvent) -> None:
         strategy = STRATEGIES.get(s.strategy, "hybrid")
@@ -501,7 +510,8 @@ class _Renderer:
             f"{outcome} [dim]in {s.duration_ms} ms[/]"
         )
 
-    def _done(self, response: agent_pb2.RunResponse) -> None:
+    def _done(self, done: agent_pb2.DoneEvent) -> None:
+        response = done.response
         self.console.print(Panel(escape(response.answer.text), title="answer", expand=False))
         for markers, title, url in source_lines(response.answer.citations):
             link = f" [dim]{escape(url)}[/]" if url else ""
@@ -518,6 +528,22 @@ class _Renderer:
             f"{usage.input_tokens} in / {usage.output_tokens} out tokens{cost}[/]"
         )
 
+
+LINES: dict[str, Callable[[_Renderer, Any], None]] = {
+    "started": _Renderer._started,
+    "thinking": _Renderer._thinking,
+    "searching": _Renderer._searching,
+    "reading": _Renderer._reading,
+    "counting": _Renderer._counting,
+    "calculating": _Renderer._calculating,
+    "web_searching": _Renderer._web_searching,
+    "summarizing": _Renderer._summarizing,
+    "question": _Renderer._question,
+    "question_closed": _Renderer._question_closed,
+    "done": _Renderer._done,
+    "error": _Renderer._error,
+}
+"""The line of each event kind; any other kind (a newer tool's event) prints its fields."""
 
 TOOL_OF_EVENT = {"searching": "search", "reading": "read", "counting": "count"}
 """Tool events that carry an `error` when the call failed (calculating prints its own)."""

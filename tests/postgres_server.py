@@ -91,6 +91,9 @@ class PostgresServer:
     """Loopback TCP port it listens on (the same across `stop`/`start`)."""
     run_as: str | None = None
     """System user the server runs as (None: the current user)."""
+    options: str = ""
+    """Server options after the throwaway defaults (later `-c` settings win), e.g. a bench's
+    `-c shared_buffers=1GB`."""
     _bin: Path = field(default_factory=_bin_dir)
 
     @property
@@ -103,7 +106,7 @@ class PostgresServer:
 
     def start(self) -> None:
         """Start (again) and wait until it accepts connections."""
-        options = f"-p {self.port} -h 127.0.0.1 -k {self.data_dir} {_SERVER_OPTIONS}"
+        options = f"-p {self.port} -h 127.0.0.1 -k {self.data_dir} {_SERVER_OPTIONS} {self.options}"
         self._pg_ctl("-w", "-t", "60", "-o", options, "-l", str(self.log_file), "start")
 
     def stop(self, *, immediate: bool = False) -> None:
@@ -165,9 +168,10 @@ class PostgresServer:
         return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
 
 
-def start_postgres(base_dir: Path, *, port: int | None = None) -> PostgresServer:
-    """Initialise a cluster under `base_dir/data`, start it on `port` (a free one by default),
-    and create the template database with the extensions."""
+def start_postgres(base_dir: Path, *, port: int | None = None, options: str = "") -> PostgresServer:
+    """Initialise a cluster under `base_dir/data`, start it on `port` (a free one by default)
+    with `options` (see `PostgresServer.options`), and create the template database with the
+    extensions."""
     run_as = _UNPRIVILEGED_USER if os.geteuid() == 0 else None
     data_dir = base_dir / "data"
     data_dir.mkdir(parents=True)
@@ -175,7 +179,7 @@ def start_postgres(base_dir: Path, *, port: int | None = None) -> PostgresServer
         entry = pwd.getpwnam(run_as)
         base_dir.chmod(0o711)
         os.chown(data_dir, entry.pw_uid, entry.pw_gid)
-    server = PostgresServer(data_dir, port or free_port(), run_as)
+    server = PostgresServer(data_dir, port or free_port(), run_as, options)
     if run_as is not None:
         server._bin = _reachable_copy(server._bin, base_dir)
     result = server.run_tool(
@@ -207,12 +211,12 @@ def start_postgres(base_dir: Path, *, port: int | None = None) -> PostgresServer
 
 
 @contextlib.contextmanager
-def running_postgres(*, port: int | None = None) -> Iterator[PostgresServer]:
+def running_postgres(*, port: int | None = None, options: str = "") -> Iterator[PostgresServer]:
     """A server in a fresh temporary directory, stopped and removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="quarry-pg-"))
     server: PostgresServer | None = None
     try:
-        server = start_postgres(base, port=port)
+        server = start_postgres(base, port=port, options=options)
         yield server
     finally:
         if server is not None and server.running:

@@ -36,6 +36,7 @@ from services.search_tool.engine.base import (
     EmbeddingOverlap,
     EngineQuery,
     Fusion,
+    KnownFields,
     SearchEngine,
     SearchPage,
     Strategy,
@@ -300,7 +301,7 @@ class SearchService:
             return await self._search(request, limit, started)
 
     async def _search(self, request: SearchRequest, limit: int, started: float) -> SearchOutcome:
-        expression = await self._filter(request)
+        expression = await self._filter(request, known=True)
         timeout = self._settings.engine.search_timeout_s
         if request.deadline_s is not None:
             timeout = min(timeout, max(request.deadline_s, 0.001))
@@ -410,8 +411,23 @@ class SearchService:
         tokenizer = self._embedder.tokenizer
         return sum(min(len(tokenizer.spans(text)) + 2, most) for text in texts)
 
-    async def _filter(self, request: SearchRequest) -> FilterExpression:
-        fields = await self._engine.fields(request.collection)
+    async def _filter(self, request: SearchRequest, *, known: bool = False) -> FilterExpression:
+        """The request's filters validated against the collection's fields; with `known`, the
+        fields the engine remembers when they name every field the filters use (`KnownFields`:
+        a search then waits for the database once less)."""
+        fields = None
+        if known and isinstance(self._engine, KnownFields):
+            fields = self._engine.known_fields(request.collection)
+            named = (
+                c.field
+                for f in (request.caller_filter, request.filter)
+                for g in f.groups
+                for c in g
+            )
+            if fields is not None and not all(name in fields for name in named):
+                fields = None  # maybe added by another replica since
+        if fields is None:
+            fields = await self._engine.fields(request.collection)
         return effective_filter(
             request.caller_filter, request.filter, fields, limits=self._settings.limits
         )

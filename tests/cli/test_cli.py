@@ -11,6 +11,7 @@ import grpc
 import pytest
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
+from quarry_cli import cli
 from quarry_cli.cli import ask, source_lines
 from services.agent.config import AgentSettings
 from services.agent.loop import AgentLoop
@@ -221,3 +222,31 @@ async def test_ask_shows_web_searches_and_summaries(capsys: pytest.CaptureFixtur
     assert 'web search 2 {"query": ""} failed: The arguments do not match the schema' in out
     assert "summarize 1 results cleanup → 1 points citing 1" in out
     assert "[2] Temp dirs (web) https://example.org/tmp" in out
+
+
+async def test_ask_shows_a_tool_event_it_has_no_line_for_with_its_fields_and_error(
+    search: FakeSearch, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool added after this CLI was written (here: `count` and `calculate` with their lines
+    taken away) still shows each call, its fields, and its error when it failed."""
+    monkeypatch.delitem(cli.LINES, "counting")
+    monkeypatch.delitem(cli.LINES, "calculating")
+    model = ScriptedModel(
+        [
+            turn("", search_call("temporary directory", limit=1)),
+            turn(
+                "",
+                raw_call("count", '{"group_by": ["source"]}'),
+                calculate_call("1 / 0"),
+            ),
+            turn("", answer_call("Three sources.")),
+        ]
+    )
+    async with _serving(model, search) as server:
+        assert await ask(_args(server.address, mode="thinking")) == 0
+    out = capsys.readouterr().out
+    counted = next(line for line in out.splitlines() if line.startswith("counting "))
+    assert 'group_by=["source"]' in counted
+    assert 'document_count="3"' in counted or "document_count=3" in counted
+    assert "refused" not in counted
+    assert 'calculating iteration=1 expression="1 / 0" refused: division by zero' in out

@@ -24,6 +24,13 @@ from services.search_tool.documents import Document
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.postgres import PostgresEngine, bm25
+from services.search_tool.filters import (
+    Condition,
+    FieldType,
+    FilterExpression,
+    FilterGroup,
+    Operator,
+)
 from tests.postgres_server import PostgresServer
 from tests.search_tool.engine_fixtures import DIMENSIONS, record, records, vector_for
 
@@ -290,3 +297,73 @@ async def test_the_database_down_is_unavailable_and_searches_recover_when_it_ret
         await opened.close()
         if not postgres_server.running:
             postgres_server.start()
+
+
+async def test_migration_2_gives_an_existing_collection_the_term_chunk_index_and_same_results(
+    postgres_dsn: str,
+) -> None:
+    """A collection made before migration 2 (postings indexed by term alone, default
+    autovacuum) is brought to today's layout once, and searches answer exactly as before."""
+    first = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    try:
+        await first.ensure_collection("c", SPEC)
+        documents = _corpus(40)
+        await first.upsert("c", records(documents))
+        half = tuple(d.id for d in documents[::2])
+        query = EngineQuery(
+            Strategy.HYBRID,
+            "cell growth vitamin",
+            np.stack([vector_for("cell growth")]),
+            filter=FilterExpression(
+                (FilterGroup((Condition("document_id", FieldType.STRING, Operator.IN, half),)),)
+            ),
+            limit=20,
+        )
+        before = await first.search("c", query)
+    finally:
+        await first.close()
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT id FROM quarry_collections WHERE name = 'c'")
+        row = await cursor.fetchone()
+        assert row is not None
+        postings, chunks = f"quarry_postings_{row[0]}", f"quarry_chunks_{row[0]}"
+        await conn.execute(f'DROP INDEX "{postings}_term_chunk"')
+        await conn.execute(
+            f'CREATE INDEX "{postings}_term" ON "{postings}"'
+            " (term) INCLUDE (chunk_id, tf, doc_length)"
+        )
+        for table in (postings, chunks):
+            await conn.execute(
+                f'ALTER TABLE "{table}" RESET (autovacuum_vacuum_insert_scale_factor,'
+                " autovacuum_vacuum_scale_factor, autovacuum_analyze_scale_factor)"
+            )
+        await conn.execute(
+            "DELETE FROM quarry_schema_migrations WHERE component = 'search_tool' AND version = 2"
+        )
+
+    second = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    try:
+        await second.ensure_schema()
+        after = await second.search("c", query)
+    finally:
+        await second.close()
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s ORDER BY 1",
+            (postings,),
+        )
+        indexes: dict[str, str] = dict(await cursor.fetchall())
+        cursor = await conn.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
+            ([postings, chunks],),
+        )
+        options = {name: set(found or []) for name, found in await cursor.fetchall()}
+    assert set(indexes) == {f"{postings}_chunk", f"{postings}_term_chunk"}
+    assert "(term, chunk_id) INCLUDE (tf, doc_length)" in indexes[f"{postings}_term_chunk"]
+    for table in (postings, chunks):
+        assert "autovacuum_vacuum_insert_scale_factor=0.02" in options[table]
+    assert before.hits
+    assert [(h.chunk.id, h.score) for h in after.hits] == [
+        (h.chunk.id, h.score) for h in before.hits
+    ]
+    assert after.total_count == before.total_count

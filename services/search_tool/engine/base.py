@@ -274,6 +274,18 @@ class DocumentReplacing(Protocol):
 
 
 @runtime_checkable
+class KnownFields(Protocol):
+    """An engine whose `fields` costs a round trip to a server (PostgreSQL) and that remembers
+    what it last read. A collection's fields only grow while it lives (a metadata key keeps the
+    type it was first given), so the remembered fields are right for every field they name; a
+    field they do not name may have been added since, by another replica: then ask `fields`."""
+
+    def known_fields(self, name: str) -> Mapping[str, FieldType] | None:
+        """The collection's fields as this process last read or wrote them, without a round
+        trip; None when it has not read them yet."""
+
+
+@runtime_checkable
 class ReadinessCheck(Protocol):
     """An engine that depends on a server it can lose (Vespa): the search tool reports SERVING
     only while `unready_reason` returns None, and flips back when it stops doing so."""

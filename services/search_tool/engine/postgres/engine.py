@@ -118,6 +118,8 @@ class PostgresEngine:
         self._limits = SearchLimits(hybrid_candidates, keyword_count_cap, ef_search)
         self._counts = MatchCounts()
         self._collections: dict[str, _Collection] = {}
+        self._known_fields: dict[int, dict[str, FieldType]] = {}
+        """The fields `fields` last read, by collection id (`known_fields`)."""
         self._migrated = False
         self._migrate_lock = asyncio.Lock()
         self._health: DatabaseHealth | None = None
@@ -241,7 +243,16 @@ class PostgresEngine:
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
         collection = await self._collection(name)
-        return await self._fields(collection)
+        fields = await self._fields(collection)
+        self._known_fields[collection.id] = fields
+        return fields
+
+    def known_fields(self, name: str) -> Mapping[str, FieldType] | None:
+        """What `fields` last read for the collection this process knows by `name` (None: not
+        read yet). Keyed by the collection's id: one dropped and made again under its name is
+        a new collection, whose fields are read afresh once a search finds the old one gone."""
+        collection = self._collections.get(name)
+        return None if collection is None else self._known_fields.get(collection.id)
 
     async def _fields(self, collection: _Collection) -> dict[str, FieldType]:
         types = await self._metadata_types(collection)

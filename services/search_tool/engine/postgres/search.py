@@ -421,9 +421,14 @@ class TableSearch:
                 " CROSS JOIN unnest(%s::vector[]) AS v(v)"
                 " WHERE c.id IN (SELECT id FROM kw EXCEPT SELECT id FROM dense_ids)"
                 " GROUP BY c.id),"
+                # one index probe per (dense-only chunk, query term): reading every posting of
+                # the query terms again and keeping those of ~100 chunks cost as much as the
+                # keyword side itself at 100k chunks. OFFSET 0 keeps the planner from pulling
+                # the lateral subquery up into that very hash join.
                 " bm AS (SELECT p.chunk_id AS id, sum({bm25}) AS score"
-                " FROM q JOIN {postings} p ON p.term = q.term CROSS JOIN totals"
-                " WHERE p.chunk_id IN (SELECT id FROM dense_ids EXCEPT SELECT id FROM kw)"
+                " FROM (SELECT id FROM dense_ids EXCEPT SELECT id FROM kw) d CROSS JOIN q"
+                " CROSS JOIN LATERAL (SELECT p.chunk_id, p.tf, p.doc_length FROM {postings} p"
+                " WHERE p.term = q.term AND p.chunk_id = d.id OFFSET 0) p CROSS JOIN totals"
                 " GROUP BY p.chunk_id)"
                 " SELECT 0, id, score FROM kw"
             ).format(
