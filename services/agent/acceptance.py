@@ -102,10 +102,13 @@ class AnswerDesk:
 
     def give_full_text(self, hits: list[SearchHit], budget_chars: int) -> str:
         """The full text of `hits` within the Layer-1 budget; they are previews no more."""
+        return self._in_full(hits, budget_chars)[0]
+
+    def _in_full(self, hits: list[SearchHit], budget_chars: int) -> tuple[str, list[SearchHit]]:
         text, given = full_texts(hits, max_chars=budget_chars)
         for hit in given:
             self.previews.pop(hit.id, None)
-        return text
+        return text, given
 
     def best_previews(self) -> list[SearchHit]:
         return sorted(self.previews.values(), key=lambda h: h.score, reverse=True)
@@ -113,7 +116,8 @@ class AnswerDesk:
     def before_answering(self, stop_reason: StopReason, budget_chars: int) -> list[str]:
         """What the answer-only call is told first: the best previews in full (it composes the
         answer from them), then, when a limit ended the search phase, to answer now."""
-        told = [self.give_full_text(self.best_previews(), budget_chars)] if self.previews else []
+        given = self._in_full(self.best_previews(), budget_chars) if self.previews else None
+        told = [given[0]] if given and given[1] else []
         if stop_reason is not StopReason.ANSWERED:
             told.append(FORCE_ANSWER)
         return told

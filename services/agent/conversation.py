@@ -46,6 +46,9 @@ from services.common.errors import InvalidArgument
 
 ANSWER_OUTPUT_TOKENS = 500
 """Tokens reserved for the answer the final call writes (its input is estimated)."""
+ROOM_MARGIN_TOKENS = 100
+"""What a request costs beyond its characters (per-message overhead, tool names), kept free by
+`room_chars`."""
 
 
 class ConversationTooLong(Exception):
@@ -140,6 +143,20 @@ class Conversation:
     def budget_chars(self) -> int:
         """Layer 1: the most characters one tool result may take."""
         return result_budget_chars(self.window, self.settings.tool_result_share)
+
+    def answer_budget_chars(self, answer_only: Sequence[Tool]) -> int:
+        """Layer 1 for what the answer-only call is given first: the budget of one result, and
+        no more than the window has room for."""
+        return min(self.budget_chars, self.room_chars(answer_only))
+
+    def room_chars(self, tools: Sequence[Tool]) -> int:
+        """The most characters a message added now may take so that the next call offering
+        `tools` still fits the window with room for the answer (the gateway skips a provider
+        whose window a request does not fit, falling back to the route's next one)."""
+        used = total_chars(self.messages()) + sum(t.schema_chars for t in tools)
+        window_chars = self.window * CHARS_PER_TOKEN
+        reserve = (ANSWER_OUTPUT_TOKENS + ROOM_MARGIN_TOKENS) * CHARS_PER_TOKEN
+        return max(0, window_chars - used - reserve)
 
     def fixed_chars(self, tools: Sequence[Tool]) -> int:
         """What every request carries besides the exchanges: schemas, prompt, earlier turns."""

@@ -198,7 +198,8 @@ class _Run:
         """One last call offering only the answering tool, sent once more when its answer is
         sent back (invalid, or citing unseen results). It composes the answer, so the best
         results shown as previews are given in full first."""
-        for text in self.desk.before_answering(self.stop_reason, self.conversation.budget_chars):
+        budget = self.conversation.answer_budget_chars(self.answer_only)
+        for text in self.desk.before_answering(self.stop_reason, budget):
             self.conversation.append(user(text))
         # Asked to answer from nothing, a model can only say the collection lacks the answer.
         budget_spent = self.stop_reason is StopReason.BUDGET_EXHAUSTED and not self.tools.searches

@@ -4,6 +4,8 @@ gets the best previews in full. Fewer tokens, the same evidence when it matters.
 
 from __future__ import annotations
 
+import json
+
 from services.agent.config import LoopSettings
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role, total_chars
@@ -101,3 +103,33 @@ async def test_a_result_read_in_full_is_cited_without_another_full_text_round() 
     assert result.stop_reason is StopReason.ANSWERED
     last_results = [m for m in model.requests[2].messages if m.role is Role.TOOL]
     assert not any(m.text.startswith("Full text of the results") for m in last_results)
+
+
+async def test_the_answer_only_turn_gets_full_texts_only_as_far_as_the_window_has_room() -> None:
+    """A small window (a local model's): the best previews come in full only as far as the
+    answer-only request still fits the window with room for the answer, so the gateway does not
+    skip the model for the next provider of the route (seen with a 4,096-token local model: 4 of
+    14 runs answered by the fallback)."""
+    window = 4_096
+    model = ScriptedModel(
+        [
+            turn("", search_call("topic guide", limit=10)),
+            turn("", answer_call("Topic 3 [1].", ["doc3__chunk_0"])),
+        ]
+    )
+    loop = AgentLoop(
+        model,
+        FakeSearch(LONG, collection="python-docs"),
+        context_window_tokens=window,
+        settings=LoopSettings(tool_result_share=0.3),
+    )
+    result = result_of(await run_events(loop, mode=Mode.FAST))
+
+    final = model.requests[1]
+    assert [t.name for t in final.tools] == ["submit_answer"]
+    sent = total_chars(final.messages) + sum(len(json.dumps(t.parameters)) for t in final.tools)
+    assert sent <= (window - 500) * 4
+    full = [m for m in final.messages if m.role is Role.USER and m.text.startswith("Full text")]
+    assert len(full) <= 1
+    assert all("### [" in m.text for m in full)  # never an empty "full text" message
+    assert result.stop_reason is StopReason.ANSWERED
