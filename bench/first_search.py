@@ -3,19 +3,22 @@
 with the documents that answer it.
 
     python bench/first_search.py [--data-dir var/bench-answer-quality] [--build]
-                                 [--variant question-framing] [--beir DIR:WORK_DIR ...]
+                                 [--variant NAME [--beir DIR:WORK_DIR ...] [--scratch DIR]]
 
 For KEYWORD, SEMANTIC and HYBRID (the configured fusion) the page of 10 hits a search returns is
 replayed exactly as the engine ranks it (`engine.scored_candidates` + `fusion.fuse`, as
 `bench/eval_beir.py` does), and the rank of the first hit whose document answers the question
 gives: answering document at rank 1, within the top 3, within the top 10, and MRR@10.
 
-`--variant NAME` measures one deterministic query rewrite (`VARIANTS`) paired against the
-unchanged question on the same questions: the difference of each figure with its 95 % paired
-bootstrap interval (questions resampled). `--beir DIR:WORK_DIR` also measures the variant on a
-BEIR-format collection already built by `bench/eval_beir.py` in WORK_DIR (nDCG@10 of each
-strategy, paired), the held-out check a variant must pass before it is adopted: 48 questions are
-too few to adopt anything on alone.
+`--variant NAME` measures one change (`VARIANTS`) paired against the unchanged engine on the
+same questions: the difference of each figure with its 95 % paired bootstrap interval (questions
+resampled) and how many questions moved each way. A query variant rewrites the question
+deterministically; a document variant rebuilds a copy of the collection under `--scratch` with
+the chunks' embedded text (re-embedded) or keyword text (BM25 rebuilt) changed.
+`--beir DIR:WORK_DIR` also measures the variant on a BEIR-format collection already built by
+`bench/eval_beir.py` in WORK_DIR (nDCG@10 of each strategy, paired; WORK_DIR is only read): the
+held-out check a variant must pass before it is adopted, since 48 questions are too few to adopt
+anything on alone.
 
 The demo collection is read from `--data-dir` (`bench/answer_quality.py` builds it there);
 `--build` brings it up to date first through an in-process search tool (only what changed is
@@ -26,14 +29,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import re
+import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import lancedb
 import numpy as np
+import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -44,6 +53,8 @@ from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, 
 from bench.scifact_collection import cached_embedder
 from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.lancedb.indexes import ensure_indexes
+from services.search_tool.engine.lancedb.rows import SEARCH_TEXT_COLUMN, VECTOR_COLUMN
 from services.search_tool.fusion import fuse
 
 COLLECTION = "python-docs"
@@ -69,7 +80,83 @@ def question_framing_removed(text: str) -> str:
     return stripped or text
 
 
-VARIANTS: dict[str, Callable[[str], str]] = {"question-framing": question_framing_removed}
+_VOCABULARY: frozenset[str] | None = None
+
+
+def _vocabulary() -> frozenset[str]:
+    """MiniLM's whole-word pieces (its tokenizer ships with the search tool)."""
+    global _VOCABULARY
+    if _VOCABULARY is None:
+        source = resources.files("services.search_tool").joinpath("resources/minilm/tokenizer.json")
+        vocab = json.loads(source.read_text(encoding="utf-8"))["model"]["vocab"]
+        _VOCABULARY = frozenset(w for w in vocab if w.isalpha() and w.isascii())
+    return _VOCABULARY
+
+
+def _segmented(word: str) -> list[str]:
+    """A run of lower-case letters as dictionary words (`deepcopy` → deep copy, `nlargest` →
+    n largest): the fewest pieces, short ones (1-3 letters; one letter only first) counting
+    half more, at most 3 pieces and one short; itself when it is a word, short, or does not
+    split so."""
+    vocabulary = _vocabulary()
+    if len(word) < 6 or word in vocabulary:
+        return [word]
+    best: list[tuple[float, list[str]] | None] = [(0.0, [])] + [None] * len(word)
+    for end in range(1, len(word) + 1):
+        for start in range(max(0, end - 20), end):
+            head, piece = best[start], word[start:end]
+            if head is None or piece not in vocabulary or (len(piece) == 1 and start > 0):
+                continue
+            cost = head[0] + (1.5 if len(piece) <= 3 else 1.0)
+            current = best[end]
+            if current is None or cost < current[0]:
+                best[end] = (cost, [*head[1], piece])
+    found = best[-1]
+    if found is None:
+        return [word]
+    pieces = found[1]
+    short = sum(len(p) <= 3 for p in pieces)
+    return pieces if len(pieces) <= 3 and short <= 1 else [word]
+
+
+def identifier_words(title: str) -> str:
+    """The words an identifier title is made of (`tempfile.TemporaryDirectory` → tempfile
+    temporary directory; `shutil.rmtree` → shutil rm tree); "" when they add nothing to the
+    title's own words."""
+    words: list[str] = []
+    for part in re.split(r"[^A-Za-z0-9]+", title):
+        for piece in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+", part):
+            words.extend(_segmented(piece.lower()))
+    own = {w.lower() for w in re.split(r"[^A-Za-z0-9]+", title) if w}
+    return " ".join(words) if set(words) - own else ""
+
+
+def with_title_words(title: str, body: str) -> str:
+    """`title (its words)` then the body, as the dense side would read it."""
+    words = identifier_words(title)
+    head = f"{title} ({words})" if words else title
+    return f"{head}\n{body}" if title else body
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One change measured against the unchanged engine: the query rewritten, or the chunks'
+    embedded text (re-embedded into a copy of the collection), or their keyword text."""
+
+    query: Callable[[str], str] | None = None
+    embedded: Callable[[str, str], str] | None = None
+    """(title, chunk text) → what the dense side embeds; today `title\ntext`."""
+    keyword: Callable[[str, str], str] | None = None
+    """(title, stored keyword text without the title) → what BM25 indexes; today `title\n...`."""
+
+
+VARIANTS: dict[str, Variant] = {
+    "question-framing": Variant(query=question_framing_removed),
+    "title-words-dense": Variant(embedded=with_title_words),
+    "title-words-keyword": Variant(keyword=with_title_words),
+    "title-twice-keyword": Variant(keyword=lambda title, body: f"{title}\n{title}\n{body}"),
+    "no-title-dense": Variant(embedded=lambda title, text: text),
+}
 
 
 def strategies(configured: Fusion) -> dict[str, Fusion]:
@@ -148,22 +235,95 @@ def paired(a: dict[str, float], b: dict[str, float], *, seed: int = 7) -> dict[s
     }
 
 
-async def demo_figures(
-    data_dir: Path, embedder: CachedEmbedder, variant: str | None
-) -> dict[str, Any]:
+async def variant_collection(
+    source: Path, target: Path, collection: str, variant: Variant, embedder: CachedEmbedder
+) -> int:
+    """A copy of `source`'s collection under `target` whose chunks hold `variant`'s embedded or
+    keyword text (indexes rebuilt); returns how many chunks changed."""
+    if variant.embedded is None and variant.keyword is None:
+        raise ValueError("the variant changes no chunk")
+    await asyncio.to_thread(shutil.rmtree, target, True)
+    await asyncio.to_thread(shutil.copytree, source, target)
+    database = await lancedb.connect_async(str(target))
+    table = await (await database.open_table(collection)).query().to_arrow()
+    titles = table.column("title").to_pylist()
+    changed = 0
+    if variant.embedded is not None:
+        texts = table.column("text").to_pylist()
+        before = [embedding_text_today(t, x) for t, x in zip(titles, texts, strict=True)]
+        after = [variant.embedded(t, x) for t, x in zip(titles, texts, strict=True)]
+        changed = sum(a != b for a, b in zip(after, before, strict=True))
+        vectors = await embedder.embed(after)
+        embedder.save()
+        field = table.schema.field(VECTOR_COLUMN)
+        column = pa.FixedSizeListArray.from_arrays(
+            pa.array(np.asarray(vectors, dtype=np.float32).ravel()), vectors.shape[1]
+        ).cast(field.type)
+        table = table.set_column(table.schema.get_field_index(VECTOR_COLUMN), field, column)
+    if variant.keyword is not None:
+        stored = table.column(SEARCH_TEXT_COLUMN).to_pylist()
+        after = [
+            variant.keyword(t, k[len(t) + 1 :] if t and k.startswith(t + "\n") else k)
+            for t, k in zip(titles, stored, strict=True)
+        ]
+        changed = sum(a != b for a, b in zip(after, stored, strict=True))
+        field = table.schema.field(SEARCH_TEXT_COLUMN)
+        index = table.schema.get_field_index(SEARCH_TEXT_COLUMN)
+        table = table.set_column(index, field, pa.array(after, type=field.type))
+    await database.create_table(collection, data=table, mode="overwrite")
+    await ensure_indexes(await database.open_table(collection))
+    return changed
+
+
+def embedding_text_today(title: str, text: str) -> str:
+    """What the dense side embeds for a chunk (`ingest.embedding_text`)."""
+    return f"{title}\n{text}" if title else text
+
+
+async def arms(
+    data_dir: Path,
+    collection: str,
+    variant_name: str | None,
+    embedder: CachedEmbedder,
+    texts: dict[str, str],
+    limit: int,
+    variant_dir: Path,
+) -> tuple[dict[str, dict[str, Replay]], dict[str, Any]]:
+    """Replays of the unchanged engine ("question") and, with a variant, of the variant, for
+    the same queries; and what the variant changed."""
     settings = settings_for(data_dir)
-    fusions = strategies(settings.fusion.to_fusion())
+    facts: dict[str, Any] = {}
+
+    async def replays_in(directory: Path, queries: dict[str, str]) -> dict[str, Replay]:
+        engine = await LanceDBEngine.open(directory, policy=settings.engine.index_policy())
+        try:
+            facts.setdefault("chunks", (await engine.describe(collection)).chunk_count)
+            return await replays_of(engine, embedder, collection, queries, limit)
+        finally:
+            await engine.close()
+
+    runs = {"question": await replays_in(data_dir, texts)}
+    if variant_name is None:
+        return runs, facts
+    variant = VARIANTS[variant_name]
+    if variant.query is not None:
+        rewritten = {q: variant.query(t) for q, t in texts.items()}
+        facts["queries_rewritten"] = sum(rewritten[q] != t for q, t in texts.items())
+        runs[variant_name] = await replays_in(data_dir, rewritten)
+    else:
+        changed = await variant_collection(data_dir, variant_dir, collection, variant, embedder)
+        facts["chunks_changed"] = changed
+        runs[variant_name] = await replays_in(variant_dir, texts)
+    return runs, facts
+
+
+async def demo_figures(
+    data_dir: Path, embedder: CachedEmbedder, variant: str | None, variant_dir: Path
+) -> dict[str, Any]:
+    fusions = strategies(settings_for(data_dir).fusion.to_fusion())
     answering = {f"q{i:02d}": set(q.documents) for i, q in enumerate(QUESTIONS, start=1)}
     texts = {f"q{i:02d}": q.text for i, q in enumerate(QUESTIONS, start=1)}
-    engine = await LanceDBEngine.open(data_dir, policy=settings.engine.index_policy())
-    try:
-        chunks = (await engine.describe(COLLECTION)).chunk_count
-        runs = {"question": await replays_of(engine, embedder, COLLECTION, texts)}
-        if variant:
-            rewritten = {q: VARIANTS[variant](t) for q, t in texts.items()}
-            runs[variant] = await replays_of(engine, embedder, COLLECTION, rewritten)
-    finally:
-        await engine.close()
+    runs, facts = await arms(data_dir, COLLECTION, variant, embedder, texts, PAGE, variant_dir)
     rows = {
         run: {
             label: per_question(
@@ -175,7 +335,7 @@ async def demo_figures(
     }
     result: dict[str, Any] = {
         "questions": len(QUESTIONS),
-        "chunks": chunks,
+        **facts,
         "figures": {run: {s: summary(r) for s, r in by.items()} for run, by in rows.items()},
         "hybrid_minus_better_side": {
             m: paired(
@@ -185,7 +345,8 @@ async def demo_figures(
             for m in ("at_1", "mrr@10")
         },
         "first_hit_rank": {
-            s: {q: _rank(v) for q, v in r.items()} for s, r in rows["question"].items()
+            run: {s: {q: _rank(v) for q, v in r.items()} for s, r in by.items()}
+            for run, by in rows.items()
         },
     }
     if variant:
@@ -199,7 +360,6 @@ async def demo_figures(
             }
             for s in fusions
         }
-        result["rewritten"] = {texts[q]: VARIANTS[variant](texts[q]) for q in sorted(texts)[:6]}
     return result
 
 
@@ -207,25 +367,25 @@ def _rank(row: dict[str, float]) -> int | None:
     return round(1 / row["mrr@10"]) if row["mrr@10"] else None
 
 
-async def beir_figures(dataset: Path, name: str, work_dir: Path, variant: str) -> dict[str, Any]:
-    """nDCG@10 of each strategy on a built BEIR collection, the question vs the variant, paired."""
+async def beir_figures(
+    dataset: Path, name: str, work_dir: Path, variant: str, variant_dir: Path
+) -> dict[str, Any]:
+    """nDCG@10 of each strategy on a BEIR collection built by `bench/eval_beir.py` in
+    `work_dir`: the unchanged engine vs the variant, paired. The query vectors come from
+    `work_dir/vectors.npz` (read, never written: new vectors go to `variant_dir`)."""
     data = load_beir(dataset, split="test")
-    data_dir = work_dir / "lance"
-    embedder = cached_embedder(work_dir / "vectors.npz")
-    settings = settings_for(data_dir)
-    fusions = strategies(settings.fusion.to_fusion())
-    engine = await LanceDBEngine.open(data_dir, policy=settings.engine.index_policy())
-    try:
-        original = await replays_of(engine, embedder, name, data.queries, CANDIDATES)
-        rewritten_texts = {q: VARIANTS[variant](t) for q, t in data.queries.items()}
-        changed = sum(rewritten_texts[q] != t for q, t in data.queries.items())
-        rewritten = await replays_of(engine, embedder, name, rewritten_texts, CANDIDATES)
-    finally:
-        await engine.close()
-    out: dict[str, Any] = {"queries": len(data.queries), "queries_rewritten": changed}
+    cache = variant_dir.with_name(variant_dir.name + "-vectors.npz")
+    if not cache.exists():
+        await asyncio.to_thread(shutil.copyfile, work_dir / "vectors.npz", cache)
+    embedder = cached_embedder(cache)
+    fusions = strategies(settings_for(work_dir).fusion.to_fusion())
+    runs, facts = await arms(
+        work_dir / "lance", name, variant, embedder, data.queries, CANDIDATES, variant_dir
+    )
+    out: dict[str, Any] = {"queries": len(data.queries), **facts}
     for label, fusion in fusions.items():
-        a = {q: ndcg_at(r, data.qrels[q]) for q, r in replayed(rewritten, fusion).items()}
-        b = {q: ndcg_at(r, data.qrels[q]) for q, r in replayed(original, fusion).items()}
+        a = {q: ndcg_at(r, data.qrels[q]) for q, r in replayed(runs[variant], fusion).items()}
+        b = {q: ndcg_at(r, data.qrels[q]) for q, r in replayed(runs["question"], fusion).items()}
         out[label] = {
             "ndcg@10_question": round(sum(b.values()) / len(b), 4),
             "ndcg@10_variant": round(sum(a.values()) / len(a), 4),
@@ -253,7 +413,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": " ".join(["python bench/first_search.py", *sys.argv[1:]]),
         "page": PAGE,
         "variant": args.variant,
-        **await demo_figures(args.data_dir, embedder, args.variant),
+        **await demo_figures(
+            args.data_dir, embedder, args.variant, args.scratch / f"demo-{args.variant}"
+        ),
     }
     if args.variant and args.beir:
         result["held_out"] = {}
@@ -261,7 +423,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             dataset, work_dir = spec.split(":", 1)
             name = Path(dataset).name
             result["held_out"][name] = await beir_figures(
-                Path(dataset), name, Path(work_dir), args.variant
+                Path(dataset),
+                name,
+                Path(work_dir),
+                args.variant,
+                args.scratch / f"{name}-{args.variant}",
             )
     result["machine"] = machine()
     return result
@@ -274,6 +440,12 @@ def main() -> None:
     parser.add_argument("--variant", choices=sorted(VARIANTS))
     parser.add_argument("--beir", action="append", default=[], metavar="DATASET:WORK_DIR")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=VAR_DIR / "first-search",
+        help="where a document variant's copies of the collections are built",
+    )
     args = parser.parse_args()
     emit(asyncio.run(run(args)), args.out)
 

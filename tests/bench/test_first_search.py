@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from bench.eval_scifact import Replay
-from bench.first_search import first_answer_rank, paired, per_question, question_framing_removed
+from bench.first_search import (
+    first_answer_rank,
+    identifier_words,
+    paired,
+    per_question,
+    question_framing_removed,
+    with_title_words,
+)
 from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.engine.lancedb.search import ScoredCandidates
 from services.search_tool.fusion import Candidate, Completion
@@ -61,3 +68,29 @@ def test_a_paired_difference_counts_the_questions_each_way() -> None:
     assert result["mean"] == pytest.approx(2 / 3, abs=1e-4)
     assert (result["better"], result["worse"]) == (2, 0)
     assert result["ci95"][0] <= result["mean"] <= result["ci95"][1]
+
+
+@pytest.mark.parametrize(
+    ("title", "words"),
+    [
+        ("tempfile.TemporaryDirectory", "tempfile temporary directory"),
+        ("copy.deepcopy", "copy deep copy"),
+        ("heapq.nlargest", "heapq n largest"),
+        ("json.dumps", ""),
+        ("Wing flutter in a boundary layer", ""),
+        ("Flutter of a slipstream", "flutter of a slip stream"),
+    ],
+)
+def test_an_identifier_title_is_given_the_words_it_is_made_of_and_a_plain_one_nothing(
+    title: str, words: str
+) -> None:
+    assert identifier_words(title) == words
+
+
+def test_a_title_with_words_to_add_reads_title_then_words_then_body() -> None:
+    assert (
+        with_title_words("copy.deepcopy", "Deep copy.")
+        == "copy.deepcopy (copy deep copy)\nDeep copy."
+    )
+    assert with_title_words("json.dumps", "Serialize.") == "json.dumps\nSerialize."
+    assert with_title_words("", "Serialize.") == "Serialize."
