@@ -42,6 +42,7 @@ from typing import Any
 
 import lancedb
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -55,7 +56,7 @@ from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, 
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.indexes import ensure_indexes
 from services.search_tool.engine.lancedb.rows import SEARCH_TEXT_COLUMN, VECTOR_COLUMN
-from services.search_tool.fusion import fuse
+from services.search_tool.fusion import Candidate, fuse
 
 COLLECTION = "python-docs"
 PAGE = 10
@@ -148,6 +149,9 @@ class Variant:
     """(title, chunk text) → what the dense side embeds; today `title\ntext`."""
     keyword: Callable[[str, str], str] | None = None
     """(title, stored keyword text without the title) → what BM25 indexes; today `title\n...`."""
+    feedback: tuple[int, float] | None = None
+    """(k, weight): the query vector moved toward its first k dense hits (Rocchio: q + weight ·
+    their mean, normalised) and searched again; the keyword text unchanged."""
 
 
 VARIANTS: dict[str, Variant] = {
@@ -156,6 +160,7 @@ VARIANTS: dict[str, Variant] = {
     "title-words-keyword": Variant(keyword=with_title_words),
     "title-twice-keyword": Variant(keyword=lambda title, body: f"{title}\n{title}\n{body}"),
     "no-title-dense": Variant(embedded=lambda title, text: text),
+    "dense-feedback": Variant(feedback=(3, 0.5)),
 }
 
 
@@ -173,9 +178,13 @@ async def replays_of(
     collection: str,
     texts: dict[str, str],
     limit: int = PAGE,
+    *,
+    feedback: tuple[int, float] | None = None,
+    table: Any = None,
 ) -> dict[str, Replay]:
     """Each query's scored candidates (both sides) for a page of `limit`, to fuse as any
-    strategy."""
+    strategy; with `feedback`, those of the query vector moved toward its first dense hits
+    (their vectors read from `table`)."""
     ids = sorted(texts)
     vectors = await embedder.embed([texts[q] for q in ids])
     embedder.save()
@@ -183,8 +192,25 @@ async def replays_of(
     for query_id, vector in zip(ids, vectors, strict=True):
         query = EngineQuery(Strategy.HYBRID, texts[query_id], np.stack([vector]), limit=limit)
         scored, chunks = await engine.scored_candidates(collection, query)
+        if feedback is not None:
+            moved = await moved_toward(table, vector, scored.dense[0][: feedback[0]], feedback[1])
+            query = EngineQuery(Strategy.HYBRID, texts[query_id], np.stack([moved]), limit=limit)
+            scored, chunks = await engine.scored_candidates(collection, query)
         out[query_id] = Replay(scored, {a: c.document_id for a, c in chunks.items()})
     return out
+
+
+async def moved_toward(
+    table: Any, vector: npt.NDArray[np.float32], hits: list[Candidate], weight: float
+) -> npt.NDArray[np.float32]:
+    """Rocchio: `vector + weight · mean(the hits' stored vectors)`, L2-normalised."""
+    if not hits:
+        return vector
+    taken = await table.take_row_ids([int(h.id) for h in hits]).select([VECTOR_COLUMN]).to_arrow()
+    stored = taken.column(VECTOR_COLUMN).combine_chunks().values.to_numpy()
+    moved = vector + weight * stored.reshape(taken.num_rows, -1).mean(axis=0)
+    normalised: npt.NDArray[np.float32] = (moved / np.linalg.norm(moved)).astype(np.float32)
+    return normalised
 
 
 def first_answer_rank(replay: Replay, fusion: Fusion, answering: set[str]) -> int | None:
@@ -306,7 +332,17 @@ async def arms(
     if variant_name is None:
         return runs, facts
     variant = VARIANTS[variant_name]
-    if variant.query is not None:
+    if variant.feedback is not None:
+        database = await lancedb.connect_async(str(data_dir))
+        table = await database.open_table(collection)
+        engine = await LanceDBEngine.open(data_dir, policy=settings.engine.index_policy())
+        try:
+            runs[variant_name] = await replays_of(
+                engine, embedder, collection, texts, limit, feedback=variant.feedback, table=table
+            )
+        finally:
+            await engine.close()
+    elif variant.query is not None:
         rewritten = {q: variant.query(t) for q, t in texts.items()}
         facts["queries_rewritten"] = sum(rewritten[q] != t for q, t in texts.items())
         runs[variant_name] = await replays_in(data_dir, rewritten)

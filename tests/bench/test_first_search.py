@@ -3,12 +3,15 @@ answering hit; its query rewrite keeps what the user asks for."""
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from bench.eval_scifact import Replay
 from bench.first_search import (
     first_answer_rank,
     identifier_words,
+    moved_toward,
     paired,
     per_question,
     question_framing_removed,
@@ -94,3 +97,31 @@ def test_a_title_with_words_to_add_reads_title_then_words_then_body() -> None:
     )
     assert with_title_words("json.dumps", "Serialize.") == "json.dumps\nSerialize."
     assert with_title_words("", "Serialize.") == "Serialize."
+
+
+class _Rows:
+    """The part of a LanceDB async table `moved_toward` reads: a take of stored vectors."""
+
+    def __init__(self, vectors: dict[int, list[float]]) -> None:
+        self._vectors = vectors
+        self.taken: list[int] = []
+
+    def take_row_ids(self, ids: list[int]) -> _Rows:
+        self.taken = ids
+        return self
+
+    def select(self, columns: list[str]) -> _Rows:
+        return self
+
+    async def to_arrow(self) -> pa.Table:
+        rows = [self._vectors[i] for i in self.taken]
+        return pa.table({"vector": pa.array(rows, type=pa.list_(pa.float32(), 2))})
+
+
+async def test_feedback_moves_the_query_toward_the_mean_of_its_first_hits_normalised() -> None:
+    table = _Rows({7: [0.0, 1.0], 9: [0.0, 1.0], 4: [1.0, 0.0]})
+    query = np.array([1.0, 0.0], dtype=np.float32)
+    moved = await moved_toward(table, query, [Candidate("7", 0.9), Candidate("9", 0.8)], 1.0)
+    assert table.taken == [7, 9]
+    assert moved == pytest.approx(np.array([1.0, 1.0]) / np.sqrt(2))
+    assert await moved_toward(table, query, [], 1.0) is query
