@@ -8,6 +8,7 @@ import ast
 import functools
 import ipaddress
 import os
+import signal
 import socket
 import threading
 from collections.abc import Generator
@@ -36,6 +37,13 @@ def _parse_one_thread_at_a_time(*args: Any, **kwargs: Any) -> Any:
 # a traceback, whose carets `ast.parse` a source line) can end in `SystemError: AST constructor
 # recursion depth mismatch`, seen in `pytest tests/cli` here. In tests, one parse at a time.
 ast.parse = _parse_one_thread_at_a_time
+
+# A shell that starts the suite in the background (`nohup make test &`) starts it with SIGINT
+# ignored, and every CLI subprocess a test starts would inherit that and never see the Ctrl-C the
+# test sends. A handler (unlike SIG_IGN) is reset to the default at exec: children get Python's
+# usual KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # No timed assertions in tests: Hypothesis's default 200 ms per-example deadline fails a correct
 # property on a loaded machine (seen once in tests/search_tool/vespa/test_yql.py at load ~25). A
