@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 from google.protobuf import struct_pb2
+from google.protobuf.json_format import MessageToDict, ParseDict
 from quarry.common.v1 import search_pb2
 
 from services.agent.filters import (
@@ -53,7 +54,7 @@ def filter_message(groups: Sequence[FilterGroup]) -> search_pb2.Filter:
                     search_pb2.FilterCondition(
                         field=c.field,
                         operator=_OPERATOR_NUMBERS[c.operator],
-                        value=_value_message(c.value),
+                        value=_set_value(struct_pb2.Value(), c.value),
                     )
                     for c in g.conditions
                 ]
@@ -61,19 +62,6 @@ def filter_message(groups: Sequence[FilterGroup]) -> search_pb2.Filter:
             for g in groups
         ]
     )
-
-
-def _value_message(value: FilterValue) -> struct_pb2.Value:
-    message = struct_pb2.Value()
-    if isinstance(value, list):
-        message.list_value.values.extend(_value_message(v) for v in value)
-    elif isinstance(value, bool):
-        message.bool_value = value
-    elif isinstance(value, int | float):
-        message.number_value = float(value)
-    else:
-        message.string_value = value
-    return message
 
 
 # --- the caller's filter -------------------------------------------------------------------------
@@ -88,7 +76,7 @@ def caller_filter(message: search_pb2.Filter) -> CallerFilter:
                 CallerCondition(
                     field=c.field,
                     operator=_CALLER_OPERATORS.get(c.operator, c.operator),
-                    value=_json(c.value) if c.value.WhichOneof("kind") else NO_VALUE,
+                    value=MessageToDict(c.value) if c.value.WhichOneof("kind") else NO_VALUE,
                 )
                 for c in group.conditions
             )
@@ -109,39 +97,11 @@ def caller_filter_message(caller: CallerFilter) -> search_pb2.Filter:
             number = operator if isinstance(operator, int) else _CALLER_OPERATOR_NUMBERS[operator]
             condition.operator = cast("search_pb2.FilterOperator", number)
             if not isinstance(c.value, NoValue):
-                _set_json(condition.value, c.value)
+                _set_value(condition.value, c.value)
     return message
 
 
-def _json(value: struct_pb2.Value) -> JsonValue:
-    kind = value.WhichOneof("kind")
-    if kind == "number_value":
-        return value.number_value
-    if kind == "string_value":
-        return value.string_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "list_value":
-        return [_json(v) for v in value.list_value.values]
-    if kind == "struct_value":
-        return {k: _json(v) for k, v in value.struct_value.fields.items()}
-    return None
-
-
-def _set_json(message: struct_pb2.Value, value: JsonValue) -> None:
-    if value is None:
-        message.null_value = struct_pb2.NULL_VALUE
-    elif isinstance(value, bool):
-        message.bool_value = value
-    elif isinstance(value, int | float):
-        message.number_value = float(value)
-    elif isinstance(value, str):
-        message.string_value = value
-    elif isinstance(value, list):
-        message.list_value.SetInParent()
-        for item in value:
-            _set_json(message.list_value.values.add(), item)
-    else:
-        message.struct_value.SetInParent()
-        for key, item in value.items():
-            _set_json(message.struct_value.fields[key], item)
+def _set_value(message: struct_pb2.Value, value: JsonValue | FilterValue) -> struct_pb2.Value:
+    """`value` written into `message` by protobuf's own JSON mapping (its stub types `ParseDict`
+    for a dict, but a `Value` message takes any JSON value)."""
+    return ParseDict(cast("dict[str, Any]", value), message)
