@@ -5,11 +5,15 @@ and are registered here for every test package."""
 from __future__ import annotations
 
 import ast
+import asyncio
+import faulthandler
 import functools
+import gc
 import ipaddress
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Generator
 from typing import Any
@@ -76,6 +80,45 @@ def pytest_runtest_makereport(
             f"{item.nodeid}: a PostgreSQL test was skipped under CI ({reason}); "
             "these tests must run against the embedded PostgreSQL"
         )
+
+
+def _stalled_report(nodeid: str, after_s: float) -> None:
+    """What a stalled test is doing, written straight to the terminal (uncaptured, so CI's log
+    has it even if the run is killed): every thread's stack, and every pending asyncio task's
+    (an event loop waiting shows only `select` in a thread stack; its tasks show where)."""
+    out = sys.__stderr__
+    if out is None:
+        return
+    out.write(f"\n=== {nodeid} still running after {after_s:.0f} s: stacks ===\n")
+    out.flush()
+    faulthandler.dump_traceback(file=out, all_threads=True)
+    for task in [o for o in gc.get_objects() if isinstance(o, asyncio.Task)]:
+        if not task.done():
+            out.write(f"--- asyncio task {task.get_name()}\n")
+            task.print_stack(limit=12, file=out)
+    out.flush()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
+    """A test still running at 90 % of its pytest-timeout (setup, call and teardown together)
+    reports its stacks first, so a hang that CI meets can be read from CI's log."""
+    marker = item.get_closest_marker("timeout")
+    limit = (
+        float(marker.args[0])
+        if marker and marker.args
+        else float(item.config.getini("timeout") or 0)
+    )
+    timer = None
+    if limit > 0:
+        timer = threading.Timer(limit * 0.9, _stalled_report, (item.nodeid, limit * 0.9))
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 REAL_MODEL_ENV = "QUARRY_REAL_MODEL"

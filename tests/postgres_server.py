@@ -74,6 +74,14 @@ def _reachable_copy(bin_dir: Path, base_dir: Path) -> Path:
     return copied / package.name / bin_dir.parent.name / bin_dir.name
 
 
+def _admin(dsn: str) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection for the fixtures' own statements, each bounded: a server that stops answering
+    fails the test that needs it instead of stalling the whole session."""
+    return psycopg.connect(
+        dsn, autocommit=True, connect_timeout=10, options="-c statement_timeout=120s"
+    )
+
+
 def free_port() -> int:
     """A loopback TCP port nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -122,7 +130,7 @@ class PostgresServer:
     def create_database(self, name: str | None = None) -> str:
         """A new database copied from the template (extensions installed); returns its DSN."""
         name = name or f"test_{uuid.uuid4().hex[:16]}"
-        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+        with _admin(self.dsn()) as conn:
             conn.execute(
                 psycopg.sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
                     psycopg.sql.Identifier(name), psycopg.sql.Identifier(TEMPLATE_DATABASE)
@@ -132,7 +140,7 @@ class PostgresServer:
 
     def drop_database(self, name: str) -> None:
         """Drop it, disconnecting whoever is still connected."""
-        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+        with _admin(self.dsn()) as conn:
             conn.execute(
                 psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                     psycopg.sql.Identifier(name)
@@ -196,11 +204,11 @@ def start_postgres(base_dir: Path, *, port: int | None = None, options: str = ""
     if result.returncode != 0:
         raise RuntimeError(f"initdb failed: {result.stderr.strip()}")
     server.start()
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+    with _admin(server.dsn()) as conn:
         conn.execute(
             psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(TEMPLATE_DATABASE))
         )
-    with psycopg.connect(server.dsn(TEMPLATE_DATABASE), autocommit=True) as conn:
+    with _admin(server.dsn(TEMPLATE_DATABASE)) as conn:
         for extension in EXTENSIONS:
             conn.execute(
                 psycopg.sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(

@@ -76,6 +76,7 @@ from services.common.postgres import (
     transaction,
 )
 from services.common.storage_faults import database_cause, database_damaged, database_full
+from services.common.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -232,10 +233,11 @@ class PostgresRunHistory:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.postgres.statement_timeout_s):
                     await asyncio.shield(asyncio.gather(*self._writers, return_exceptions=True))
-        tasks = [*self._tasks, *self._writers]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_tasks(
+            [*self._tasks, *self._writers],
+            timeout_s=self.settings.postgres.statement_timeout_s,
+            owner="run history",
+        )
         self._tasks.clear()
         self._writers.clear()
         if self._health is not None:

@@ -54,6 +54,7 @@ from services.common.errors import (
     QuarryError,
     Unavailable,
 )
+from services.common.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -534,9 +535,7 @@ class DatabaseHealth:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_tasks([self._task], timeout_s=self._probe_timeout_s * 2, owner="database")
             self._task = None
 
     async def _watch(self) -> None:
