@@ -172,9 +172,10 @@ class _Run:
             if self._over_budget(self.offered):
                 self.stop_reason = StopReason.BUDGET_EXHAUSTED
                 return
-            opening = self.turns == 0 and self.request.mode is Mode.FAST
             turn = self.loop.tools.turn(
-                self.offered, opening_forced=opening and self.conversation.calls_forced
+                self.offered,
+                opening_forced=self.turns == 0 and self.conversation.calls_forced,
+                deliberate=self.request.mode is Mode.THINKING,
             )
             response = await self._call(*turn)
             if response.text.strip():

@@ -1,8 +1,9 @@
 """A route whose every reply is a forced tool call (a grammar the model server enforces, the
 gateway's `tool_calls: json_schema`): a FAST run's first turn offers `search` alone, named, so the
-model searches before it answers instead of answering from memory; the turns after it offer what
-they always do (the answer with the citable ids as an enum). Routes that do not force calls, and
-THINKING runs, keep every tool on every turn."""
+model searches before it answers instead of answering from memory; a THINKING run's first turn
+offers every tool but the answer, so it looks (searches, counts, plans) before it answers; the
+turns after it offer what they always do (the answer with the citable ids as an enum). Routes that
+do not force calls keep every tool on every turn."""
 
 from __future__ import annotations
 
@@ -63,18 +64,27 @@ async def test_a_fast_run_on_a_forcing_route_first_offers_only_search_then_the_a
     assert [s.offered_tools for s in result.steps][:1] == [("search",)]
 
 
-async def test_a_thinking_run_on_a_forcing_route_keeps_every_tool_on_its_first_turn(
+async def test_a_thinking_run_on_a_forcing_route_must_look_before_it_may_answer(
     search: FakeSearch,
 ) -> None:
     model = ScriptedModel(
-        [turn("", search_call("temporary directory")), turn("", answer_call(ANSWER, [TEMP]))],
+        [
+            turn("", search_call("temporary directory")),
+            turn("", search_call("tempfile cleanup")),
+            turn("", answer_call(ANSWER, [TEMP])),
+        ],
         constrained=True,
         forced_calls=True,
     )
-    await run_events(AgentLoop(model, search), mode=Mode.THINKING)
+    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING)
 
-    names, choice = _offered(model, 0)
-    assert {"search", "submit_answer"} <= set(names)
+    assert result_of(events).stop_reason is StopReason.ANSWERED
+    first, choice = _offered(model, 0)
+    assert "submit_answer" not in first
+    assert {"search", "calculate", "count"} <= set(first), "it may plan or count, not only search"
+    assert choice == ToolChoice("required")
+    later, choice = _offered(model, 1)
+    assert {"search", "submit_answer"} <= set(later), "after one look it may answer"
     assert choice == ToolChoice()
 
 
@@ -122,6 +132,20 @@ def test_the_registry_opens_a_forced_run_with_the_tool_that_opens_and_else_offer
     no_search = DEFAULT_TOOLS.offered(frozenset({"calculate"}))
     assert [t.name for t in no_search] == ["calculate", "submit_answer"]
     assert DEFAULT_TOOLS.turn(no_search, opening_forced=True) == (no_search, ToolChoice())
+    looking = tuple(t for t in every if t.name != "submit_answer")
+    assert DEFAULT_TOOLS.turn(every, opening_forced=True, deliberate=True) == (
+        looking,
+        ToolChoice("required"),
+    )
+    answer_only = (DEFAULT_TOOLS.answer_tool,)
+    assert DEFAULT_TOOLS.turn(answer_only, opening_forced=True, deliberate=True) == (
+        answer_only,
+        ToolChoice(),
+    )
+    assert DEFAULT_TOOLS.turn(every, opening_forced=False, deliberate=True) == (
+        every,
+        ToolChoice(),
+    )
     assert [t.name for t in DEFAULT_TOOLS if t.opens] == ["search"]
 
 

@@ -57,15 +57,23 @@ class ToolRegistry:
         )
 
     def turn(
-        self, offered: tuple[Tool, ...], *, opening_forced: bool
+        self, offered: tuple[Tool, ...], *, opening_forced: bool, deliberate: bool = False
     ) -> tuple[tuple[Tool, ...], ToolChoice]:
         """What a search-phase turn offers: every tool of the run, the model choosing. Except
-        the opening turn of a FAST run on a route whose replies are forced tool calls
-        (`opening_forced`): the tool that `opens` (search) alone, named, so the run searches
-        before it answers. Such a route's model must call one of the tools offered; given
-        `submit_answer` too, Qwen2.5-Coder-1.5B answered from memory on its first turn in 6 of
-        8 runs over the Python docs and cited nothing it had read."""
-        if opening_forced:
+        the opening turn on a route whose replies are forced tool calls (`opening_forced`),
+        where the model must call one of the tools offered and, given `submit_answer`,
+        Qwen2.5-Coder-1.5B answered from memory on its first turn in 6 of 8 FAST runs over the
+        Python docs (citing nothing it had read), and in 2 of 6 THINKING runs on the demo
+        question set:
+        * a FAST run gets the tool that `opens` (search) alone, named: it searches first;
+        * a THINKING run (`deliberate`) gets every tool of the run but the answering one, so it
+          may plan, count, calculate or search first, but looks before it answers.
+        A run offered no other tool is offered what it has."""
+        if opening_forced and deliberate:
+            looking = tuple(tool for tool in offered if not tool.answers)
+            if looking:
+                return looking, ToolChoice("required")
+        elif opening_forced:
             for tool in offered:
                 if tool.opens:
                     return (tool,), ToolChoice("named", tool.name)
