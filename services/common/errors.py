@@ -189,3 +189,24 @@ class DataLoss(QuarryError):
 
     code = "DATA_LOSS"
     default_reason = "DATA_LOSS"
+
+
+class Aborted(QuarryError):
+    """A dependency gave up on a call part-way (a conflict or a concurrency abort): retried at a
+    higher level, if at all, as gRPC's status guidance says."""
+
+    code = "ABORTED"
+    default_reason = "ABORTED"
+
+
+class OutOfRange(QuarryError):
+    code = "OUT_OF_RANGE"
+    default_reason = "OUT_OF_RANGE"
+
+
+class Unknown(QuarryError):
+    """A dependency answered UNKNOWN (no status of its own, e.g. a proxy's or a crashed handler's):
+    kept as UNKNOWN so the caller sees what the dependency said, not an INTERNAL of ours."""
+
+    code = "UNKNOWN"
+    default_reason = "UNKNOWN"

@@ -61,6 +61,9 @@ _CODES: dict[type[QuarryError], grpc.StatusCode] = {
         errors.Cancelled,
         errors.Unimplemented,
         errors.DataLoss,
+        errors.Aborted,
+        errors.OutOfRange,
+        errors.Unknown,
         QuarryError,
     )
 }

@@ -15,6 +15,7 @@ from services.common.status import (
     MAX_MESSAGE_BYTES,
     MAX_VIOLATIONS,
     details_of,
+    domain_error,
     to_grpc_status,
     to_rpc_status,
 )
@@ -50,6 +51,22 @@ def test_a_domain_error_keeps_its_code_message_and_reason_on_the_wire(
     status = to_grpc_status(error)
     details = details_of(status.code, status.details, status.trailing_metadata)
     assert (details.code, details.message, details.reason) == (code, error.message, error.reason)
+
+
+@pytest.mark.parametrize("code", [c for c in grpc.StatusCode if c is not grpc.StatusCode.OK])
+def test_a_dependency_status_of_any_code_is_raised_with_that_same_code(
+    code: grpc.StatusCode,
+) -> None:
+    """A client (the agent's, the search tool's) re-raises a failed call as a domain error: the
+    caller sees the dependency's code, never INTERNAL in place of ABORTED, OUT_OF_RANGE or
+    UNKNOWN, and the same code again when the error is passed on."""
+    failed = grpc.aio.AioRpcError(
+        code, grpc.aio.Metadata(), grpc.aio.Metadata(), "it said no", debug_error_string=""
+    )
+    error = domain_error(failed, "search-tool")
+    assert error.code == code.name
+    assert error.message == "search-tool: it said no"
+    assert to_grpc_status(error).code == code
 
 
 @pytest.mark.parametrize("cls", [errors.Unavailable, errors.ResourceExhausted])
