@@ -284,7 +284,7 @@ class PostgresRunHistory:
             try:
                 async with pool.connection() as conn:
                     await migrate(conn, COMPONENT, MIGRATIONS)
-                await self._heartbeat()
+                await self._heartbeat_checked()
                 await self._start_marking()
             except Exception as error:  # the database is not there yet: try again
                 log.warning("run history database not ready", extra={"error": str(error)[:300]})
@@ -304,7 +304,7 @@ class PostgresRunHistory:
             self._prepared.set()
         while True:
             try:
-                await self._heartbeat()
+                await self._heartbeat_checked()
                 try:
                     await self.mark_interrupted()
                 except Exception as error:
@@ -360,6 +360,18 @@ class PostgresRunHistory:
             "run history is damaged",
             extra={"step": step, "error": cause, **self._counts()},
         )
+
+    async def _heartbeat_checked(self) -> None:
+        """Record the heartbeat; a damaged replicas table is a finding, not a reason to stay
+        unready or to stop recording runs. Meanwhile no replica can tell who is alive (marking a
+        stopped replica's runs scans the same table and fails as damaged too), so this replica's
+        runs are not marked `interrupted` by mistake; the error log says to repair it."""
+        try:
+            await self._heartbeat()
+        except Exception as error:
+            if not database_damaged(error):
+                raise
+            self._damage_met("recording this replica's heartbeat", error)
 
     async def _heartbeat(self) -> None:
         async with transaction(self.pool, self.settings.postgres) as conn:

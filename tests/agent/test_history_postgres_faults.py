@@ -266,3 +266,36 @@ async def test_a_start_up_retention_held_up_by_a_lock_is_cut_short_and_the_histo
         assert store.findings == []
     assert len((await store.list_runs(RunQuery(page_size=10)))[0]) == 3  # nothing swept yet
     assert await store.sweep() == 2  # the next sweep does the work
+
+
+async def test_a_damaged_replicas_table_is_a_finding_and_runs_are_still_recorded(
+    opened: Open,
+    postgres_dsn: str,
+    postgres_server: PostgresServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The heartbeat's table damaged: the heartbeat cannot be recorded and no replica can tell
+    who is alive (marking scans the same table), but the history still becomes ready, records and
+    reads runs, and says once what is damaged instead of retrying the start for ever."""
+    first = await opened()
+    await _record_run(first, "run-before")
+    await first.close()
+    await _damage_table(postgres_dsn, postgres_server, "agent_replicas")
+
+    with caplog.at_level(logging.INFO, logger="services.agent.history_postgres"):
+        store = await opened()  # ready within 30 s, the damage notwithstanding
+        assert any(
+            f.startswith("recording this replica's heartbeat") and "SQLSTATE XX001" in f
+            for f in store.findings
+        ), store.findings
+        await _record_run(store, "run-after")
+        for run_id in ("run-before", "run-after"):
+            run = await store.get(run_id)
+            assert run is not None
+            assert run.status == agent_pb2.RUN_STATUS_COMPLETED
+        assert store.failed_writes == 0
+        await asyncio.sleep(3 * store.settings.replica.heartbeat_interval_s)  # heartbeats go on
+    messages = [r.getMessage() for r in caplog.records]
+    assert "run history database not ready" not in messages
+    assert "run history heartbeat failed" not in messages, "a known damage re-logged each beat"
+    assert sum(m.startswith("run history is damaged") for m in messages) == 1
