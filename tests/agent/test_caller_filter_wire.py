@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
 import grpc
@@ -26,11 +24,7 @@ from services.common.errors import InvalidArgument, NotFound, QuarryError
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
 from services.common.status import domain_error
-from services.search_tool.config import SearchToolSettings
-from services.search_tool.embedding import EmbeddingSettings, build_embedder
-from services.search_tool.server import build_search_tool_server
-from tests.agent.test_search_conformance import COLLECTION, _proto
-from tests.search_tool.filter_cases import FIXTURE
+from tests.agent.conftest import FILTER_COLLECTION as COLLECTION
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -193,27 +187,6 @@ async def _agent(search_address: str) -> QuarryServer:
     return agent
 
 
-@pytest.fixture
-async def search_server(tmp_path: Path) -> AsyncIterator[QuarryServer]:
-    """The real search tool with the shared filter fixture."""
-    settings = SearchToolSettings(
-        server=ServerSettings(port=0, grace_s=0), data_dir=tmp_path / "data", log_format="text"
-    )
-    embedder = build_embedder(EmbeddingSettings())
-    server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            await search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
-                search_tool_pb2.UpsertDocumentsRequest(
-                    collection=COLLECTION, documents=[_proto(d) for d in FIXTURE]
-                )
-            )
-        yield server
-    finally:
-        await server.stop(0)
-
-
 REFUSED = {
     "unknown operator number": _filter([_condition("source", 99, _json_value("github"))]),
     "no operator": _filter([_condition("source", 0, _json_value("github"))]),
@@ -232,9 +205,9 @@ REFUSED = {
 
 @pytest.mark.parametrize("sent", REFUSED.values(), ids=REFUSED.keys())
 async def test_a_filter_only_the_search_tool_can_refuse_gets_the_search_tools_own_violations(
-    search_server: QuarryServer, sent: search_pb2.Filter
+    filter_search_tool: QuarryServer, sent: search_pb2.Filter
 ) -> None:
-    async with grpc.aio.insecure_channel(search_server.address) as channel:
+    async with grpc.aio.insecure_channel(filter_search_tool.address) as channel:
         stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as direct:
             await stub.GetCollection(
@@ -243,7 +216,7 @@ async def test_a_filter_only_the_search_tool_can_refuse_gets_the_search_tools_ow
     expected = domain_error(direct.value)
     assert isinstance(expected, InvalidArgument)
     assert expected.violations
-    agent = await _agent(search_server.address)
+    agent = await _agent(filter_search_tool.address)
     try:
         async with AgentClient(agent.address) as client:
             with pytest.raises(InvalidArgument) as caught:

@@ -11,12 +11,11 @@ from services.agent.loop import AgentLoop
 from services.agent.ports import SearchClient
 from services.agent.run import RunRequest
 from services.agent.testing import ScriptedModel, answer_call, turn
+from tests.agent.conftest import FILTER_COLLECTION as COLLECTION
 from tests.agent.conftest import caller_filter, collect
 from tests.agent.fake_search import FakeSearch
-from tests.agent.test_search_conformance import COLLECTION, _fake, real_search
+from tests.agent.test_search_conformance import _fake
 from tests.search_tool.filter_cases import FIXTURE
-
-__all__ = ["real_search"]  # the real search tool, loaded with FIXTURE
 
 OUTSIDE = ("confluence", "gdrive", "slack", "page", "comment", "message", "metadata.score")
 """Sources, entity types and a metadata key only documents outside `source = github` have."""

@@ -9,15 +9,10 @@ the same fields — so a fake that is laxer than the real service (the bug that 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
-import grpc
-import pytest
 from google.protobuf import json_format, struct_pb2
 from quarry.common.v1 import search_pb2
-from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent import filter_wire
 from services.agent.filters import CallerFilter, FilterCondition, FilterGroup
@@ -25,40 +20,16 @@ from services.agent.ports import SearchClient
 from services.agent.search import Breadcrumb, CountRequest, ReadRequest, SearchRequest
 from services.agent.search_tool_client import SearchToolClient
 from services.common.errors import InvalidArgument, NotFound
-from services.common.settings import ServerSettings
-from services.search_tool.config import SearchToolSettings
 from services.search_tool.documents import Document
-from services.search_tool.embedding import EmbeddingSettings, build_embedder
-from services.search_tool.server import build_search_tool_server
+from tests.agent.conftest import FILTER_COLLECTION as COLLECTION
 from tests.agent.fake_search import FakeDocument, FakeSearch
 from tests.search_tool.filter_cases import CASES, FIXTURE
-from tests.search_tool.grpc_helpers import document, value
+from tests.search_tool.grpc_helpers import value
 
-COLLECTION = "conformance"
 QUERY = " ".join(d.title for d in FIXTURE)
 """Every title's words: the fake ranks by word overlap, so every document is a candidate."""
 
 Outcome = tuple[str, Any]
-
-
-def _proto(doc: Document) -> search_tool_pb2.Document:
-    message = document(
-        doc.id,
-        doc.text,
-        title=doc.title,
-        source=doc.source,
-        entity_type=doc.entity_type,
-        url=doc.url,
-        created_at=doc.created_at,
-        metadata=dict(doc.metadata),
-        breadcrumbs=[
-            search_pb2.Breadcrumb(id=b.id, name=b.name, entity_type=b.entity_type)
-            for b in doc.breadcrumbs
-        ],
-    )
-    if doc.updated_at is not None:
-        message.updated_at.FromDatetime(doc.updated_at)
-    return message
 
 
 def _fake(doc: Document) -> FakeDocument:
@@ -199,27 +170,6 @@ async def _outcome(search: SearchClient, request: SearchRequest) -> Outcome:
     except NotFound:
         return ("NOT_FOUND", None)
     return ("OK", sorted(hit.document_id for hit in page.hits))
-
-
-@pytest.fixture
-async def real_search(tmp_path: Path) -> AsyncIterator[SearchToolClient]:
-    settings = SearchToolSettings(
-        server=ServerSettings(port=0, grace_s=0), data_dir=tmp_path / "data", log_format="text"
-    )
-    embedder = build_embedder(EmbeddingSettings())
-    server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
-            await stub.UpsertDocuments(
-                search_tool_pb2.UpsertDocumentsRequest(
-                    collection=COLLECTION, documents=[_proto(d) for d in FIXTURE]
-                )
-            )
-            yield SearchToolClient(channel)
-    finally:
-        await server.stop(0)
 
 
 async def test_the_fake_search_tool_accepts_refuses_and_matches_like_the_real_one(
