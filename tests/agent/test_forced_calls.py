@@ -251,3 +251,50 @@ async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_ci
     invented = {"text": "t", "citations": [{"result_id": "invented__chunk_9"}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "submit_answer", "arguments": invented}, second)
+
+
+async def test_through_the_gateway_a_thinking_run_on_a_local_route_cannot_answer_before_a_tool(
+    telemetry: Telemetry,
+) -> None:
+    """THINKING on the same route: the first grammar allows any of the run's tools but
+    `submit_answer`; the second allows the answer too."""
+    search_args = {"query": {"primary": "temporary directory"}, "limit": 5}
+    answer_args = {"text": ANSWER, "citations": [{"result_id": TEMP}]}
+    with FakeOpenAIServer() as fake:
+        fake.push(
+            Reply(text=json.dumps({"name": "search", "arguments": search_args})),
+            Reply(text=json.dumps({"name": "submit_answer", "arguments": answer_args})),
+        )
+        local = ProviderSettings.model_validate(
+            {
+                "kind": "openai",
+                "name": "local",
+                "endpoint": "llama-cpp-python",
+                "model": "qwen",
+                "base_url": fake.base_url,
+                "tool_calls": "json_schema",
+                "context_window_tokens": 16_000,
+                "retry": {"max_attempts": 1},
+            }
+        )
+        gateway = GatewaySettings(
+            providers=[local], routes={"agent": ["local"]}, default_route="agent", server=SERVER
+        )
+        service = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
+        async with _servers(telemetry, service, gateway=gateway) as agent:
+            reply = await agent.Run(
+                agent_pb2.RunRequest(
+                    query="temporary directory",
+                    collection="python-docs",
+                    mode=agent_pb2.MODE_THINKING,
+                ),
+                timeout=30,
+            )
+        first, second = (_schema(r.body) for r in fake.requests[:2])
+
+    assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    first_names = {branch["properties"]["name"]["const"] for branch in first["anyOf"]}
+    assert "search" in first_names
+    assert "submit_answer" not in first_names
+    second_names = {branch["properties"]["name"]["const"] for branch in second["anyOf"]}
+    assert {"search", "submit_answer"} <= second_names
