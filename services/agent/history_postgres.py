@@ -176,6 +176,7 @@ class PostgresRunHistory:
         self._writers: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._prepared = asyncio.Event()
+        self._closing = False
         self._health: DatabaseHealth | None = None
         self._last_sweep = 0.0
         self._enqueued = [0] * WRITERS
@@ -227,6 +228,7 @@ class PostgresRunHistory:
 
     async def close(self) -> None:
         """Finish the queued writes (while the database answers), stop the heartbeat, close."""
+        self._closing = True
         for queue in self._queues:
             await queue.put(None)
         if self._writers:
@@ -280,7 +282,7 @@ class PostgresRunHistory:
         """Prepare the schema once the database answers, then heartbeat for ever."""
         pool = await self._ensure_pool()
         interval = self.settings.replica.heartbeat_interval_s
-        while not self._prepared.is_set():
+        while not self._prepared.is_set() and not self._closing:
             try:
                 async with pool.connection() as conn:
                     await migrate(conn, COMPONENT, MIGRATIONS)
@@ -302,7 +304,7 @@ class PostgresRunHistory:
                     extra={"findings": list(self.findings), **self._counts()},
                 )
             self._prepared.set()
-        while True:
+        while not self._closing:  # the flag, not only the cancellation (services/common/tasks.py)
             try:
                 await self._heartbeat_checked()
                 try:

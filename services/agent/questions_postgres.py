@@ -51,6 +51,7 @@ from services.agent.questions import (
 from services.agent.run import Deadline
 from services.common.errors import FailedPrecondition, NotFound, PermissionDenied
 from services.common.postgres import resolve_dsn, transaction
+from services.common.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,7 @@ class PostgresQuestionBoard:
         self._idle = asyncio.Event()
         self._idle.set()
         self._listener: asyncio.Task[None] | None = None
+        self._closing = False
         self.listening = asyncio.Event()
         """Set while this replica's LISTEN connection is up."""
 
@@ -207,9 +209,9 @@ class PostgresQuestionBoard:
             )
 
     async def close(self) -> None:
+        self._closing = True
         if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+            await stop_tasks([self._listener], timeout_s=5.0, owner="questions")
             self._listener = None
 
     def transaction(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection[Any]]:
@@ -333,7 +335,7 @@ class PostgresQuestionBoard:
         questions, whose wake-ups may have been lost meanwhile)."""
         channel = notify_channel(self.replica)
         retry_s = self._history.settings.replica.heartbeat_interval_s
-        while True:
+        while not self._closing:  # the flag, not only the cancellation (services/common/tasks.py)
             try:
                 dsn = resolve_dsn(self._history.settings.postgres)
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

@@ -502,6 +502,7 @@ class DatabaseHealth:
         self._up: bool | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
         self.last_change = clock()
 
     @property
@@ -534,12 +535,13 @@ class DatabaseHealth:
             self._task = asyncio.create_task(self._watch(), name="database health")
 
     async def close(self) -> None:
+        self._closed = True
         if self._task is not None:
             await stop_tasks([self._task], timeout_s=self._probe_timeout_s * 2, owner="database")
             self._task = None
 
     async def _watch(self) -> None:
-        while True:
+        while not self._closed:  # the flag, not only the cancellation (services/common/tasks.py)
             await self.probe()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._interval_s):

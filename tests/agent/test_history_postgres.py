@@ -8,6 +8,7 @@ runs against both histories in tests/agent/test_run_history.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -27,7 +28,9 @@ Open = Callable[..., Awaitable[PostgresRunHistory]]
 
 
 @pytest.fixture
-async def replica(postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Open]:
+async def replica(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> AsyncIterator[Open]:
     monkeypatch.setenv(DSN_ENV, postgres_dsn)
     opened: list[PostgresRunHistory] = []
 
@@ -48,8 +51,11 @@ async def replica(postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIt
         return store
 
     yield open_replica
-    for store in opened:
-        await store.close()
+    with caplog.at_level(logging.ERROR, logger="services.common.tasks"):
+        for store in opened:
+            await store.close()
+    stuck = [r for r in caplog.records if r.name == "services.common.tasks"]
+    assert stuck == [], "a replica's background task outlived its close"
 
 
 def _record(run_id: str, started_at: float, collection: str = "docs") -> agent_pb2.RunRecord:

@@ -21,6 +21,31 @@ async def test_tasks_that_end_when_cancelled_are_all_stopped_and_none_reported()
     assert failing_on_exit.done()
 
 
+async def test_a_task_whose_cancellation_was_dropped_once_is_cancelled_again_and_stops() -> None:
+    """What Python 3.11's `asyncio.wait_for` does when its inner future completes as the cancel
+    arrives (python/cpython#86296): the cancellation is lost and the loop goes on to sleep."""
+    beats = 0
+
+    async def heartbeat_loop() -> None:
+        nonlocal beats
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if beats == 0:  # dropped, as wait_for drops it
+                    beats += 1
+                    continue
+                raise
+
+    task = asyncio.create_task(heartbeat_loop())
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    assert await stop_tasks([task], timeout_s=30, owner="test") == 0
+    assert task.cancelled()
+    assert beats == 1
+    assert time.monotonic() - started < 5.0, "stopped by the second cancellation, not the bound"
+
+
 async def test_a_task_that_swallows_its_cancellation_does_not_hold_the_close_and_is_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -34,7 +59,9 @@ async def test_a_task_that_swallows_its_cancellation_does_not_hold_the_close_and
     record = next(r for r in caplog.records if "did not stop" in r.getMessage())
     assert record.owner == "run history"  # type: ignore[attr-defined]
     assert record.task == "stubborn"  # type: ignore[attr-defined]
+    assert "test_stop_tasks.py" in record.at  # type: ignore[attr-defined]
     assert "_ignores_cancellation" in record.at  # type: ignore[attr-defined]
+    assert "awaiting" in record.at  # type: ignore[attr-defined]
     release.set()
     await stubborn
 
