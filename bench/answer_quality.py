@@ -76,6 +76,7 @@ async def ask(
         "contains_fact": any(f.lower() in text.lower() for f in question.facts),
         "searches": response.usage.searches,
         "fallback": response.answered_by.fallback,
+        "fallback_reason": response.answered_by.fallback_reason,
         "answered_by": response.answered_by.provider,
         "seconds": round(time.perf_counter() - started, 1),
     }
