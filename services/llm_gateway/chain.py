@@ -58,7 +58,7 @@ from services.llm_gateway.providers.base import Provider
 from services.llm_gateway.redact import Redactor
 from services.llm_gateway.retry import RetryPolicy
 from services.llm_gateway.telemetry import GatewayTelemetry
-from services.llm_gateway.tokens import estimate_request_tokens
+from services.llm_gateway.tokens import estimate_input_tokens
 
 log = logging.getLogger(__name__)
 
@@ -275,9 +275,11 @@ class ProviderChain:
         await self._sleep(delay)
 
     def _fitting_links(self, request: ChatRequest, attempts: list[Attempt]) -> list[ChainLink]:
-        needed = estimate_request_tokens(request)
         fitting = []
+        needs = []
         for link in self.links:
+            needed = estimate_input_tokens(link.provider, request)
+            needs.append(needed)
             if needed < link.provider.context_window_tokens:
                 fitting.append(link)
                 continue
@@ -293,7 +295,7 @@ class ProviderChain:
             return fitting
         largest = max(self.links, key=lambda link: link.provider.context_window_tokens).provider
         raise RequestTooLarge(
-            f"about {needed} input tokens do not fit any provider of the route "
+            f"about {min(needs)} input tokens do not fit any provider of the route "
             f"(largest window: {largest.context_window_tokens} tokens, {largest.name})",
             attempts,
             provider=largest.name,

@@ -35,3 +35,11 @@ def estimate_request_tokens(request: ChatRequest) -> int:
     if request.response_schema is not None:
         total += count_text_tokens(json.dumps(request.response_schema, separators=(",", ":")))
     return total
+
+
+def estimate_input_tokens(provider: object, request: ChatRequest) -> int:
+    """Input tokens of `request` as `provider` receives it: its own estimate when it translates
+    the request into something of another size (tools as text, `estimate_input_tokens`), else
+    `estimate_request_tokens`."""
+    own = getattr(provider, "estimate_input_tokens", None)
+    return int(own(request)) if callable(own) else estimate_request_tokens(request)

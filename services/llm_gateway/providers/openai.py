@@ -34,6 +34,7 @@ from services.llm_gateway.translate.openai import (
     OpenAIRequest,
     OpenAIStreamReader,
     from_completion,
+    input_tokens,
     to_openai_request,
 )
 
@@ -198,6 +199,10 @@ class OpenAIProvider:
         """Every reply is a call of an offered tool: the JSON schema sent with the tools leaves the
         model no plain-text answer (`tool_calls: json_schema`)."""
         return self.quirks.tool_calls_by_schema
+
+    def estimate_input_tokens(self, request: ChatRequest) -> int:
+        """Input tokens of `request` as this endpoint receives it (the chain's window check)."""
+        return input_tokens(request, self.quirks)
 
     async def generate(self, request: ChatRequest) -> ChatResponse:
         wire = self._wire(request)

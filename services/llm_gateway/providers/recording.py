@@ -24,6 +24,7 @@ from services.llm_gateway.scripted_reply import (
     ScriptedUsage,
     scripted_error,
 )
+from services.llm_gateway.tokens import estimate_input_tokens
 
 
 class RecordingProvider:
@@ -58,6 +59,9 @@ class RecordingProvider:
     @property
     def context_window_tokens(self) -> int:
         return self._inner.context_window_tokens
+
+    def estimate_input_tokens(self, request: ChatRequest) -> int:
+        return estimate_input_tokens(self._inner, request)
 
     async def generate(self, request: ChatRequest) -> ChatResponse:
         position = _position(request)

@@ -11,7 +11,7 @@ invalid JSON is kept, so the caller can answer the call with an error result the
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from openai.types import CompletionUsage
@@ -33,6 +33,7 @@ from services.llm_gateway.conversation import (
 from services.llm_gateway.model import (
     ChatRequest,
     ChatResponse,
+    Message,
     Role,
     StopReason,
     StreamEvent,
@@ -43,6 +44,7 @@ from services.llm_gateway.model import (
     ToolChoiceMode,
     Usage,
 )
+from services.llm_gateway.tokens import count_message_tokens, estimate_request_tokens
 from services.llm_gateway.translate.schemas import collapse_unions, strict_schema
 from services.llm_gateway.translate.text_tool_calls import (
     call_text,
@@ -135,6 +137,21 @@ def to_openai_request(
         params["response_format"] = _response_format(request, schema, quirks)
     text_tools = tuple(t.name for t in request.tools) if in_text else ()
     return OpenAIRequest(params, ids, wrapped, text_tools)
+
+
+def input_tokens(request: ChatRequest, quirks: OpenAIQuirks) -> int:
+    """About how many input tokens `request` is as this endpoint receives it. With tools as
+    text (`json_in_text`, `json_schema`) the model reads the tool instruction, not the tools'
+    schemas (with `json_schema` each tool is a one-line signature and the schema is the server's
+    grammar): counting the schemas made the gateway skip a 4,096-token local model for requests
+    it would have taken (a THINKING turn's five tools: ~1,600-2,200 tokens of schemas against a
+    ~550-token instruction), and the route's fallback answered instead."""
+    if not _tools_in_text(request, quirks):
+        return estimate_request_tokens(request)
+    choice = request.tool_choice
+    told = instruction(request.tools, choice.mode, choice.name, forced=quirks.tool_calls_by_schema)
+    without_schemas = estimate_request_tokens(replace(request, tools=()))
+    return without_schemas + count_message_tokens(Message(Role.SYSTEM, told))
 
 
 def _tools_in_text(request: ChatRequest, quirks: OpenAIQuirks) -> bool:
