@@ -198,18 +198,20 @@ def _schema(body: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_cite_what_it_saw(
-    telemetry: Telemetry,
-) -> None:
-    """The real agent and gateway in front of a fake llama-cpp-python server: the first request's
-    grammar schema allows only a `search` call; the second only `submit_answer`, citing one of
-    the ids the search showed."""
-    search_args = {"query": {"primary": "temporary directory"}, "limit": 5}
-    answer_args = {"text": ANSWER, "citations": [{"result_id": TEMP}]}
+SEARCH_ARGS = {"query": {"primary": "temporary directory"}, "limit": 5}
+ANSWER_ARGS = {"text": ANSWER, "citations": [{"result_id": TEMP}]}
+
+
+async def _local_route_run(
+    telemetry: Telemetry, mode: agent_pb2.Mode
+) -> tuple[agent_pb2.RunResponse, list[dict[str, Any]]]:
+    """The real agent and gateway in front of a fake llama-cpp-python server (`tool_calls:
+    json_schema`) whose model searches, then answers citing TEMP: the run's reply, and the
+    grammar schema of each request the model server received."""
     with FakeOpenAIServer() as fake:
         fake.push(
-            Reply(text=json.dumps({"name": "search", "arguments": search_args})),
-            Reply(text=json.dumps({"name": "submit_answer", "arguments": answer_args})),
+            Reply(text=json.dumps({"name": "search", "arguments": SEARCH_ARGS})),
+            Reply(text=json.dumps({"name": "submit_answer", "arguments": ANSWER_ARGS})),
         )
         local = ProviderSettings.model_validate(
             {
@@ -230,13 +232,20 @@ async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_ci
         async with _servers(telemetry, service, gateway=gateway) as agent:
             reply = await agent.Run(
                 agent_pb2.RunRequest(
-                    query="temporary directory",
-                    collection="python-docs",
-                    mode=agent_pb2.MODE_FAST,
+                    query="temporary directory", collection="python-docs", mode=mode
                 ),
                 timeout=30,
             )
-        first, second = (_schema(r.body) for r in fake.requests)
+        return reply, [_schema(r.body) for r in fake.requests]
+
+
+async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_cite_what_it_saw(
+    telemetry: Telemetry,
+) -> None:
+    """The first request's grammar schema allows only a `search` call; the second only
+    `submit_answer`, citing one of the ids the search showed."""
+    reply, schemas = await _local_route_run(telemetry, agent_pb2.MODE_FAST)
+    first, second = schemas
 
     assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
     assert [c.result_id for c in reply.answer.citations] == [TEMP]
@@ -247,7 +256,7 @@ async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_ci
     cited = second["properties"]["arguments"]["properties"]["citations"]
     assert cited["minItems"] == 1
     assert TEMP in cited["items"]["properties"]["result_id"]["enum"]
-    jsonschema.validate({"name": "submit_answer", "arguments": answer_args}, second)
+    jsonschema.validate({"name": "submit_answer", "arguments": ANSWER_ARGS}, second)
     invented = {"text": "t", "citations": [{"result_id": "invented__chunk_9"}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "submit_answer", "arguments": invented}, second)
@@ -258,39 +267,8 @@ async def test_through_the_gateway_a_thinking_run_on_a_local_route_cannot_answer
 ) -> None:
     """THINKING on the same route: the first grammar allows any of the run's tools but
     `submit_answer`; the second allows the answer too."""
-    search_args = {"query": {"primary": "temporary directory"}, "limit": 5}
-    answer_args = {"text": ANSWER, "citations": [{"result_id": TEMP}]}
-    with FakeOpenAIServer() as fake:
-        fake.push(
-            Reply(text=json.dumps({"name": "search", "arguments": search_args})),
-            Reply(text=json.dumps({"name": "submit_answer", "arguments": answer_args})),
-        )
-        local = ProviderSettings.model_validate(
-            {
-                "kind": "openai",
-                "name": "local",
-                "endpoint": "llama-cpp-python",
-                "model": "qwen",
-                "base_url": fake.base_url,
-                "tool_calls": "json_schema",
-                "context_window_tokens": 16_000,
-                "retry": {"max_attempts": 1},
-            }
-        )
-        gateway = GatewaySettings(
-            providers=[local], routes={"agent": ["local"]}, default_route="agent", server=SERVER
-        )
-        service = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
-        async with _servers(telemetry, service, gateway=gateway) as agent:
-            reply = await agent.Run(
-                agent_pb2.RunRequest(
-                    query="temporary directory",
-                    collection="python-docs",
-                    mode=agent_pb2.MODE_THINKING,
-                ),
-                timeout=30,
-            )
-        first, second = (_schema(r.body) for r in fake.requests[:2])
+    reply, schemas = await _local_route_run(telemetry, agent_pb2.MODE_THINKING)
+    first, second = schemas[:2]
 
     assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
     first_names = {branch["properties"]["name"]["const"] for branch in first["anyOf"]}
