@@ -27,7 +27,7 @@ dropped by `wait_for` leaves it running; one still cleaning up is interrupted, a
 
 async def stop_tasks(tasks: Iterable[asyncio.Task[object]], *, timeout_s: float, owner: str) -> int:
     """Cancel `tasks` and wait up to `timeout_s` for them to end; returns how many had not ended
-    (each logged with its stack, as `owner`'s)."""
+    (each logged, as `owner`'s, with where it is suspended)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     tasks = list(tasks)
