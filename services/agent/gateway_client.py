@@ -62,7 +62,9 @@ class GatewayModelClient:
                 for t in request.tools
             ],
             tool_choice=gw.ToolChoice(
-                mode=_CHOICES[request.tool_choice.mode], name=request.tool_choice.name
+                mode=_CHOICES[request.tool_choice.mode],
+                name=request.tool_choice.name,
+                allowed=request.tool_choice.allowed,
             ),
         )
         if request.temperature is not None:

@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 
 from opentelemetry import trace
 
@@ -260,10 +261,19 @@ class _Run:
         return response
 
     async def _generate(self, tools: Sequence[Tool], choice: ToolChoice) -> ModelResponse:
+        """Every turn sends every tool of the run, and `choice.allowed` names the `tools` this
+        turn offers when they are fewer: where tools travel as text the prompt then stays the
+        same from turn to turn, and a local model server re-reads only what is new (with the
+        tool list changing at a THINKING run's second turn and at its answer-only turn, each
+        of those re-read the whole conversation: ~1,300 tokens, ~90 s on one CPU thread)."""
+        names = tuple(t.name for t in tools)
+        sent = tuple(self.offered) if set(names) <= {t.name for t in self.offered} else tools
+        if names != tuple(t.name for t in sent):
+            choice = replace(choice, allowed=names)
         request = ModelRequest(
             self.route,
             tuple(self.conversation.messages()),
-            self.conversation.specs(tools, self.desk.seen.by_id.keys()),
+            self.conversation.specs(sent, self.desk.seen.by_id.keys()),
             choice,
             temperature=self.request.temperature,
             seed=self.request.seed,

@@ -44,6 +44,8 @@ class ToolChoice:
     mode: Literal["auto", "required", "named"] = "auto"
     name: str = ""
     """The tool the model must call when `mode` is named."""
+    allowed: tuple[str, ...] = ()
+    """The tools the model may call this turn when fewer than the request's (empty: all)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,12 @@ class ModelRequest:
     """Passed to providers that support it; None: the provider's default."""
     seed: int | None = None
     """Passed to providers that support it; None: none."""
+
+    @property
+    def callable_tools(self) -> tuple[ToolSpec, ...]:
+        """The tools the model may call this turn (`tool_choice.allowed` of `tools`, or all)."""
+        allowed = self.tool_choice.allowed
+        return tuple(t for t in self.tools if not allowed or t.name in allowed)
 
 
 @dataclass

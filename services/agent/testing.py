@@ -220,7 +220,7 @@ def search_then_answer(searches: int = 1) -> Callable[[ModelRequest], ModelRespo
     def respond(request: ModelRequest) -> ModelResponse:
         results = [m for m in request.messages if m.role is Role.TOOL]
         query = request.messages[1].text.split("\n", 2)[1] if len(request.messages) > 1 else "q"
-        offered = {t.name for t in request.tools}
+        offered = {t.name for t in request.callable_tools}
         if len(results) < searches and "search" in offered:
             return turn(f"Searching ({len(results) + 1}).", search_call(query))
         cited = _RESULT_ID.findall(results[-1].text)[:1] if results else []

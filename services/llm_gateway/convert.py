@@ -341,11 +341,24 @@ def _tool_choice(choice: pb.ToolChoice, tools: tuple[Tool, ...]) -> ToolChoice:
     mode = _CHOICES.get(choice.mode)
     if mode is None:
         raise InvalidArgument.for_field("tool_choice.mode", "unknown tool choice mode")
-    if mode is ToolChoiceMode.NAMED and choice.name not in {t.name for t in tools}:
+    names = {t.name for t in tools}
+    allowed = tuple(choice.allowed)
+    for index, name in enumerate(allowed):
+        if name not in names:
+            raise InvalidArgument.for_field(
+                f"tool_choice.allowed[{index}]", "must name one of the offered tools"
+            )
+        if name in allowed[:index]:
+            raise InvalidArgument.for_field(f"tool_choice.allowed[{index}]", "is named twice")
+    if mode is ToolChoiceMode.NAMED and choice.name not in names:
         raise InvalidArgument.for_field("tool_choice.name", "must name one of the offered tools")
+    if mode is ToolChoiceMode.NAMED and allowed and choice.name not in allowed:
+        raise InvalidArgument.for_field("tool_choice.name", "must be one of the allowed tools")
     if mode is ToolChoiceMode.REQUIRED and not tools:
         raise InvalidArgument.for_field("tool_choice.mode", "REQUIRED needs at least one tool")
-    return ToolChoice(mode=mode, name=choice.name if mode is ToolChoiceMode.NAMED else "")
+    return ToolChoice(
+        mode=mode, name=choice.name if mode is ToolChoiceMode.NAMED else "", allowed=allowed
+    )
 
 
 def _max_tokens(request: Any) -> int | None:

@@ -75,6 +75,9 @@ class ToolChoice:
     mode: ToolChoiceMode = ToolChoiceMode.AUTO
     name: str = ""
     """The tool to call when `mode` is NAMED."""
+    allowed: tuple[str, ...] = ()
+    """The tools that may be called this turn when fewer than the request's (empty: all). The
+    others stay described where tools travel as text, so the prompt keeps its prefix."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,14 @@ class ChatRequest:
     response_schema: dict[str, Any] | None = None
     """Structured output: the JSON schema the reply text must satisfy."""
     response_schema_name: str = ""
+
+    @property
+    def callable_tools(self) -> tuple[Tool, ...]:
+        """The tools the model may call this turn: `tool_choice.allowed` of `tools`, or all."""
+        allowed = self.tool_choice.allowed
+        if not allowed:
+            return self.tools
+        return tuple(t for t in self.tools if t.name in allowed)
 
 
 @dataclass

@@ -23,9 +23,10 @@ def count_message_tokens(message: Message) -> int:
 
 
 def estimate_request_tokens(request: ChatRequest) -> int:
-    """Input tokens of `request`: messages, tool definitions and the response schema."""
+    """Input tokens of `request`: messages, the definitions of the tools it may call and the
+    response schema."""
     total = sum(count_message_tokens(m) for m in request.messages)
-    for tool in request.tools:
+    for tool in request.callable_tools:
         total += count_text_tokens(tool.name) + count_text_tokens(tool.description)
         total += (
             tool.parameters_tokens

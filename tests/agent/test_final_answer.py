@@ -134,7 +134,7 @@ def _honest(rule: object) -> FunctionModel:
     def respond(request: ModelRequest) -> ModelResponse:
         reply = rule(request)  # type: ignore[operator]
         chars = sum(m.chars for m in request.messages) + sum(
-            len(str(t.parameters)) + len(t.description) for t in request.tools
+            len(str(t.parameters)) + len(t.description) for t in request.callable_tools
         )
         return ModelResponse(
             text=reply.text,

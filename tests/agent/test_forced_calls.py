@@ -8,6 +8,7 @@ do not force calls keep every tool on every turn."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -38,8 +39,9 @@ ANSWER = "Use tempfile.TemporaryDirectory [1]."
 
 
 def _offered(model: ScriptedModel, call: int) -> tuple[list[str], ToolChoice]:
+    """The tools call `call` may make and its choice (mode and name)."""
     request = model.requests[call]
-    return [t.name for t in request.tools], request.tool_choice
+    return [t.name for t in request.callable_tools], replace(request.tool_choice, allowed=())
 
 
 async def test_a_fast_run_on_a_forcing_route_first_offers_only_search_then_the_answer(
@@ -57,7 +59,7 @@ async def test_a_fast_run_on_a_forcing_route_first_offers_only_search_then_the_a
     assert [c.result_id for c in result.answer.citations] == [TEMP]
     assert _offered(model, 0) == (["search"], ToolChoice("named", "search"))
     assert _offered(model, 1) == (["submit_answer"], ToolChoice("named", "submit_answer"))
-    answer = model.requests[1].tools[0].parameters
+    answer = model.requests[1].callable_tools[0].parameters
     assert TEMP in answer["$defs"]["CitableResultId"]["enum"]
     with pytest.raises(jsonschema.ValidationError):  # results were seen: an answer cites one
         jsonschema.validate({"text": "t", "citations": []}, answer)
@@ -86,6 +88,8 @@ async def test_a_thinking_run_on_a_forcing_route_must_look_before_it_may_answer(
     later, choice = _offered(model, 1)
     assert {"search", "submit_answer"} <= set(later), "after one look it may answer"
     assert choice == ToolChoice()
+    sent = {tuple(t.name for t in r.tools) for r in model.requests}
+    assert len(sent) == 1, "every turn describes every tool: the prompt keeps its prefix"
 
 
 async def test_a_route_that_does_not_force_calls_keeps_every_tool_on_a_fast_first_turn(
@@ -204,10 +208,10 @@ ANSWER_ARGS = {"text": ANSWER, "citations": [{"result_id": TEMP}]}
 
 async def _local_route_run(
     telemetry: Telemetry, mode: agent_pb2.Mode
-) -> tuple[agent_pb2.RunResponse, list[dict[str, Any]]]:
+) -> tuple[agent_pb2.RunResponse, list[dict[str, Any]], list[list[dict[str, Any]]]]:
     """The real agent and gateway in front of a fake llama-cpp-python server (`tool_calls:
     json_schema`) whose model searches, then answers citing TEMP: the run's reply, and the
-    grammar schema of each request the model server received."""
+    grammar schema and the messages of each request the model server received."""
     with FakeOpenAIServer() as fake:
         fake.push(
             Reply(text=json.dumps({"name": "search", "arguments": SEARCH_ARGS})),
@@ -236,7 +240,8 @@ async def _local_route_run(
                 ),
                 timeout=30,
             )
-        return reply, [_schema(r.body) for r in fake.requests]
+        bodies = [r.body for r in fake.requests]
+        return reply, [_schema(b) for b in bodies], [b["messages"] for b in bodies]
 
 
 async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_cite_what_it_saw(
@@ -244,7 +249,7 @@ async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_ci
 ) -> None:
     """The first request's grammar schema allows only a `search` call; the second only
     `submit_answer`, citing one of the ids the search showed."""
-    reply, schemas = await _local_route_run(telemetry, agent_pb2.MODE_FAST)
+    reply, schemas, _ = await _local_route_run(telemetry, agent_pb2.MODE_FAST)
     first, second = schemas
 
     assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
@@ -267,7 +272,7 @@ async def test_through_the_gateway_a_thinking_run_on_a_local_route_cannot_answer
 ) -> None:
     """THINKING on the same route: the first grammar allows any of the run's tools but
     `submit_answer`; the second allows the answer too."""
-    reply, schemas = await _local_route_run(telemetry, agent_pb2.MODE_THINKING)
+    reply, schemas, sent = await _local_route_run(telemetry, agent_pb2.MODE_THINKING)
     first, second = schemas[:2]
 
     assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
@@ -276,3 +281,9 @@ async def test_through_the_gateway_a_thinking_run_on_a_local_route_cannot_answer
     assert "submit_answer" not in first_names
     second_names = {branch["properties"]["name"]["const"] for branch in second["anyOf"]}
     assert {"search", "submit_answer"} <= second_names
+    first_prompt, second_prompt = sent[:2]
+    assert second_prompt[: len(first_prompt) - 1] == first_prompt[:-1], (
+        "the second turn's prompt extends the first: only the closing directive differs, so a "
+        "local server re-reads only what is new"
+    )
+    assert "You must call one of these tools now" in first_prompt[-1]["content"]

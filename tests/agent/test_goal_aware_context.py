@@ -67,7 +67,7 @@ async def test_the_answer_only_turn_gets_the_best_previews_in_full() -> None:
     full = [m for m in final if m.role is Role.USER and m.text.startswith("Full text")]
     assert len(full) == 1
     assert "detail3_149" in full[0].text
-    assert [t.name for t in model.requests[1].tools] == ["submit_answer"]
+    assert [t.name for t in model.requests[1].callable_tools] == ["submit_answer"]
 
 
 async def test_a_scripted_thinking_run_sends_far_fewer_characters_with_previews() -> None:
@@ -126,8 +126,10 @@ async def test_the_answer_only_turn_gets_full_texts_only_as_far_as_the_window_ha
     result = result_of(await run_events(loop, mode=Mode.FAST))
 
     final = model.requests[1]
-    assert [t.name for t in final.tools] == ["submit_answer"]
-    sent = total_chars(final.messages) + sum(len(json.dumps(t.parameters)) for t in final.tools)
+    assert [t.name for t in final.callable_tools] == ["submit_answer"]
+    sent = total_chars(final.messages) + sum(
+        len(json.dumps(t.parameters)) for t in final.callable_tools
+    )
     assert sent <= (window - 500) * 4
     full = [m for m in final.messages if m.role is Role.USER and m.text.startswith("Full text")]
     assert len(full) <= 1

@@ -60,7 +60,7 @@ async def test_fast_mode_searches_once_then_answers_with_real_citations(
     assert result.usage.model_calls == 2
     assert result.usage.searches == 1
     final = model.requests[1]
-    assert [t.name for t in final.tools] == ["submit_answer"]
+    assert [t.name for t in final.callable_tools] == ["submit_answer"]
     assert (final.tool_choice.mode, final.tool_choice.name) == ("named", "submit_answer")
     assert all(m.text != FORCE_ANSWER for m in final.messages)
 
@@ -128,7 +128,7 @@ async def test_thinking_mode_lets_the_model_search_until_it_answers(search: Fake
     result = result_of(events)
     assert result.stop_reason is StopReason.ANSWERED
     assert [r.id for r in result.results[:2]] == [TEMP, MKDTEMP]
-    assert all([t.name for t in r.tools] == list(TOOL_NAMES) for r in model.requests)
+    assert all([t.name for t in r.callable_tools] == list(TOOL_NAMES) for r in model.requests)
 
 
 async def test_iteration_cap_forces_one_last_call_offering_only_submit_answer(
@@ -147,7 +147,7 @@ async def test_iteration_cap_forces_one_last_call_offering_only_submit_answer(
     assert result.stop_reason is StopReason.FORCED_ANSWER
     assert result.iterations == 2
     last = model.requests[-1]
-    assert [t.name for t in last.tools] == ["submit_answer"]
+    assert [t.name for t in last.callable_tools] == ["submit_answer"]
     assert last.tool_choice.name == "submit_answer"
     assert last.messages[-1].text == FORCE_ANSWER
 
@@ -165,7 +165,7 @@ async def test_max_iterations_never_raises_the_mode_cap(search: FakeSearch) -> N
     model = ScriptedModel([turn("", search_call("temporary")), turn("", answer_call("x"))])
     result = result_of(await run_events(AgentLoop(model, search), mode=Mode.FAST, max_iterations=5))
     assert result.iterations == 1
-    assert [t.name for t in model.requests[1].tools] == ["submit_answer"]
+    assert [t.name for t in model.requests[1].callable_tools] == ["submit_answer"]
 
 
 async def test_a_turn_without_tool_calls_is_followed_by_a_forced_answer(
@@ -515,7 +515,7 @@ async def test_token_budget_stops_searching_and_forces_an_answer(search: FakeSea
     result = result_of(events)
     assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2
-    assert [t.name for t in model.requests[1].tools] == ["submit_answer"]
+    assert [t.name for t in model.requests[1].callable_tools] == ["submit_answer"]
     assert result.answer.text == "Budget answer [1]"
 
 

@@ -180,7 +180,7 @@ async def test_an_answered_question_reaches_the_model_and_the_stream_shows_both_
         "Python 3.12",
     )
     assert _tool_results(model, 1) == ["The caller answered: Python 3.12"]
-    offered = [t.name for t in model.requests[0].tools]
+    offered = [t.name for t in model.requests[0].callable_tools]
     assert offered == [*TOOL_NAMES[:-1], ASK_USER, "submit_answer"]
     assert events[-1].done.response.answer.text == "TemporaryDirectory [1]"
 
@@ -397,7 +397,7 @@ async def test_ask_user_is_never_offered_unless_named_and_refused_when_not(
         )
     ]
 
-    assert [t.name for t in model.requests[0].tools] == list(TOOL_NAMES)
+    assert [t.name for t in model.requests[0].callable_tools] == list(TOOL_NAMES)
     assert "question" not in _kinds(events)
     [refusal] = _tool_results(model, 1)
     assert refusal.startswith("The tool 'ask_user' is not available in this run.")

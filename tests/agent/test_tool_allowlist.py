@@ -103,7 +103,7 @@ async def test_the_allowlist_decides_the_tools_offered_and_the_system_prompt(
     )
 
     first = model.requests[0]
-    assert [t.name for t in first.tools] == ["search", "submit_answer"]
+    assert [t.name for t in first.callable_tools] == ["search", "submit_answer"]
     prompt = first.messages[0].text
     assert "`search`" in prompt
     assert "## Search rules" in prompt
@@ -118,7 +118,7 @@ async def test_a_run_without_search_gets_a_prompt_without_search_rules(search: F
         AgentLoop(model, search), mode=Mode.THINKING, allowed_tools=frozenset({"calculate"})
     )
 
-    assert [t.name for t in model.requests[0].tools] == ["calculate", "submit_answer"]
+    assert [t.name for t in model.requests[0].callable_tools] == ["calculate", "submit_answer"]
     assert "## Search rules" not in model.requests[0].messages[0].text
     assert "## Calculations" in model.requests[0].messages[0].text
     assert result_of(events).answer.text == "4"
@@ -174,7 +174,7 @@ async def test_the_final_call_runs_only_submit_answer(search: FakeSearch) -> Non
     )
     events = await run_events(AgentLoop(model, search), mode=Mode.FAST)
 
-    assert [t.name for t in model.requests[1].tools] == ["submit_answer"]
+    assert [t.name for t in model.requests[1].callable_tools] == ["submit_answer"]
     assert not [e for e in events if isinstance(e, Calculating)]
     assert result_of(events).answer.text == "x [1]"
     assert result_of(events).stop_reason is StopReason.ANSWERED

@@ -83,11 +83,11 @@ async def test_the_same_key_runs_without_the_tool(
 ) -> None:
     response = await _run(agent, INSIDE_KEY, ["summarize"])
     assert response.answer.text == "Nothing."
-    assert "web_search" not in [t.name for t in model.requests[0].tools]
+    assert "web_search" not in [t.name for t in model.requests[0].callable_tools]
 
 
 async def test_a_key_that_may_search_the_web_is_offered_the_tool(
     agent: QuarryServer, model: ScriptedModel
 ) -> None:
     await _run(agent, WEB_KEY, ["web_search"])
-    assert "web_search" in [t.name for t in model.requests[0].tools]
+    assert "web_search" in [t.name for t in model.requests[0].callable_tools]

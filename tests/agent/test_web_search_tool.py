@@ -50,7 +50,7 @@ async def test_web_results_are_read_cited_and_marked_as_web_everywhere() -> None
         AgentLoop(model, search), mode=Mode.THINKING, allowed_tools=frozenset({"web_search"})
     )
 
-    assert "web_search" in [t.name for t in model.requests[0].tools]
+    assert "web_search" in [t.name for t in model.requests[0].callable_tools]
     [(call_id, text, is_error)] = tool_texts(model, 1)
     assert (call_id, is_error) == ("w", False)
     assert "the caller's filter does not apply to them" in text
@@ -82,7 +82,7 @@ async def test_web_search_is_offered_only_when_the_request_names_it() -> None:
     model = ScriptedModel([turn("", web_call("zig")), turn("", answer_call("No idea."))])
     await run_events(AgentLoop(model, search), mode=Mode.THINKING)
 
-    assert "web_search" not in [t.name for t in model.requests[0].tools]
+    assert "web_search" not in [t.name for t in model.requests[0].callable_tools]
     [(_, text, is_error)] = tool_texts(model, 1)
     assert is_error
     assert "not available in this run" in text
@@ -179,7 +179,7 @@ async def test_a_web_search_counts_against_the_search_cap() -> None:
     result = result_of(events)
     assert result.iterations == 1
     assert result.usage.searches == 1
-    assert [t.name for t in model.requests[1].tools] == ["submit_answer"]
+    assert [t.name for t in model.requests[1].callable_tools] == ["submit_answer"]
 
 
 async def test_cancelling_the_run_cancels_the_web_search_in_flight() -> None:

@@ -239,7 +239,7 @@ async def test_a_model_writing_tool_calls_as_json_text_searches_and_hears_of_its
         ("", True),  # the broken call: its event carries the error the model read
     ]
     assert searching[1].error.startswith("The arguments are not valid JSON")
-    broken = sent[2].body["messages"][-1]["content"]
+    broken = sent[2].body["messages"][-2]["content"]  # the last is the turn's directive
     assert broken.startswith("Tool result (error) for call")
     assert "The arguments are not valid JSON" in broken
     response = events[-1].done.response

@@ -20,7 +20,15 @@ from services.llm_gateway.errors import (
     RateLimited,
     RetryableProviderError,
 )
-from services.llm_gateway.model import ChatRequest, Message, Role, TextDelta
+from services.llm_gateway.model import (
+    ChatRequest,
+    Message,
+    Role,
+    TextDelta,
+    Tool,
+    ToolChoice,
+    ToolChoiceMode,
+)
 from services.llm_gateway.providers.anthropic import AnthropicProvider
 from services.llm_gateway.providers.base import Provider
 from services.llm_gateway.testing import (
@@ -223,3 +231,19 @@ async def test_a_connection_dropped_mid_stream_is_retryable(
     fake_anthropic.push(Reply(text="a longer answer that breaks", abort_after_events=4))
     with pytest.raises(RetryableProviderError):
         await collect(make_anthropic_provider().stream(REQUEST))
+
+
+async def test_a_turn_allowed_fewer_tools_sends_anthropic_only_those(
+    make_anthropic_provider: Callable[..., AnthropicProvider],
+    fake_anthropic: FakeAnthropicServer,
+) -> None:
+    schema = {"type": "object", "properties": {}}
+    tools = tuple(Tool(name, f"{name}.", schema) for name in ("search", "read", "submit_answer"))
+    fake_anthropic.push(Reply(text="done"))
+    choice = ToolChoice(ToolChoiceMode.NAMED, "submit_answer", allowed=("submit_answer",))
+    await make_anthropic_provider().generate(
+        ChatRequest(messages=REQUEST.messages, tools=tools, tool_choice=choice)
+    )
+    sent = fake_anthropic.requests[-1].body
+    assert [t["name"] for t in sent["tools"]] == ["submit_answer"]
+    assert sent["tool_choice"]["name"] == "submit_answer"

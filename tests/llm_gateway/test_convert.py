@@ -128,6 +128,32 @@ def test_the_default_check_is_the_json_schema_meta_schema() -> None:
             ),
             "tool_choice.name",
         ),
+        (
+            pb.GenerateRequest(
+                messages=[user("q")],
+                tools=[_tool("search", {}), _tool("read", {})],
+                tool_choice=pb.ToolChoice(allowed=["search", "absent"]),
+            ),
+            "tool_choice.allowed[1]",
+        ),
+        (
+            pb.GenerateRequest(
+                messages=[user("q")],
+                tools=[_tool("search", {}), _tool("read", {})],
+                tool_choice=pb.ToolChoice(allowed=["read", "read"]),
+            ),
+            "tool_choice.allowed[1]",
+        ),
+        (
+            pb.GenerateRequest(
+                messages=[user("q")],
+                tools=[_tool("search", {}), _tool("read", {})],
+                tool_choice=pb.ToolChoice(
+                    mode=pb.TOOL_CHOICE_MODE_NAMED, name="search", allowed=["read"]
+                ),
+            ),
+            "tool_choice.name",
+        ),
         (pb.GenerateRequest(messages=[user("q")], max_output_tokens=0), "max_output_tokens"),
         (pb.GenerateRequest(messages=[user("q")], temperature=2.5), "temperature"),
         (
@@ -160,6 +186,9 @@ def test_the_default_check_is_the_json_schema_meta_schema() -> None:
         "non-object-schema",
         "required-without-tools",
         "named-unknown-tool",
+        "allowed-unknown-tool",
+        "allowed-twice",
+        "named-not-allowed",
         "zero-max-tokens",
         "temperature-out-of-range",
         "empty-call-id",

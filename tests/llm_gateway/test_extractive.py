@@ -210,6 +210,13 @@ async def test_with_only_submit_answer_offered_it_answers_directly() -> None:
     assert answer["citations"]
 
 
+async def test_with_every_tool_described_but_only_submit_answer_allowed_it_answers() -> None:
+    messages = _conversation("Where does photosynthesis take place?", search_result(PASSAGES))
+    choice = ToolChoice(ToolChoiceMode.AUTO, allowed=("submit_answer",))
+    response = await ExtractiveProvider().generate(ChatRequest(tuple(messages), TOOLS, choice))
+    assert [c.name for c in response.tool_calls] == ["submit_answer"]
+
+
 async def test_without_tools_it_replies_with_extractive_text() -> None:
     messages = _conversation("Where does photosynthesis take place?", search_result(PASSAGES))
     response = await ExtractiveProvider().generate(ChatRequest(tuple(messages)))

@@ -109,8 +109,11 @@ async def test_the_provider_reads_a_call_from_text_on_both_paths(
     assert "tools" not in sent
     assert "tool_choice" not in sent
     roles = [m["role"] for m in sent["messages"]]
-    assert roles == ["system", "system", "user", "assistant", "user"]
+    assert roles == ["system", "system", "user", "assistant", "user", "system"]
     assert "search: Search the collection." in sent["messages"][1]["content"]
+    assert sent["messages"][5]["content"] == (
+        "Call a tool when you need one; otherwise answer in plain text."
+    )
     assert sent["messages"][3]["content"] == '{"tool": "search", "arguments": {"q": "a"}}'
     assert sent["messages"][4]["content"] == "Tool result (error) for call c1:\nno results"
 

@@ -193,7 +193,7 @@ async def test_llama_cpp_python_gets_the_schema_in_a_json_object_format_and_call
     assert "max_tokens" in sent
     assert "max_completion_tokens" not in sent
     roles = [m["role"] for m in sent["messages"]]
-    assert roles == ["system", "system", "user", "assistant", "user"]
+    assert roles == ["system", "system", "user", "assistant", "user", "system"]
     assert '{"name": "<tool name>", "arguments"' in sent["messages"][1]["content"]
     assert sent["messages"][3]["content"] == (
         '{"name": "search", "arguments": {"query": {"primary": "a"}}}'
@@ -239,7 +239,7 @@ async def test_tool_choice_none_sends_no_schema_and_a_plain_answer_stays_text(
     assert response.text == "x is 4."
     sent = fake_openai.requests[-1].body
     assert "response_format" not in sent
-    assert "Do not call a tool now" in sent["messages"][1]["content"]
+    assert "Do not call a tool now" in sent["messages"][-1]["content"]
 
 
 async def test_a_reply_cut_off_by_the_output_limit_is_a_broken_call_the_agent_can_answer(
@@ -298,8 +298,8 @@ def test_the_forced_prompt_gives_compact_signatures_not_whole_schemas() -> None:
     union = {"anyOf": [{"type": "number"}, {"type": "null"}]}
     assert signature({"type": "array", "items": union}) == "(number|null)[]"
     assert signature({"type": "array", "items": {"type": "object", "properties": {}}}) == "{}[]"
-    forced = instruction((SEARCH, ANSWER), ToolChoiceMode.AUTO, "", forced=True)
-    plain = instruction((SEARCH, ANSWER), ToolChoiceMode.AUTO, "")
+    forced = instruction((SEARCH, ANSWER), forced=True)
+    plain = instruction((SEARCH, ANSWER))
     assert "arguments: {query: {primary: string" in forced
     assert '"$defs"' not in forced
     assert '{"name": "<tool name>"' in forced
@@ -319,7 +319,7 @@ def test_a_named_scalar_definition_keeps_the_prompt_the_same_while_its_enum_chan
         return Tool("submit_answer", "Answer.", schema)
 
     prompts = {
-        instruction((SEARCH, answer(ids)), ToolChoiceMode.AUTO, "", forced=True)
+        instruction((SEARCH, answer(ids)), forced=True)
         for ids in ([], ["a__chunk_0"], ["a__chunk_0", "b__chunk_1"])
     }
     assert len(prompts) == 1
@@ -331,3 +331,70 @@ def test_a_named_scalar_definition_keeps_the_prompt_the_same_while_its_enum_chan
         jsonschema.validate(
             {"name": "submit_answer", "arguments": {"citations": [{"result_id": "x"}]}}, forced
         )
+
+
+READ = Tool(
+    "read",
+    "Read a document.",
+    {"type": "object", "properties": {"result_id": {"type": "string"}}, "required": ["result_id"]},
+)
+
+
+async def test_a_turn_allowed_fewer_tools_keeps_the_tool_instruction_and_narrows_the_grammar(
+    make_openai_provider: Callable[..., OpenAIProvider], fake_openai: FakeOpenAIServer
+) -> None:
+    """The leading tool instruction is byte-identical whatever a turn allows (a local server's
+    cached prefix holds); the grammar and the closing directive name what this turn may call."""
+    provider = make_openai_provider(quirks=_by_schema())
+    tools = (SEARCH, READ, ANSWER)
+    turns = [
+        ToolChoice(ToolChoiceMode.REQUIRED, allowed=("search", "read")),
+        ToolChoice(ToolChoiceMode.AUTO),
+        ToolChoice(ToolChoiceMode.NAMED, "submit_answer", allowed=("submit_answer",)),
+    ]
+    replies = [
+        '{"name": "read", "arguments": {"result_id": "a__chunk_0"}}',
+        '{"name": "search", "arguments": {"query": {"primary": "x"}}}',
+        '{"name": "submit_answer", "arguments": {"text": "x"}}',
+    ]
+    sent = []
+    for choice, text in zip(turns, replies, strict=True):
+        request = ChatRequest(messages=_request().messages, tools=tools, tool_choice=choice)
+        response, _ = await both_paths(provider, fake_openai, Reply(text=text), request)
+        assert response.tool_calls[0].name == json.loads(text)["name"]
+        sent.append(fake_openai.requests[-1].body)
+
+    instructions = {body["messages"][1]["content"] for body in sent}
+    assert len(instructions) == 1
+    assert all(f"- {t.name}:" in next(iter(instructions)) for t in tools)
+    grammars = [body["response_format"]["schema"] for body in sent]
+    assert [b["properties"]["name"]["const"] for b in grammars[0]["anyOf"]] == ["search", "read"]
+    assert len(grammars[1]["anyOf"]) == 3
+    assert grammars[2]["properties"]["name"] == {"const": "submit_answer"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"name": "submit_answer", "arguments": {"text": "x"}}, grammars[0])
+    directives = [body["messages"][-1] for body in sent]
+    assert [d["role"] for d in directives] == ["system"] * 3
+    assert [d["content"] for d in directives] == [
+        "You must call one of these tools now: search or read.",
+        "Call a tool when you need one; otherwise answer in plain text.",
+        "You must call the tool submit_answer now.",
+    ]
+
+
+async def test_a_native_tools_endpoint_is_sent_only_the_allowed_tools(
+    make_openai_provider: Callable[..., OpenAIProvider], fake_openai: FakeOpenAIServer
+) -> None:
+    provider = make_openai_provider()
+    request = ChatRequest(
+        messages=_request().messages,
+        tools=(SEARCH, READ, ANSWER),
+        tool_choice=ToolChoice(ToolChoiceMode.REQUIRED, allowed=("search", "read")),
+    )
+    await both_paths(provider, fake_openai, Reply(text="thinking"), request)
+    sent = fake_openai.requests[-1].body
+    assert [t["function"]["name"] for t in sent["tools"]] == ["search", "read"]
+    assert sent["tool_choice"] == "required"
+    assert all(
+        m["role"] != "system" or "You can call" not in m["content"] for m in sent["messages"]
+    )

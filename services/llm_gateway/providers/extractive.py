@@ -123,7 +123,7 @@ class ExtractiveProvider:
         in a worker thread: a large conversation or schema never holds up the event loop)."""
         if request.response_schema is not None:
             return self._reply(request, json.dumps(_structured(request), ensure_ascii=False))
-        offered = {tool.name for tool in request.tools}
+        offered = {tool.name for tool in request.callable_tools}
         if request.tool_choice.mode is ToolChoiceMode.NONE:
             offered = set()
         elif request.tool_choice.mode is ToolChoiceMode.NAMED:

@@ -113,7 +113,7 @@ def to_anthropic_request(
     wire = AnthropicRequest(params, ids)
     tools = [
         {"name": t.name, "description": t.description, "input_schema": t.parameters}
-        for t in request.tools
+        for t in request.callable_tools
     ]
     tool_choice = _tool_choice(request)
     if request.response_schema is not None:

@@ -48,6 +48,7 @@ from services.llm_gateway.tokens import count_message_tokens, estimate_request_t
 from services.llm_gateway.translate.schemas import collapse_unions, strict_schema
 from services.llm_gateway.translate.text_tool_calls import (
     call_text,
+    directive,
     instruction,
     read_calls,
     result_text,
@@ -121,13 +122,13 @@ def to_openai_request(
     if in_text:
         params["messages"] = _with_tool_instruction(params["messages"], request, quirks)
         choice = request.tool_choice
-        forced = tool_call_schema(request.tools, choice.mode, choice.name)
+        forced = tool_call_schema(request.callable_tools, choice.mode, choice.name)
         if quirks.tool_calls_by_schema and forced is not None and request.response_schema is None:
             params["response_format"] = _schema_format(
                 TOOL_CALL_SCHEMA_NAME, _schema(forced, quirks), quirks
             )
     elif request.tools:
-        params["tools"] = [_tool(tool, quirks) for tool in request.tools]
+        params["tools"] = [_tool(tool, quirks) for tool in request.callable_tools]
         params["tool_choice"] = _tool_choice(request)
         if request.parallel_tool_calls is not None and quirks.supports_parallel_tool_calls:
             params["parallel_tool_calls"] = request.parallel_tool_calls
@@ -135,7 +136,7 @@ def to_openai_request(
     if request.response_schema is not None:
         schema, wrapped = object_schema(request.response_schema)
         params["response_format"] = _response_format(request, schema, quirks)
-    text_tools = tuple(t.name for t in request.tools) if in_text else ()
+    text_tools = tuple(t.name for t in request.callable_tools) if in_text else ()
     return OpenAIRequest(params, ids, wrapped, text_tools)
 
 
@@ -148,10 +149,11 @@ def input_tokens(request: ChatRequest, quirks: OpenAIQuirks) -> int:
     ~550-token instruction), and the route's fallback answered instead."""
     if not _tools_in_text(request, quirks):
         return estimate_request_tokens(request)
-    choice = request.tool_choice
-    told = instruction(request.tools, choice.mode, choice.name, forced=quirks.tool_calls_by_schema)
+    told, asked = _tool_texts(request, quirks)
     without_schemas = estimate_request_tokens(replace(request, tools=()))
-    return without_schemas + count_message_tokens(Message(Role.SYSTEM, told))
+    return without_schemas + sum(
+        count_message_tokens(Message(Role.SYSTEM, t)) for t in (told, asked)
+    )
 
 
 def _tools_in_text(request: ChatRequest, quirks: OpenAIQuirks) -> bool:
@@ -167,12 +169,28 @@ def _call_key(quirks: OpenAIQuirks) -> str:
 def _with_tool_instruction(
     messages: list[dict[str, Any]], request: ChatRequest, quirks: OpenAIQuirks
 ) -> list[dict[str, Any]]:
-    """The tools as a system message, after the leading system messages."""
+    """Every tool as a system message after the leading system messages, the same on every
+    turn of a conversation, and what this turn asks (`directive`) as a system message after
+    the conversation. A local model server re-reads a prompt from its first changed token:
+    with the turn's choice in the leading message, each change of it (a run's first turn,
+    its answer-only turn) re-read the whole conversation, ~1,300 tokens, ~90 s on one CPU
+    thread."""
     lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    told, asked = _tool_texts(request, quirks)
+    return [
+        *messages[:lead],
+        {"role": "system", "content": told},
+        *messages[lead:],
+        {"role": "system", "content": asked},
+    ]
+
+
+def _tool_texts(request: ChatRequest, quirks: OpenAIQuirks) -> tuple[str, str]:
+    """The tool instruction (every tool of the request) and this turn's directive."""
     choice = request.tool_choice
-    text = instruction(request.tools, choice.mode, choice.name, forced=quirks.tool_calls_by_schema)
-    told = {"role": "system", "content": text}
-    return [*messages[:lead], told, *messages[lead:]]
+    told = instruction(request.tools, forced=quirks.tool_calls_by_schema)
+    asked = directive(request.tools, request.callable_tools, choice.mode, choice.name)
+    return told, asked
 
 
 def _messages(request: ChatRequest, ids: ToolCallIds, quirks: OpenAIQuirks) -> list[dict[str, Any]]:

@@ -33,12 +33,13 @@ class TextToolCall:
     """The arguments as sent; invalid JSON when the model wrote a broken call."""
 
 
-def instruction(
-    tools: Sequence[Tool], mode: ToolChoiceMode, named: str, *, forced: bool = False
-) -> str:
-    """The system message that replaces native tools: the tools, their arguments, the format.
-    `forced` (`json_schema` mode, the server enforces the schema): a call is named by `name`,
-    and each tool's arguments are given as a compact signature instead of the whole schema."""
+def instruction(tools: Sequence[Tool], *, forced: bool = False) -> str:
+    """The system message that replaces native tools: every tool of the request, its
+    arguments, the format. It names no turn's choice (`directive` does, at the end of the
+    conversation), so it stays byte-identical from turn to turn and a model server's cached
+    prompt prefix holds. `forced` (`json_schema` mode, the server enforces the schema): a call
+    is named by `name`, and each tool's arguments are given as a compact signature instead of
+    the whole schema."""
     if forced:
         listed = "\n".join(
             f"- {t.name}: {t.description}\n  arguments: {signature(t.parameters)}" for t in tools
@@ -49,21 +50,37 @@ def instruction(
             for t in tools
         )
     key = "name" if forced else "tool"
-    if mode is ToolChoiceMode.NAMED:
-        when = f"You must call the tool {named} now."
-    elif mode is ToolChoiceMode.REQUIRED:
-        when = "You must call one of the tools now."
-    elif mode is ToolChoiceMode.NONE:
-        when = "Do not call a tool now: answer in plain text."
-    else:
-        when = "Call a tool when you need one; otherwise answer in plain text."
     return (
         "You can call these tools:\n"
         f"{listed}\n\n"
         "To call a tool, reply with only a JSON object (several calls: a JSON list of them):\n"
         f'{{"{key}": "<tool name>", "arguments": {{<arguments matching its schema>}}}}\n'
-        f"{when} Tool results come back in messages starting `Tool result`."
+        "Tool results come back in messages starting `Tool result`."
     )
+
+
+def directive(
+    tools: Sequence[Tool], callable_tools: Sequence[Tool], mode: ToolChoiceMode, named: str
+) -> str:
+    """What this turn asks, sent after the conversation: which tool the model must or may call
+    now (`callable_tools`, when fewer than `tools`, are named)."""
+    if mode is ToolChoiceMode.NAMED:
+        return f"You must call the tool {named} now."
+    if mode is ToolChoiceMode.NONE:
+        return "Do not call a tool now: answer in plain text."
+    narrowed = len(callable_tools) < len(tools)
+    names = _names([t.name for t in callable_tools])
+    if mode is ToolChoiceMode.REQUIRED:
+        if narrowed:
+            return f"You must call one of these tools now: {names}."
+        return "You must call one of the tools now."
+    if narrowed:
+        return f"Call a tool when you need one ({names}); otherwise answer in plain text."
+    return "Call a tool when you need one; otherwise answer in plain text."
+
+
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def call_text(name: str, arguments_json: str, *, key: str = "tool") -> str:
