@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 EXTRA_TURNS = 3
 """Turns beyond the search cap a model may spend on invalid or unknown calls before it is forced."""
+REPEATS_TO_ANSWER = 2
+"""Searches repeated word for word (each refused) after which the model must answer: it has
+nothing new to look for."""
 
 
 class AgentLoop:
@@ -104,6 +107,7 @@ class _Run:
         self.offered = loop.tools.offered(request.allowed_tools)
         self.answer_only = (loop.tools.answer_tool,)
         self.conversation = Conversation(request, system_prompt(self.offered), loop.settings)
+        self.conversation.described = self.offered
         self.desk = AnswerDesk(loop.settings)
         self.steps = StepLog()
         self.tools = ToolRunner(
@@ -167,7 +171,7 @@ class _Run:
                 fast = self.request.mode is Mode.FAST
                 self.stop_reason = StopReason.ANSWERED if fast else StopReason.FORCED_ANSWER
                 return
-            if self.turns >= self.cap + EXTRA_TURNS:
+            if self.turns >= self.cap + EXTRA_TURNS or self.tools.repeats >= REPEATS_TO_ANSWER:
                 self.stop_reason = StopReason.FORCED_ANSWER
                 return
             if self._over_budget(self.offered):

@@ -222,7 +222,8 @@ def search_then_answer(searches: int = 1) -> Callable[[ModelRequest], ModelRespo
         query = request.messages[1].text.split("\n", 2)[1] if len(request.messages) > 1 else "q"
         offered = {t.name for t in request.callable_tools}
         if len(results) < searches and "search" in offered:
-            return turn(f"Searching ({len(results) + 1}).", search_call(query))
+            again = f" {len(results) + 1}" if results else ""  # a repeated search is refused
+            return turn(f"Searching ({len(results) + 1}).", search_call(query + again))
         cited = _RESULT_ID.findall(results[-1].text)[:1] if results else []
         return turn("Answering.", answer_call("The answer [1].", cited))
 

@@ -623,3 +623,30 @@ async def test_old_results_are_pruned_before_calls_while_assistant_text_stays() 
         f"reasoning {i}" for i in range(8)
     ]
     assert unpaired_calls(last) == []
+
+
+async def test_a_search_repeated_word_for_word_is_not_run_again_and_a_second_repeat_ends_the_search(
+    search: FakeSearch,
+) -> None:
+    """A small model looped on one search (10 times in a row on a real question): a repeat is
+    answered with a tool error pointing at the first call, without searching; the second repeat
+    moves the run to its answer-only call."""
+    model = ScriptedModel(
+        [
+            turn("", search_call("temporary directory")),
+            turn("", search_call("temporary directory")),
+            turn("", search_call("temporary directory")),
+            turn("", answer_call("Use tempfile [1].", ["tempfile__chunk_0"])),
+        ]
+    )
+    events = await run_events(AgentLoop(model, search), mode=Mode.THINKING)
+
+    result = result_of(events)
+    assert len(search.requests) == 1
+    refused = [m for m in model.requests[2].messages if m.role is Role.TOOL][-1]
+    assert refused.is_error
+    assert "already ran this exact search" in refused.text
+    assert result.stop_reason is StopReason.FORCED_ANSWER
+    assert [t.name for t in model.requests[3].callable_tools] == ["submit_answer"]
+    assert result.answer.text == "Use tempfile [1]."
+    assert result.iterations == 1
