@@ -193,12 +193,15 @@ async def test_llama_cpp_python_gets_the_schema_in_a_json_object_format_and_call
     assert "max_tokens" in sent
     assert "max_completion_tokens" not in sent
     roles = [m["role"] for m in sent["messages"]]
-    assert roles == ["system", "system", "user", "assistant", "user", "system"]
-    assert '{"name": "<tool name>", "arguments"' in sent["messages"][1]["content"]
-    assert sent["messages"][3]["content"] == (
+    assert roles == ["system", "user", "assistant", "user", "user"], (
+        "its chatml format drops every system message but the first"
+    )
+    assert sent["messages"][0]["content"].startswith("You are an agent.\n\nYou can call")
+    assert '{"name": "<tool name>", "arguments"' in sent["messages"][0]["content"]
+    assert sent["messages"][2]["content"] == (
         '{"name": "search", "arguments": {"query": {"primary": "a"}}}'
     ), "past calls are written in the shape the schema forces"
-    assert sent["messages"][4]["content"] == "Tool result for call c1:\none result"
+    assert sent["messages"][3]["content"] == "Tool result for call c1:\none result"
 
 
 @pytest.mark.parametrize("endpoint", ["llama-server", "vllm", "custom"])
@@ -364,7 +367,7 @@ async def test_a_turn_allowed_fewer_tools_keeps_the_tool_instruction_and_narrows
         assert response.tool_calls[0].name == json.loads(text)["name"]
         sent.append(fake_openai.requests[-1].body)
 
-    instructions = {body["messages"][1]["content"] for body in sent}
+    instructions = {body["messages"][0]["content"] for body in sent}
     assert len(instructions) == 1
     assert all(f"- {t.name}:" in next(iter(instructions)) for t in tools)
     grammars = [body["response_format"]["schema"] for body in sent]
@@ -374,7 +377,7 @@ async def test_a_turn_allowed_fewer_tools_keeps_the_tool_instruction_and_narrows
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"name": "submit_answer", "arguments": {"text": "x"}}, grammars[0])
     directives = [body["messages"][-1] for body in sent]
-    assert [d["role"] for d in directives] == ["system"] * 3
+    assert [d["role"] for d in directives] == ["user"] * 3  # its chatml keeps one system message
     assert [d["content"] for d in directives] == [
         "You must call one of these tools now: search or read.",
         "Call a tool when you need one; otherwise answer in plain text.",

@@ -123,7 +123,10 @@ ENDPOINT_PRESETS: dict[str, EndpointPreset] = {
     # llama-cpp-python's `python -m llama_cpp.server` (0.2.x, what `make local-model` runs): a
     # schema goes in `response_format: {type: json_object, schema}` (its `json_schema` type does
     # not exist there), `max_tokens` only, no `parallel_tool_calls`; the window is the server's
-    # `--n_ctx`, so the entry sets `context_window_tokens`.
+    # `--n_ctx`, so the entry sets `context_window_tokens`. Its `chatml` format keeps only the
+    # first system message: the tool instruction and a turn's directive were silently dropped
+    # until `one_system_message` (found by recording the requests and counting the prompt tokens
+    # the server evaluated: they did not change when the instruction did).
     "llama-cpp-python": EndpointPreset(
         base_url="http://127.0.0.1:8000/v1",
         api_key_env="LLAMA_CPP_PYTHON_API_KEY",
@@ -132,6 +135,7 @@ ENDPOINT_PRESETS: dict[str, EndpointPreset] = {
             supports_json_schema_response=False,
             schema_in_json_object=True,
             max_tokens_param="max_tokens",
+            one_system_message=True,
         ),
     ),
     # llama.cpp's own `llama-server`: OpenAI's `json_schema` response format (it also takes the

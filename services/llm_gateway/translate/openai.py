@@ -81,6 +81,11 @@ class OpenAIQuirks:
     schema_in_json_object: bool = False
     """The server takes a schema as `response_format: {type: json_object, schema}` (llama-cpp-
     python's server) rather than OpenAI's `{type: json_schema, json_schema: {name, schema}}`."""
+    one_system_message: bool = False
+    """The server's prompt format keeps only the first system message and drops every other
+    one silently (llama-cpp-python 0.2.x `chatml`: `_get_system_message` takes the first,
+    `_map_roles` maps only user and assistant): the leading system texts are sent as one, and
+    a system text later in the conversation (a turn's directive) as a user message."""
 
 
 @dataclass
@@ -137,7 +142,18 @@ def to_openai_request(
         schema, wrapped = object_schema(request.response_schema)
         params["response_format"] = _response_format(request, schema, quirks)
     text_tools = tuple(t.name for t in request.callable_tools) if in_text else ()
+    if quirks.one_system_message:
+        params["messages"] = _one_system_message(params["messages"])
     return OpenAIRequest(params, ids, wrapped, text_tools)
+
+
+def _one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leading system messages joined into one, later ones sent as user messages."""
+    lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    joined = "\n\n".join(m["content"] for m in messages[:lead])
+    head = [{"role": "system", "content": joined}] if lead else []
+    rest = [{**m, "role": "user"} if m["role"] == "system" else m for m in messages[lead:]]
+    return head + rest
 
 
 def input_tokens(request: ChatRequest, quirks: OpenAIQuirks) -> int:
