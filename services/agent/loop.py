@@ -268,8 +268,9 @@ class _Run:
         """Every turn sends every tool of the run, and `choice.allowed` names the `tools` this
         turn offers when they are fewer: where tools travel as text the prompt then stays the
         same from turn to turn, and a local model server re-reads only what is new (with the
-        tool list changing at a THINKING run's second turn and at its answer-only turn, each
-        of those re-read the whole conversation: ~1,300 tokens, ~90 s on one CPU thread)."""
+        tool list changing at a THINKING run's second turn and at its answer-only turn, a
+        server that reads the instruction re-read the conversation from there: ~1,400
+        characters more than the new messages on a recorded THINKING turn)."""
         names = tuple(t.name for t in tools)
         sent = tuple(self.offered) if set(names) <= {t.name for t in self.offered} else tools
         if names != tuple(t.name for t in sent):

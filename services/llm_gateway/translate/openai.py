@@ -189,8 +189,7 @@ def _with_tool_instruction(
     turn of a conversation, and what this turn asks (`directive`) as a system message after
     the conversation. A local model server re-reads a prompt from its first changed token:
     with the turn's choice in the leading message, each change of it (a run's first turn,
-    its answer-only turn) re-read the whole conversation, ~1,300 tokens, ~90 s on one CPU
-    thread."""
+    its answer-only turn) re-read the conversation from the instruction on."""
     lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
     told, asked = _tool_texts(request, quirks)
     return [
