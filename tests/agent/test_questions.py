@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -15,10 +17,11 @@ from services.agent.client import AgentClient, RunOptions
 from services.agent.config import AgentSettings, HistorySettings, QuestionSettings
 from services.agent.history_postgres import PostgresRunHistory
 from services.agent.loop import AgentLoop
-from services.agent.messages import Role
+from services.agent.messages import Role, ToolCall
 from services.agent.ports import ModelResponse
+from services.agent.questions import ClosedQuestion, QuestionOutcome
 from services.agent.questions_postgres import PostgresQuestionBoard
-from services.agent.run import RunRequest
+from services.agent.run import Deadline, RunRequest
 from services.agent.server import SERVICE_NAME, access_rules
 from services.agent.servicer import AgentServicer
 from services.agent.testing import (
@@ -29,8 +32,9 @@ from services.agent.testing import (
     turn,
 )
 from services.agent.tools import ASK_USER, TOOL_NAMES
+from services.agent.tools.ask_user import _answer_of
 from services.common.auth import ApiKey, AuthSettings, key_digest
-from services.common.errors import InvalidArgument, QuarryError
+from services.common.errors import DeadlineExceeded, InvalidArgument, QuarryError
 from services.common.postgres import PostgresSettings
 from services.common.server import QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
@@ -465,3 +469,32 @@ async def test_a_run_without_a_question_channel_tells_the_model_it_cannot_ask(
 
     assert result.answer.text == "Any."
     assert _tool_results(model, 1) == ["The caller cannot be asked in this run: go on without it."]
+
+
+class _ExpiringChannel:
+    """A channel whose wait ends unanswered, as the run's deadline-capped window does."""
+
+    async def wait(self, question_id: str) -> ClosedQuestion:
+        return ClosedQuestion(question_id, QuestionOutcome.NOT_ACKNOWLEDGED, waited_ms=3000)
+
+
+@pytest.mark.parametrize(("left_s", "ends_run"), [(0.01, True), (5.0, False)])
+async def test_a_wait_that_ran_out_with_the_deadline_ends_the_run_instead_of_another_turn(
+    left_s: float, ends_run: bool
+) -> None:
+    """The window's timer may wake a moment before the deadline itself: with next to no time
+    left the run ends DEADLINE_EXCEEDED (a fast model had answered after the caller stopped
+    waiting, under load); with time left the model hears the question went unanswered."""
+    now = [0.0]
+    context = cast(Any, SimpleNamespace(deadline=Deadline(left_s, clock=lambda: now[0])))
+    context.log_fields, context.step = {}, 1
+    call = ToolCall("c1", "ask_user", '{"question": "Which version?"}')
+    channel = cast(Any, _ExpiringChannel())
+    if ends_run:
+        with pytest.raises(DeadlineExceeded):
+            await _answer_of(call, channel, "q1", context)
+    else:
+        outcome = await _answer_of(call, channel, "q1", context)
+        assert outcome.ran
+        assert outcome.text
+        assert not outcome.text.startswith("The caller answered")

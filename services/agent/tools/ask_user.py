@@ -19,8 +19,12 @@ from services.agent.tools.base import (
     ToolOutcome,
     parse_arguments,
 )
+from services.common.errors import DeadlineExceeded
 
 log = logging.getLogger(__name__)
+
+DEADLINE_MARGIN_S = 0.05
+"""Less of the run's deadline than this left after a question's wait: the run has ended."""
 
 ASK_USER = "ask_user"
 MAX_QUESTION_CHARS = 500
@@ -145,12 +149,19 @@ class AskUserTool(Tool):
 async def _answer_of(
     call: ToolCall, channel: QuestionChannel, question_id: str, context: ToolContext
 ) -> ToolOutcome:
-    """Wait (two phases, within the run's deadline) for the answer to a posted question."""
+    """Wait (two phases, within the run's deadline) for the answer to a posted question. A
+    wait that ran out with the run's deadline ends the run (DEADLINE_EXCEEDED) instead of
+    handing the model a turn it has no time for: the timer may wake a moment before the
+    deadline itself, and a fast model then answered after the caller had stopped waiting."""
     closed = await channel.wait(question_id)
     log.info(
         "question closed",
         extra={**context.log_fields, "question_id": question_id, "outcome": closed.outcome.value},
     )
+    remaining = context.deadline.remaining()  # raises once no time is left
+    answered = closed.outcome is QuestionOutcome.ANSWERED
+    if not answered and remaining is not None and remaining < DEADLINE_MARGIN_S:
+        raise DeadlineExceeded("the caller's deadline expired while waiting for an answer")
     event = QuestionClosed(
         closed.question_id, closed.outcome, closed.answer, closed.waited_ms, step=context.step
     )
