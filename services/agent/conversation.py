@@ -78,10 +78,6 @@ class Conversation:
         self.calls_forced = False
         """Every reply of the route's model is a call of an offered tool (a grammar forces it):
         what a turn offers decides what the model does."""
-        self.described: tuple[Tool, ...] = ()
-        """The tools every request of the run describes (the run's tools; a turn allows some of
-        them). Where calls are forced the tools travel as text and the model reads every one
-        of them on every turn, so they, not the turn's, are what a request is counted with."""
 
     async def prepare(
         self,
@@ -157,20 +153,15 @@ class Conversation:
         """The most characters a message added now may take so that the next call offering
         `tools` still fits the window with room for the answer (the gateway skips a provider
         whose window a request does not fit, falling back to the route's next one)."""
-        used = total_chars(self.messages()) + self._schema_chars(tools)
+        used = total_chars(self.messages()) + sum(t.schema_chars for t in tools)
         window_chars = self.window * CHARS_PER_TOKEN
         reserve = (ANSWER_OUTPUT_TOKENS + ROOM_MARGIN_TOKENS) * CHARS_PER_TOKEN
         return max(0, window_chars - used - reserve)
 
     def fixed_chars(self, tools: Sequence[Tool]) -> int:
         """What every request carries besides the exchanges: schemas, prompt, earlier turns."""
-        schemas = self._schema_chars(tools)
+        schemas = sum(t.schema_chars for t in tools)
         return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
-
-    def _schema_chars(self, tools: Sequence[Tool]) -> int:
-        """What the tools of a request offering `tools` add to it (see `described`)."""
-        counted = self.described if self.calls_forced and self.described else tools
-        return sum(t.schema_chars for t in counted)
 
     def prune(self, tools: Sequence[Tool]) -> None:
         """Layer 2, before each call: old tool results trimmed, then cleared, as the window

@@ -107,7 +107,6 @@ class _Run:
         self.offered = loop.tools.offered(request.allowed_tools)
         self.answer_only = (loop.tools.answer_tool,)
         self.conversation = Conversation(request, system_prompt(self.offered), loop.settings)
-        self.conversation.described = self.offered
         self.desk = AnswerDesk(loop.settings)
         self.steps = StepLog()
         self.tools = ToolRunner(

@@ -135,35 +135,3 @@ async def test_the_answer_only_turn_gets_full_texts_only_as_far_as_the_window_ha
     assert len(full) <= 1
     assert all("### [" in m.text for m in full)  # never an empty "full text" message
     assert result.stop_reason is StopReason.ANSWERED
-
-
-async def test_on_a_forcing_route_the_answer_only_turn_leaves_room_for_every_tool_described() -> (
-    None
-):
-    """Where calls are forced the tools travel as text and the answer-only turn still describes
-    every tool of the run: the full texts it is given leave room for all of them, not only for
-    `submit_answer` (else the gateway skips the local model and its fallback answers)."""
-    window = 6_144
-    model = ScriptedModel(
-        [
-            turn("", search_call("topic guide", limit=10)),
-            turn("", answer_call("Topic 3 [1].", ["doc3__chunk_0"])),
-        ],
-        constrained=True,
-        forced_calls=True,
-    )
-    loop = AgentLoop(
-        model,
-        FakeSearch(LONG, collection="python-docs"),
-        context_window_tokens=window,
-        settings=LoopSettings(tool_result_share=0.3),
-    )
-    result_of(await run_events(loop, mode=Mode.FAST))
-
-    final = model.requests[1]
-    assert [t.name for t in final.callable_tools] == ["submit_answer"]
-    assert len(final.tools) > 1
-    sent = total_chars(final.messages) + sum(
-        len(json.dumps(t.parameters)) + len(t.description) for t in final.tools
-    )
-    assert sent <= (window - 500) * 4, "full texts given past the window's room"
