@@ -249,6 +249,9 @@ class ToolRunner:
         event numbered as counted: a failed one with the number it would have had."""
         if outcome.ran:
             self.searches += 1
+            key = _search_key(outcome.call)
+            if key is not None:
+                self._searched.setdefault(key, outcome.call.id)
         number = self.searches if outcome.ran else self.searches + 1
         event = outcome.event
         if event is None or getattr(event, "iteration", number) == number:
@@ -275,18 +278,14 @@ class ToolRunner:
     def _repeat(self, call: ToolCall, tool: Tool | None) -> str:
         """Why a search that repeats an earlier one of the run word for word is not run again
         (it would show the same results), or "". Measured on Qwen2.5-Coder-1.5B (THINKING, one
-        question): it sent one search 10 times in a row, each re-read as ~900 prompt tokens
+        question): it sent one search 10 times in a row, each re-read as ~1,450 prompt tokens
         of the same results, 34 minutes in all; the loop ends the search phase at the second
-        repeat (`repeats`)."""
+        repeat (`repeats`). Only a search that ran counts: a failed one may be tried again."""
         if tool is None or not tool.uses_search:
             return ""
-        try:
-            arguments = json.dumps(json.loads(call.arguments_json or "{}"), sort_keys=True)
-        except json.JSONDecodeError:
-            return ""
-        key = f"{call.name} {arguments}"
-        first = self._searched.setdefault(key, call.id)
-        if first == call.id:
+        key = _search_key(call)
+        first = self._searched.get(key) if key is not None else None
+        if first is None:
             return ""
         self.repeats += 1
         return (
@@ -326,6 +325,16 @@ class ToolRunner:
             is_error=review.is_error,
             result_ids=review.cited,
         )
+
+
+def _search_key(call: ToolCall) -> str | None:
+    """A search call's tool and arguments, key order aside; None for arguments that are not
+    JSON."""
+    try:
+        arguments = json.dumps(json.loads(call.arguments_json or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return None
+    return f"{call.name} {arguments}"
 
 
 def search_cap(request: RunRequest, settings: LoopSettings) -> int:

@@ -21,8 +21,8 @@ from services.agent.testing import (
     turn,
 )
 from services.agent.tools import TOOL_NAMES, Searching
-from services.common.errors import InvalidArgument, NotFound, Unavailable
-from tests.agent.conftest import caller_filter, result_of, run_events
+from services.common.errors import Aborted, InvalidArgument, NotFound, Unavailable
+from tests.agent.conftest import DOCUMENTS, caller_filter, result_of, run_events
 from tests.agent.fake_search import FakeSearch
 
 TEMP = "tempfile__chunk_0"
@@ -649,4 +649,21 @@ async def test_a_search_repeated_word_for_word_is_not_run_again_and_a_second_rep
     assert result.stop_reason is StopReason.FORCED_ANSWER
     assert [t.name for t in model.requests[3].callable_tools] == ["submit_answer"]
     assert result.answer.text == "Use tempfile [1]."
+    assert result.iterations == 1
+
+
+async def test_a_search_that_failed_may_be_tried_again_with_the_same_words() -> None:
+    """Only a search that ran counts as done: after a failure the same search runs again."""
+    search = FakeSearch(DOCUMENTS, collection="python-docs", errors=[Aborted("try again")])
+    model = ScriptedModel(
+        [
+            turn("", search_call("temporary directory")),
+            turn("", search_call("temporary directory")),
+            turn("", answer_call("Use tempfile [1].", ["tempfile__chunk_0"])),
+        ]
+    )
+    result = result_of(await run_events(AgentLoop(model, search), mode=Mode.THINKING))
+
+    assert len(search.requests) == 2
+    assert result.stop_reason is StopReason.ANSWERED
     assert result.iterations == 1
