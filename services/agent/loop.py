@@ -271,13 +271,12 @@ class _Run:
         server that reads the instruction re-read the conversation from there: ~1,400
         characters more than the new messages on a recorded THINKING turn)."""
         names = tuple(t.name for t in tools)
-        sent = tuple(self.offered) if set(names) <= {t.name for t in self.offered} else tools
-        if names != tuple(t.name for t in sent):
+        if names != tuple(t.name for t in self.offered):
             choice = replace(choice, allowed=names)
         request = ModelRequest(
             self.route,
             tuple(self.conversation.messages()),
-            self.conversation.specs(sent, self.desk.seen.by_id.keys()),
+            self.conversation.specs(self.offered, self.desk.seen.by_id.keys()),
             choice,
             temperature=self.request.temperature,
             seed=self.request.seed,
