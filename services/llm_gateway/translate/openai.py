@@ -149,11 +149,16 @@ def to_openai_request(
 
 def _one_system_message(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The leading system messages joined into one, later ones sent as user messages."""
-    lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    lead = _leading_systems(messages)
     joined = "\n\n".join(m["content"] for m in messages[:lead])
     head = [{"role": "system", "content": joined}] if lead else []
     rest = [{**m, "role": "user"} if m["role"] == "system" else m for m in messages[lead:]]
     return head + rest
+
+
+def _leading_systems(messages: list[dict[str, Any]]) -> int:
+    """How many system messages open `messages`."""
+    return next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
 
 
 def input_tokens(request: ChatRequest, quirks: OpenAIQuirks) -> int:
@@ -190,7 +195,7 @@ def _with_tool_instruction(
     the conversation. A local model server re-reads a prompt from its first changed token:
     with the turn's choice in the leading message, each change of it (a run's first turn,
     its answer-only turn) re-read the conversation from the instruction on."""
-    lead = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    lead = _leading_systems(messages)
     told, asked = _tool_texts(request, quirks)
     return [
         *messages[:lead],
