@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from services.agent.config import LoopSettings
 from services.agent.context import (
+    CLEARED,
     SUMMARY_SYSTEM_PROMPT,
     ConversationSummary,
     condense_results,
@@ -21,6 +22,7 @@ from services.agent.context import (
 from services.agent.messages import (
     CHARS_PER_TOKEN,
     Message,
+    Role,
     assistant,
     estimate_tokens,
     system,
@@ -43,12 +45,16 @@ from services.agent.tools import Tool
 from services.agent.tools.base import as_callers_error, tool_schema
 from services.agent.tools.results import result_budget_chars
 from services.common.errors import InvalidArgument
+from services.common.tool_text import instruction
 
 ANSWER_OUTPUT_TOKENS = 500
 """Tokens reserved for the answer the final call writes (its input is estimated)."""
 ROOM_MARGIN_TOKENS = 100
-"""What a request costs beyond its characters (per-message overhead, tool names), kept free by
-`room_chars`."""
+"""What a request costs beyond its characters (per-message overhead, tool names, the turn's
+directive where tools travel as text), kept free by `room_chars`."""
+MIN_RESULT_CHARS = 1_200
+"""The least the room cuts a tool result to, however full the window: a few previews. Below that
+a result shows nothing worth its turn, and pruning or compaction makes the room instead."""
 
 
 class ConversationTooLong(Exception):
@@ -58,7 +64,13 @@ class ConversationTooLong(Exception):
 class Conversation:
     """The system prompt, earlier turns, the first user message and every exchange since."""
 
-    def __init__(self, request: RunRequest, system_prompt: str, settings: LoopSettings) -> None:
+    def __init__(
+        self,
+        request: RunRequest,
+        system_prompt: str,
+        settings: LoopSettings,
+        tools: Sequence[Tool] = (),
+    ) -> None:
         self.request = request
         self.system_prompt = system_prompt
         self.settings = settings
@@ -78,6 +90,9 @@ class Conversation:
         self.calls_forced = False
         """Every reply of the route's model is a call of an offered tool (a grammar forces it):
         what a turn offers decides what the model does."""
+        self.tools = tuple(tools)
+        """The run's tools: every call carries them (a turn narrows what it may call)."""
+        self._instruction_chars: int | None = None
 
     async def prepare(
         self,
@@ -144,6 +159,22 @@ class Conversation:
         """Layer 1: the most characters one tool result may take."""
         return result_budget_chars(self.window, self.settings.tool_result_share)
 
+    def result_room_chars(self, answer_only: Sequence[Tool]) -> int:
+        """Layer 1 for a tool result added now: the budget of one result, and no more than the
+        answer-only call that must follow has room for, once Layer 2 has cleared the older
+        results (the newest is never cleared), though never cut below `MIN_RESULT_CHARS` by the
+        room (the budget still bounds it). In a small window the budget alone can overfill it:
+        on a 4,096-token local route with the default tools the prompt and the instruction take
+        ~2,500 tokens, and a search result at its budget left the answer ~420 of its 500
+        reserved tokens."""
+        clearable = sum(
+            len(m.text) - len(CLEARED)
+            for m in self.exchanges
+            if m.role is Role.TOOL and len(m.text) > len(CLEARED)
+        )
+        room = self.room_chars(answer_only) + clearable
+        return min(self.budget_chars, max(room, MIN_RESULT_CHARS))
+
     def answer_budget_chars(self, answer_only: Sequence[Tool]) -> int:
         """Layer 1 for what the answer-only call is given first: the budget of one result, and
         no more than the window has room for."""
@@ -153,15 +184,30 @@ class Conversation:
         """The most characters a message added now may take so that the next call offering
         `tools` still fits the window with room for the answer (the gateway skips a provider
         whose window a request does not fit, falling back to the route's next one)."""
-        used = total_chars(self.messages()) + sum(t.schema_chars for t in tools)
+        used = total_chars(self.messages()) + self.tools_chars(tools)
         window_chars = self.window * CHARS_PER_TOKEN
         reserve = (ANSWER_OUTPUT_TOKENS + ROOM_MARGIN_TOKENS) * CHARS_PER_TOKEN
         return max(0, window_chars - used - reserve)
 
     def fixed_chars(self, tools: Sequence[Tool]) -> int:
-        """What every request carries besides the exchanges: schemas, prompt, earlier turns."""
-        schemas = sum(t.schema_chars for t in tools)
-        return schemas + len(self.system_prompt) + total_chars(self.history) + 2000
+        """What every request carries besides the exchanges: tools, prompt, earlier turns."""
+        return self.tools_chars(tools) + len(self.system_prompt) + total_chars(self.history) + 2000
+
+    def tools_chars(self, tools: Sequence[Tool]) -> int:
+        """What the tools add to a call offering `tools`, as the model reads them.
+
+        Where calls are forced, tools travel as text: every call carries the gateway's
+        instruction listing each tool of the run by a compact signature, whichever the turn
+        offers (the turn's choice follows the conversation, a line the margin covers). Counting
+        the offered tools' schemas instead under-counted the answer-only turn of a run with the
+        default tools by ~1,000 characters (the instruction of 5 tools against the schema of
+        `submit_answer`), taken from the answer's reserve, and over-counted a search turn.
+        Elsewhere the turn's own tools travel, each with its schema."""
+        if not self.calls_forced or not self.tools:
+            return sum(t.schema_chars for t in tools)
+        if self._instruction_chars is None:
+            self._instruction_chars = len(instruction([t.spec for t in self.tools], forced=True))
+        return self._instruction_chars
 
     def prune(self, tools: Sequence[Tool]) -> None:
         """Layer 2, before each call: old tool results trimmed, then cleared, as the window

@@ -139,7 +139,7 @@ class ToolRunner:
             search=self.search,
             model=self.model,
             settings=self.settings,
-            budget_chars=self.conversation.budget_chars,
+            budget_chars=self.conversation.result_room_chars((self.answer_tool,)),
             seen=self.desk.seen.by_id,
             questions=self.questions,
             log_fields=self.log_fields,
@@ -308,7 +308,7 @@ class ToolRunner:
             outcome.answer,
             may_refine=may_refine,
             room_to_refine=lambda: self.searches < self.cap and within_budget(),
-            budget_chars=self.conversation.budget_chars,
+            budget_chars=self.conversation.result_room_chars((self.answer_tool,)),
             thinking=self.request.mode is Mode.THINKING,
         )
         if review.answer is not None:

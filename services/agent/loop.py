@@ -106,7 +106,9 @@ class _Run:
         self.route = request.route or loop.default_route
         self.offered = loop.tools.offered(request.allowed_tools)
         self.answer_only = (loop.tools.answer_tool,)
-        self.conversation = Conversation(request, system_prompt(self.offered), loop.settings)
+        self.conversation = Conversation(
+            request, system_prompt(self.offered), loop.settings, tools=self.offered
+        )
         self.desk = AnswerDesk(loop.settings)
         self.steps = StepLog()
         self.tools = ToolRunner(

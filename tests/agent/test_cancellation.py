@@ -94,9 +94,11 @@ async def _servers(
     search: st_grpc.SearchToolServiceServicer,
     *,
     gateway: GatewaySettings | gw_grpc.LlmGatewayServiceServicer,
+    window_tokens: int | None = 16_000,
 ) -> AsyncIterator[agent_pb2_grpc.AgentServiceStub]:
     """A started agent (its real server and clients) in front of `gateway` (real settings or a
-    fake servicer) and `search`; a stub to the agent."""
+    fake servicer) and `search`; a stub to the agent (`window_tokens`: the model's window as
+    configured; None: as the gateway reports the route's)."""
 
     def register(servicer: Any, add: Callable[[Any, grpc.aio.Server], None]) -> Any:
         return lambda server: add(servicer, server)
@@ -122,7 +124,7 @@ async def _servers(
                 server=SERVER,
                 llm_gateway_address=gateway_server.address,
                 search_tool_address=search_server.address,
-                context_window_tokens=16_000,
+                context_window_tokens=window_tokens,
             ),
             telemetry,
         )

@@ -18,8 +18,10 @@ from quarry.agent.v1 import agent_pb2
 from quarry.llmgateway.v1 import llm_gateway_pb2 as gw
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
 
+from services.agent.conversation import ANSWER_OUTPUT_TOKENS
 from services.agent.gateway_client import GatewayModelClient
 from services.agent.loop import AgentLoop
+from services.agent.messages import CHARS_PER_TOKEN
 from services.agent.ports import ToolChoice
 from services.agent.run import Mode, StopReason
 from services.agent.testing import ScriptedModel, answer_call, calculate_call, search_call, turn
@@ -29,7 +31,7 @@ from services.llm_gateway.config import GatewaySettings, ProviderSettings
 from services.llm_gateway.server import build_gateway_server
 from services.llm_gateway.testing import FakeOpenAIServer, Reply
 from tests.agent.conftest import DOCUMENTS, result_of, run_events
-from tests.agent.fake_search import FakeSearch
+from tests.agent.fake_search import FakeDocument, FakeSearch
 from tests.agent.test_cancellation import SERVER, _servers
 from tests.agent.test_dependency_clients import FakeSearchService
 from tests.llm_gateway.gateway_fixtures import gateway_settings
@@ -287,3 +289,64 @@ async def test_through_the_gateway_a_thinking_run_on_a_local_route_cannot_answer
         "local server re-reads only what is new"
     )
     assert "You must call one of these tools now" in first_prompt[-1]["content"]
+
+
+LONG_DOCUMENTS = [
+    FakeDocument(
+        f"tempfile__chunk_{i}",
+        f"tempfile — temporary directory, part {i}",
+        f"A temporary directory, part {i}: " + "TemporaryDirectory cleans up after itself. " * 70,
+        source="stdlib",
+    )
+    for i in range(8)
+]
+
+
+async def test_a_small_window_on_a_forcing_route_with_the_default_tools_still_gets_an_answer(
+    telemetry: Telemetry,
+) -> None:
+    """A 4,096-token local route, the default tools (five: the instruction every request
+    carries lists them all) and long documents: the search result takes only the room the
+    next call has, so every request the model server receives leaves the answer's reserve
+    (500 tokens) free in the window. Before, the result took its full budget (30 % of the
+    window) and the answer-only request left the answer ~420 tokens."""
+    window = 4_096
+    with FakeOpenAIServer() as fake:
+        fake.push(
+            Reply(text=json.dumps({"name": "search", "arguments": {**SEARCH_ARGS, "limit": 10}})),
+            Reply(text=json.dumps({"name": "submit_answer", "arguments": ANSWER_ARGS})),
+        )
+        local = ProviderSettings.model_validate(
+            {
+                "kind": "openai",
+                "name": "local",
+                "endpoint": "llama-cpp-python",
+                "model": "qwen",
+                "base_url": fake.base_url,
+                "tool_calls": "json_schema",
+                "context_window_tokens": window,
+                "retry": {"max_attempts": 1},
+            }
+        )
+        gateway = GatewaySettings(
+            providers=[local], routes={"agent": ["local"]}, default_route="agent", server=SERVER
+        )
+        service = FakeSearchService(FakeSearch(LONG_DOCUMENTS, collection="python-docs"))
+        async with _servers(telemetry, service, gateway=gateway, window_tokens=None) as agent:
+            reply = await agent.Run(
+                agent_pb2.RunRequest(
+                    query="temporary directory", collection="python-docs", mode=agent_pb2.MODE_FAST
+                ),
+                timeout=30,
+            )
+        sent = [r.body["messages"] for r in fake.requests]
+
+    assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
+    assert reply.answer.text == ANSWER
+    assert len(sent) == 2, "the search turn, then the answer turn"
+    assert "TemporaryDirectory cleans up after itself." in sent[1][-2]["content"]
+    for messages in sent:
+        assert (
+            sum(len(m["content"]) for m in messages)
+            <= (window - ANSWER_OUTPUT_TOKENS) * CHARS_PER_TOKEN
+        )

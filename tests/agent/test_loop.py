@@ -611,7 +611,8 @@ async def test_old_results_are_pruned_before_calls_while_assistant_text_stays() 
     ]
     search = FakeSearch(docs, collection="python-docs")
     script = [turn(f"reasoning {i}", search_call(f"topic{i}", limit=1)) for i in range(8)]
-    model = ScriptedModel([*script, turn("", answer_call("done"))], context_window_tokens=3_000)
+    # a window where the newest result fits beside the answer's reserve (Layer 1)
+    model = ScriptedModel([*script, turn("", answer_call("done"))], context_window_tokens=3_800)
     loop = AgentLoop(model, search, settings=FULL_TEXT)
     await run_events(loop, mode=Mode.THINKING, max_iterations=8)
 

@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from services.common.tool_text import instruction, signature
 from services.llm_gateway.config import ProviderSettings
 from services.llm_gateway.model import (
     ChatRequest,
@@ -26,11 +27,9 @@ from services.llm_gateway.model import (
 from services.llm_gateway.providers.factory import build_provider
 from services.llm_gateway.providers.openai import ENDPOINT_PRESETS, OpenAIProvider, OpenAIQuirks
 from services.llm_gateway.testing import FakeOpenAIServer, Reply
-from services.llm_gateway.translate.text_tool_calls import instruction
 from services.llm_gateway.translate.tool_schema import (
     bounded,
     inline_refs,
-    signature,
     tool_call_schema,
 )
 from tests.llm_gateway.conftest import both_paths

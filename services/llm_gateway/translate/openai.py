@@ -18,6 +18,7 @@ from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
+from services.common.tool_text import instruction
 from services.llm_gateway.classify import truncated_stream
 from services.llm_gateway.conversation import (
     ToolCallIds,
@@ -49,7 +50,6 @@ from services.llm_gateway.translate.schemas import collapse_unions, strict_schem
 from services.llm_gateway.translate.text_tool_calls import (
     call_text,
     directive,
-    instruction,
     read_calls,
     result_text,
 )

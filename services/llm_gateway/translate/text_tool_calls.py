@@ -1,9 +1,9 @@
 """Tool calls written as JSON in a model's text, for endpoints whose models have no native tool
 calls (`tool_calls: json_in_text`, common with small local models).
 
-The model is told the tools and the format in a system message (`instruction`); its past calls and
-their results travel as text (`call_text`, `result_text`). Reading is tolerant: a fenced or bare
-JSON object or list anywhere in the text, `tool`/`name`/`function.name` for the name,
+The model is told the tools and the format in a system message (`services.common.tool_text`); its
+past calls and their results travel as text (`call_text`, `result_text`). Reading is tolerant: a
+fenced or bare JSON object or list anywhere in the text, `tool`/`name`/`function.name` for the name,
 `arguments`/`parameters`/`args` as an object or a JSON string. A call that names a known tool but
 is not valid JSON is kept with its raw text as arguments, so the caller's validation sends it back
 to the model as a tool error instead of silently treating it as an answer.
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.llm_gateway.model import Tool, ToolChoiceMode
-from services.llm_gateway.translate.tool_schema import signature
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _NAMED = re.compile(r'"(?:tool|name)"\s*:\s*"([A-Za-z0-9_.-]+)"')
@@ -31,32 +30,6 @@ class TextToolCall:
     name: str
     arguments_json: str
     """The arguments as sent; invalid JSON when the model wrote a broken call."""
-
-
-def instruction(tools: Sequence[Tool], *, forced: bool = False) -> str:
-    """The system message that replaces native tools: every tool of the request, its
-    arguments, the format. It names no turn's choice (`directive` does, at the end of the
-    conversation), so it stays byte-identical from turn to turn and a model server's cached
-    prompt prefix holds. `forced` (`json_schema` mode, the server enforces the schema): a call
-    is named by `name`, and each tool's arguments are given as a compact signature instead of
-    the whole schema."""
-    if forced:
-        listed = "\n".join(
-            f"- {t.name}: {t.description}\n  arguments: {signature(t.parameters)}" for t in tools
-        )
-    else:
-        listed = "\n".join(
-            f"- {t.name}: {t.description}\n  arguments schema: {json.dumps(t.parameters)}"
-            for t in tools
-        )
-    key = "name" if forced else "tool"
-    return (
-        "You can call these tools:\n"
-        f"{listed}\n\n"
-        "To call a tool, reply with only a JSON object (several calls: a JSON list of them):\n"
-        f'{{"{key}": "<tool name>", "arguments": {{<arguments matching its schema>}}}}\n'
-        "Tool results come back in messages starting `Tool result`."
-    )
 
 
 def directive(
