@@ -8,7 +8,11 @@ pairs the runs question by question against another merge (what got better and w
 two-sided exact sign test on the questions that differ).
 
     python -m bench.answer_quality_merge --config local/fast FILE [FILE ...]
-                                         [--baseline FILE [FILE ...]] [--require-all]
+                                         [--baseline FILE [FILE ...]] [--baseline-config C]
+                                         [--require-all]
+
+`--baseline-config`: the baseline's configuration when it is another one (THINKING against
+FAST on the same questions: `--config local/thinking --baseline-config local/fast`).
 
 `--require-all`: fail unless every question of the set has a run (a merged figure must not
 silently cover fewer questions than it claims).
@@ -80,6 +84,7 @@ def report(
     config: str,
     baseline_paths: Sequence[Path] = (),
     *,
+    baseline_config: str = "",
     require_all: bool = False,
 ) -> dict[str, Any]:
     runs = merged_runs(paths, config)
@@ -97,7 +102,8 @@ def report(
     }
     if baseline_paths:
         out["baseline_files"] = [str(p) for p in baseline_paths]
-        out["paired"] = paired(runs, merged_runs(baseline_paths, config))
+        out["baseline_config"] = baseline_config or config
+        out["paired"] = paired(runs, merged_runs(baseline_paths, baseline_config or config))
     return out
 
 
@@ -106,9 +112,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--config", default="local/fast", help="route/mode, e.g. local/thinking")
     parser.add_argument("--baseline", nargs="*", type=Path, default=[])
+    parser.add_argument("--baseline-config", default="", help="default: --config")
     parser.add_argument("--require-all", action="store_true")
     args = parser.parse_args(argv)
-    result = report(args.files, args.config, args.baseline, require_all=args.require_all)
+    result = report(
+        args.files,
+        args.config,
+        args.baseline,
+        baseline_config=args.baseline_config,
+        require_all=args.require_all,
+    )
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
 

@@ -23,9 +23,11 @@ def _row(index: int, *, doc: bool, fact: bool, seconds: float = 10.0) -> dict[st
     }
 
 
-def _file(tmp_path: Path, name: str, rows: list[dict[str, Any]]) -> Path:
+def _file(
+    tmp_path: Path, name: str, rows: list[dict[str, Any]], config: str = "local/fast"
+) -> Path:
     path = tmp_path / name
-    path.write_text(json.dumps({"rows": {"local/fast": rows}}), encoding="utf-8")
+    path.write_text(json.dumps({"rows": {config: rows}}), encoding="utf-8")
     return path
 
 
@@ -87,3 +89,18 @@ def test_the_sign_test_is_exact_and_two_sided() -> None:
     assert sign_test_p(0, 6) == pytest.approx(2 / 64)
     assert sign_test_p(6, 0) == pytest.approx(2 / 64)
     assert sign_test_p(4, 6) == pytest.approx(0.7539, abs=1e-4)
+
+
+def test_one_mode_pairs_against_another_on_the_same_questions(tmp_path: Path) -> None:
+    thinking = _file(
+        tmp_path, "thinking.json", [_row(0, doc=True, fact=True)], config="local/thinking"
+    )
+    fast = _file(
+        tmp_path, "fast.json", [_row(0, doc=False, fact=True), _row(1, doc=True, fact=True)]
+    )
+
+    out = report([thinking], "local/thinking", [fast], baseline_config="local/fast")
+
+    assert out["baseline_config"] == "local/fast"
+    assert out["paired"]["questions"] == 1
+    assert out["paired"]["cited_right_document"]["better"] == [1]
