@@ -214,9 +214,26 @@ async def _local_route_run(
     """The real agent and gateway in front of a fake llama-cpp-python server (`tool_calls:
     json_schema`) whose model searches, then answers citing TEMP: the run's reply, and the
     grammar schema and the messages of each request the model server received."""
+    reply, bodies = await _through_local_route(telemetry, mode)
+    return reply, [_schema(b) for b in bodies], [b["messages"] for b in bodies]
+
+
+async def _through_local_route(
+    telemetry: Telemetry,
+    mode: agent_pb2.Mode,
+    *,
+    documents: list[FakeDocument] = DOCUMENTS,
+    search_args: dict[str, Any] = SEARCH_ARGS,
+    window: int = 16_000,
+    agent_window: int | None = 16_000,
+) -> tuple[agent_pb2.RunResponse, list[dict[str, Any]]]:
+    """One run through the real agent and gateway on a `json_schema` route of `window` tokens
+    over `documents`, its model searching with `search_args`, then answering citing TEMP:
+    the reply and the body of each request the model server received (`agent_window`: the
+    agent's configured window; None: the route's, as the gateway reports it)."""
     with FakeOpenAIServer() as fake:
         fake.push(
-            Reply(text=json.dumps({"name": "search", "arguments": SEARCH_ARGS})),
+            Reply(text=json.dumps({"name": "search", "arguments": search_args})),
             Reply(text=json.dumps({"name": "submit_answer", "arguments": ANSWER_ARGS})),
         )
         local = ProviderSettings.model_validate(
@@ -227,23 +244,24 @@ async def _local_route_run(
                 "model": "qwen",
                 "base_url": fake.base_url,
                 "tool_calls": "json_schema",
-                "context_window_tokens": 16_000,
+                "context_window_tokens": window,
                 "retry": {"max_attempts": 1},
             }
         )
         gateway = GatewaySettings(
             providers=[local], routes={"agent": ["local"]}, default_route="agent", server=SERVER
         )
-        service = FakeSearchService(FakeSearch(DOCUMENTS, collection="python-docs"))
-        async with _servers(telemetry, service, gateway=gateway) as agent:
+        service = FakeSearchService(FakeSearch(documents, collection="python-docs"))
+        async with _servers(
+            telemetry, service, gateway=gateway, window_tokens=agent_window
+        ) as agent:
             reply = await agent.Run(
                 agent_pb2.RunRequest(
                     query="temporary directory", collection="python-docs", mode=mode
                 ),
                 timeout=30,
             )
-        bodies = [r.body for r in fake.requests]
-        return reply, [_schema(b) for b in bodies], [b["messages"] for b in bodies]
+        return reply, [r.body for r in fake.requests]
 
 
 async def test_through_the_gateway_a_local_route_is_made_to_search_first_then_cite_what_it_saw(
@@ -311,35 +329,15 @@ async def test_a_small_window_on_a_forcing_route_with_the_default_tools_still_ge
     (500 tokens) free in the window. Before, the result took its full budget (30 % of the
     window) and the answer-only request left the answer ~420 tokens."""
     window = 4_096
-    with FakeOpenAIServer() as fake:
-        fake.push(
-            Reply(text=json.dumps({"name": "search", "arguments": {**SEARCH_ARGS, "limit": 10}})),
-            Reply(text=json.dumps({"name": "submit_answer", "arguments": ANSWER_ARGS})),
-        )
-        local = ProviderSettings.model_validate(
-            {
-                "kind": "openai",
-                "name": "local",
-                "endpoint": "llama-cpp-python",
-                "model": "qwen",
-                "base_url": fake.base_url,
-                "tool_calls": "json_schema",
-                "context_window_tokens": window,
-                "retry": {"max_attempts": 1},
-            }
-        )
-        gateway = GatewaySettings(
-            providers=[local], routes={"agent": ["local"]}, default_route="agent", server=SERVER
-        )
-        service = FakeSearchService(FakeSearch(LONG_DOCUMENTS, collection="python-docs"))
-        async with _servers(telemetry, service, gateway=gateway, window_tokens=None) as agent:
-            reply = await agent.Run(
-                agent_pb2.RunRequest(
-                    query="temporary directory", collection="python-docs", mode=agent_pb2.MODE_FAST
-                ),
-                timeout=30,
-            )
-        sent = [r.body["messages"] for r in fake.requests]
+    reply, bodies = await _through_local_route(
+        telemetry,
+        agent_pb2.MODE_FAST,
+        documents=LONG_DOCUMENTS,
+        search_args={**SEARCH_ARGS, "limit": 10},
+        window=window,
+        agent_window=None,
+    )
+    sent = [b["messages"] for b in bodies]
 
     assert reply.stop_reason == agent_pb2.STOP_REASON_ANSWERED
     assert reply.answer.text == ANSWER
