@@ -6,6 +6,7 @@ budget (whether the next call still fits)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from functools import cached_property
 
 from pydantic import ValidationError
 
@@ -92,7 +93,6 @@ class Conversation:
         what a turn offers decides what the model does."""
         self.tools = tuple(tools)
         """The run's tools: every call carries them (a turn narrows what it may call)."""
-        self._instruction_chars: int | None = None
 
     async def prepare(
         self,
@@ -205,9 +205,12 @@ class Conversation:
         Elsewhere the turn's own tools travel, each with its schema."""
         if not self.calls_forced or not self.tools:
             return sum(t.schema_chars for t in tools)
-        if self._instruction_chars is None:
-            self._instruction_chars = len(instruction([t.spec for t in self.tools], forced=True))
         return self._instruction_chars
+
+    @cached_property
+    def _instruction_chars(self) -> int:
+        """The forced instruction of the run's tools, as the gateway renders it."""
+        return len(instruction([t.spec for t in self.tools], forced=True))
 
     def prune(self, tools: Sequence[Tool]) -> None:
         """Layer 2, before each call: old tool results trimmed, then cleared, as the window
