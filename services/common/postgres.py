@@ -246,12 +246,18 @@ class Snapshot:
         self._ended = False
 
     async def execute(
-        self, query: str | sql.SQL | sql.Composed, params: Params | None = None
+        self,
+        query: str | sql.SQL | sql.Composed,
+        params: Params | None = None,
+        *,
+        prepare: bool | None = None,
     ) -> AsyncCursor[TupleRow]:
-        """Queue a statement; its cursor's fetch waits for its result (and every one before)."""
+        """Queue a statement; its cursor's fetch waits for its result (and every one before).
+        `prepare` as psycopg's (None: prepared once it has run a few times; False: never, for a
+        statement whose best plan depends on its parameters' sizes)."""
         if self._ended:
             raise RuntimeError("the snapshot has ended: no statement may follow")
-        return await self._conn.execute(query, params)
+        return await self._conn.execute(query, params, prepare=prepare)
 
     async def end(self) -> None:
         """Queue the transaction's end behind the statements sent so far, so that it travels

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -21,9 +22,10 @@ from services.common.admission import OVERLOADED
 from services.common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from services.common.postgres import DATABASE_UNAVAILABLE, PostgresSettings
 from services.search_tool.documents import Document
-from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
+from services.search_tool.engine.base import CollectionSpec, EngineQuery, SearchPage, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.postgres import PostgresEngine, bm25
+from services.search_tool.engine.postgres import search as postgres_search
 from services.search_tool.filters import (
     Condition,
     FieldType,
@@ -367,3 +369,107 @@ async def test_migration_2_gives_an_existing_collection_the_term_chunk_index_and
         (h.chunk.id, h.score) for h in before.hits
     ]
     assert after.total_count == before.total_count
+
+
+def _filtered_hybrid(text: str, condition: Condition, *, offset: int = 0) -> EngineQuery:
+    return EngineQuery(
+        Strategy.HYBRID,
+        text,
+        np.stack([vector_for(text)]),
+        filter=FilterExpression((FilterGroup((condition,)),)),
+        limit=10,
+        offset=offset,
+    )
+
+
+def _described(page: SearchPage) -> list[tuple[str, float, float | None, float | None]]:
+    return [(h.chunk.id, h.score, h.dense_score, h.keyword_score) for h in page.hits]
+
+
+async def test_a_repeated_filter_sends_the_chunks_it_matched_and_pages_exactly_as_the_scan(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second search with a filter sends the chunks the first one found for it (same write
+    sequence) instead of scanning again, and its pages equal those of a replica that scans."""
+    remembering = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    scanning = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    sent: list[int | None] = []
+    send = postgres_search.TableSearch._send_hybrid
+
+    async def spy(
+        self: postgres_search.TableSearch,
+        *,
+        matching_ids: list[str] | None = None,
+        capture: bool = False,
+    ) -> Any:
+        sent.append(None if matching_ids is None else len(matching_ids))
+        return await send(self, matching_ids=matching_ids, capture=capture)
+
+    try:
+        await remembering.ensure_collection("c", SPEC)
+        documents = [replace(d, source="a" if i % 3 else "b") for i, d in enumerate(_corpus(300))]
+        await remembering.upsert("c", records(documents))
+        broad = Condition("source", FieldType.STRING, Operator.EQUALS, "a")
+        monkeypatch.setattr(postgres_search.TableSearch, "_send_hybrid", spy)
+        queries = [
+            _filtered_hybrid(text, broad, offset=offset)
+            for text, offset in [("cell growth", 0), ("vitamin D bone density", 0), ("gene", 7)]
+        ]
+        for query in queries:
+            sent.clear()
+            page = await remembering.search("c", query)
+            assert sent == [None] if query is queries[0] else [200], query.keyword_text
+            monkeypatch.setattr(postgres_search, "_IDS_PER_FILTER", 0)  # the other scans
+            reference = await scanning.search("c", query)
+            monkeypatch.setattr(postgres_search, "_IDS_PER_FILTER", 50_000)
+            assert page.hits
+            assert _described(page) == _described(reference)
+            assert page.total_count == reference.total_count == 200
+    finally:
+        await remembering.close()
+        await scanning.close()
+
+
+async def test_a_write_by_another_replica_is_searched_although_the_filter_was_remembered(
+    postgres_dsn: str,
+) -> None:
+    """Chunks remembered for a filter belong to one write sequence: after another replica adds a
+    matching chunk and moves one out of the filter, the next search finds the first and not the
+    second (10 dense candidates of 80 matching chunks: only the keyword side finds them)."""
+    searching = await PostgresEngine.open(_settings(), dsn=postgres_dsn, hybrid_candidates=10)
+    writing = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    try:
+        await searching.ensure_collection("c", SPEC)
+        old = Document(id="zebrafish-old", text="zebrafish telomerase", source="a")
+        documents = [old] + [
+            replace(d, source="a" if i % 3 else "b") for i, d in enumerate(_corpus(120))
+        ]
+        await searching.upsert("c", records(documents))
+        condition = Condition("source", FieldType.STRING, Operator.EQUALS, "a")
+        query = _filtered_hybrid("zebrafish telomerase", condition)
+        for _ in range(2):  # the second search sends the remembered chunks
+            before = await searching.search("c", query)
+        assert "zebrafish-old" in {h.chunk.document_id for h in before.hits}
+        new = Document(id="zebrafish-new", text="zebrafish telomerase", source="a")
+        await writing.upsert("c", records([new, replace(old, source="b")]))
+        after = await searching.search("c", query)
+        found = {h.chunk.document_id for h in after.hits}
+        assert "zebrafish-new" in found
+        assert "zebrafish-old" not in found
+        assert after.total_count == before.total_count  # one in, one out
+    finally:
+        await searching.close()
+        await writing.close()
+
+
+def test_remembered_filter_chunks_are_bounded_per_filter_and_in_all() -> None:
+    counts = postgres_search.MatchCounts(ids_held=100)
+    counts.put_ids((1, 1, "a"), [str(i) for i in range(60)])
+    counts.put_ids((1, 1, "b"), [str(i) for i in range(30)])
+    assert counts.ids((1, 1, "a")) is not None  # now the most recently used
+    counts.put_ids((1, 1, "c"), [str(i) for i in range(30)])  # 120 held: the oldest goes
+    assert counts.ids((1, 1, "b")) is None
+    assert counts.ids((1, 1, "a")) is not None
+    assert counts.ids((1, 1, "c")) is not None
+    counts.put_ids((1, 1, "d"), [str(i) for i in range(postgres_search._IDS_PER_FILTER + 1)])
+    assert counts.ids((1, 1, "d")) is None  # too many to keep

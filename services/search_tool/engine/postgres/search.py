@@ -42,6 +42,11 @@ from services.search_tool.engine.postgres.sql import compile_filter
 from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
 
 _COUNT_CACHE_SIZE = 512
+_IDS_PER_FILTER = 50_000
+"""A filter matching at most this many chunks has them remembered (`MatchCounts.ids`)."""
+_IDS_HELD = 500_000
+"""Remembered matching chunk ids over every filter, at most (tens of MB); least recently used
+go first."""
 _PARSE_INLINE = 50
 """Pages up to this many chunks are decoded on the event loop (a thread hop costs more)."""
 
@@ -66,12 +71,19 @@ class MatchCounts:
     """Chunks matching a filter, remembered per (collection, write sequence, statement): a
     repeated filter costs nothing until the next write, on any replica. Also remembers the last
     write sequence seen per collection, so a search can tell before its first round trip whether
-    a count is probably cached."""
+    a count is probably cached.
 
-    def __init__(self, size: int = _COUNT_CACHE_SIZE) -> None:
+    For a filter matching up to `_IDS_PER_FILTER` chunks, their ids too: HYBRID's keyword side
+    sends them instead of scanning the chunk table for the filter again (a write sequence names
+    one state of the collection, so they are exact for it)."""
+
+    def __init__(self, size: int = _COUNT_CACHE_SIZE, ids_held: int = _IDS_HELD) -> None:
         self._size = size
         self._counts: OrderedDict[CountKey, int] = OrderedDict()
         self._seen: dict[int, int] = {}
+        self._ids: OrderedDict[CountKey, list[str]] = OrderedDict()
+        self._ids_held = 0
+        self._ids_limit = ids_held
 
     def get(self, key: CountKey) -> int | None:
         found = self._counts.get(key)
@@ -83,6 +95,24 @@ class MatchCounts:
         self._counts[key] = count
         if len(self._counts) > self._size:
             self._counts.popitem(last=False)
+
+    def ids(self, key: CountKey) -> list[str] | None:
+        """The chunks matching the filter of `key`, when remembered."""
+        found = self._ids.get(key)
+        if found is not None:
+            self._ids.move_to_end(key)
+        return found
+
+    def put_ids(self, key: CountKey, ids: list[str]) -> None:
+        if len(ids) > _IDS_PER_FILTER:
+            return
+        replaced = self._ids.pop(key, None)
+        self._ids_held -= len(replaced) if replaced is not None else 0
+        self._ids[key] = ids
+        self._ids_held += len(ids)
+        while self._ids_held > self._ids_limit and self._ids:
+            _, gone = self._ids.popitem(last=False)
+            self._ids_held -= len(gone)
 
     def last_seen(self, collection_id: int) -> int | None:
         """The write sequence the last search of the collection read (None: none yet)."""
@@ -170,10 +200,25 @@ class TableSearch:
         keyword_list: list[Candidate] | None
         completion: Completion | None
         if together:  # both sides and the completion in one statement
-            hybrid_cursor = await self._send_hybrid()
+            remembered = None
+            if count is not None and cached is not None and seen is not None:
+                remembered = self._counts.ids(count.key(self._id, seen))
+            matches = counted if counted is not None else cached
+            capture = remembered is None and matches is not None and matches <= _IDS_PER_FILTER
+            hybrid_cursor = await self._send_hybrid(matching_ids=remembered, capture=capture)
             totals = await self._totals(totals_cursor)
             self._counts.saw(self._id, totals.write_seq)
-            dense_lists, keyword_list, completion = await self._hybrid_lists(hybrid_cursor)
+            if remembered is not None and totals.write_seq != seen:
+                # written since: the remembered chunks may not be the filter's any more
+                await hybrid_cursor.fetchall()
+                hybrid_cursor = await self._send_hybrid()
+            dense_lists, keyword_list, completion, captured = await self._hybrid_lists(
+                hybrid_cursor
+            )
+            if capture and captured is None:
+                captured = []  # the filter matched nothing in this snapshot
+            if count is not None and captured is not None:
+                self._counts.put_ids(count.key(self._id, totals.write_seq), captured)
             matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
         else:
             dense_cursors = await self._send_dense(skip=counted == 0)
@@ -327,7 +372,7 @@ class TableSearch:
         self,
         *,
         only: Sequence[str] | None = None,
-        within: tuple[sql.Composed, list[object]] | None = None,
+        within: tuple[sql.Composable, list[object]] | None = None,
     ) -> tuple[sql.Composed, list[object]]:
         """`WITH ... scored AS (...)`: BM25 of every chunk holding a query term, summed from the
         postings of the query terms alone (`chunk_id`, `score`); of the chunks `only`, or of those
@@ -377,14 +422,25 @@ class TableSearch:
 
     # -- HYBRID in one statement ------------------------------------------------------------
 
-    async def _send_hybrid(self) -> AsyncCursor[Any]:
+    async def _send_hybrid(
+        self, *, matching_ids: list[str] | None = None, capture: bool = False
+    ) -> AsyncCursor[Any]:
         """HYBRID with query words and vectors: the keyword candidates, each query vector's dense
         candidates and the completion (the best cosine of each keyword-only candidate, the BM25 of
         each dense-only one) in one statement, rows tagged by what they are (`_hybrid_lists`). The
-        same SQL as the separate statements, as CTEs, so one wait instead of two."""
+        same SQL as the separate statements, as CTEs, so one wait instead of two.
+
+        With a filter, the keyword side sums the postings of the chunks matching it: those of
+        `matching_ids` when given (remembered for this write sequence), else found by the filter
+        (a scan of the chunk table), and then, with `capture`, returned too (to be remembered)."""
         query = self._query
         if self._query.filter.is_empty:
             scored, params = self._scored()
+        elif matching_ids is not None:
+            matching: sql.Composable
+            # binary: a text-format array of thousands of ids costs more to send than the scan
+            matching = sql.SQL("SELECT unnest(%b::text[]) AS id")
+            scored, params = self._scored(within=(matching, [matching_ids]))
         else:
             matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
             scored, params = self._scored(within=(matching, list(self._where_params)))
@@ -445,17 +501,23 @@ class TableSearch:
             )
         parts.append(sql.SQL(" UNION ALL SELECT -1, id, score FROM cos"))
         parts.append(sql.SQL(" UNION ALL SELECT -2, id, score FROM bm"))
-        return await self._conn.execute(sql.Composed(parts), params)
+        if capture and not self._query.filter.is_empty:
+            parts.append(sql.SQL(" UNION ALL SELECT -3, id, 0::float8 FROM matching"))
+        # the ids' array is planned for its size each time: a generic plan assumes a few rows
+        prepare = False if matching_ids is not None else None
+        return await self._conn.execute(sql.Composed(parts), params, prepare=prepare)
 
     async def _hybrid_lists(
         self, cursor: AsyncCursor[Any]
-    ) -> tuple[list[list[Candidate]], list[Candidate], Completion | None]:
-        """(dense lists, keyword list, completion) from `_send_hybrid`'s rows, each list in the
-        order its statement produced it (as the separate statements return them)."""
+    ) -> tuple[list[list[Candidate]], list[Candidate], Completion | None, list[str] | None]:
+        """(dense lists, keyword list, completion, the filter's chunks when captured) from
+        `_send_hybrid`'s rows, each list in the order its statement produced it (as the separate
+        statements return them)."""
         keyword: list[Candidate] = []
         dense: list[list[Candidate]] = [[] for _ in self._query.vectors]
         cosines: dict[str, float] = {}
         scores: dict[str, float] = {}
+        matching: list[str] | None = None
         for side, chunk_id, score in await cursor.fetchall():
             if side == 0:
                 keyword.append(Candidate(str(chunk_id), float(score)))
@@ -463,14 +525,17 @@ class TableSearch:
                 dense[side - 1].append(Candidate(str(chunk_id), float(score)))
             elif side == -1:
                 cosines[str(chunk_id)] = float(score)
-            else:
+            elif side == -2:
                 scores[str(chunk_id)] = float(score)
+            else:
+                matching = matching if matching is not None else []
+                matching.append(str(chunk_id))
         for ranking in dense:
             ranking.sort(key=lambda c: -c.score)  # relaxed order: nearly sorted
         if len(dense) > 1:
             dense = [ranking for ranking in dense if ranking]
         completion = Completion(dense=cosines, keyword=scores) if dense else None
-        return dense, keyword, completion
+        return dense, keyword, completion, matching
 
     # -- completion and page ------------------------------------------------------------------
 
