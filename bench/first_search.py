@@ -51,7 +51,9 @@ from bench.answer_quality_questions import QUESTIONS
 from bench.embedding_cache import CachedEmbedder
 from bench.eval_scifact import Replay, ndcg_at, replayed
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
+from bench.integer_minilm import IntegerQueryEmbedder, OneTextPerCall
 from bench.scifact_collection import cached_embedder
+from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.indexes import ensure_indexes
@@ -152,6 +154,9 @@ class Variant:
     feedback: tuple[int, float] | None = None
     """(k, weight): the query vector moved toward its first k dense hits (Rocchio: q + weight ·
     their mean, normalised) and searched again; the keyword text unchanged."""
+    query_embedder: Callable[[], Embedder] | None = None
+    """Builds the embedder the query vectors come from instead (one query per call, as a search
+    embeds); the documents keep their stored vectors. Its vectors are cached apart."""
 
 
 VARIANTS: dict[str, Variant] = {
@@ -161,6 +166,10 @@ VARIANTS: dict[str, Variant] = {
     "title-twice-keyword": Variant(keyword=lambda title, body: f"{title}\n{title}\n{body}"),
     "no-title-dense": Variant(embedded=lambda title, text: text),
     "dense-feedback": Variant(feedback=(3, 0.5)),
+    "integer-query-model": Variant(query_embedder=lambda: OneTextPerCall(IntegerQueryEmbedder())),
+    "integer-query-model-s8": Variant(
+        query_embedder=lambda: OneTextPerCall(IntegerQueryEmbedder(unsigned=False))
+    ),
 }
 
 
@@ -320,11 +329,13 @@ async def arms(
     settings = settings_for(data_dir)
     facts: dict[str, Any] = {}
 
-    async def replays_in(directory: Path, queries: dict[str, str]) -> dict[str, Replay]:
+    async def replays_in(
+        directory: Path, queries: dict[str, str], query_embedder: CachedEmbedder = embedder
+    ) -> dict[str, Replay]:
         engine = await LanceDBEngine.open(directory, policy=settings.engine.index_policy())
         try:
             facts.setdefault("chunks", (await engine.describe(collection)).chunk_count)
-            return await replays_of(engine, embedder, collection, queries, limit)
+            return await replays_of(engine, query_embedder, collection, queries, limit)
         finally:
             await engine.close()
 
@@ -342,6 +353,10 @@ async def arms(
             )
         finally:
             await engine.close()
+    elif variant.query_embedder is not None:
+        cache = variant_dir.with_name(variant_dir.name + "-query-vectors.npz")
+        candidate = CachedEmbedder(variant.query_embedder(), cache)
+        runs[variant_name] = await replays_in(data_dir, texts, candidate)
     elif variant.query is not None:
         rewritten = {q: variant.query(t) for q, t in texts.items()}
         facts["queries_rewritten"] = sum(rewritten[q] != t for q, t in texts.items())
