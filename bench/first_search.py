@@ -13,8 +13,9 @@ gives: answering document at rank 1, within the top 3, within the top 10, and MR
 `--variant NAME` measures one change (`VARIANTS`) paired against the unchanged engine on the
 same questions: the difference of each figure with its 95 % paired bootstrap interval (questions
 resampled) and how many questions moved each way. A query variant rewrites the question
-deterministically; a document variant rebuilds a copy of the collection under `--scratch` with
-the chunks' embedded text (re-embedded) or keyword text (BM25 rebuilt) changed.
+deterministically or embeds it with another query model (`integer-query-model*`: the
+documents keep their stored vectors); a document variant rebuilds a copy of the collection under
+`--scratch` with the chunks' embedded text (re-embedded) or keyword text (BM25 rebuilt) changed.
 `--beir DIR:WORK_DIR` also measures the variant on a BEIR-format collection already built by
 `bench/eval_beir.py` in WORK_DIR (nDCG@10 of each strategy, paired; WORK_DIR is only read): the
 held-out check a variant must pass before it is adopted, since 48 questions are too few to adopt
@@ -51,7 +52,7 @@ from bench.answer_quality_questions import QUESTIONS
 from bench.embedding_cache import CachedEmbedder
 from bench.eval_scifact import Replay, ndcg_at, replayed
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
-from bench.integer_minilm import IntegerQueryEmbedder, OneTextPerCall
+from bench.integer_minilm import IntegerQueryEmbedder, OneTextPerCall, calibration_queries
 from bench.scifact_collection import cached_embedder
 from services.search_tool.embedding import Embedder
 from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
@@ -167,6 +168,11 @@ VARIANTS: dict[str, Variant] = {
     "no-title-dense": Variant(embedded=lambda title, text: text),
     "dense-feedback": Variant(feedback=(3, 0.5)),
     "integer-query-model": Variant(query_embedder=lambda: OneTextPerCall(IntegerQueryEmbedder())),
+    "integer-query-model-smoothed": Variant(
+        query_embedder=lambda: OneTextPerCall(
+            IntegerQueryEmbedder(calibration=calibration_queries())
+        )
+    ),
     "integer-query-model-s8": Variant(
         query_embedder=lambda: OneTextPerCall(IntegerQueryEmbedder(unsigned=False))
     ),
