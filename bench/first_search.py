@@ -55,6 +55,7 @@ from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, 
 from bench.integer_minilm import IntegerQueryEmbedder, OneTextPerCall, calibration_queries
 from bench.scifact_collection import cached_embedder
 from services.search_tool.embedding import Embedder
+from services.search_tool.embedding.minilm import MiniLmEmbedder
 from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.indexes import ensure_indexes
@@ -167,6 +168,8 @@ VARIANTS: dict[str, Variant] = {
     "title-twice-keyword": Variant(keyword=lambda title, body: f"{title}\n{title}\n{body}"),
     "no-title-dense": Variant(embedded=lambda title, text: text),
     "dense-feedback": Variant(feedback=(3, 0.5)),
+    # the control of the integer-query-model variants: today's graph, one query per call
+    "shipped-query-model": Variant(query_embedder=lambda: OneTextPerCall(MiniLmEmbedder())),
     "integer-query-model": Variant(query_embedder=lambda: OneTextPerCall(IntegerQueryEmbedder())),
     "integer-query-model-smoothed": Variant(
         query_embedder=lambda: OneTextPerCall(
