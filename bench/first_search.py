@@ -13,8 +13,9 @@ gives: answering document at rank 1, within the top 3, within the top 10, and MR
 `--variant NAME` measures one change (`VARIANTS`) paired against the unchanged engine on the
 same questions: the difference of each figure with its 95 % paired bootstrap interval (questions
 resampled) and how many questions moved each way. A query variant rewrites the question
-deterministically; a document variant rebuilds a copy of the collection under `--scratch` with
-the chunks' embedded text (re-embedded) or keyword text (BM25 rebuilt) changed.
+deterministically or embeds it with another query model (`integer-query-model*`: the
+documents keep their stored vectors); a document variant rebuilds a copy of the collection under
+`--scratch` with the chunks' embedded text (re-embedded) or keyword text (BM25 rebuilt) changed.
 `--beir DIR:WORK_DIR` also measures the variant on a BEIR-format collection already built by
 `bench/eval_beir.py` in WORK_DIR (nDCG@10 of each strategy, paired; WORK_DIR is only read): the
 held-out check a variant must pass before it is adopted, since 48 questions are too few to adopt
@@ -51,7 +52,10 @@ from bench.answer_quality_questions import QUESTIONS
 from bench.embedding_cache import CachedEmbedder
 from bench.eval_scifact import Replay, ndcg_at, replayed
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
+from bench.integer_minilm import IntegerQueryEmbedder, OneTextPerCall, calibration_queries
 from bench.scifact_collection import cached_embedder
+from services.search_tool.embedding import Embedder
+from services.search_tool.embedding.minilm import MiniLmEmbedder
 from services.search_tool.engine.base import EngineQuery, Fusion, FusionMethod, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.indexes import ensure_indexes
@@ -152,6 +156,9 @@ class Variant:
     feedback: tuple[int, float] | None = None
     """(k, weight): the query vector moved toward its first k dense hits (Rocchio: q + weight ·
     their mean, normalised) and searched again; the keyword text unchanged."""
+    query_embedder: Callable[[], Embedder] | None = None
+    """Builds the embedder the query vectors come from instead (one query per call, as a search
+    embeds); the documents keep their stored vectors. Its vectors are cached apart."""
 
 
 VARIANTS: dict[str, Variant] = {
@@ -161,6 +168,17 @@ VARIANTS: dict[str, Variant] = {
     "title-twice-keyword": Variant(keyword=lambda title, body: f"{title}\n{title}\n{body}"),
     "no-title-dense": Variant(embedded=lambda title, text: text),
     "dense-feedback": Variant(feedback=(3, 0.5)),
+    # the control of the integer-query-model variants: today's graph, one query per call
+    "shipped-query-model": Variant(query_embedder=lambda: OneTextPerCall(MiniLmEmbedder())),
+    "integer-query-model": Variant(query_embedder=lambda: OneTextPerCall(IntegerQueryEmbedder())),
+    "integer-query-model-smoothed": Variant(
+        query_embedder=lambda: OneTextPerCall(
+            IntegerQueryEmbedder(calibration=calibration_queries())
+        )
+    ),
+    "integer-query-model-s8": Variant(
+        query_embedder=lambda: OneTextPerCall(IntegerQueryEmbedder(unsigned=False))
+    ),
 }
 
 
@@ -320,11 +338,13 @@ async def arms(
     settings = settings_for(data_dir)
     facts: dict[str, Any] = {}
 
-    async def replays_in(directory: Path, queries: dict[str, str]) -> dict[str, Replay]:
+    async def replays_in(
+        directory: Path, queries: dict[str, str], query_embedder: CachedEmbedder = embedder
+    ) -> dict[str, Replay]:
         engine = await LanceDBEngine.open(directory, policy=settings.engine.index_policy())
         try:
             facts.setdefault("chunks", (await engine.describe(collection)).chunk_count)
-            return await replays_of(engine, embedder, collection, queries, limit)
+            return await replays_of(engine, query_embedder, collection, queries, limit)
         finally:
             await engine.close()
 
@@ -342,6 +362,10 @@ async def arms(
             )
         finally:
             await engine.close()
+    elif variant.query_embedder is not None:
+        cache = variant_dir.with_name(variant_dir.name + "-query-vectors.npz")
+        candidate = CachedEmbedder(variant.query_embedder(), cache)
+        runs[variant_name] = await replays_in(data_dir, texts, candidate)
     elif variant.query is not None:
         rewritten = {q: variant.query(t) for q, t in texts.items()}
         facts["queries_rewritten"] = sum(rewritten[q] != t for q, t in texts.items())
