@@ -372,11 +372,13 @@ class TableSearch:
         self,
         *,
         only: Sequence[str] | None = None,
-        within: tuple[sql.Composable, list[object]] | None = None,
+        among: list[str] | None = None,
+        within: tuple[sql.Composed, list[object]] | None = None,
     ) -> tuple[sql.Composed, list[object]]:
         """`WITH ... scored AS (...)`: BM25 of every chunk holding a query term, summed from the
-        postings of the query terms alone (`chunk_id`, `score`); of the chunks `only`, or of those
-        the statement `within` selects (materialised once, then hash-joined), when given. Each
+        postings of the query terms alone (`chunk_id`, `score`); of the chunks `only` (a few,
+        found by the index), or `among` (many, checked per posting), or of those the statement
+        `within` selects (materialised once, then hash-joined), when given. Each
         term's weight is its idf from the collection's statistics (`bm25.idf`) times its count in
         the query; terms no chunk holds weigh nothing (`bm25.weights`). float8 throughout: a bare
         decimal literal is `numeric`, whose arithmetic is several times slower."""
@@ -403,7 +405,16 @@ class TableSearch:
             ),
             bm25=_BM25_TERM,
             postings=postings_table(self._id),
-            only=sql.SQL("AND p.chunk_id = ANY(%s)") if only is not None else sql.SQL(""),
+            only=(
+                sql.SQL("AND p.chunk_id = ANY(%s)")
+                if only is not None
+                # `|| ''` keeps the many ids out of the index condition (one index search per
+                # id): checked against a hash of them while the terms' postings are read.
+                # Binary: a text-format array of thousands of ids costs more to send than a scan
+                else sql.SQL("AND (p.chunk_id || '') = ANY(%b::text[])")
+                if among is not None
+                else sql.SQL("")
+            ),
             join=(
                 sql.SQL("JOIN matching m ON m.id = p.chunk_id")
                 if matching is not None
@@ -418,6 +429,8 @@ class TableSearch:
         ]
         if only is not None:
             params.append(list(only))
+        if among is not None:
+            params.append(among)
         return statement, params
 
     # -- HYBRID in one statement ------------------------------------------------------------
@@ -437,10 +450,7 @@ class TableSearch:
         if self._query.filter.is_empty:
             scored, params = self._scored()
         elif matching_ids is not None:
-            matching: sql.Composable
-            # binary: a text-format array of thousands of ids costs more to send than the scan
-            matching = sql.SQL("SELECT unnest(%b::text[]) AS id")
-            scored, params = self._scored(within=(matching, [matching_ids]))
+            scored, params = self._scored(among=matching_ids)
         else:
             matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
             scored, params = self._scored(within=(matching, list(self._where_params)))
