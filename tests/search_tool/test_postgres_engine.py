@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import psycopg
 import pytest
 
@@ -473,3 +474,95 @@ def test_remembered_filter_chunks_are_bounded_per_filter_and_in_all() -> None:
     assert counts.ids((1, 1, "c")) is not None
     counts.put_ids((1, 1, "d"), [str(i) for i in range(postgres_search._IDS_PER_FILTER + 1)])
     assert counts.ids((1, 1, "d")) is None  # too many to keep
+
+
+async def test_a_hybrid_search_while_embedding_pages_exactly_as_with_the_vectors_given(
+    postgres_dsn: str,
+) -> None:
+    """The keyword side sent before the query vectors exist gives the pages the one-statement
+    search gives: with a filter (its chunks found, then remembered), without one, deeper pages,
+    and a query of stop words alone (no keyword side to start first)."""
+    engine = await PostgresEngine.open(_settings(), dsn=postgres_dsn, hybrid_candidates=10)
+    try:
+        await engine.ensure_collection("c", SPEC)
+        documents = [replace(d, source="a" if i % 3 else "b") for i, d in enumerate(_corpus(200))]
+        await engine.upsert("c", records(documents))
+        broad = Condition("source", FieldType.STRING, Operator.EQUALS, "a")
+        queries = [
+            _filtered_hybrid("cell growth", broad),
+            _filtered_hybrid("cell growth", broad),  # the filter's chunks remembered now
+            _filtered_hybrid("vitamin D bone density", broad, offset=10),
+            replace(_filtered_hybrid("gene risk", broad), filter=FilterExpression()),
+            _filtered_hybrid("the of and", broad),
+        ]
+        for query in queries:
+            given = await engine.search("c", query)
+
+            async def embedded(vectors: npt.NDArray[np.float32] = query.vectors) -> Any:
+                await asyncio.sleep(0.01)
+                return vectors
+
+            unembedded = replace(query, vectors=np.zeros((0, DIMENSIONS), np.float32))
+            overlapped = await engine.search_embedding("c", unembedded, embedded())
+            assert _described(overlapped) == _described(given), query.keyword_text
+            assert overlapped.total_count == given.total_count
+        assert (await engine.search("c", queries[0])).hits
+    finally:
+        await engine.close()
+
+
+async def test_the_keyword_statement_is_sent_before_the_query_is_embedded(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    sent = asyncio.Event()
+    send = postgres_search.TableSearch._send_keyword
+
+    async def spy(self: postgres_search.TableSearch, **kwargs: Any) -> Any:
+        cursor = await send(self, **kwargs)
+        sent.set()
+        return cursor
+
+    async def embedded() -> npt.NDArray[np.float32]:
+        await sent.wait()  # never ready unless the keyword side went first
+        return np.stack([vector_for("cell growth")])
+
+    try:
+        await engine.ensure_collection("c", SPEC)
+        await engine.upsert("c", records(_corpus(30)))
+        monkeypatch.setattr(postgres_search.TableSearch, "_send_keyword", spy)
+        query = EngineQuery(Strategy.HYBRID, "cell growth", NO_VECTORS, limit=5)
+        page = await asyncio.wait_for(engine.search_embedding("c", query, embedded()), 20)
+        assert page.hits
+    finally:
+        await engine.close()
+
+
+async def test_an_embedding_failure_fails_only_its_search_and_a_missing_collection_cancels_it(
+    engine: PostgresEngine,
+) -> None:
+    await engine.upsert("c", records(_corpus(20)))
+    query = EngineQuery(Strategy.HYBRID, "cell growth", NO_VECTORS, limit=5)
+
+    async def failing() -> npt.NDArray[np.float32]:
+        raise Unavailable("the embedder is down", reason="EMBEDDER_UNAVAILABLE")
+
+    with pytest.raises(Unavailable, match="embedder is down"):
+        await engine.search_embedding("c", query, failing())
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def slow() -> npt.NDArray[np.float32]:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return np.stack([vector_for("x")])
+
+    with pytest.raises(NotFound):
+        await engine.search_embedding("missing", query, slow())
+    await asyncio.wait_for(cancelled.wait(), 5)
+    page = await engine.search("c", replace(query, vectors=np.stack([vector_for("x")])))
+    assert page.hits  # the database was never taken for down

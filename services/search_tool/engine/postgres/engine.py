@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import psycopg.errors
 from psycopg import AsyncConnection, sql
 from psycopg_pool import PoolClosed, PoolTimeout
@@ -534,6 +536,34 @@ class PostgresEngine:
         except CollectionGone:
             self._collections.pop(name, None)
             raise _missing(name) from None
+
+    async def search_embedding(
+        self, name: str, query: EngineQuery, vectors: Awaitable[npt.NDArray[np.float32]]
+    ) -> SearchPage:
+        """`search` whose keyword side is sent to the database before `vectors` are ready: under
+        a filter at 100,000 chunks the keyword statement (~20 ms) runs while the query is
+        embedded (~10 ms). The embedding starts at once, inside the search's time budget; its
+        error is the search's error, and it is cancelled when the search ends without it."""
+        pending = asyncio.ensure_future(vectors)
+        try:
+            collection = await self._collection(name)
+
+            async def work(conn: Snapshot) -> SearchPage:
+                search = TableSearch(
+                    collection.id, query, conn=conn, limits=self._limits, counts=self._counts
+                )
+                return await search.run(pending)
+
+            try:
+                return await self._read(work, name, timeout_s=query.timeout_s)
+            except CollectionGone:
+                self._collections.pop(name, None)
+                raise _missing(name) from None
+        finally:
+            if not pending.done():
+                pending.cancel()
+            elif not pending.cancelled():
+                pending.exception()  # retrieved: an unneeded failure is not logged as unhandled
 
     async def describe(
         self, name: str, *, where: FilterExpression | None = None

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from psycopg import AsyncCursor, sql
 
 from services.common.postgres import Snapshot
@@ -65,6 +67,7 @@ class CollectionTotals:
 
 
 CountKey = tuple[int, int, str]
+Vectors = npt.NDArray[np.float32]
 
 
 class MatchCounts:
@@ -170,9 +173,15 @@ class TableSearch:
         semantic = query.strategy is Strategy.SEMANTIC
         self._terms = Counter() if semantic else bm25.query_terms(query.keyword_text)
         self._keyword_matches = 0
+        self._captured: list[str] = []
+        """The chunks the filter matched, when the keyword statement was asked to return them."""
 
-    async def run(self) -> SearchPage:
-        """Raises `CollectionGone` when the collection's catalog row is missing."""
+    async def run(self, pending: Awaitable[Vectors] | None = None) -> SearchPage:
+        """Raises `CollectionGone` when the collection's catalog row is missing.
+
+        `pending`: HYBRID's query vectors, still being computed (the query's own are ignored).
+        The keyword side is sent first and runs in the database meanwhile; the dense side follows
+        once they are ready."""
         query = self._query
         count = self._count_needed()
         seen = self._counts.last_seen(self._id)
@@ -191,20 +200,41 @@ class TableSearch:
                 # a filter no chunk matches skips the dense side (HNSW would scan in vain)
                 counted = await self._fetch_count(count_cursor)
                 count_cursor = None
+        overlapped = pending is not None and bool(self._terms) and counted != 0
+        if pending is not None and not overlapped:  # no keyword side to start first
+            query = self._query = replace(query, vectors=await pending)
         together = (
-            query.strategy is Strategy.HYBRID
+            not overlapped
+            and query.strategy is Strategy.HYBRID
             and len(query.vectors) > 0
             and bool(self._terms)
             and counted != 0
         )
+        remembered = None
+        if count is not None and cached is not None and seen is not None:
+            remembered = self._counts.ids(count.key(self._id, seen))
+        matches = counted if counted is not None else cached
+        capture = remembered is None and matches is not None and matches <= _IDS_PER_FILTER
         keyword_list: list[Candidate] | None
         completion: Completion | None
-        if together:  # both sides and the completion in one statement
-            remembered = None
-            if count is not None and cached is not None and seen is not None:
-                remembered = self._counts.ids(count.key(self._id, seen))
-            matches = counted if counted is not None else cached
-            capture = remembered is None and matches is not None and matches <= _IDS_PER_FILTER
+        if overlapped and pending is not None:
+            keyword_cursor = await self._send_keyword(matching_ids=remembered, capture=capture)
+            query = self._query = replace(query, vectors=await pending)
+            dense_cursors = await self._send_dense(skip=False)
+            totals = await self._totals(totals_cursor)
+            self._counts.saw(self._id, totals.write_seq)
+            if remembered is not None and totals.write_seq != seen:
+                # written since: the remembered chunks may not be the filter's any more
+                await keyword_cursor.fetchall() if keyword_cursor is not None else None
+                keyword_cursor = await self._send_keyword()
+            dense_lists = await self._dense_lists(dense_cursors)
+            keyword_list = await self._keyword_list(keyword_cursor)
+            if count is not None and capture:
+                self._counts.put_ids(count.key(self._id, totals.write_seq), self._captured)
+            matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
+            # second: each side's score of what only the other side found
+            completion = await self._completion(dense_lists, keyword_list)
+        elif together:  # both sides and the completion in one statement
             hybrid_cursor = await self._send_hybrid(matching_ids=remembered, capture=capture)
             totals = await self._totals(totals_cursor)
             self._counts.saw(self._id, totals.write_seq)
@@ -337,24 +367,39 @@ class TableSearch:
 
     # -- keyword side -------------------------------------------------------------------------
 
-    async def _send_keyword(self) -> AsyncCursor[Any] | None:
+    async def _send_keyword(
+        self, *, matching_ids: list[str] | None = None, capture: bool = False
+    ) -> AsyncCursor[Any] | None:
         """BM25 top candidates under the filter. None for SEMANTIC and for no query words.
 
         With a filter, the chunks matching it are found first (its indexes, or one pass over the
         chunk table's narrow pages) and only their postings are summed: checking each chunk that
-        holds a query word one by one costs a random read per chunk, thousands for common words."""
+        holds a query word one by one costs a random read per chunk, thousands for common words.
+        `matching_ids` and `capture` as for `_send_hybrid`."""
         if self._query.strategy is Strategy.SEMANTIC or not self._terms:
             return None
-        if self._query.filter.is_empty:
+        filtered = not self._query.filter.is_empty
+        if not filtered:
             scored, params = self._scored()
+        elif matching_ids is not None:
+            scored, params = self._scored(among=matching_ids)
         else:
             matching = sql.SQL("SELECT c.id FROM {} c WHERE {}").format(self._table, self._where)
             scored, params = self._scored(within=(matching, list(self._where_params)))
-        statement = sql.SQL(
-            "{} SELECT s.chunk_id, s.score, count(*) OVER () FROM scored s"
+        ranked = sql.SQL(
+            "SELECT s.chunk_id, s.score, count(*) OVER () AS n FROM scored s"
             " ORDER BY s.score DESC, s.chunk_id LIMIT %s"
-        ).format(scored)
-        return await self._conn.execute(statement, [*params, self._candidates])
+        )
+        if capture and filtered and matching_ids is None:
+            # the matching chunks follow the candidates, marked by a count of -1
+            statement = sql.SQL(
+                "{}, kw AS MATERIALIZED ({}) SELECT chunk_id, score, n FROM kw"
+                " UNION ALL SELECT id, 0::float8, -1 FROM matching"
+            ).format(scored, ranked)
+        else:
+            statement = sql.SQL("{} {}").format(scored, ranked)
+        prepare = False if matching_ids is not None else None  # as in `_send_hybrid`
+        return await self._conn.execute(statement, [*params, self._candidates], prepare=prepare)
 
     async def _keyword_list(self, cursor: AsyncCursor[Any] | None) -> list[Candidate] | None:
         """The keyword candidates; notes how many chunks the words and filter match (KEYWORD's
@@ -364,9 +409,11 @@ class TableSearch:
         if cursor is None:
             return []
         rows = await cursor.fetchall()
-        if rows:
+        candidates = [Candidate(str(i), float(s)) for i, s, n in rows if n >= 0]
+        self._captured = [str(i) for i, _, n in rows if n < 0]
+        if candidates:
             self._keyword_matches = min(int(rows[0][2]), self._limits.keyword_count_cap)
-        return [Candidate(str(i), float(s)) for i, s, _ in rows]
+        return candidates
 
     def _scored(
         self,
