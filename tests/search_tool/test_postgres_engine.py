@@ -431,12 +431,35 @@ async def test_a_repeated_filter_sends_the_chunks_it_matched_and_pages_exactly_a
         await scanning.close()
 
 
+async def _search(engine: PostgresEngine, query: EngineQuery, *, embedding: bool) -> SearchPage:
+    """`search` with the vectors given, or `search_embedding` with them still to come."""
+    if not embedding:
+        return await engine.search("c", query)
+
+    async def vectors() -> npt.NDArray[np.float32]:
+        await asyncio.sleep(0.005)
+        return query.vectors
+
+    unembedded = replace(query, vectors=np.zeros((0, DIMENSIONS), np.float32))
+    return await engine.search_embedding("c", unembedded, vectors())
+
+
+@pytest.mark.parametrize("embedding", [False, True], ids=["vectors-given", "while-embedding"])
 async def test_a_write_by_another_replica_is_searched_although_the_filter_was_remembered(
-    postgres_dsn: str,
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, embedding: bool
 ) -> None:
     """Chunks remembered for a filter belong to one write sequence: after another replica adds a
     matching chunk and moves one out of the filter, the next search finds the first and not the
     second (10 dense candidates of 80 matching chunks: only the keyword side finds them)."""
+    remembered: list[bool] = []
+    look_up = postgres_search.MatchCounts.ids
+
+    def spy(self: postgres_search.MatchCounts, key: postgres_search.CountKey) -> list[str] | None:
+        found = look_up(self, key)
+        remembered.append(found is not None)
+        return found
+
+    monkeypatch.setattr(postgres_search.MatchCounts, "ids", spy)
     searching = await PostgresEngine.open(_settings(), dsn=postgres_dsn, hybrid_candidates=10)
     writing = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
     try:
@@ -449,11 +472,13 @@ async def test_a_write_by_another_replica_is_searched_although_the_filter_was_re
         condition = Condition("source", FieldType.STRING, Operator.EQUALS, "a")
         query = _filtered_hybrid("zebrafish telomerase", condition)
         for _ in range(2):  # the second search sends the remembered chunks
-            before = await searching.search("c", query)
+            before = await _search(searching, query, embedding=embedding)
+        assert remembered == [True]  # the first counted the filter: nothing to look up
         assert "zebrafish-old" in {h.chunk.document_id for h in before.hits}
         new = Document(id="zebrafish-new", text="zebrafish telomerase", source="a")
         await writing.upsert("c", records([new, replace(old, source="b")]))
-        after = await searching.search("c", query)
+        after = await _search(searching, query, embedding=embedding)
+        assert remembered == [True, True]  # sent, then found stale and replaced by the scan
         found = {h.chunk.document_id for h in after.hits}
         assert "zebrafish-new" in found
         assert "zebrafish-old" not in found
