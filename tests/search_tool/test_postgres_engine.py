@@ -400,10 +400,10 @@ async def test_a_repeated_filter_sends_the_chunks_it_matched_and_pages_exactly_a
     async def spy(
         self: postgres_search.TableSearch,
         *,
-        matching_ids: list[str] | None = None,
+        matching_ids: str | None = None,
         capture: bool = False,
     ) -> Any:
-        sent.append(None if matching_ids is None else len(matching_ids))
+        sent.append(None if matching_ids is None else len(matching_ids.split("\n")))
         return await send(self, matching_ids=matching_ids, capture=capture)
 
     try:
@@ -454,7 +454,7 @@ async def test_a_write_by_another_replica_is_searched_although_the_filter_was_re
     remembered: list[bool] = []
     look_up = postgres_search.MatchCounts.ids
 
-    def spy(self: postgres_search.MatchCounts, key: postgres_search.CountKey) -> list[str] | None:
+    def spy(self: postgres_search.MatchCounts, key: postgres_search.CountKey) -> str | None:
         found = look_up(self, key)
         remembered.append(found is not None)
         return found

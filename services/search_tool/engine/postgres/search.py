@@ -84,7 +84,7 @@ class MatchCounts:
         self._size = size
         self._counts: OrderedDict[CountKey, int] = OrderedDict()
         self._seen: dict[int, int] = {}
-        self._ids: OrderedDict[CountKey, list[str]] = OrderedDict()
+        self._ids: OrderedDict[CountKey, tuple[str, int]] = OrderedDict()
         self._ids_held = 0
         self._ids_limit = ids_held
 
@@ -99,23 +99,25 @@ class MatchCounts:
         if len(self._counts) > self._size:
             self._counts.popitem(last=False)
 
-    def ids(self, key: CountKey) -> list[str] | None:
-        """The chunks matching the filter of `key`, when remembered."""
+    def ids(self, key: CountKey) -> str | None:
+        """The chunks matching the filter of `key`, when remembered: their ids, one per line
+        (an id holds no control character), as the statements take them."""
         found = self._ids.get(key)
-        if found is not None:
-            self._ids.move_to_end(key)
-        return found
+        if found is None:
+            return None
+        self._ids.move_to_end(key)
+        return found[0]
 
     def put_ids(self, key: CountKey, ids: list[str]) -> None:
         if len(ids) > _IDS_PER_FILTER:
             return
         replaced = self._ids.pop(key, None)
-        self._ids_held -= len(replaced) if replaced is not None else 0
-        self._ids[key] = ids
+        self._ids_held -= replaced[1] if replaced is not None else 0
+        self._ids[key] = ("\n".join(ids), len(ids))
         self._ids_held += len(ids)
         while self._ids_held > self._ids_limit and self._ids:
-            _, gone = self._ids.popitem(last=False)
-            self._ids_held -= len(gone)
+            _, (_, gone) = self._ids.popitem(last=False)
+            self._ids_held -= gone
 
     def last_seen(self, collection_id: int) -> int | None:
         """The write sequence the last search of the collection read (None: none yet)."""
@@ -368,7 +370,7 @@ class TableSearch:
     # -- keyword side -------------------------------------------------------------------------
 
     async def _send_keyword(
-        self, *, matching_ids: list[str] | None = None, capture: bool = False
+        self, *, matching_ids: str | None = None, capture: bool = False
     ) -> AsyncCursor[Any] | None:
         """BM25 top candidates under the filter. None for SEMANTIC and for no query words.
 
@@ -419,7 +421,7 @@ class TableSearch:
         self,
         *,
         only: Sequence[str] | None = None,
-        among: list[str] | None = None,
+        among: str | None = None,
         within: tuple[sql.Composed, list[object]] | None = None,
     ) -> tuple[sql.Composed, list[object]]:
         """`WITH ... scored AS (...)`: BM25 of every chunk holding a query term, summed from the
@@ -456,9 +458,10 @@ class TableSearch:
                 sql.SQL("AND p.chunk_id = ANY(%s)")
                 if only is not None
                 # `|| ''` keeps the many ids out of the index condition (one index search per
-                # id): checked against a hash of them while the terms' postings are read.
-                # Binary: a text-format array of thousands of ids costs more to send than a scan
-                else sql.SQL("AND (p.chunk_id || '') = ANY(%b::text[])")
+                # id): checked against a hash of them while the terms' postings are read. One
+                # text of ids, split by the server: an array parameter of thousands of ids
+                # costs the client milliseconds to encode on every search
+                else sql.SQL("AND (p.chunk_id || '') = ANY(string_to_array(%s::text, E'\\n'))")
                 if among is not None
                 else sql.SQL("")
             ),
@@ -483,7 +486,7 @@ class TableSearch:
     # -- HYBRID in one statement ------------------------------------------------------------
 
     async def _send_hybrid(
-        self, *, matching_ids: list[str] | None = None, capture: bool = False
+        self, *, matching_ids: str | None = None, capture: bool = False
     ) -> AsyncCursor[Any]:
         """HYBRID with query words and vectors: the keyword candidates, each query vector's dense
         candidates and the completion (the best cosine of each keyword-only candidate, the BM25 of
