@@ -76,9 +76,10 @@ class MatchCounts:
     write sequence seen per collection, so a search can tell before its first round trip whether
     a count is probably cached.
 
-    For a filter matching up to `_IDS_PER_FILTER` chunks, their ids too: HYBRID's keyword side
-    sends them instead of scanning the chunk table for the filter again (a write sequence names
-    one state of the collection, so they are exact for it)."""
+    For a filter matching up to `_IDS_PER_FILTER` chunks and asked again at the same write
+    sequence, their ids too: HYBRID's keyword side sends them instead of scanning the chunk table
+    for the filter again (a write sequence names one state of the collection, so they are exact
+    for it)."""
 
     def __init__(self, size: int = _COUNT_CACHE_SIZE, ids_held: int = _IDS_HELD) -> None:
         self._size = size
@@ -215,8 +216,9 @@ class TableSearch:
         remembered = None
         if count is not None and cached is not None and seen is not None:
             remembered = self._counts.ids(count.key(self._id, seen))
-        matches = counted if counted is not None else cached
-        capture = remembered is None and matches is not None and matches <= _IDS_PER_FILTER
+        # the filter's chunks are asked for once it repeats within a write sequence (its count
+        # was cached): under a stream of writes no search pays for returning them
+        capture = remembered is None and cached is not None and cached <= _IDS_PER_FILTER
         keyword_list: list[Candidate] | None
         completion: Completion | None
         if overlapped and pending is not None:
