@@ -20,7 +20,13 @@ import pytest
 
 from bench.harness import SCIFACT_DIR
 from services.common.admission import OVERLOADED
-from services.common.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from services.common.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
 from services.common.postgres import DATABASE_UNAVAILABLE, PostgresSettings
 from services.search_tool.documents import Document
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, SearchPage, Strategy
@@ -568,7 +574,7 @@ async def test_the_keyword_statement_is_sent_before_the_query_is_embedded(
         await engine.close()
 
 
-async def test_an_embedding_failure_fails_only_its_search_and_a_missing_collection_cancels_it(
+async def test_an_embedding_failure_or_overrun_fails_only_its_search_and_stops_the_embedding(
     engine: PostgresEngine,
 ) -> None:
     await engine.upsert("c", records(_corpus(20)))
@@ -594,5 +600,10 @@ async def test_an_embedding_failure_fails_only_its_search_and_a_missing_collecti
     with pytest.raises(NotFound):
         await engine.search_embedding("missing", query, slow())
     await asyncio.wait_for(cancelled.wait(), 5)
+    cancelled.clear()
+    bounded = replace(query, timeout_s=0.3)
+    with pytest.raises(DeadlineExceeded, match="not embedded within"):
+        await asyncio.wait_for(engine.search_embedding("c", bounded, slow()), 10)
+    await asyncio.wait_for(cancelled.wait(), 5)  # the embedding stopped with the search
     page = await engine.search("c", replace(query, vectors=np.stack([vector_for("x")])))
     assert page.hits  # the database was never taken for down

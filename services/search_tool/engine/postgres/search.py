@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from psycopg import AsyncCursor, sql
 
+from services.common.errors import DeadlineExceeded
 from services.common.postgres import Snapshot
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
 from services.search_tool.engine.postgres import bm25
@@ -205,7 +206,7 @@ class TableSearch:
                 count_cursor = None
         overlapped = pending is not None and bool(self._terms) and counted != 0
         if pending is not None and not overlapped:  # no keyword side to start first
-            query = self._query = replace(query, vectors=await pending)
+            query = self._query = replace(query, vectors=await self._vectors(pending))
         together = (
             not overlapped
             and query.strategy is Strategy.HYBRID
@@ -223,7 +224,7 @@ class TableSearch:
         completion: Completion | None
         if overlapped and pending is not None:
             keyword_cursor = await self._send_keyword(matching_ids=remembered, capture=capture)
-            query = self._query = replace(query, vectors=await pending)
+            query = self._query = replace(query, vectors=await self._vectors(pending))
             dense_cursors = await self._send_dense(skip=False)
             totals = await self._totals(totals_cursor)
             self._counts.saw(self._id, totals.write_seq)
@@ -274,6 +275,18 @@ class TableSearch:
             if f.id in chunks
         ]
         return SearchPage(hits=hits, total_count=max(matched, len(fused)))
+
+    async def _vectors(self, pending: Awaitable[Vectors]) -> Vectors:
+        """The query vectors once computed, within the query's time budget (the database's
+        statements are bounded by it too, by `statement_timeout`)."""
+        try:
+            async with asyncio.timeout(self._query.timeout_s):
+                return await pending
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"the query was not embedded within the search's {self._query.timeout_s} s",
+                reason="EMBEDDING_TIMEOUT",
+            ) from None
 
     # -- counts -------------------------------------------------------------------------------
 
