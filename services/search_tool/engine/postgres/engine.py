@@ -523,19 +523,7 @@ class PostgresEngine:
         }
 
     async def search(self, name: str, query: EngineQuery) -> SearchPage:
-        collection = await self._collection(name)
-
-        async def work(conn: Snapshot) -> SearchPage:
-            search = TableSearch(
-                collection.id, query, conn=conn, limits=self._limits, counts=self._counts
-            )
-            return await search.run()
-
-        try:
-            return await self._read(work, name, timeout_s=query.timeout_s)
-        except CollectionGone:
-            self._collections.pop(name, None)
-            raise _missing(name) from None
+        return await self._search(name, query)
 
     async def search_embedding(
         self, name: str, query: EngineQuery, vectors: Awaitable[npt.NDArray[np.float32]]
@@ -546,24 +534,33 @@ class PostgresEngine:
         error is the search's error, and it is cancelled when the search ends without it."""
         pending = asyncio.ensure_future(vectors)
         try:
-            collection = await self._collection(name)
-
-            async def work(conn: Snapshot) -> SearchPage:
-                search = TableSearch(
-                    collection.id, query, conn=conn, limits=self._limits, counts=self._counts
-                )
-                return await search.run(pending)
-
-            try:
-                return await self._read(work, name, timeout_s=query.timeout_s)
-            except CollectionGone:
-                self._collections.pop(name, None)
-                raise _missing(name) from None
+            return await self._search(name, query, pending)
         finally:
             if not pending.done():
                 pending.cancel()
             elif not pending.cancelled():
                 pending.exception()  # retrieved: an unneeded failure is not logged as unhandled
+
+    async def _search(
+        self,
+        name: str,
+        query: EngineQuery,
+        pending: Awaitable[npt.NDArray[np.float32]] | None = None,
+    ) -> SearchPage:
+        """One search in one snapshot (`TableSearch.run`, with `pending` vectors if given)."""
+        collection = await self._collection(name)
+
+        async def work(conn: Snapshot) -> SearchPage:
+            search = TableSearch(
+                collection.id, query, conn=conn, limits=self._limits, counts=self._counts
+            )
+            return await search.run(pending)
+
+        try:
+            return await self._read(work, name, timeout_s=query.timeout_s)
+        except CollectionGone:
+            self._collections.pop(name, None)
+            raise _missing(name) from None
 
     async def describe(
         self, name: str, *, where: FilterExpression | None = None

@@ -178,7 +178,8 @@ class TableSearch:
         self._terms = Counter() if semantic else bm25.query_terms(query.keyword_text)
         self._keyword_matches = 0
         self._captured: list[str] = []
-        """The chunks the filter matched, when the keyword statement was asked to return them."""
+        """The chunks the filter matched, when the keyword or hybrid statement was asked to
+        return them (`capture`; read by `_keyword_list` and `_hybrid_lists`)."""
 
     async def run(self, pending: Awaitable[Vectors] | None = None) -> SearchPage:
         """Raises `CollectionGone` when the collection's catalog row is missing.
@@ -228,9 +229,9 @@ class TableSearch:
             dense_cursors = await self._send_dense(skip=False)
             totals = await self._totals(totals_cursor)
             self._counts.saw(self._id, totals.write_seq)
-            if remembered is not None and totals.write_seq != seen:
+            if remembered is not None and totals.write_seq != seen and keyword_cursor is not None:
                 # written since: the remembered chunks may not be the filter's any more
-                await keyword_cursor.fetchall() if keyword_cursor is not None else None
+                await keyword_cursor.fetchall()
                 keyword_cursor = await self._send_keyword()
             dense_lists = await self._dense_lists(dense_cursors)
             keyword_list = await self._keyword_list(keyword_cursor)
@@ -247,13 +248,9 @@ class TableSearch:
                 # written since: the remembered chunks may not be the filter's any more
                 await hybrid_cursor.fetchall()
                 hybrid_cursor = await self._send_hybrid()
-            dense_lists, keyword_list, completion, captured = await self._hybrid_lists(
-                hybrid_cursor
-            )
-            if capture and captured is None:
-                captured = []  # the filter matched nothing in this snapshot
-            if count is not None and captured is not None:
-                self._counts.put_ids(count.key(self._id, totals.write_seq), captured)
+            dense_lists, keyword_list, completion = await self._hybrid_lists(hybrid_cursor)
+            if count is not None and capture:
+                self._counts.put_ids(count.key(self._id, totals.write_seq), self._captured)
             matched = await self._matched(count, totals, seen, cached, count_cursor, counted)
         else:
             dense_cursors = await self._send_dense(skip=counted == 0)
@@ -584,15 +581,15 @@ class TableSearch:
 
     async def _hybrid_lists(
         self, cursor: AsyncCursor[Any]
-    ) -> tuple[list[list[Candidate]], list[Candidate], Completion | None, list[str] | None]:
-        """(dense lists, keyword list, completion, the filter's chunks when captured) from
-        `_send_hybrid`'s rows, each list in the order its statement produced it (as the separate
-        statements return them)."""
+    ) -> tuple[list[list[Candidate]], list[Candidate], Completion | None]:
+        """(dense lists, keyword list, completion) from `_send_hybrid`'s rows, each list in the
+        order its statement produced it (as the separate statements return them); the filter's
+        chunks, when captured, go to `_captured`."""
         keyword: list[Candidate] = []
         dense: list[list[Candidate]] = [[] for _ in self._query.vectors]
         cosines: dict[str, float] = {}
         scores: dict[str, float] = {}
-        matching: list[str] | None = None
+        matching: list[str] = []
         for side, chunk_id, score in await cursor.fetchall():
             if side == 0:
                 keyword.append(Candidate(str(chunk_id), float(score)))
@@ -603,14 +600,14 @@ class TableSearch:
             elif side == -2:
                 scores[str(chunk_id)] = float(score)
             else:
-                matching = matching if matching is not None else []
                 matching.append(str(chunk_id))
         for ranking in dense:
             ranking.sort(key=lambda c: -c.score)  # relaxed order: nearly sorted
         if len(dense) > 1:
             dense = [ranking for ranking in dense if ranking]
+        self._captured = matching
         completion = Completion(dense=cosines, keyword=scores) if dense else None
-        return dense, keyword, completion, matching
+        return dense, keyword, completion
 
     # -- completion and page ------------------------------------------------------------------
 
