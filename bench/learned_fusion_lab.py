@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.eval_scifact import Replay
 from bench.fusion_lab import paired_difference
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note
+from services.search_tool.fusion import absent_bm25
 
 FEATURES = ["cos", "kw", "doc_cos", "doc_kw", "doc_chunks", "rr_dense", "rr_kw", "z_cos", "z_kw"]
 MODELS = {
@@ -111,7 +112,8 @@ def query_features(replay: Replay) -> tuple[list[str], Floats]:
     ids = sorted(dense.keys() | keyword.keys())
     assert s.completion is not None
     cos = np.array([dense.get(i, s.completion.dense.get(i, 0.0)) for i in ids])
-    bm25 = np.array([keyword.get(i, s.completion.keyword.get(i, 0.0)) for i in ids])
+    absent = absent_bm25(s.keyword or [], s.completion)
+    bm25 = np.array([keyword.get(i, absent) for i in ids])
     top = bm25.max() if len(bm25) else 0.0
     kw = bm25 / top if top > 0 else np.zeros_like(bm25)
     documents = [replay.documents[i] for i in ids]

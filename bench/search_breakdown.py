@@ -192,7 +192,7 @@ class SearchPath:
             (_, dense), (keyword, _) = await asyncio.gather(
                 search._dense_side(), search._keyword_side()
             )
-            completion = await search._completion(dense, keyword, complete=False)
+            completion = await search._completion(dense, keyword)
             fused = fuse(dense, keyword, self.fusion, completion)
             self.prepared[key] = (search, dense, keyword, completion, fused)
         return self.prepared[key]
@@ -206,7 +206,7 @@ class SearchPath:
 
         async def completion(text: str) -> Any:
             search, d, k, _, _ = await self.prepare(strategy, text)
-            return await search._completion(d, k, complete=False)
+            return await search._completion(d, k)
 
         async def fusing(text: str) -> Any:
             _, d, k, c, _ = await self.prepare(strategy, text)

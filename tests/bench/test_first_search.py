@@ -48,7 +48,9 @@ def test_the_question_framing_is_removed_and_what_is_asked_is_kept(
 def _replay() -> Replay:
     dense = [Candidate("a", 0.9), Candidate("b", 0.8), Candidate("c", 0.1)]
     keyword = [Candidate("c", 10.0), Candidate("b", 5.0)]
-    scored = ScoredCandidates([dense], keyword, Completion(dense={"c": 0.1}, keyword={"a": 0.0}))
+    scored = ScoredCandidates(
+        [dense], keyword, Completion(dense={"c": 0.1}, all_keyword_matches=True)
+    )
     return Replay(scored, {"a": "doc-a", "b": "doc-b", "c": "doc-c"})
 
 

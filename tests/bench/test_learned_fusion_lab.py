@@ -35,7 +35,7 @@ def test_features_score_every_candidate_on_both_sides_and_take_document_maxima()
     replay = _replay(
         dense={"1": 0.8, "2": 0.5},
         keyword={"2": 4.0, "3": 8.0},
-        completion=Completion(dense={"3": 0.3}, keyword={}),  # chunk 1 has no query word
+        completion=Completion(dense={"3": 0.3}, all_keyword_matches=True),  # chunk 1: no query word
         documents={"1": "a", "2": "a", "3": "b"},
     )
     documents, x = query_features(replay)
@@ -55,14 +55,14 @@ def _two_queries() -> tuple[dict[str, Replay], dict[str, dict[str, int]]]:
     q1 = _replay(
         dense={"1": 0.9, "2": 0.6},
         keyword={"2": 9.0},
-        completion=Completion(dense={}, keyword={}),
+        completion=Completion(dense={}, all_keyword_matches=True),
         documents={"1": "x", "2": "r"},
     )
     # q2: both relevant documents are behind an irrelevant one on both sides
     q2 = _replay(
         dense={"5": 0.9, "6": 0.7, "7": 0.2},
         keyword={"5": 6.0, "7": 5.0},
-        completion=Completion(dense={}, keyword={"6": 1.0}),
+        completion=Completion(dense={}, all_keyword_matches=False),  # 6 given 5.0
         documents={"5": "y", "6": "s", "7": "t"},
     )
     qrels = {"q1": {"r": 1}, "q2": {"s": 2, "t": 1}}
@@ -109,7 +109,9 @@ def test_softmax_learner_puts_weight_on_the_feature_that_separates_relevant_docu
         dense = {f"{q}-{d}": float(rng.uniform(0.2, 0.8)) for d in range(8)}
         keyword = {f"{q}-{d}": float(rng.uniform(1.0, 5.0)) for d in range(8)}
         best = max(keyword, key=lambda c: keyword[c])
-        replays[str(q)] = _replay(dense, keyword, Completion({}, {}), {c: f"doc{c}" for c in dense})
+        replays[str(q)] = _replay(
+            dense, keyword, Completion({}, all_keyword_matches=True), {c: f"doc{c}" for c in dense}
+        )
         qrels[str(q)] = {f"doc{best}": 1}
     split = build_split(replays, qrels)
     names = ["cos", "kw"]

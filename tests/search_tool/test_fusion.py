@@ -12,25 +12,32 @@ from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.fusion import (
     Candidate,
     Completion,
+    absent_bm25,
+    all_keyword_matches,
     fuse,
-    keyword_scores_needed,
-    missing_sides,
+    keyword_only,
 )
 
 DENSE = [[Candidate("d1", 0.80), Candidate("d2", 0.78), Candidate("both", 0.60)]]
 KEYWORD = [Candidate("k1", 12.0), Candidate("both", 6.0)]
-COMPLETION = Completion(dense={"k1": 0.79}, keyword={"d1": 1.0})
-"""k1 is BM25's best hit and nearly as close as d1 to the query; d2 contains no query word."""
+COMPLETION = Completion(dense={"k1": 0.79}, all_keyword_matches=True)
+"""k1 is BM25's best hit and nearly as close as d1 to the query; the keyword list holds every
+match, so d1 and d2 contain no query word."""
+TRUNCATED = Completion(dense={"k1": 0.79}, all_keyword_matches=False)
+"""The same sides, the keyword list cut at what was asked: d1 and d2 may hold a query word."""
 
 
 def _ids(fusion: Fusion, completion: Completion | None = COMPLETION) -> list[str]:
     return [f.id for f in fuse(DENSE, KEYWORD, fusion, completion)]
 
 
-def test_missing_sides_names_the_candidates_each_side_must_score() -> None:
-    keyword_only, dense_only = missing_sides(DENSE, KEYWORD)
-    assert keyword_only == ["k1"]
-    assert dense_only == ["d1", "d2"]
+def test_keyword_only_names_the_candidates_whose_cosine_the_completion_needs() -> None:
+    assert keyword_only(DENSE, KEYWORD) == ["k1"]
+
+
+def test_a_keyword_list_shorter_than_asked_holds_every_match() -> None:
+    assert all_keyword_matches(KEYWORD, 3)
+    assert not all_keyword_matches(KEYWORD, 2)
 
 
 @pytest.mark.parametrize("method", list(FusionMethod))
@@ -50,7 +57,7 @@ def test_linear_blends_cosine_with_bm25_scaled_by_the_best_candidate() -> None:
         f.id: f for f in fuse(DENSE, KEYWORD, Fusion(FusionMethod.LINEAR, alpha=0.6), COMPLETION)
     }
     assert fused["k1"].score == pytest.approx(0.6 * 0.79 + 0.4 * 1.0)
-    assert fused["d1"].score == pytest.approx(0.6 * 0.80 + 0.4 * 1.0 / 12.0)
+    assert fused["d1"].score == pytest.approx(0.6 * 0.80)
     assert fused["d2"].score == pytest.approx(0.6 * 0.78)
     assert (fused["d2"].dense_score, fused["d2"].keyword_score) == (0.78, 0.0)
     assert (fused["k1"].dense_score, fused["k1"].keyword_score) == (0.79, 12.0)
@@ -81,14 +88,14 @@ def test_rrf_ranks_every_candidate_on_both_sides_and_ties_share_a_rank() -> None
     fused = {
         f.id: f.score for f in fuse(DENSE, KEYWORD, Fusion(FusionMethod.RRF, rrf_k=10), COMPLETION)
     }
-    # dense ranks: d1 1, k1 2, d2 3, both 4; keyword: k1 1, both 2, d1 3, d2 4 (only one at 0)
+    # dense ranks: d1 1, k1 2, d2 3, both 4; keyword: k1 1, both 2, d1 and d2 3 (both at 0)
     assert fused["k1"] == pytest.approx(1 / 12 + 1 / 11)
-    assert fused["d2"] == pytest.approx(1 / 13 + 1 / 14)
+    assert fused["d2"] == pytest.approx(1 / 13 + 1 / 13)
     tied = fuse(
         [[Candidate("a", 0.5), Candidate("b", 0.5)]],
         [Candidate("a", 1.0)],
         Fusion(FusionMethod.RRF, rrf_k=10),
-        Completion({}, {}),
+        Completion({}, all_keyword_matches=True),
     )
     assert [f.score for f in tied] == pytest.approx([1 / 11 + 1 / 11, 1 / 11 + 1 / 12])
 
@@ -107,35 +114,19 @@ def test_variations_without_a_keyword_side_fuse_by_rrf_or_take_the_best_cosine()
     assert all(f.keyword_score is None for f in by_cosine)
 
 
-def test_no_bm25_is_needed_when_the_keyword_side_holds_every_match() -> None:
-    needed = keyword_scores_needed(
-        DENSE, KEYWORD, Fusion(FusionMethod.LINEAR, alpha=0.7), 1, all_matches=True, cosines={}
-    )
-    assert needed == []
-
-
-def test_a_dense_only_candidate_is_needed_only_if_its_best_possible_bm25_reaches_the_page() -> None:
-    dense = [[Candidate("close", 0.90), Candidate("far", 0.10), Candidate("both", 0.50)]]
-    keyword = [Candidate("k1", 10.0), Candidate("both", 9.0), Candidate("k3", 8.0)]
-    linear = Fusion(FusionMethod.LINEAR, alpha=0.5)
-    cosines = {"k1": 0.40, "k3": 0.30}
-    # exact: k1 0.7, both 0.7, k3 0.55; at most: close 0.45 + 0.4, far 0.05 + 0.4
-    assert keyword_scores_needed(dense, keyword, linear, 2, all_matches=False, cosines=cosines) == [
-        "close"
-    ]
-    assert keyword_scores_needed(dense, keyword, linear, 3, all_matches=False, cosines=cosines) == [
-        "close"
-    ]
-    # too few exact scores for the page, or a method that normalises over everyone: all needed
-    assert keyword_scores_needed(dense, keyword, linear, 4, all_matches=False, cosines=cosines) == [
-        "close",
-        "far",
-    ]
-    rrf = Fusion(FusionMethod.RRF)
-    assert keyword_scores_needed(dense, keyword, rrf, 1, all_matches=False, cosines=cosines) == [
-        "close",
-        "far",
-    ]
+def test_a_dense_only_candidate_of_a_cut_keyword_list_is_given_its_lowest_bm25() -> None:
+    fused = {
+        f.id: f for f in fuse(DENSE, KEYWORD, Fusion(FusionMethod.LINEAR, alpha=0.6), TRUNCATED)
+    }
+    assert fused["d1"].score == pytest.approx(0.6 * 0.80 + 0.4 * 6.0 / 12.0)
+    assert fused["d2"].score == pytest.approx(0.6 * 0.78 + 0.4 * 6.0 / 12.0)
+    assert fused["k1"].score == pytest.approx(0.6 * 0.79 + 0.4 * 1.0)
+    # the bound ranks, it is not reported as the chunk's BM25: nobody looked it up
+    assert (fused["d1"].dense_score, fused["d1"].keyword_score) == (0.80, None)
+    assert (fused["both"].dense_score, fused["both"].keyword_score) == (0.60, 6.0)
+    assert absent_bm25(KEYWORD, TRUNCATED) == 6.0
+    assert absent_bm25(KEYWORD, COMPLETION) == 0.0
+    assert absent_bm25(KEYWORD, None) == 0.0
 
 
 @given(
@@ -143,22 +134,19 @@ def test_a_dense_only_candidate_is_needed_only_if_its_best_possible_bm25_reaches
     st.lists(st.floats(0.1, 30.0), min_size=1, max_size=30),
     st.integers(0, 30),
     st.sampled_from([0.0, 0.3, 0.7, 1.0]),
-    st.integers(1, 12),
     st.randoms(use_true_random=False),
 )
 @settings(max_examples=400)
-def test_leaving_out_the_bm25_nobody_needs_keeps_the_page_exactly(
+def test_the_bound_never_lowers_a_dense_only_candidate_and_moves_no_keyword_candidate(
     cosines: list[float],
     bm25: list[float],
     shared: int,
     alpha: float,
-    depth: int,
     rng: Any,
 ) -> None:
-    """Random sides sharing `shared` chunks; every dense-only chunk's true BM25 is at most the
-    keyword side's lowest (or 0): the first `depth` fused entries, scores and order included,
-    are the same with the full completion and with only the needed BM25."""
-    depth = min(depth, len(bm25))
+    """Random sides sharing `shared` chunks, every dense-only chunk's true BM25 at most the
+    keyword list's lowest (it is not among the best): with `linear`, each chunk the keyword side
+    found scores exactly what the true BM25 would give it, and each dense-only one at least."""
     keyword_scores = sorted(bm25, reverse=True)
     keyword = [Candidate(f"k{i}", s) for i, s in enumerate(keyword_scores)]
     shared = min(shared, len(keyword), len(cosines))
@@ -166,18 +154,21 @@ def test_leaving_out_the_bm25_nobody_needs_keeps_the_page_exactly(
     dense = [
         sorted((Candidate(i, c) for i, c in zip(ids, cosines, strict=True)), key=lambda c: -c.score)
     ]
-    keyword_only, dense_only = missing_sides(dense, keyword)
     lowest = keyword_scores[-1]
-    true_bm25 = {i: rng.choice([0.0, lowest, lowest, rng.uniform(0.0, lowest)]) for i in dense_only}
-    true_bm25 = {i: s for i, s in true_bm25.items() if s > 0}
-    completion_cosines = {i: rng.uniform(0.0, 1.0) for i in keyword_only}
-    full = Completion(dense=completion_cosines, keyword=true_bm25)
+    cosine_of = {i: rng.uniform(0.0, 1.0) for i in keyword_only(dense, keyword)}
     fusion = Fusion(FusionMethod.LINEAR, alpha=alpha)
-    needed = keyword_scores_needed(
-        dense, keyword, fusion, depth, all_matches=False, cosines=completion_cosines
-    )
-    partial = Completion(
-        dense=completion_cosines, keyword={i: s for i, s in true_bm25.items() if i in needed}
-    )
-    page = fuse(dense, keyword, fusion, full)[:depth]
-    assert fuse(dense, keyword, fusion, partial)[:depth] == page
+    bound = {f.id: f.score for f in fuse(dense, keyword, fusion, Completion(cosine_of, False))}
+    # the true BM25, looked up: a keyword list holding them would rank the same chunks
+    looked_up = {
+        i: rng.choice([0.0, lowest, rng.uniform(0.0, lowest)])
+        for i in ids
+        if i not in {c.id for c in keyword}
+    }
+    top = keyword_scores[0]
+    for i, cosine in ((c.id, c.score) for c in dense[0]):
+        if i in looked_up:
+            exact = alpha * cosine + (1.0 - alpha) * (looked_up[i] / top)
+            assert bound[i] >= exact
+    for c in keyword:
+        cosine = next((d.score for d in dense[0] if d.id == c.id), cosine_of.get(c.id, 0.0))
+        assert bound[c.id] == alpha * cosine + (1.0 - alpha) * (c.score / top)

@@ -737,12 +737,16 @@ async def test_a_metadata_key_added_after_searches_is_filterable_and_returned(
 
 
 async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(tmp_path: Path) -> None:
+    """A keyword-only candidate gets its exact cosine. A dense-only one of a keyword list cut at
+    what was asked is given that list's lowest BM25 for the fusion and reports none; when the
+    list holds every match, a dense-only one holds no query word and reports 0."""
     engine = await LanceDBEngine.open(tmp_path / "db", hybrid_candidates=1)
     try:
         await engine.ensure_collection("fixture", SPEC)
         await engine.upsert("fixture", records(FIXTURE))
         vectors = np.stack([vector_for("alpha__chunk_0")])
-        hybrid = EngineQuery(Strategy.HYBRID, "release checklist", vectors, limit=1)
+        linear = Fusion(FusionMethod.LINEAR, alpha=0.7)
+        hybrid = EngineQuery(Strategy.HYBRID, "release checklist", vectors, limit=1, fusion=linear)
         scored, chunks = await engine.scored_candidates("fixture", hybrid)
         assert scored.completion is not None
         assert scored.completion.dense, "the keyword side found a chunk the dense side missed"
@@ -750,17 +754,18 @@ async def test_hybrid_scores_each_candidate_on_the_side_that_missed_it(tmp_path:
         cosine = {h.chunk.id: h.dense_score for h in semantic.hits}
         for address, value in scored.completion.dense.items():
             assert value == pytest.approx(cosine[chunks[address].id], abs=1e-5)
-        words = EngineQuery(Strategy.KEYWORD, "release checklist", vectors[:0], limit=5)
-        bm25 = {h.chunk.id: h.keyword_score for h in (await engine.search("fixture", words)).hits}
-        dense_only = {c.id for ranking in scored.dense for c in ranking} - {
-            c.id for c in scored.keyword or ()
-        }
-        for address in dense_only:
-            expected = bm25.get(chunks[address].id)
-            found = scored.completion.keyword.get(address)
-            assert found == (None if expected is None else pytest.approx(expected, abs=1e-5))
-        page = await engine.search("fixture", hybrid)
+        assert not scored.completion.all_keyword_matches  # one asked, one found
+        keyword_ids = {chunks[c.id].id for c in scored.keyword or ()}
+        deeper = replace(hybrid, limit=4)  # 4 asked of each side: fewer words match
+        page = await engine.search("fixture", deeper)
+        cut = await engine.search("fixture", hybrid)
+        # alpha (cosine 1, no query word) is given the one keyword candidate's BM25: it wins
+        assert keyword_ids == {"gamma__chunk_0"}
+        top = cut.hits[0]
+        assert (top.chunk.id, top.keyword_score) == ("alpha__chunk_0", None)
+        assert top.score == pytest.approx(0.7 * 1.0 + 0.3 * 1.0)
         assert all(h.dense_score is not None and h.keyword_score is not None for h in page.hits)
+        assert any(h.keyword_score == 0.0 for h in page.hits), "a dense-only hit without a word"
     finally:
         await engine.close()
 

@@ -154,11 +154,13 @@ async def started() -> AsyncIterator[Callable[[Callable[[Recorded], Reply]], Any
     servers: list[RecordingServer] = []
     engines: list[VespaEngine] = []
 
-    async def start(search: Callable[[Recorded], Reply]) -> tuple[RecordingServer, VespaEngine]:
+    async def start(
+        search: Callable[[Recorded], Reply], **limits: Any
+    ) -> tuple[RecordingServer, VespaEngine]:
         server = RecordingServer(_routed(search))
         await server.start()
         servers.append(server)
-        engine = await VespaEngine.open(Endpoint(server.url, query_timeout_s=2.0))
+        engine = await VespaEngine.open(Endpoint(server.url, query_timeout_s=2.0), **limits)
         engines.append(engine)
         return server, engine
 
@@ -232,14 +234,15 @@ async def test_hybrid_search_is_two_requests_each_hit_carrying_both_sides_scores
     started: Any,
 ) -> None:
     """The dense request scores its hits' BM25 through rank-only text terms, the keyword request
-    its hits' cosines through the query vectors it carries, so a candidate only one side found
-    is fused with its real score on the other side (the embedded engine's completion) without
-    a third request. Registry and count are cached: the second search is two requests."""
+    its hits' cosines through the query vectors it carries, so a keyword-only candidate is fused
+    with its real cosine (the embedded engine's completion) without a third request; a
+    dense-only one holds no query word (the keyword list holds every match). Registry and count
+    are cached: the second search is two requests."""
 
     def respond(request: Recorded) -> Reply:
         body = request.json()
         if body.get("ranking") == "semantic":
-            return _root([_hit("dense__chunk_0", 0.6, cosines=(0.8,), bm25=1.5)], 1)
+            return _root([_hit("dense__chunk_0", 0.6, cosines=(0.8,), bm25=0.0)], 1)
         if body.get("ranking") == "keyword":
             return _root([_hit("kw__chunk_0", 4.0, cosines=(0.3,), bm25=4.0)], 1)
         return _root([], 42)
@@ -263,16 +266,38 @@ async def test_hybrid_search_is_two_requests_each_hit_carrying_both_sides_scores
     assert keyword["input.query(q0)"] == pytest.approx(vector_for("a").tolist())
     scores = {h.chunk.id: (h.dense_score, h.keyword_score, h.score) for h in page.hits}
     assert scores == {
-        "dense__chunk_0": (0.8, 1.5, pytest.approx(0.5 * 0.8 + 0.5 * 1.5 / 4.0)),
+        "dense__chunk_0": (0.8, 0.0, pytest.approx(0.5 * 0.8)),
         "kw__chunk_0": (0.3, 4.0, pytest.approx(0.5 * 0.3 + 0.5 * 4.0 / 4.0)),
     }
-    # linear, alpha 0.5, BM25 over its best: dense 0.5*0.8 + 0.5*1.5/4 vs kw 0.5*0.3 + 0.5
+    # linear, alpha 0.5, BM25 over its best: dense 0.5*0.8 + 0 vs kw 0.5*0.3 + 0.5
     assert [h.chunk.id for h in page.hits] == ["kw__chunk_0", "dense__chunk_0"]
     assert page.total_count == 42
     assert len(bodies) == 3
     await engine.search("fixture", query)
     assert len(_searches(server)) == 5
     assert [r.method for r in server.requests].count("GET") == 1  # the registry, once
+
+
+async def test_a_dense_only_hit_of_a_cut_keyword_list_is_fused_with_its_bound_not_its_bm25(
+    started: Any,
+) -> None:
+    """As in the embedded engine: with the keyword list cut at what was asked, a dense-only hit
+    is given the list's lowest BM25 (not the BM25 its own request carries) and reports none."""
+
+    def respond(request: Recorded) -> Reply:
+        if request.json().get("ranking") == "semantic":
+            return _root([_hit("dense__chunk_0", 0.6, cosines=(0.8,), bm25=1.5)], 1)
+        if request.json().get("ranking") == "keyword":
+            return _root([_hit("kw__chunk_0", 4.0, cosines=(0.3,), bm25=4.0)], 1)
+        return _root([], 42)
+
+    _, engine = await started(respond, hybrid_candidates=1)
+    linear = Fusion(FusionMethod.LINEAR, alpha=0.5)
+    query = EngineQuery(Strategy.HYBRID, "tide", np.stack([vector_for("a")]), limit=1)
+    page = await engine.search("fixture", replace(query, fusion=linear))
+    top = page.hits[0]
+    assert (top.chunk.id, top.dense_score, top.keyword_score) == ("dense__chunk_0", 0.8, None)
+    assert top.score == pytest.approx(0.5 * 0.8 + 0.5 * 4.0 / 4.0)
 
 
 async def test_degraded_coverage_reaches_the_page_with_its_reason(started: Any) -> None:

@@ -1,10 +1,10 @@
 """One search of one LanceDB table: both sides filtered by the engine, fused, paged.
 
-Candidates are ranked and fused by row address. HYBRID's keyword side and SEMANTIC read their
-candidates' chunks (HYBRID's keyword side also their vectors) in the ranking query itself; the
-page's other chunks are then taken by address. A concurrent write can move rows in between (a
-compaction, an update): the page then comes back short, and the search runs once more against the
-new version.
+Candidates are ranked and fused by row address. HYBRID's keyword side reads its candidates'
+vectors (and, beside a flat dense scan, their chunks) and SEMANTIC its candidates' chunks in the
+ranking query itself; the page's other chunks are then taken by address. A concurrent write can
+move rows in between (a compaction, an update): the page then comes back short, and the search
+runs once more against the new version.
 """
 
 from __future__ import annotations
@@ -31,16 +31,15 @@ from services.search_tool.engine.lancedb.retrieval import (
     cosines_at,
     dense_candidates,
     keyword_candidates,
-    keyword_scores_at,
 )
 from services.search_tool.engine.lancedb.rows import to_chunk
 from services.search_tool.engine.lancedb.sql import compile_filter
 from services.search_tool.fusion import (
     Candidate,
     Completion,
+    all_keyword_matches,
     fuse,
-    keyword_scores_needed,
-    missing_sides,
+    keyword_only,
 )
 
 _COUNT_CACHE_SIZE = 512
@@ -138,7 +137,7 @@ async def scored_candidates(
     """What `search_table` would fuse for `query`, and the chunk at each candidate address:
     fusion parameters are chosen by replaying these (`bench/eval_scifact.py`)."""
     search = _TableSearch("", table, query, limits, counts, indexed_rows)
-    scored, _ = await search.candidates(complete=True)
+    scored, _ = await search.candidates()
     addresses = {int(c.id) for ranking in scored.dense for c in ranking}
     addresses.update(int(c.id) for c in scored.keyword or ())
     chunks = await chunks_at(table, sorted(addresses), None)
@@ -171,16 +170,13 @@ class _TableSearch:
         self._rows = FetchedRows()
         """Chunks (and vectors) the ranking queries read; the rest of the page is taken."""
 
-    async def candidates(self, *, complete: bool = False) -> tuple[ScoredCandidates, int]:
-        """What the search fuses, and how many chunks match (an upper bound for HYBRID).
-        Unless `complete`, the BM25 of dense-only candidates that cannot reach the page is left
-        out (`fusion.keyword_scores_needed`): the page is the same, the rest of the fused
-        ranking is not (a replay that fuses again with other weights needs `complete`)."""
+    async def candidates(self) -> tuple[ScoredCandidates, int]:
+        """What the search fuses, and how many chunks match (an upper bound for HYBRID)."""
         self._rows = FetchedRows()
         (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
             self._dense_side(), self._keyword_side()
         )
-        completion = await self._completion(dense_lists, keyword_list, complete=complete)
+        completion = await self._completion(dense_lists, keyword_list)
         if matched is None:
             matched = keyword_matches or 0
         return ScoredCandidates(dense_lists, keyword_list, completion), matched
@@ -214,40 +210,24 @@ class _TableSearch:
         return chunks
 
     async def _completion(
-        self,
-        dense_lists: list[list[Candidate]],
-        keyword_list: list[Candidate] | None,
-        *,
-        complete: bool,
+        self, dense_lists: list[list[Candidate]], keyword_list: list[Candidate] | None
     ) -> Completion | None:
-        """HYBRID: each side's score of the candidates only the other side found (the keyword
-        side read its candidates' vectors: their cosines need no query) — unless `complete`,
-        BM25 only of the dense-only candidates that can reach the page."""
+        """HYBRID: the cosines of the keyword-only candidates, from the vectors the keyword query
+        read (their BM25 the dense-only candidates are given by `fuse`)."""
         if keyword_list is None or not dense_lists:
             return None
-        keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
+        missing = keyword_only(dense_lists, keyword_list)
         known = self._rows.vectors
         # in address order, as a take returns them: the same matrix gives the same cosines
-        at_hand = sorted(int(i) for i in keyword_only if int(i) in known)
-        unread = [int(i) for i in keyword_only if int(i) not in known]
+        at_hand = sorted(int(i) for i in missing if int(i) in known)
+        unread = [int(i) for i in missing if int(i) not in known]
         vectors = self._query.vectors
         cosines = best_cosines(at_hand, _stacked([known[a] for a in at_hand]), vectors)
-        if not complete:
-            dense_only = keyword_scores_needed(
-                dense_lists,
-                keyword_list,
-                self._query.fusion,
-                self._depth,
-                all_matches=len(keyword_list) < self._candidates,
-                cosines=cosines,
-            )
-        cosines_read, bm25 = await asyncio.gather(
-            cosines_at(self._table, unread, vectors, self._budget),
-            keyword_scores_at(
-                self._table, self._query.keyword_text, [int(i) for i in dense_only], self._budget
-            ),
+        if unread:
+            cosines.update(await cosines_at(self._table, unread, vectors, self._budget))
+        return Completion(
+            dense=cosines, all_keyword_matches=all_keyword_matches(keyword_list, self._candidates)
         )
-        return Completion(dense={**cosines, **cosines_read}, keyword=bm25)
 
     async def _dense_side(self) -> tuple[int | None, list[list[Candidate]]]:
         """(rows matching the filter, one candidate list per query vector); KEYWORD: (None, [])."""
@@ -292,18 +272,18 @@ class _TableSearch:
         if query.strategy is Strategy.SEMANTIC:
             return None, None
         if query.strategy is Strategy.HYBRID:
-            # a flat dense scan is the slowest query by far (SciFact: 9 ms against 2): reading
-            # the keyword candidates' vectors and chunks beside it saves a round; with a vector
-            # index the keyword query is the slower one (100k chunks, filtered: 4 ms against 5)
-            # and the reads would lengthen the search (+0.4 ms p50), so the rows are taken later
-            flat = self._indexed_rows() is None
+            # the keyword candidates' vectors give the keyword-only ones' cosines without a
+            # round of their own. Their chunks too beside a flat dense scan, the slowest query by
+            # far (SciFact: 9 ms against 2); with a vector index (100k chunks under a filter)
+            # the chunks would lengthen the search, the page's are taken at the end instead
             ranked, _ = await keyword_candidates(
                 self._table,
                 query.keyword_text,
                 self._where,
                 self._candidates,
                 self._budget,
-                rows=self._rows if flat else None,
+                rows=self._rows,
+                chunks=self._indexed_rows() is None,
             )
             return ranked, None
         # one ranking to the cap gives both the count and, at its head, the candidates

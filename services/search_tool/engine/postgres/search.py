@@ -42,7 +42,13 @@ from services.search_tool.engine.postgres.schema import (
     terms_table,
 )
 from services.search_tool.engine.postgres.sql import compile_filter
-from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
+from services.search_tool.fusion import (
+    Candidate,
+    Completion,
+    all_keyword_matches,
+    fuse,
+    keyword_only,
+)
 
 _COUNT_CACHE_SIZE = 512
 _IDS_PER_FILTER = 50_000
@@ -432,14 +438,13 @@ class TableSearch:
     def _scored(
         self,
         *,
-        only: Sequence[str] | None = None,
         among: str | None = None,
         within: tuple[sql.Composed, list[object]] | None = None,
     ) -> tuple[sql.Composed, list[object]]:
         """`WITH ... scored AS (...)`: BM25 of every chunk holding a query term, summed from the
-        postings of the query terms alone (`chunk_id`, `score`); of the chunks `only` (a few,
-        found by the index), or `among` (many, checked per posting), or of those the statement
-        `within` selects (materialised once, then hash-joined), when given. Each
+        postings of the query terms alone (`chunk_id`, `score`); of the chunks `among` (many,
+        checked per posting), or of those the statement `within` selects (materialised once,
+        then hash-joined), when given. Each
         term's weight is its idf from the collection's statistics (`bm25.idf`) times its count in
         the query; terms no chunk holds weigh nothing (`bm25.weights`). float8 throughout: a bare
         decimal literal is `numeric`, whose arithmetic is several times slower."""
@@ -455,7 +460,7 @@ class TableSearch:
             " JOIN {terms} t ON t.term = w.term CROSS JOIN totals WHERE t.df > 0),"
             " {matching}"
             " scored AS (SELECT p.chunk_id, sum({bm25}) AS score"
-            " FROM q JOIN {postings} p ON p.term = q.term {only} {join} CROSS JOIN totals"
+            " FROM q JOIN {postings} p ON p.term = q.term {among} {join} CROSS JOIN totals"
             " GROUP BY p.chunk_id)"
         ).format(
             terms=terms_table(self._id),
@@ -466,14 +471,12 @@ class TableSearch:
             ),
             bm25=_BM25_TERM,
             postings=postings_table(self._id),
-            only=(
-                sql.SQL("AND p.chunk_id = ANY(%s)")
-                if only is not None
+            among=(
                 # `|| ''` keeps the many ids out of the index condition (one index search per
                 # id): checked against a hash of them while the terms' postings are read. One
                 # text of ids, split by the server: an array parameter of thousands of ids
                 # costs the client milliseconds to encode on every search
-                else sql.SQL("AND (p.chunk_id || '') = ANY(string_to_array(%s::text, E'\\n'))")
+                sql.SQL("AND (p.chunk_id || '') = ANY(string_to_array(%s::text, E'\\n'))")
                 if among is not None
                 else sql.SQL("")
             ),
@@ -489,8 +492,6 @@ class TableSearch:
             list(self._terms.values()),
             *matching_params,
         ]
-        if only is not None:
-            params.append(list(only))
         if among is not None:
             params.append(among)
         return statement, params
@@ -548,23 +549,9 @@ class TableSearch:
                 " cos AS (SELECT c.id, max(1 - (c.embedding <=> v.v)) AS score FROM {table} c"
                 " CROSS JOIN unnest(%s::vector[]) AS v(v)"
                 " WHERE c.id IN (SELECT id FROM kw EXCEPT SELECT id FROM dense_ids)"
-                " GROUP BY c.id),"
-                # one index probe per (dense-only chunk, query term): reading every posting of
-                # the query terms again and keeping those of ~100 chunks cost as much as the
-                # keyword side itself at 100k chunks. OFFSET 0 keeps the planner from pulling
-                # the lateral subquery up into that very hash join.
-                " bm AS (SELECT p.chunk_id AS id, sum({bm25}) AS score"
-                " FROM (SELECT id FROM dense_ids EXCEPT SELECT id FROM kw) d CROSS JOIN q"
-                " CROSS JOIN LATERAL (SELECT p.chunk_id, p.tf, p.doc_length FROM {postings} p"
-                " WHERE p.term = q.term AND p.chunk_id = d.id OFFSET 0) p CROSS JOIN totals"
-                " GROUP BY p.chunk_id)"
+                " GROUP BY c.id)"
                 " SELECT 0, id, score FROM kw"
-            ).format(
-                dense_ids=dense_ids,
-                table=self._table,
-                bm25=_BM25_TERM,
-                postings=postings_table(self._id),
-            )
+            ).format(dense_ids=dense_ids, table=self._table)
         )
         params.append([vector_text(v) for v in query.vectors])
         for i, name in enumerate(dense_names):
@@ -572,7 +559,6 @@ class TableSearch:
                 sql.SQL(" UNION ALL SELECT {}, id, score FROM {}").format(sql.Literal(i + 1), name)
             )
         parts.append(sql.SQL(" UNION ALL SELECT -1, id, score FROM cos"))
-        parts.append(sql.SQL(" UNION ALL SELECT -2, id, score FROM bm"))
         if capture and not self._query.filter.is_empty:
             parts.append(sql.SQL(" UNION ALL SELECT -3, id, 0::float8 FROM matching"))
         # the ids' array is planned for its size each time: a generic plan assumes a few rows
@@ -588,7 +574,6 @@ class TableSearch:
         keyword: list[Candidate] = []
         dense: list[list[Candidate]] = [[] for _ in self._query.vectors]
         cosines: dict[str, float] = {}
-        scores: dict[str, float] = {}
         matching: list[str] = []
         for side, chunk_id, score in await cursor.fetchall():
             if side == 0:
@@ -597,8 +582,6 @@ class TableSearch:
                 dense[side - 1].append(Candidate(str(chunk_id), float(score)))
             elif side == -1:
                 cosines[str(chunk_id)] = float(score)
-            elif side == -2:
-                scores[str(chunk_id)] = float(score)
             else:
                 matching.append(str(chunk_id))
         for ranking in dense:
@@ -606,7 +589,9 @@ class TableSearch:
         if len(dense) > 1:
             dense = [ranking for ranking in dense if ranking]
         self._captured = matching
-        completion = Completion(dense=cosines, keyword=scores) if dense else None
+        completion = (
+            Completion(cosines, all_keyword_matches(keyword, self._candidates)) if dense else None
+        )
         return dense, keyword, completion
 
     # -- completion and page ------------------------------------------------------------------
@@ -614,24 +599,22 @@ class TableSearch:
     async def _completion(
         self, dense_lists: list[list[Candidate]], keyword_list: list[Candidate] | None
     ) -> Completion | None:
-        """HYBRID: each side's score of the candidates only the other side found (the best cosine
-        over the query vectors; BM25, leaving out chunks holding no query term: they score 0)."""
+        """HYBRID: the best cosine over the query vectors of each keyword-only candidate (a
+        dense-only candidate's BM25 is the fusion's bound)."""
         if keyword_list is None or not dense_lists:
             return None
-        keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
-        cosines = scores = None
-        if keyword_only and len(self._query.vectors):
+        missing = keyword_only(dense_lists, keyword_list)
+        cosines = None
+        if missing and len(self._query.vectors):
             vectors = [vector_text(v) for v in self._query.vectors]
             statement = sql.SQL(
                 "SELECT c.id, max(1 - (c.embedding <=> q.v)) FROM {} c"
                 " CROSS JOIN unnest(%s::vector[]) AS q(v) WHERE c.id = ANY(%s) GROUP BY c.id"
             ).format(self._table)
-            cosines = await self._conn.execute(statement, (vectors, list(keyword_only)))
-        if dense_only and self._terms:
-            scored, params = self._scored(only=dense_only)
-            statement = sql.SQL("{} SELECT chunk_id, score FROM scored").format(scored)
-            scores = await self._conn.execute(statement, params)
-        return Completion(dense=await _by_id(cosines), keyword=await _by_id(scores))
+            cosines = await self._conn.execute(statement, (vectors, missing))
+        return Completion(
+            await _by_id(cosines), all_keyword_matches(keyword_list, self._candidates)
+        )
 
     async def _chunks(self, ids: Sequence[str]) -> dict[str, Any]:
         """The page's chunks by id (a chunk deleted meanwhile is left out)."""

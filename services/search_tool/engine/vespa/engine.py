@@ -112,7 +112,13 @@ from services.search_tool.filters import (
     FilterGroup,
     Operator,
 )
-from services.search_tool.fusion import Candidate, Completion, fuse, missing_sides
+from services.search_tool.fusion import (
+    Candidate,
+    Completion,
+    all_keyword_matches,
+    fuse,
+    keyword_only,
+)
 
 log = logging.getLogger(__name__)
 
@@ -434,7 +440,7 @@ class VespaEngine:
                 scored.setdefault(chunk_id, hit)
         completion = None
         if keyword_list is not None and dense_lists:
-            completion = _completion(dense_lists, keyword_list, scored, len(vectors))
+            completion = _completion(dense_lists, keyword_list, scored, len(vectors), hits)
         fused = fuse(dense_lists, keyword_list, query.fusion, completion)
         page = [
             Hit(chunk_from_hit(scored[f.id].fields), f.score, f.dense_score, f.keyword_score)
@@ -758,13 +764,14 @@ def _completion(
     keyword_list: list[Candidate],
     scored: Mapping[str, _Scored],
     vectors: int,
+    asked: int,
 ) -> Completion:
-    """Each side's score of the candidates only the other side found, from the scores every hit
-    already carries: the best cosine of a keyword-only chunk, the BM25 of a dense-only one."""
-    keyword_only, dense_only = missing_sides(dense_lists, keyword_list)
+    """The best cosine of each keyword-only candidate, from the cosines every keyword hit carries
+    (a dense-only candidate's BM25 is the fusion's bound, as in the embedded engine)."""
+    missing = keyword_only(dense_lists, keyword_list)
     return Completion(
-        dense={c: max(scored[c].cosines[:vectors]) for c in keyword_only},
-        keyword={c: scored[c].bm25 for c in dense_only if scored[c].bm25 > 0},
+        dense={c: max(scored[c].cosines[:vectors]) for c in missing},
+        all_keyword_matches=all_keyword_matches(keyword_list, asked),
     )
 
 
