@@ -193,4 +193,5 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
         hybrid_candidates=settings.fusion.candidates,
         keyword_count_cap=settings.engine.keyword_count_cap,
         settle_after_s=settings.engine.settle_after_s,
+        vectors_in_memory=settings.engine.vectors_in_memory,
     )

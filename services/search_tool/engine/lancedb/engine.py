@@ -34,6 +34,7 @@ from services.search_tool.engine.base import (
     StoredVersion,
 )
 from services.search_tool.engine.lancedb.describe import describe_table
+from services.search_tool.engine.lancedb.flat import FlatVectors
 from services.search_tool.engine.lancedb.indexes import (
     IndexPolicy,
     build_vector_index,
@@ -86,8 +87,11 @@ class LanceDBEngine:
         marker_dir: Path | None = None,
         vector_index_builder: VectorIndexBuilder = build_vector_index,
         settle_after_s: float | None = None,
+        vectors_in_memory: int = 100_000,
     ) -> None:
         self._db = connection
+        self._flat = FlatVectors(vectors_in_memory)
+        """Vectors of collections without a vector index, per table version (`flat.py`)."""
         self._maintenance = IndexMaintenance(self.refresh, quiet_s=settle_after_s)
         self._policy = policy or IndexPolicy()
         self._limits = SearchLimits(self._policy, hybrid_candidates, keyword_count_cap)
@@ -115,6 +119,7 @@ class LanceDBEngine:
         keyword_count_cap: int = 10_000,
         vector_index_builder: VectorIndexBuilder = build_vector_index,
         settle_after_s: float | None = None,
+        vectors_in_memory: int = 100_000,
     ) -> LanceDBEngine:
         """Open (creating when missing) the database under `data_dir`; pending vector-index
         builds are remembered under `data_dir/.quarry/`. With `settle_after_s`, a collection's
@@ -129,6 +134,7 @@ class LanceDBEngine:
             marker_dir=data_dir / ".quarry",
             vector_index_builder=vector_index_builder,
             settle_after_s=settle_after_s,
+            vectors_in_memory=vectors_in_memory,
         )
 
     async def close(self) -> None:
@@ -137,6 +143,7 @@ class LanceDBEngine:
         await self._maintenance.close()
         await self._cancel_deferred(list(self._deferred))
         await self._vectors.close()
+        await self._flat.close()
         self._tables.clear()
         self._schemas.clear()
         self._db.close()  # type: ignore[no-untyped-call]
@@ -191,6 +198,7 @@ class LanceDBEngine:
                 for key in [k for k in self._described_under if k[0] == name]:
                     del self._described_under[key]
                 self._counts.forget(name)
+                self._flat.forget(name)
                 await self._db.drop_table(name)
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
@@ -332,6 +340,7 @@ class LanceDBEngine:
             limits=self._limits,
             counts=self._counts,
             indexed_rows=lambda: self._vectors.covered_rows(name),
+            flat=self._flat,
         )
 
     async def search_embedding(
@@ -354,6 +363,7 @@ class LanceDBEngine:
             counts=self._counts,
             indexed_rows=lambda: self._vectors.covered_rows(name),
             pending_vectors=vectors,
+            flat=self._flat,
         )
 
     async def scored_candidates(

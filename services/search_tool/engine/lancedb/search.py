@@ -22,6 +22,7 @@ import numpy.typing as npt
 from services.common.errors import DeadlineExceeded
 from services.search_tool.documents import Chunk
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
+from services.search_tool.engine.lancedb.flat import FlatVectors
 from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
 from services.search_tool.engine.lancedb.retrieval import (
     ALL_PARTITIONS,
@@ -95,14 +96,17 @@ async def search_table(
     counts: FilterCounts,
     indexed_rows: Callable[[], int | None],
     pending_vectors: Awaitable[npt.NDArray[np.float32]] | None = None,
+    flat: FlatVectors | None = None,
 ) -> SearchPage:
     """Run `query` within its time budget. `indexed_rows` tells the rows the vector index covers
-    now (None: no vector index, dense search scans every row the filter leaves). With
-    `pending_vectors`, they replace `query.vectors` once ready; the keyword side does not wait
-    for them."""
+    now (None: no vector index, dense search scans every row the filter leaves; `flat` may hold
+    them in memory). With `pending_vectors`, they replace `query.vectors` once ready; the keyword
+    side does not wait for them."""
     try:
         async with asyncio.timeout(query.timeout_s):
-            search = _TableSearch(name, table, query, limits, counts, indexed_rows, pending_vectors)
+            search = _TableSearch(
+                name, table, query, limits, counts, indexed_rows, pending_vectors, flat
+            )
             try:
                 return await search.run(final=False)
             except _RowsMoved:
@@ -154,8 +158,10 @@ class _TableSearch:
         counts: FilterCounts,
         indexed_rows: Callable[[], int | None],
         pending_vectors: Awaitable[npt.NDArray[np.float32]] | None = None,
+        flat: FlatVectors | None = None,
     ) -> None:
         self._pending_vectors = pending_vectors
+        self._flat = flat
         self._name = name
         self._table = table
         self._query = query
@@ -244,6 +250,10 @@ class _TableSearch:
         # SEMANTIC's candidates are its page: their chunks come with them (HYBRID's would cost
         # the slowest query more than taking the page's few dense-only ones later)
         rows = self._rows if self._query.strategy is Strategy.SEMANTIC else None
+        if indexed is None and self._flat is not None and self._where is None:
+            held = await self._flat.candidates(self._name, self._table, vectors, self._candidates)
+            if held is not None:  # in memory: no scan
+                return await self._counts.count(self._name, self._table, None), held
         if indexed is None:  # a flat scan: counting runs beside it
             matched, found = await asyncio.gather(
                 self._counts.count(self._name, self._table, self._where),

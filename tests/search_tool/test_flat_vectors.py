@@ -1,0 +1,221 @@
+"""Vectors of collections without a vector index, held in memory per table version
+(`engine/lancedb/flat.py`): the same pages as LanceDB's scan, never a stale one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from services.search_tool.documents import Document
+from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
+from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.lancedb.flat import FlatVectors
+from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
+from tests.search_tool.engine_fixtures import DIMENSIONS, record, vector_for
+
+SPEC = CollectionSpec("test-model", DIMENSIONS)
+DOCUMENTS = [
+    Document(id=f"doc{i}", text=f"note {i} about tides and {'rivers' if i % 3 else 'lakes'}")
+    for i in range(60)
+]
+
+
+def _query(strategy: Strategy, key: str = "probe", **overrides: Any) -> EngineQuery:
+    query = EngineQuery(strategy, "tides rivers", np.stack([vector_for(key)]), limit=10)
+    return replace(query, **overrides)
+
+
+def _page(page: Any) -> list[tuple[str, float, float | None, float | None]]:
+    return [
+        (h.chunk.id, round(h.score, 5), h.dense_score and round(h.dense_score, 5), h.keyword_score)
+        for h in page.hits
+    ]
+
+
+async def _opened(path: Path, **options: Any) -> LanceDBEngine:
+    engine = await LanceDBEngine.open(path, **options)
+    await engine.ensure_collection("c", SPEC)
+    await engine.upsert("c", [record(d) for d in DOCUMENTS])
+    return engine
+
+
+async def _held(engine: LanceDBEngine, query: EngineQuery, name: str = "c") -> Any:
+    """Search twice at one version (the second starts the build), wait for it, search again."""
+    await engine.search(name, query)
+    await engine.search(name, query)
+    await engine._flat.built(name)
+    return await engine.search(name, query)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SEMANTIC, Strategy.HYBRID])
+async def test_a_collection_read_twice_at_one_version_is_searched_in_memory_with_the_same_pages(
+    tmp_path: Path, strategy: Strategy
+) -> None:
+    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0)
+    holding = await _opened(tmp_path / "held")
+    try:
+        for key in ("probe", "doc7__chunk_0", "other"):
+            query = _query(strategy, key)
+            expected = _page(await scanning.search("c", query))
+            assert _page(await _held(holding, query)) == expected
+            deeper = replace(query, offset=5, limit=20)
+            assert _page(await holding.search("c", deeper)) == _page(
+                await scanning.search("c", deeper)
+            )
+        assert "c" in holding._flat._held
+        assert not scanning._flat._held
+        # the query's variations: one list per vector, as LanceDB gives them
+        variations = replace(_query(strategy), vectors=np.stack([vector_for("a"), vector_for("b")]))
+        assert _page(await holding.search("c", variations)) == _page(
+            await scanning.search("c", variations)
+        )
+    finally:
+        await scanning.close()
+        await holding.close()
+
+
+async def test_the_dense_side_reads_no_vector_from_lancedb_once_held(tmp_path: Path) -> None:
+    engine = await _opened(tmp_path / "db")
+    try:
+        query = _query(Strategy.SEMANTIC, "doc7__chunk_0")
+        await _held(engine, query)
+        table = await engine._table("c")
+
+        def no_scan(*_: Any) -> Any:
+            raise AssertionError("a vector query reached LanceDB")
+
+        table.query = lambda: type("Q", (), {"nearest_to": no_scan})()
+        page = await engine.search("c", query)
+        assert page.hits[0].chunk.id == "doc7__chunk_0"
+        assert page.hits[0].dense_score == pytest.approx(1.0, abs=1e-6)
+    finally:
+        await engine.close()
+
+
+async def test_a_write_makes_the_held_vectors_stale_and_the_next_search_sees_it(
+    tmp_path: Path,
+) -> None:
+    engine = await _opened(tmp_path / "db")
+    try:
+        query = _query(Strategy.SEMANTIC, "newcomer__chunk_0")
+        before = await _held(engine, query)
+        assert "newcomer__chunk_0" not in [h.chunk.id for h in before.hits]
+        await engine.upsert("c", [record(Document(id="newcomer", text="fresh words"))])
+        after = await engine.search("c", query)
+        assert after.hits[0].chunk.id == "newcomer__chunk_0"
+        await engine.delete_chunks("c", ["newcomer__chunk_0"])
+        gone = await engine.search("c", query)
+        assert "newcomer__chunk_0" not in [h.chunk.id for h in gone.hits]
+    finally:
+        await engine.close()
+
+
+async def test_a_collection_dropped_and_made_again_is_never_served_from_the_old_vectors(
+    tmp_path: Path,
+) -> None:
+    engine = await _opened(tmp_path / "db")
+    try:
+        query = _query(Strategy.SEMANTIC, "doc7__chunk_0")
+        assert (await _held(engine, query)).hits[0].chunk.id == "doc7__chunk_0"
+        await engine.drop_collection("c")
+        await engine.ensure_collection("c", SPEC)
+        await engine.upsert("c", [record(Document(id="other", text="x"))])
+        for _ in range(3):
+            page = await engine.search("c", query)
+            assert [h.chunk.id for h in page.hits] == ["other__chunk_0"]
+            await engine._flat.built("c")
+    finally:
+        await engine.close()
+
+
+async def test_a_filtered_search_is_answered_by_lancedb_with_the_filter_applied(
+    tmp_path: Path,
+) -> None:
+    engine = await _opened(tmp_path / "db")
+    try:
+        await _held(engine, _query(Strategy.SEMANTIC))
+        fields = await engine.fields("c")
+        only = validate_filter(
+            RawFilter(((RawCondition("document_id", Operator.IN, ["doc1", "doc2"]),),)), fields
+        )
+        page = await engine.search("c", _query(Strategy.SEMANTIC, filter=only))
+        assert sorted(h.chunk.document_id for h in page.hits) == ["doc1", "doc2"]
+    finally:
+        await engine.close()
+
+
+async def test_held_vectors_stay_within_their_bound_least_recently_searched_out(
+    tmp_path: Path,
+) -> None:
+    engine = await _opened(tmp_path / "db", vectors_in_memory=100)
+    try:
+        await engine.ensure_collection("d", SPEC)
+        await engine.upsert("d", [record(d) for d in DOCUMENTS[:50]])
+        query = _query(Strategy.SEMANTIC)
+        await _held(engine, query, "c")
+        assert set(engine._flat._held) == {"c"}
+        await _held(engine, query, "d")  # 60 + 50 > 100: c goes
+        assert set(engine._flat._held) == {"d"}
+        await engine.ensure_collection("big", SPEC)
+        await engine.upsert("big", [record(Document(id=f"b{i}", text="t")) for i in range(101)])
+        await _held(engine, query, "big")  # more than the bound alone: never held
+        assert set(engine._flat._held) == {"d"}
+    finally:
+        await engine.close()
+
+
+class _WrittenDuringTheScan:
+    """A table whose version moves while its vectors are read (a write committed meanwhile)."""
+
+    def __init__(self) -> None:
+        self.versions = iter([1, 1, 2, 2, 2])
+
+    async def version(self) -> int:
+        return next(self.versions)
+
+    async def count_rows(self) -> int:
+        return 3
+
+    def query(self) -> Any:
+        raise AssertionError("not reached")
+
+
+async def test_vectors_read_while_a_write_committed_are_thrown_away() -> None:
+    flat = FlatVectors()
+    table = _WrittenDuringTheScan()
+
+    class Scan:
+        def select(self, _: Any) -> Scan:
+            return self
+
+        def with_row_id(self) -> Scan:
+            return self
+
+        async def to_arrow(self) -> Any:
+            import pyarrow as pa
+
+            vectors = pa.FixedSizeListArray.from_arrays(
+                pa.array(np.ones(3 * DIMENSIONS, np.float32)), DIMENSIONS
+            )
+            return pa.table({"vector": vectors, "_rowid": pa.array([0, 1, 2], pa.uint64())})
+
+    table.query = Scan  # type: ignore[method-assign]
+    probe = np.stack([vector_for("probe")])
+    assert await flat.candidates("t", table, probe, 5) is None  # version 1 noted
+    assert await flat.candidates("t", table, probe, 5) is None  # version 1 again: build
+    await flat.built("t")
+    assert "t" not in flat._held  # the scan ended at version 2
+    await flat.close()
+
+
+async def test_no_vectors_are_held_when_turned_off(tmp_path: Path) -> None:
+    engine = await _opened(tmp_path / "db", vectors_in_memory=0)
+    try:
+        await _held(engine, _query(Strategy.HYBRID))
+        assert not engine._flat._held
+    finally:
+        await engine.close()
