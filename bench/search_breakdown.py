@@ -21,10 +21,10 @@ machine's drift hits every stage alike). HYBRID stages (limit 10):
 * `engine`: `LanceDBEngine.search` with a ready `EngineQuery`.
 * `lancedb_hybrid` (SciFact only): LanceDB's own hybrid query, the peer of `bench/peers/search.py`.
 * The engine's own steps, each alone, exactly as `engine/lancedb/search.py` runs them: `dense`
-  (dense candidates, filter count beside), `keyword` (keyword candidates; beside a flat dense scan
-  they read their vectors and chunks), `completion` (each side's score of what only the other side
-  found: BM25 by a filtered keyword query of those that can reach the page, cosines from read
-  vectors or a take), `fuse` (Python),
+  (dense candidates, filter count beside; from the vectors held in memory once the collection is
+  held, `engine/lancedb/flat.py`), `keyword` (keyword candidates with their vectors; beside a flat
+  dense scan their chunks too), `completion` (the keyword-only candidates' cosines from the read
+  vectors; a dense-only candidate's BM25 is the fusion's bound), `fuse` (Python),
   `chunks` (the page's chunks the ranking did not read, taken by address). The search's critical
   path is max(dense, keyword) + completion + fuse + chunks.
 
@@ -182,6 +182,7 @@ class SearchPath:
             engine._limits,
             engine._counts,
             lambda: engine._vectors.covered_rows(self.collection),
+            flat=engine._flat,  # the vectors held in memory, as the engine's own searches
         )
 
     async def prepare(self, strategy: Strategy, text: str) -> Any:
