@@ -114,25 +114,31 @@ class FlatVectors:
             scanned = await table.query().select([VECTOR_COLUMN]).with_row_id().to_arrow()
             if await table.version() != version:
                 return  # written meanwhile: the scan may hold either version
-            rows = scanned.num_rows
-            addresses = np.asarray(scanned.column("_rowid").to_numpy(), dtype=np.uint64)
-            stored = scanned.column(VECTOR_COLUMN).combine_chunks()
-            matrix = (
-                np.ascontiguousarray(stored.values.to_numpy().reshape(rows, -1), np.float32)
-                if rows
-                else np.zeros((0, stored.type.list_size), np.float32)
-            )
+            # copying up to max_rows vectors takes tens of milliseconds: off the event loop
+            addresses, matrix = await asyncio.to_thread(_arrays, scanned)
         except asyncio.CancelledError:
             raise
         except Exception:  # the collection stays on LanceDB's scan
             _log.warning("reading the vectors of %r into memory failed", name, exc_info=True)
             return
+        rows = len(addresses)
         self._held.pop(name, None)
         while self._held and sum(v.matrix.shape[0] for v in self._held.values()) + rows > (
             self._max_rows
         ):
             self._held.popitem(last=False)
         self._held[name] = _Vectors(version, addresses, matrix)
+
+
+def _arrays(scanned: Any) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
+    """(row addresses, one row per vector) of a scan of `_rowid` and the vector column."""
+    rows = scanned.num_rows
+    addresses = np.asarray(scanned.column("_rowid").to_numpy(), dtype=np.uint64)
+    stored = scanned.column(VECTOR_COLUMN).combine_chunks()
+    if not rows:
+        return addresses, np.zeros((0, stored.type.list_size), np.float32)
+    matrix = np.ascontiguousarray(stored.values.to_numpy().reshape(rows, -1), np.float32)
+    return addresses, matrix
 
 
 def _ranked(
