@@ -14,6 +14,7 @@ from services.search_tool.documents import Document
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.flat import FlatVectors
+from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
 from tests.search_tool.engine_fixtures import DIMENSIONS, record, vector_for
 
@@ -132,20 +133,77 @@ async def test_a_collection_dropped_and_made_again_is_never_served_from_the_old_
         await engine.close()
 
 
-async def test_a_filtered_search_is_answered_by_lancedb_with_the_filter_applied(
-    tmp_path: Path,
+async def _only(engine: LanceDBEngine, *documents: str) -> Any:
+    fields = await engine.fields("c")
+    condition = RawCondition("document_id", Operator.IN, list(documents))
+    return validate_filter(RawFilter(((condition,),)), fields)
+
+
+@pytest.mark.parametrize("strategy", [Strategy.SEMANTIC, Strategy.HYBRID])
+async def test_a_filtered_search_in_memory_ranks_exactly_the_rows_the_filter_leaves(
+    tmp_path: Path, strategy: Strategy
 ) -> None:
+    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0)
+    holding = await _opened(tmp_path / "held")
+    try:
+        chosen = [f"doc{i}" for i in range(0, 60, 4)]
+        only = await _only(holding, *chosen)
+        query = _query(strategy, "doc8__chunk_0", filter=only)
+        held = await _held(holding, query)
+        assert {h.chunk.document_id for h in held.hits} <= set(chosen)
+        assert held.hits[0].chunk.id == "doc8__chunk_0"
+        assert _page(held) == _page(await scanning.search("c", query))
+        assert held.total_count == len(chosen)
+        assert len(holding._flat._filtered) == 1  # the filter's rows, kept for the next search
+        nothing = await _only(holding, "absent")
+        empty = await holding.search("c", replace(query, filter=nothing))
+        assert empty.hits == []
+    finally:
+        await scanning.close()
+        await holding.close()
+
+
+async def test_a_write_makes_a_filters_held_rows_stale(tmp_path: Path) -> None:
     engine = await _opened(tmp_path / "db")
     try:
-        await _held(engine, _query(Strategy.SEMANTIC))
-        fields = await engine.fields("c")
-        only = validate_filter(
-            RawFilter(((RawCondition("document_id", Operator.IN, ["doc1", "doc2"]),),)), fields
-        )
-        page = await engine.search("c", _query(Strategy.SEMANTIC, filter=only))
-        assert sorted(h.chunk.document_id for h in page.hits) == ["doc1", "doc2"]
+        only = await _only(engine, "doc1", "doc2", "newcomer")
+        query = _query(Strategy.SEMANTIC, "newcomer__chunk_0", filter=only)
+        before = await _held(engine, query)
+        assert sorted(h.chunk.document_id for h in before.hits) == ["doc1", "doc2"]
+        await engine.upsert("c", [record(Document(id="newcomer", text="fresh words"))])
+        after = await engine.search("c", query)
+        assert after.hits[0].chunk.id == "newcomer__chunk_0"
+        assert after.total_count == 3
     finally:
         await engine.close()
+
+
+async def test_a_collection_with_a_vector_index_within_the_bound_is_searched_exactly(
+    tmp_path: Path,
+) -> None:
+    """An IVF index probes some partitions and may miss; held vectors rank every row."""
+    policy = IndexPolicy(vector_index_min_rows=16, nprobes=1, probe_fraction=0.01)
+    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0, policy=policy)
+    holding = await _opened(tmp_path / "held", policy=policy)
+    try:
+        for engine in (scanning, holding):
+            await engine.refresh("c")
+            await engine.vector_index_settled("c")
+        assert holding._vectors.covered_rows("c") == len(DOCUMENTS)
+        query = _query(Strategy.SEMANTIC, "probe", limit=len(DOCUMENTS))
+        exact = sorted(
+            (
+                (float(vector_for(f"{d.id}__chunk_0") @ vector_for("probe")), d.id)
+                for d in DOCUMENTS
+            ),
+            reverse=True,
+        )
+        held = await _held(holding, query)
+        assert [h.chunk.document_id for h in held.hits] == [d for _, d in exact]
+        assert "c" in holding._flat._held
+    finally:
+        await scanning.close()
+        await holding.close()
 
 
 async def test_held_vectors_stay_within_their_bound_least_recently_searched_out(

@@ -1,10 +1,11 @@
-"""The vectors of collections without a vector index, held in memory per table version.
+"""Collections' vectors held in memory per table version: a dense query is a product, not a scan.
 
-Below `IndexPolicy.vector_index_min_rows` a collection has no IVF index and LanceDB answers a
-dense query by scanning every stored vector: on SciFact (12,095 chunks) 9–11 ms of a 17 ms HYBRID
-search, most of it reading and decoding the vector column, not the 4.6 M multiply-adds. Here the
-vectors of such a collection are read once per table version into one matrix, and an unfiltered
-dense query is a matrix product and a partial sort (well under a millisecond at that size).
+Without a vector index (below `IndexPolicy.vector_index_min_rows`) LanceDB answers a dense query by
+scanning every stored vector: on SciFact (12,095 chunks) 9–11 ms of a 17 ms HYBRID search, most of
+it reading and decoding the vector column, not the 4.6 M multiply-adds. With one (IVF), it probes
+a tenth of the partitions and is approximate. Here the vectors of a collection of at most
+`max_rows` chunks are read once per table version into one matrix, and a dense query is a matrix
+product and a partial sort: exact, and well under a millisecond at SciFact's size.
 
 * **Exactly one version.** An entry is the table as of one version, read while no write committed
   (the version is read before and after the scan). A search uses it only when the table is still
@@ -13,9 +14,12 @@ dense query is a matrix product and a partial sort (well under a millisecond at 
   version; a later search that finds the same version (no write in between) starts one build in
   the background and goes to LanceDB meanwhile. A collection under a stream of writes is never
   read into memory.
-* **Bounded.** At most `max_rows` vectors over every collection (the least recently searched out);
-  a collection larger than that is never held. 0 turns this off.
-* **Unfiltered only.** A filter is answered by LanceDB (its scalar indexes make the mask).
+* **Filters.** The rows a filter leaves are asked of LanceDB once per (version, filter) (its
+  scalar indexes make the mask; 6–8 ms at 100k) and their vectors kept as a matrix of their own,
+  so a caller's filter repeated over a run costs its product only.
+* **Bounded.** At most `max_rows` vectors over every collection and as many again in filtered
+  matrices (the least recently searched out); a collection larger than that is never held (it
+  keeps LanceDB's scan or index). 0 turns this off.
 
 Scores are the dot products of the L2-normalised stored and query vectors in float32 — LanceDB's
 cosine, up to the last bits; ties are ordered by row address. The product is einsum's, on one
@@ -43,7 +47,9 @@ _log = logging.getLogger(__name__)
 class _Vectors:
     version: int
     addresses: npt.NDArray[np.uint64]
+    """Row addresses, ascending."""
     matrix: npt.NDArray[np.float32]
+    """The vector at each address, one row each."""
 
 
 class FlatVectors:
@@ -52,15 +58,23 @@ class FlatVectors:
     def __init__(self, max_rows: int = 100_000) -> None:
         self._max_rows = max_rows
         self._held: OrderedDict[str, _Vectors] = OrderedDict()
+        self._filtered: OrderedDict[tuple[str, int, str], _Vectors] = OrderedDict()
+        """The rows of a held collection a filter leaves, by (collection, version, filter)."""
         self._seen: dict[str, int] = {}
         """The version a search last found without a current entry, per collection."""
         self._builds: dict[str, asyncio.Task[None]] = {}
 
     async def candidates(
-        self, name: str, table: Any, query_vectors: npt.NDArray[np.float32], limit: int
+        self,
+        name: str,
+        table: Any,
+        query_vectors: npt.NDArray[np.float32],
+        limit: int,
+        where: str | None = None,
     ) -> list[list[Candidate]] | None:
-        """One list of (row address, cosine) per query vector, best first, as the table is now;
-        None when no current entry is held (the caller asks LanceDB)."""
+        """One list of (row address, cosine) per query vector, best first, among the rows the
+        compiled filter `where` leaves, as the table is now; None when no current entry is held
+        (the caller asks LanceDB)."""
         if self._max_rows <= 0 or len(query_vectors) == 0:
             return None
         version = await table.version()
@@ -71,13 +85,40 @@ class FlatVectors:
         if held.matrix.shape[1] != query_vectors.shape[1]:
             return None  # LanceDB reports the mismatch
         self._held.move_to_end(name)
+        if where is not None:
+            under = await self._under(name, table, held, where)
+            if under is None:
+                return None
+            held = under
         if len(held.addresses) == 0:  # as LanceDB answers: no list per vector for variations
             return [] if len(query_vectors) > 1 else [[]]
         return await asyncio.to_thread(_ranked, held, query_vectors, limit)
 
+    async def _under(self, name: str, table: Any, held: _Vectors, where: str) -> _Vectors | None:
+        """The held rows `where` leaves (None: written meanwhile, the caller asks LanceDB)."""
+        key = (name, held.version, where)
+        known = self._filtered.get(key)
+        if known is not None:
+            self._filtered.move_to_end(key)
+            return known
+        found = await table.query().where(where).select([]).with_row_id().to_arrow()
+        if await table.version() != held.version:
+            return None
+        under = await asyncio.to_thread(_subset, held, found)
+        if under is None or len(under.addresses) > self._max_rows:
+            return under  # for this search only
+        self._filtered[key] = under
+        while len(self._filtered) > 1 and (
+            sum(len(v.addresses) for v in self._filtered.values()) > self._max_rows
+        ):
+            self._filtered.popitem(last=False)
+        return under
+
     def forget(self, name: str) -> None:
         """Drop what is held of a collection (dropped, or its rows rewritten)."""
         self._held.pop(name, None)
+        for key in [k for k in self._filtered if k[0] == name]:
+            del self._filtered[key]
         self._seen.pop(name, None)
         build = self._builds.pop(name, None)
         if build is not None:
@@ -90,6 +131,7 @@ class FlatVectors:
         await asyncio.gather(*builds, return_exceptions=True)
         self._builds.clear()
         self._held.clear()
+        self._filtered.clear()
 
     async def built(self, name: str) -> None:
         """Wait for a build of `name` in flight (tests, benches)."""
@@ -137,8 +179,18 @@ def _arrays(scanned: Any) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float3
     stored = scanned.column(VECTOR_COLUMN).combine_chunks()
     if not rows:
         return addresses, np.zeros((0, stored.type.list_size), np.float32)
-    matrix = np.ascontiguousarray(stored.values.to_numpy().reshape(rows, -1), np.float32)
-    return addresses, matrix
+    matrix = stored.values.to_numpy().reshape(rows, -1)
+    order = np.argsort(addresses, kind="stable")  # by address: a filter's rows are found by search
+    return addresses[order], np.ascontiguousarray(matrix[order], np.float32)
+
+
+def _subset(held: _Vectors, found: Any) -> _Vectors | None:
+    """The rows of `held` at the addresses a filtered scan found (None: one is not held)."""
+    wanted = np.sort(np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
+    rows = np.searchsorted(held.addresses, wanted)
+    if len(rows) and (rows[-1] >= len(held.addresses) or (held.addresses[rows] != wanted).any()):
+        return None
+    return _Vectors(held.version, held.addresses[rows], held.matrix[rows])
 
 
 def _ranked(

@@ -250,10 +250,12 @@ class _TableSearch:
         # SEMANTIC's candidates are its page: their chunks come with them (HYBRID's would cost
         # the slowest query more than taking the page's few dense-only ones later)
         rows = self._rows if self._query.strategy is Strategy.SEMANTIC else None
-        if indexed is None and self._flat is not None and self._where is None:
-            held = await self._flat.candidates(self._name, self._table, vectors, self._candidates)
-            if held is not None:  # in memory: no scan
-                return await self._counts.count(self._name, self._table, None), held
+        if self._flat is not None:
+            held = await self._flat.candidates(
+                self._name, self._table, vectors, self._candidates, self._where
+            )
+            if held is not None:  # in memory: exact, no scan, no index probe
+                return await self._counts.count(self._name, self._table, self._where), held
         if indexed is None:  # a flat scan: counting runs beside it
             matched, found = await asyncio.gather(
                 self._counts.count(self._name, self._table, self._where),
