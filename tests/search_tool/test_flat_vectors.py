@@ -277,3 +277,33 @@ async def test_no_vectors_are_held_when_turned_off(tmp_path: Path) -> None:
         assert not engine._flat._held
     finally:
         await engine.close()
+
+
+async def test_a_held_hybrid_search_reads_no_keyword_rows_and_takes_only_its_page(
+    tmp_path: Path,
+) -> None:
+    """The keyword-only candidates' cosines come from the held matrix: no vector is read by the
+    keyword query or taken, only the page's chunks."""
+    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0)
+    engine = await _opened(tmp_path / "db")
+    try:
+        query = _query(Strategy.HYBRID, "doc9__chunk_0", limit=5)
+        await _held(engine, query)
+        table = await engine._table("c")
+        original = table.take_row_ids
+        taken: list[list[int]] = []
+
+        def recording(row_ids: list[int]) -> Any:
+            taken.append(list(row_ids))
+            return original(row_ids)
+
+        table.take_row_ids = recording
+        page = await engine.search("c", query)
+        assert len(taken) == 1  # no take of the keyword-only candidates' vectors
+        assert (
+            len(taken[0]) == len(page.hits) == 5
+        )  # the page's chunks: the keyword query read none
+        assert _page(page) == _page(await scanning.search("c", query))
+    finally:
+        await scanning.close()
+        await engine.close()

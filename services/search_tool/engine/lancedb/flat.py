@@ -94,6 +94,13 @@ class FlatVectors:
             return [] if len(query_vectors) > 1 else [[]]
         return await asyncio.to_thread(_ranked, held, query_vectors, limit)
 
+    async def current(self, name: str, table: Any) -> _Vectors | None:
+        """What is held of `name` if the table is still at its version (no side effect)."""
+        held = self._held.get(name)
+        if held is None or self._max_rows <= 0 or await table.version() != held.version:
+            return None
+        return held
+
     async def _under(self, name: str, table: Any, held: _Vectors, where: str) -> _Vectors | None:
         """The held rows `where` leaves (None: written meanwhile, the caller asks LanceDB)."""
         key = (name, held.version, where)
@@ -182,6 +189,22 @@ def _arrays(scanned: Any) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float3
     matrix = stored.values.to_numpy().reshape(rows, -1)
     order = np.argsort(addresses, kind="stable")  # by address: a filter's rows are found by search
     return addresses[order], np.ascontiguousarray(matrix[order], np.float32)
+
+
+def held_cosines(
+    held: _Vectors, addresses: list[int], query_vectors: npt.NDArray[np.float32]
+) -> dict[str, float] | None:
+    """The best cosine over the query vectors of the rows at `addresses`, from the held matrix
+    (None: one of them is not held)."""
+    if not addresses:
+        return {}
+    wanted = np.asarray(addresses, dtype=np.uint64)
+    rows = np.searchsorted(held.addresses, wanted)
+    if (rows >= len(held.addresses)).any() or (held.addresses[rows] != wanted).any():
+        return None
+    vectors = np.asarray(query_vectors, dtype=np.float32)
+    best = np.einsum("ij,kj->ik", held.matrix[rows], vectors).max(axis=1)
+    return {str(a): float(c) for a, c in zip(addresses, best, strict=True)}
 
 
 def _subset(held: _Vectors, found: Any) -> _Vectors | None:

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from services.common.errors import DeadlineExceeded
 from services.search_tool.documents import Chunk
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
-from services.search_tool.engine.lancedb.flat import FlatVectors
+from services.search_tool.engine.lancedb.flat import FlatVectors, held_cosines
 from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
 from services.search_tool.engine.lancedb.retrieval import (
     ALL_PARTITIONS,
@@ -162,6 +162,8 @@ class _TableSearch:
     ) -> None:
         self._pending_vectors = pending_vectors
         self._flat = flat
+        self._held: Any = None
+        """The collection's vectors held in memory at the version this search reads, if any."""
         self._name = name
         self._table = table
         self._query = query
@@ -179,6 +181,13 @@ class _TableSearch:
     async def candidates(self) -> tuple[ScoredCandidates, int]:
         """What the search fuses, and how many chunks match (an upper bound for HYBRID)."""
         self._rows = FetchedRows()
+        # with the vectors held, the dense side is a product: the keyword query is the slow one
+        # and reads no rows (its candidates' cosines come from the held matrix)
+        self._held = (
+            await self._flat.current(self._name, self._table)
+            if self._flat is not None and self._query.strategy is Strategy.HYBRID
+            else None
+        )
         (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
             self._dense_side(), self._keyword_side()
         )
@@ -229,7 +238,13 @@ class _TableSearch:
         unread = [int(i) for i in missing if int(i) not in known]
         vectors = self._query.vectors
         cosines = best_cosines(at_hand, _stacked([known[a] for a in at_hand]), vectors)
-        if unread:
+        from_memory = None
+        # still at the held version after the keyword query: its addresses are the held rows'
+        if self._held is not None and await self._table.version() == self._held.version:
+            from_memory = held_cosines(self._held, unread, vectors)
+        if from_memory is not None:
+            cosines.update(from_memory)
+        elif unread:
             cosines.update(await cosines_at(self._table, unread, vectors, self._budget))
         return Completion(
             dense=cosines, all_keyword_matches=all_keyword_matches(keyword_list, self._candidates)
@@ -294,7 +309,7 @@ class _TableSearch:
                 self._where,
                 self._candidates,
                 self._budget,
-                rows=self._rows,
+                rows=self._rows if self._held is None else None,
                 chunks=self._indexed_rows() is None,
             )
             return ranked, None
