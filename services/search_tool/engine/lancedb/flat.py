@@ -198,9 +198,8 @@ def held_cosines(
     (None: one of them is not held)."""
     if not addresses:
         return {}
-    wanted = np.asarray(addresses, dtype=np.uint64)
-    rows = np.searchsorted(held.addresses, wanted)
-    if (rows >= len(held.addresses)).any() or (held.addresses[rows] != wanted).any():
+    rows = _rows_at(held, np.asarray(addresses, dtype=np.uint64))
+    if rows is None:
         return None
     vectors = np.asarray(query_vectors, dtype=np.float32)
     best = np.einsum("ij,kj->ik", held.matrix[rows], vectors).max(axis=1)
@@ -209,11 +208,19 @@ def held_cosines(
 
 def _subset(held: _Vectors, found: Any) -> _Vectors | None:
     """The rows of `held` at the addresses a filtered scan found (None: one is not held)."""
-    wanted = np.sort(np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
-    rows = np.searchsorted(held.addresses, wanted)
-    if len(rows) and (rows[-1] >= len(held.addresses) or (held.addresses[rows] != wanted).any()):
+    rows = _rows_at(held, np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
+    if rows is None:
         return None
+    rows.sort()  # ascending addresses, as every held matrix
     return _Vectors(held.version, held.addresses[rows], held.matrix[rows])
+
+
+def _rows_at(held: _Vectors, wanted: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp] | None:
+    """The matrix row of each address (None: one of them is not held)."""
+    rows = np.searchsorted(held.addresses, wanted)
+    if (rows >= len(held.addresses)).any() or (held.addresses[rows] != wanted).any():
+        return None
+    return rows
 
 
 def _ranked(

@@ -228,7 +228,7 @@ class _TableSearch:
         self, dense_lists: list[list[Candidate]], keyword_list: list[Candidate] | None
     ) -> Completion | None:
         """HYBRID: the cosines of the keyword-only candidates, from the vectors the keyword query
-        read (their BM25 the dense-only candidates are given by `fuse`)."""
+        read or from the held matrix (a dense-only candidate's BM25 is `fuse`'s bound)."""
         if keyword_list is None or not dense_lists:
             return None
         missing = keyword_only(dense_lists, keyword_list)

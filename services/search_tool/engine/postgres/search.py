@@ -444,10 +444,10 @@ class TableSearch:
         """`WITH ... scored AS (...)`: BM25 of every chunk holding a query term, summed from the
         postings of the query terms alone (`chunk_id`, `score`); of the chunks `among` (many,
         checked per posting), or of those the statement `within` selects (materialised once,
-        then hash-joined), when given. Each
-        term's weight is its idf from the collection's statistics (`bm25.idf`) times its count in
-        the query; terms no chunk holds weigh nothing (`bm25.weights`). float8 throughout: a bare
-        decimal literal is `numeric`, whose arithmetic is several times slower."""
+        then hash-joined), when given. Each term's weight is its idf from the collection's
+        statistics (`bm25.idf`) times its count in the query; terms no chunk holds weigh nothing
+        (`bm25.weights`). float8 throughout: a bare decimal literal is `numeric`, whose
+        arithmetic is several times slower."""
         matching, matching_params = within if within is not None else (None, [])
         statement = sql.SQL(
             "WITH totals AS ("
