@@ -175,19 +175,15 @@ class SearchPath:
 
     async def table_search(self, strategy: Strategy, text: str) -> _TableSearch:
         engine = self.engine
-        table = await engine._table(self.collection)  # the bench times the engine's own steps
-        search = _TableSearch(
+        return _TableSearch(
             self.collection,
-            table,
+            await engine._table(self.collection),  # the bench times the engine's own steps
             self.query(strategy, text),
             engine._limits,
             engine._counts,
             lambda: engine._vectors.covered_rows(self.collection),
             flat=engine._flat,  # the vectors held in memory, as the engine's own searches
         )
-        if strategy is Strategy.HYBRID:  # as `candidates` does before its two sides
-            search._held = await engine._flat.current(self.collection, table)
-        return search
 
     async def prepare(self, strategy: Strategy, text: str) -> Any:
         """The first round's results (and the search holding what it read), once per query."""

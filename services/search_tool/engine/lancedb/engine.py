@@ -91,7 +91,7 @@ class LanceDBEngine:
     ) -> None:
         self._db = connection
         self._flat = FlatVectors(vectors_in_memory)
-        """Vectors of collections without a vector index, per table version (`flat.py`)."""
+        """Vectors of collections within `vectors_in_memory`, per table version (`flat.py`)."""
         self._maintenance = IndexMaintenance(self.refresh, quiet_s=settle_after_s)
         self._policy = policy or IndexPolicy()
         self._limits = SearchLimits(self._policy, hybrid_candidates, keyword_count_cap)

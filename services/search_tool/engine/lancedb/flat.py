@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from services.search_tool.engine.lancedb.retrieval import best_cosines
 from services.search_tool.engine.lancedb.rows import VECTOR_COLUMN
 from services.search_tool.fusion import Candidate
 
@@ -201,9 +202,7 @@ def held_cosines(
     rows = _rows_at(held, np.asarray(addresses, dtype=np.uint64))
     if rows is None:
         return None
-    vectors = np.asarray(query_vectors, dtype=np.float32)
-    best = np.einsum("ij,kj->ik", held.matrix[rows], vectors).max(axis=1)
-    return {str(a): float(c) for a, c in zip(addresses, best, strict=True)}
+    return best_cosines(addresses, held.matrix[rows], query_vectors)
 
 
 def _subset(held: _Vectors, found: Any) -> _Vectors | None:

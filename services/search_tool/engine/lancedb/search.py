@@ -181,13 +181,6 @@ class _TableSearch:
     async def candidates(self) -> tuple[ScoredCandidates, int]:
         """What the search fuses, and how many chunks match (an upper bound for HYBRID)."""
         self._rows = FetchedRows()
-        # with the vectors held, the dense side is a product: the keyword query is the slow one
-        # and reads no rows (its candidates' cosines come from the held matrix)
-        self._held = (
-            await self._flat.current(self._name, self._table)
-            if self._flat is not None and self._query.strategy is Strategy.HYBRID
-            else None
-        )
         (matched, dense_lists), (keyword_list, keyword_matches) = await asyncio.gather(
             self._dense_side(), self._keyword_side()
         )
@@ -299,6 +292,10 @@ class _TableSearch:
         if query.strategy is Strategy.SEMANTIC:
             return None, None
         if query.strategy is Strategy.HYBRID:
+            # with the vectors held, the dense side is a product: the keyword query is the slow
+            # one and reads no rows (its candidates' cosines come from the held matrix)
+            if self._flat is not None:
+                self._held = await self._flat.current(self._name, self._table)
             # the keyword candidates' vectors give the keyword-only ones' cosines without a
             # round of their own. Their chunks too beside a flat dense scan, the slowest query by
             # far (SciFact: 9 ms against 2); with a vector index (100k chunks under a filter)
