@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,14 @@ async def _opened(path: Path, **options: Any) -> LanceDBEngine:
     return engine
 
 
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[LanceDBEngine]:
+    """The collection `c` on an engine holding vectors by default."""
+    opened = await _opened(tmp_path / "db")
+    yield opened
+    await opened.close()
+
+
 async def _held(engine: LanceDBEngine, query: EngineQuery, name: str = "c") -> Any:
     """Search twice at one version (the second starts the build), wait for it, search again."""
     await engine.search(name, query)
@@ -79,58 +88,46 @@ async def test_a_collection_read_twice_at_one_version_is_searched_in_memory_with
         await holding.close()
 
 
-async def test_the_dense_side_reads_no_vector_from_lancedb_once_held(tmp_path: Path) -> None:
-    engine = await _opened(tmp_path / "db")
-    try:
-        query = _query(Strategy.SEMANTIC, "doc7__chunk_0")
-        await _held(engine, query)
-        table = await engine._table("c")
+async def test_the_dense_side_reads_no_vector_from_lancedb_once_held(engine: LanceDBEngine) -> None:
+    query = _query(Strategy.SEMANTIC, "doc7__chunk_0")
+    await _held(engine, query)
+    table = await engine._table("c")
 
-        def no_scan(*_: Any) -> Any:
-            raise AssertionError("a vector query reached LanceDB")
+    def no_scan(*_: Any) -> Any:
+        raise AssertionError("a vector query reached LanceDB")
 
-        table.query = lambda: type("Q", (), {"nearest_to": no_scan})()
-        page = await engine.search("c", query)
-        assert page.hits[0].chunk.id == "doc7__chunk_0"
-        assert page.hits[0].dense_score == pytest.approx(1.0, abs=1e-6)
-    finally:
-        await engine.close()
+    table.query = lambda: type("Q", (), {"nearest_to": no_scan})()
+    page = await engine.search("c", query)
+    assert page.hits[0].chunk.id == "doc7__chunk_0"
+    assert page.hits[0].dense_score == pytest.approx(1.0, abs=1e-6)
 
 
 async def test_a_write_makes_the_held_vectors_stale_and_the_next_search_sees_it(
-    tmp_path: Path,
+    engine: LanceDBEngine,
 ) -> None:
-    engine = await _opened(tmp_path / "db")
-    try:
-        query = _query(Strategy.SEMANTIC, "newcomer__chunk_0")
-        before = await _held(engine, query)
-        assert "newcomer__chunk_0" not in [h.chunk.id for h in before.hits]
-        await engine.upsert("c", [record(Document(id="newcomer", text="fresh words"))])
-        after = await engine.search("c", query)
-        assert after.hits[0].chunk.id == "newcomer__chunk_0"
-        await engine.delete_chunks("c", ["newcomer__chunk_0"])
-        gone = await engine.search("c", query)
-        assert "newcomer__chunk_0" not in [h.chunk.id for h in gone.hits]
-    finally:
-        await engine.close()
+    query = _query(Strategy.SEMANTIC, "newcomer__chunk_0")
+    before = await _held(engine, query)
+    assert "newcomer__chunk_0" not in [h.chunk.id for h in before.hits]
+    await engine.upsert("c", [record(Document(id="newcomer", text="fresh words"))])
+    after = await engine.search("c", query)
+    assert after.hits[0].chunk.id == "newcomer__chunk_0"
+    await engine.delete_chunks("c", ["newcomer__chunk_0"])
+    gone = await engine.search("c", query)
+    assert "newcomer__chunk_0" not in [h.chunk.id for h in gone.hits]
 
 
 async def test_a_collection_dropped_and_made_again_is_never_served_from_the_old_vectors(
-    tmp_path: Path,
+    engine: LanceDBEngine,
 ) -> None:
-    engine = await _opened(tmp_path / "db")
-    try:
-        query = _query(Strategy.SEMANTIC, "doc7__chunk_0")
-        assert (await _held(engine, query)).hits[0].chunk.id == "doc7__chunk_0"
-        await engine.drop_collection("c")
-        await engine.ensure_collection("c", SPEC)
-        await engine.upsert("c", [record(Document(id="other", text="x"))])
-        for _ in range(3):
-            page = await engine.search("c", query)
-            assert [h.chunk.id for h in page.hits] == ["other__chunk_0"]
-            await engine._flat.built("c")
-    finally:
-        await engine.close()
+    query = _query(Strategy.SEMANTIC, "doc7__chunk_0")
+    assert (await _held(engine, query)).hits[0].chunk.id == "doc7__chunk_0"
+    await engine.drop_collection("c")
+    await engine.ensure_collection("c", SPEC)
+    await engine.upsert("c", [record(Document(id="other", text="x"))])
+    for _ in range(3):
+        page = await engine.search("c", query)
+        assert [h.chunk.id for h in page.hits] == ["other__chunk_0"]
+        await engine._flat.built("c")
 
 
 async def _only(engine: LanceDBEngine, *documents: str) -> Any:
@@ -163,19 +160,15 @@ async def test_a_filtered_search_in_memory_ranks_exactly_the_rows_the_filter_lea
         await holding.close()
 
 
-async def test_a_write_makes_a_filters_held_rows_stale(tmp_path: Path) -> None:
-    engine = await _opened(tmp_path / "db")
-    try:
-        only = await _only(engine, "doc1", "doc2", "newcomer")
-        query = _query(Strategy.SEMANTIC, "newcomer__chunk_0", filter=only)
-        before = await _held(engine, query)
-        assert sorted(h.chunk.document_id for h in before.hits) == ["doc1", "doc2"]
-        await engine.upsert("c", [record(Document(id="newcomer", text="fresh words"))])
-        after = await engine.search("c", query)
-        assert after.hits[0].chunk.id == "newcomer__chunk_0"
-        assert after.total_count == 3
-    finally:
-        await engine.close()
+async def test_a_write_makes_a_filters_held_rows_stale(engine: LanceDBEngine) -> None:
+    only = await _only(engine, "doc1", "doc2", "newcomer")
+    query = _query(Strategy.SEMANTIC, "newcomer__chunk_0", filter=only)
+    before = await _held(engine, query)
+    assert sorted(h.chunk.document_id for h in before.hits) == ["doc1", "doc2"]
+    await engine.upsert("c", [record(Document(id="newcomer", text="fresh words"))])
+    after = await engine.search("c", query)
+    assert after.hits[0].chunk.id == "newcomer__chunk_0"
+    assert after.total_count == 3
 
 
 async def test_a_collection_with_a_vector_index_within_the_bound_is_searched_exactly(
