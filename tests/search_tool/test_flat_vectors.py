@@ -300,3 +300,30 @@ async def test_a_held_hybrid_search_reads_no_keyword_rows_and_takes_only_its_pag
     finally:
         await scanning.close()
         await engine.close()
+
+
+class _UnreadableVectors:
+    """A table whose vector scan fails (a damaged file, an I/O error)."""
+
+    async def version(self) -> int:
+        return 1
+
+    async def count_rows(self) -> int:
+        return 3
+
+    def query(self) -> Any:
+        raise OSError("read failed")
+
+
+async def test_a_failed_read_of_the_vectors_leaves_searches_to_lancedb(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flat = FlatVectors()
+    table = _UnreadableVectors()
+    probe = np.stack([vector_for("probe")])
+    for _ in range(3):  # noted, build fails, noted again: never raises, never held
+        assert await flat.candidates("t", table, probe, 5) is None
+        await flat.built("t")
+    assert "t" not in flat._held
+    assert "reading the vectors of 't' into memory failed" in caplog.text
+    await flat.close()
