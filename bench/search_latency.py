@@ -70,10 +70,11 @@ from services.search_tool.chunking import keyword_text
 from services.search_tool.config import ChunkingSettings
 from services.search_tool.documents import Chunk, ChunkRecord, chunk_id
 from services.search_tool.embedding.minilm import MiniLmEmbedder
+from services.search_tool.engine import bm25
 from services.search_tool.engine.base import CollectionSpec
 from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb.rows import CHUNK_JSON_COLUMN
-from services.search_tool.engine.postgres import PostgresEngine, bm25
+from services.search_tool.engine.postgres import PostgresEngine
 from services.search_tool.engine.postgres.schema import chunks_table, postings_table, terms_table
 from services.search_tool.server import open_engine
 

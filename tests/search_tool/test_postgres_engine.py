@@ -29,9 +29,10 @@ from services.common.errors import (
 )
 from services.common.postgres import DATABASE_UNAVAILABLE, PostgresSettings
 from services.search_tool.documents import Document
+from services.search_tool.engine import bm25
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, SearchPage, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.postgres import PostgresEngine, bm25
+from services.search_tool.engine.postgres import PostgresEngine
 from services.search_tool.engine.postgres import search as postgres_search
 from services.search_tool.filters import (
     Condition,

@@ -43,6 +43,7 @@ from services.common.postgres import (
     transaction,
 )
 from services.search_tool.documents import Chunk, ChunkRecord
+from services.search_tool.engine import bm25
 from services.search_tool.engine.base import (
     CollectionSpec,
     CollectionStats,
@@ -51,7 +52,6 @@ from services.search_tool.engine.base import (
     SearchPage,
     StoredVersion,
 )
-from services.search_tool.engine.postgres import bm25
 from services.search_tool.engine.postgres.rows import (
     COLUMNS,
     Row,

@@ -25,8 +25,8 @@ from services.search_tool.documents import (
     metadata_type,
     widen,
 )
+from services.search_tool.engine.bm25 import TermCounts, term_counts
 from services.search_tool.engine.lancedb.rows import to_chunk
-from services.search_tool.engine.postgres.bm25 import TermCounts, term_counts
 from services.search_tool.filters import FieldType
 
 __all__ = ["COLUMNS", "Row", "new_metadata_types", "to_chunk", "to_row", "vector_text"]

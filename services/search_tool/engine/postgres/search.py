@@ -33,8 +33,8 @@ from psycopg import AsyncCursor, sql
 
 from services.common.errors import DeadlineExceeded
 from services.common.postgres import Snapshot
+from services.search_tool.engine import bm25
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
-from services.search_tool.engine.postgres import bm25
 from services.search_tool.engine.postgres.rows import to_chunk, vector_text
 from services.search_tool.engine.postgres.schema import (
     chunks_table,
