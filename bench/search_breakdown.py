@@ -22,7 +22,7 @@ machine's drift hits every stage alike). HYBRID stages (limit 10):
 * `lancedb_hybrid` (SciFact only): LanceDB's own hybrid query, the peer of `bench/peers/search.py`.
 * The engine's own steps, each alone, exactly as `engine/lancedb/search.py` runs them: `dense`
   (dense candidates, filter count beside; from the vectors held in memory once the collection is
-  held, `engine/lancedb/flat.py`), `keyword` (keyword candidates with their vectors; beside a flat
+  held, `engine/lancedb/held.py`), `keyword` (keyword candidates with their vectors; beside a flat
   dense scan their chunks too), `completion` (the keyword-only candidates' cosines from the read
   vectors; a dense-only candidate's BM25 is the fusion's bound), `fuse` (Python),
   `chunks` (the page's chunks the ranking did not read, taken by address). The search's critical

@@ -34,7 +34,7 @@ from services.search_tool.engine.base import (
     StoredVersion,
 )
 from services.search_tool.engine.lancedb.describe import describe_table
-from services.search_tool.engine.lancedb.flat import FlatVectors
+from services.search_tool.engine.lancedb.held import FlatVectors
 from services.search_tool.engine.lancedb.indexes import (
     IndexPolicy,
     build_vector_index,

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from services.common.errors import DeadlineExceeded
 from services.search_tool.documents import Chunk
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
-from services.search_tool.engine.lancedb.flat import FlatVectors, held_cosines
+from services.search_tool.engine.lancedb.held import FlatVectors, held_cosines
 from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
 from services.search_tool.engine.lancedb.retrieval import (
     ALL_PARTITIONS,

@@ -1,5 +1,5 @@
 """Vectors of collections without a vector index, held in memory per table version
-(`engine/lancedb/flat.py`): the same pages as LanceDB's scan, never a stale one."""
+(`engine/lancedb/held.py`): the same pages as LanceDB's scan, never a stale one."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from services.search_tool.documents import Document
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb.flat import FlatVectors
+from services.search_tool.engine.lancedb.held import FlatVectors
 from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
 from tests.search_tool.engine_fixtures import DIMENSIONS, record, vector_for
