@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+import regex
 import Stemmer
 
 K1 = 1.2
@@ -49,8 +50,19 @@ ENGLISH_STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
 `being` (stem `be`) is removed and `does` (stem `doe`) is kept. Checked word by word against
 LanceDB (`tests/search_tool/test_postgres_bm25.py`)."""
 
-_WORD = re.compile(r"[^\W_]+")
-"""Maximal runs of alphanumeric characters (tantivy's SimpleTokenizer)."""
+_WORD = regex.compile(r"[\p{Alphabetic}\p{Nd}\p{Nl}\p{No}]+")
+"""Maximal runs of alphanumeric characters as Rust's `char::is_alphanumeric` has them (tantivy's
+SimpleTokenizer): Unicode's Alphabetic property (letters, and the vowel signs of Indic scripts,
+circled letters ...) or a numeric category. Python's own word class splits `भाषा` after `भ`."""
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+"""The same in an ASCII text, at `re`'s speed."""
+
+
+def _words(text: str) -> list[str]:
+    words: list[str] = (_ASCII_WORD if text.isascii() else _WORD).findall(text)
+    return words
+
+
 _FOLDED = {
     "ß": "ss",
     "æ": "ae",
@@ -78,14 +90,27 @@ def _stemmer() -> Stemmer.Stemmer:
 def _fold(token: str) -> str:
     if token.isascii():
         return token
-    decomposed = unicodedata.normalize("NFKD", token)
-    stripped = "".join(c for c in decomposed if not unicodedata.combining(c))
-    return "".join(_FOLDED.get(c, c) for c in stripped)
+    return "".join(_folded_letter(c) for c in token)
+
+
+@lru_cache(maxsize=8192)
+def _folded_letter(letter: str) -> str:
+    """A letter as ASCII folding leaves it: its decomposition without accents when that is ASCII
+    (`é` -> `e`, `ﬁ` -> `fi`, `²` -> `2`), else the letter itself (`µ` stays the micro sign, not
+    Greek `μ`; `й` stays `й`), as Lucene's and tantivy's folding, which map only to ASCII.
+    Checked letter by letter against LanceDB (`tests/search_tool/test_keyword_index.py`)."""
+    if letter in _FOLDED:
+        return _FOLDED[letter]
+    decomposed = unicodedata.normalize("NFKD", letter)
+    stripped = "".join(_FOLDED.get(c, c) for c in decomposed if not unicodedata.combining(c))
+    # ASCII and in lower case (the letter was lower cased before folding: `ℌ` gives `H`, which
+    # the folding leaves alone)
+    return stripped if stripped.isascii() and stripped == stripped.lower() else letter
 
 
 def tokens(text: str) -> list[str]:
     """The terms of `text` in order, as the embedded engine's index makes them."""
-    words = [w.lower() for w in _WORD.findall(text) if len(w.encode("utf-8")) < MAX_TOKEN_BYTES]
+    words = [w.lower() for w in _words(text) if len(w.encode("utf-8")) < MAX_TOKEN_BYTES]
     stemmed = _stemmer().stemWords(words)
     return [_fold(t) for t in stemmed if t not in ENGLISH_STOP_WORDS]
 
@@ -99,7 +124,7 @@ def many_term_counts(texts: Iterable[str]) -> list[Counter[str]]:
     """Each word as found (lower cased in an ASCII text) -> its term ('' when dropped)."""
     counted: list[Counter[str]] = []
     for text in texts:
-        words = Counter(_WORD.findall(text.lower() if text.isascii() else text))
+        words = Counter(_words(text.lower() if text.isascii() else text))
         found: Counter[str] = Counter()
         for word, count in words.items():
             term = terms.get(word)

@@ -1,0 +1,127 @@
+"""A BM25 index of a collection's keyword texts held in memory: a keyword query is a few array
+sums, not an index lookup on disk.
+
+Terms and scores are exactly `engine/bm25.py`'s (the embedded engine's tokenizer and Lance's
+BM25: k1 1.2, b 0.75, a repeated query word counts again), with the statistics of the rows the
+index was built from: N and the mean length count only rows holding a term, as Lance's index
+does. Rows are positions 0..rows-1 in the order of the texts given.
+
+Each posting stores one occurrence's share of the score, `idf(t) * (k1 + 1) * f / (f + k1 *
+norm(d))` in float32 (Lance scores in float32 too), so a query adds up its terms' postings times
+their counts in the query (`np.bincount`). SciFact (12,095 chunks, 1.07 M postings): 14 MB and
+~0.2 ms a query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from services.search_tool.engine import bm25
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """The best rows of one keyword query."""
+
+    rows: npt.NDArray[np.intp]
+    """Row positions, best first (ties: the lower position first)."""
+    scores: npt.NDArray[np.float64]
+    """Their BM25 scores."""
+    matched: int
+    """Rows holding any of the query's terms (every match, not only those ranked)."""
+
+
+@dataclass(frozen=True)
+class KeywordIndex:
+    """Postings of every term, by term (see the module docstring)."""
+
+    rows: int
+    """Rows indexed (with a term or not)."""
+    terms: dict[str, int]
+    """Term -> its postings' slot."""
+    starts: npt.NDArray[np.int64]
+    """Slot i's postings are `[starts[i], starts[i + 1])` of `positions` and `shares`."""
+    positions: npt.NDArray[np.int32]
+    """Row of each posting, ascending within a term."""
+    shares: npt.NDArray[np.float32]
+    """One query occurrence's BM25 share of each posting."""
+
+    @classmethod
+    def build(cls, texts: Sequence[str]) -> KeywordIndex:
+        """The index of these keyword texts (row i is `texts[i]`)."""
+        counted = bm25.many_term_counts(texts)
+        lengths = np.fromiter((c.total() for c in counted), dtype=np.float64, count=len(counted))
+        terms: dict[str, int] = {}
+        slot_of = terms.setdefault
+        slots: list[int] = []
+        frequencies: list[int] = []
+        rows: list[int] = []
+        for row, found in enumerate(counted):
+            for term, count in found.items():
+                slots.append(slot_of(term, len(terms)))
+                frequencies.append(count)
+                rows.append(row)
+        slot = np.asarray(slots, dtype=np.int64)
+        order = np.argsort(slot, kind="stable")  # by term, rows ascending within each
+        slot = slot[order]
+        positions = np.asarray(rows, dtype=np.int32)[order]
+        f = np.asarray(frequencies, dtype=np.float64)[order]
+        documents = np.bincount(slot, minlength=len(terms))
+        starts = np.zeros(len(terms) + 1, dtype=np.int64)
+        np.cumsum(documents, out=starts[1:])
+        n = int(np.count_nonzero(lengths))  # a row without a term is not counted, as in Lance
+        idf = np.log((n - documents + 0.5) / (documents + 0.5) + 1.0)
+        mean = lengths.sum() / n if n else 0.0
+        norm = bm25.K1 * (1.0 - bm25.B + bm25.B * lengths / mean) if mean > 0 else None
+        if norm is None:  # no row has a term: no postings either
+            shares = np.zeros(0, dtype=np.float32)
+        else:
+            shares = (idf[slot] * (bm25.K1 + 1.0) * f / (f + norm[positions])).astype(np.float32)
+        return cls(len(counted), terms, starts, positions, shares)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the arrays take (the term dictionary besides: ~100 bytes a term)."""
+        return self.starts.nbytes + self.positions.nbytes + self.shares.nbytes
+
+    def scores(self, text: str) -> npt.NDArray[np.float64]:
+        """The BM25 score of every row for the query `text` (0: no term of the query)."""
+        wanted = [
+            (self.terms[term], count)
+            for term, count in bm25.query_terms(text).items()
+            if term in self.terms
+        ]
+        if not wanted:
+            return np.zeros(self.rows, dtype=np.float64)
+        spans = [(int(self.starts[s]), int(self.starts[s + 1]), count) for s, count in wanted]
+        positions = np.concatenate([self.positions[a:b] for a, b, _ in spans])
+        shares = np.concatenate(
+            [self.shares[a:b] if count == 1 else self.shares[a:b] * count for a, b, count in spans]
+        )
+        scores: npt.NDArray[np.float64] = np.bincount(
+            positions, weights=shares, minlength=self.rows
+        ).astype(np.float64, copy=False)
+        return scores
+
+    def ranked(self, text: str, limit: int, within: npt.NDArray[np.intp] | None = None) -> Ranked:
+        """The `limit` best rows for `text`, among the rows `within` (ascending positions) when
+        given."""
+        scores = self.scores(text)
+        if within is not None:
+            scores = scores[within]
+        hits = np.flatnonzero(scores > 0)
+        keep = min(limit, len(hits))
+        best = hits
+        if 0 < keep < len(hits):  # the lowest rows of those tied at the cut
+            cut = -np.partition(-scores[hits], keep - 1)[keep - 1]
+            above = hits[scores[hits] > cut]
+            best = np.concatenate([above, hits[scores[hits] == cut][: keep - len(above)]])
+        elif keep == 0:
+            best = hits[:0]
+        best = best[np.lexsort((best, -scores[best]))]
+        rows = best if within is None else within[best]
+        return Ranked(rows, scores[best], len(hits))
