@@ -182,7 +182,7 @@ class SearchPath:
             engine._limits,
             engine._counts,
             lambda: engine._vectors.covered_rows(self.collection),
-            flat=engine._flat,  # the vectors held in memory, as the engine's own searches
+            held=engine._held,  # the collections held in memory, as the engine's own searches
         )
 
     async def prepare(self, strategy: Strategy, text: str) -> Any:

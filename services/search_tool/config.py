@@ -151,10 +151,14 @@ class EngineSettings(BaseModel):
     vector_refresh_rows: int = Field(default=20_000, ge=1)
     """Rebuild the vector index once this many rows were written since the last build."""
     vectors_in_memory: int = Field(default=100_000, ge=0)
-    """Vectors held in memory over every collection, at most (100,000 MiniLM vectors take 150 MB;
-    the rows of repeated filters may take as many again): a collection of at most this many chunks
-    is read into memory once it is searched twice at one table version, and its dense searches
-    are then exact matrix products instead of LanceDB's scan or IVF probes. 0: never."""
+    """Chunks held in memory over every collection, at most: a collection of at most this many
+    chunks is read into memory once it is searched twice at one table version, and its dense
+    searches are then exact matrix products instead of LanceDB's scan or IVF probes (100,000
+    MiniLM vectors take 150 MB; the rows of repeated filters may take as many again). 0: never."""
+    keywords_in_memory: bool = True
+    """A collection held in memory (`vectors_in_memory`) also keeps its BM25 index and its stored
+    chunks there (~1.7 KB a chunk beside its vector): its searches then read nothing from LanceDB.
+    false: only its vectors are held."""
     exact_search_max_rows: int = Field(default=5_000, ge=0)
     """Filters leaving at most this many chunks get an exact (flat) dense search."""
     nprobes: int = Field(default=20, ge=1)

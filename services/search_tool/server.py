@@ -194,4 +194,5 @@ async def open_engine(settings: SearchToolSettings) -> SearchEngine:
         keyword_count_cap=settings.engine.keyword_count_cap,
         settle_after_s=settings.engine.settle_after_s,
         vectors_in_memory=settings.engine.vectors_in_memory,
+        keywords_in_memory=settings.engine.keywords_in_memory,
     )

@@ -14,7 +14,7 @@ import pytest
 from services.search_tool.documents import Document
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
-from services.search_tool.engine.lancedb.held import FlatVectors
+from services.search_tool.engine.lancedb.held import HeldCollections
 from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
 from tests.search_tool.engine_fixtures import DIMENSIONS, record, vector_for
@@ -31,17 +31,26 @@ def _query(strategy: Strategy, key: str = "probe", **overrides: Any) -> EngineQu
     return replace(query, **overrides)
 
 
-def _page(page: Any) -> list[tuple[str, float, float | None, float | None]]:
+def _page(page: Any) -> list[tuple[str, Any, Any, Any]]:
+    """Each hit's chunk and scores, the scores equal to float32 precision (LanceDB's BM25)."""
     return [
-        (h.chunk.id, round(h.score, 5), h.dense_score and round(h.dense_score, 5), h.keyword_score)
+        (
+            h.chunk.id,
+            pytest.approx(h.score, rel=1e-5, abs=1e-6),
+            h.dense_score and pytest.approx(h.dense_score, rel=1e-5, abs=1e-6),
+            h.keyword_score and pytest.approx(h.keyword_score, rel=1e-5, abs=1e-6),
+        )
         for h in page.hits
     ]
 
 
 async def _opened(path: Path, **options: Any) -> LanceDBEngine:
+    """The collection `c`, every row in its BM25 index (LanceDB scores rows written since the
+    last build, under a filter, with the statistics of the filter's rows alone)."""
     engine = await LanceDBEngine.open(path, **options)
     await engine.ensure_collection("c", SPEC)
     await engine.upsert("c", [record(d) for d in DOCUMENTS])
+    await engine.refresh("c")
     return engine
 
 
@@ -57,7 +66,7 @@ async def _held(engine: LanceDBEngine, query: EngineQuery, name: str = "c") -> A
     """Search twice at one version (the second starts the build), wait for it, search again."""
     await engine.search(name, query)
     await engine.search(name, query)
-    await engine._flat.built(name)
+    await engine._held.built(name)
     return await engine.search(name, query)
 
 
@@ -76,8 +85,8 @@ async def test_a_collection_read_twice_at_one_version_is_searched_in_memory_with
             assert _page(await holding.search("c", deeper)) == _page(
                 await scanning.search("c", deeper)
             )
-        assert "c" in holding._flat._held
-        assert not scanning._flat._held
+        assert "c" in holding._held._held
+        assert not scanning._held._held
         # the query's variations: one list per vector, as LanceDB gives them
         variations = replace(_query(strategy), vectors=np.stack([vector_for("a"), vector_for("b")]))
         assert _page(await holding.search("c", variations)) == _page(
@@ -127,7 +136,7 @@ async def test_a_collection_dropped_and_made_again_is_never_served_from_the_old_
     for _ in range(3):
         page = await engine.search("c", query)
         assert [h.chunk.id for h in page.hits] == ["other__chunk_0"]
-        await engine._flat.built("c")
+        await engine._held.built("c")
 
 
 async def _only(engine: LanceDBEngine, *documents: str) -> Any:
@@ -151,7 +160,7 @@ async def test_a_filtered_search_in_memory_ranks_exactly_the_rows_the_filter_lea
         assert held.hits[0].chunk.id == "doc8__chunk_0"
         assert _page(held) == _page(await scanning.search("c", query))
         assert held.total_count == len(chosen)
-        assert len(holding._flat._filtered) == 1  # the filter's rows, kept for the next search
+        assert len(holding._held._filtered) == 1  # the filter's rows, kept for the next search
         nothing = await _only(holding, "absent")
         empty = await holding.search("c", replace(query, filter=nothing))
         assert empty.hits == []
@@ -193,7 +202,7 @@ async def test_a_collection_with_a_vector_index_within_the_bound_is_searched_exa
         )
         held = await _held(holding, query)
         assert [h.chunk.document_id for h in held.hits] == [d for _, d in exact]
-        assert "c" in holding._flat._held
+        assert "c" in holding._held._held
     finally:
         await scanning.close()
         await holding.close()
@@ -208,13 +217,13 @@ async def test_held_vectors_stay_within_their_bound_least_recently_searched_out(
         await engine.upsert("d", [record(d) for d in DOCUMENTS[:50]])
         query = _query(Strategy.SEMANTIC)
         await _held(engine, query, "c")
-        assert set(engine._flat._held) == {"c"}
+        assert set(engine._held._held) == {"c"}
         await _held(engine, query, "d")  # 60 + 50 > 100: c goes
-        assert set(engine._flat._held) == {"d"}
+        assert set(engine._held._held) == {"d"}
         await engine.ensure_collection("big", SPEC)
         await engine.upsert("big", [record(Document(id=f"b{i}", text="t")) for i in range(101)])
         await _held(engine, query, "big")  # more than the bound alone: never held
-        assert set(engine._flat._held) == {"d"}
+        assert set(engine._held._held) == {"d"}
     finally:
         await engine.close()
 
@@ -236,7 +245,7 @@ class _WrittenDuringTheScan:
 
 
 async def test_vectors_read_while_a_write_committed_are_thrown_away() -> None:
-    flat = FlatVectors()
+    flat = HeldCollections()
     table = _WrittenDuringTheScan()
 
     class Scan:
@@ -267,18 +276,18 @@ async def test_no_vectors_are_held_when_turned_off(tmp_path: Path) -> None:
     engine = await _opened(tmp_path / "db", vectors_in_memory=0)
     try:
         await _held(engine, _query(Strategy.HYBRID))
-        assert not engine._flat._held
+        assert not engine._held._held
     finally:
         await engine.close()
 
 
-async def test_a_held_hybrid_search_reads_no_keyword_rows_and_takes_only_its_page(
+async def test_with_only_vectors_held_a_hybrid_search_reads_no_keyword_rows_and_takes_its_page(
     tmp_path: Path,
 ) -> None:
     """The keyword-only candidates' cosines come from the held matrix: no vector is read by the
     keyword query or taken, only the page's chunks."""
     scanning = await _opened(tmp_path / "scan", vectors_in_memory=0)
-    engine = await _opened(tmp_path / "db")
+    engine = await _opened(tmp_path / "db", keywords_in_memory=False)
     try:
         query = _query(Strategy.HYBRID, "doc9__chunk_0", limit=5)
         await _held(engine, query)
@@ -318,12 +327,115 @@ class _UnreadableVectors:
 async def test_a_failed_read_of_the_vectors_leaves_searches_to_lancedb(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    flat = FlatVectors()
+    flat = HeldCollections()
     table = _UnreadableVectors()
     probe = np.stack([vector_for("probe")])
     for _ in range(3):  # noted, build fails, noted again: never raises, never held
         assert await flat.candidates("t", table, probe, 5) is None
         await flat.built("t")
     assert "t" not in flat._held
-    assert "reading the vectors of 't' into memory failed" in caplog.text
+    assert "reading 't' into memory failed" in caplog.text
     await flat.close()
+
+
+def _worded(i: int) -> Document:
+    """A document whose BM25 for "tides rivers" no other shares: its own counts of both words
+    and its own length."""
+    filler = " ".join(f"w{i}x{k}" for k in range(i // 16))
+    text = f"{'tides ' * (1 + i % 4)}{'rivers ' * ((i // 4) % 4)}{filler}"
+    return Document(id=f"doc{i}", text=text.strip())
+
+
+async def _worded_engine(path: Path, **options: Any) -> LanceDBEngine:
+    engine = await LanceDBEngine.open(path, **options)
+    await engine.ensure_collection("c", SPEC)
+    await engine.upsert("c", [record(_worded(i)) for i in range(60)])
+    await engine.refresh("c")  # every row in LanceDB's BM25 index
+    return engine
+
+
+def _unread(table: Any) -> None:
+    """Make any read of `table` from LanceDB fail the test."""
+
+    def read(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a search read LanceDB")
+
+    table.query = read
+    table.take_row_ids = read
+    table.count_rows = read
+
+
+@pytest.mark.parametrize("strategy", [Strategy.KEYWORD, Strategy.HYBRID, Strategy.SEMANTIC])
+async def test_a_held_collection_is_searched_from_memory_alone_with_lancedbs_pages(
+    tmp_path: Path, strategy: Strategy
+) -> None:
+    scanning = await _worded_engine(tmp_path / "scan", vectors_in_memory=0)
+    holding = await _worded_engine(tmp_path / "held")
+    try:
+        only = await _only(holding, *[f"doc{i}" for i in range(0, 60, 3)])
+        queries = [
+            _query(strategy, "doc7__chunk_0"),
+            _query(strategy, "doc7__chunk_0", offset=5, limit=20),
+            _query(strategy, "doc7__chunk_0", filter=only),
+            _query(strategy, "doc7__chunk_0", keyword_text="tides tides rivers w40x1"),
+        ]
+        for query in queries:
+            await _held(holding, query)  # held, and a filter's rows remembered
+        table = await holding._table("c")
+        _unread(table)
+        for query in queries:
+            expected = await scanning.search("c", query)
+            page = await holding.search("c", query)
+            assert _page(page) == _page(expected)
+            assert page.total_count == expected.total_count
+            assert page.hits  # every query finds something
+    finally:
+        await scanning.close()
+        await holding.close()
+
+
+async def test_keyword_matches_are_counted_to_the_cap_as_lancedb_counts_them(
+    tmp_path: Path,
+) -> None:
+    scanning = await _worded_engine(tmp_path / "scan", vectors_in_memory=0, keyword_count_cap=25)
+    holding = await _worded_engine(tmp_path / "held", keyword_count_cap=25)
+    try:
+        for text, matching in (("tides", 60), ("rivers", 45), ("w40x1", 1), ("lakes", 0)):
+            query = _query(Strategy.KEYWORD, keyword_text=text, limit=10)
+            held = await _held(holding, query)
+            expected = await scanning.search("c", query)
+            assert held.total_count == expected.total_count == min(matching, 25), text
+            # one word: rows with its count and length tie, in any order
+            above = held.hits[-1].score * (1 + 1e-5) if held.hits else 0.0
+            assert sorted(h.chunk.id for h in held.hits if h.score > above) == (
+                sorted(h.chunk.id for h in expected.hits if h.score > above)
+            )
+    finally:
+        await scanning.close()
+        await holding.close()
+
+
+async def test_a_write_to_a_held_collection_is_found_by_keyword_at_once(
+    engine: LanceDBEngine,
+) -> None:
+    query = _query(Strategy.KEYWORD, keyword_text="zephyr")
+    assert (await _held(engine, query)).hits == []
+    assert (await engine._held.current("c", await engine._table("c"))) is not None
+    await engine.upsert("c", [record(Document(id="newcomer", text="a zephyr over tides"))])
+    assert [h.chunk.id for h in (await engine.search("c", query)).hits] == ["newcomer__chunk_0"]
+    held_again = await _held(engine, query)  # the new version held: the same answer from memory
+    assert [h.chunk.id for h in held_again.hits] == ["newcomer__chunk_0"]
+    await engine.delete_chunks("c", ["newcomer__chunk_0"])
+    assert (await engine.search("c", query)).hits == []
+
+
+async def test_with_keywords_in_memory_off_only_the_vectors_are_held(tmp_path: Path) -> None:
+    engine = await _opened(tmp_path / "db", keywords_in_memory=False)
+    try:
+        await _held(engine, _query(Strategy.KEYWORD))
+        held = engine._held._held["c"]
+        assert held.keywords is None
+        assert held.chunks is None
+        assert len(held.whole.addresses) == len(DOCUMENTS)
+    finally:
+        await engine.close()

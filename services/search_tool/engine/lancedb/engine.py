@@ -34,7 +34,7 @@ from services.search_tool.engine.base import (
     StoredVersion,
 )
 from services.search_tool.engine.lancedb.describe import describe_table
-from services.search_tool.engine.lancedb.held import FlatVectors
+from services.search_tool.engine.lancedb.held import HeldCollections
 from services.search_tool.engine.lancedb.indexes import (
     IndexPolicy,
     build_vector_index,
@@ -88,10 +88,11 @@ class LanceDBEngine:
         vector_index_builder: VectorIndexBuilder = build_vector_index,
         settle_after_s: float | None = None,
         vectors_in_memory: int = 100_000,
+        keywords_in_memory: bool = True,
     ) -> None:
         self._db = connection
-        self._flat = FlatVectors(vectors_in_memory)
-        """Vectors of collections within `vectors_in_memory`, per table version (`flat.py`)."""
+        self._held = HeldCollections(vectors_in_memory, keywords=keywords_in_memory)
+        """Collections of at most `vectors_in_memory` chunks, per table version (`held.py`)."""
         self._maintenance = IndexMaintenance(self.refresh, quiet_s=settle_after_s)
         self._policy = policy or IndexPolicy()
         self._limits = SearchLimits(self._policy, hybrid_candidates, keyword_count_cap)
@@ -120,6 +121,7 @@ class LanceDBEngine:
         vector_index_builder: VectorIndexBuilder = build_vector_index,
         settle_after_s: float | None = None,
         vectors_in_memory: int = 100_000,
+        keywords_in_memory: bool = True,
     ) -> LanceDBEngine:
         """Open (creating when missing) the database under `data_dir`; pending vector-index
         builds are remembered under `data_dir/.quarry/`. With `settle_after_s`, a collection's
@@ -135,6 +137,7 @@ class LanceDBEngine:
             vector_index_builder=vector_index_builder,
             settle_after_s=settle_after_s,
             vectors_in_memory=vectors_in_memory,
+            keywords_in_memory=keywords_in_memory,
         )
 
     async def close(self) -> None:
@@ -143,7 +146,7 @@ class LanceDBEngine:
         await self._maintenance.close()
         await self._cancel_deferred(list(self._deferred))
         await self._vectors.close()
-        await self._flat.close()
+        await self._held.close()
         self._tables.clear()
         self._schemas.clear()
         self._db.close()  # type: ignore[no-untyped-call]
@@ -198,7 +201,7 @@ class LanceDBEngine:
                 for key in [k for k in self._described_under if k[0] == name]:
                     del self._described_under[key]
                 self._counts.forget(name)
-                self._flat.forget(name)
+                self._held.forget(name)
                 await self._db.drop_table(name)
 
     async def fields(self, name: str) -> Mapping[str, FieldType]:
@@ -340,7 +343,7 @@ class LanceDBEngine:
             limits=self._limits,
             counts=self._counts,
             indexed_rows=lambda: self._vectors.covered_rows(name),
-            flat=self._flat,
+            held=self._held,
         )
 
     async def search_embedding(
@@ -363,7 +366,7 @@ class LanceDBEngine:
             counts=self._counts,
             indexed_rows=lambda: self._vectors.covered_rows(name),
             pending_vectors=vectors,
-            flat=self._flat,
+            held=self._held,
         )
 
     async def scored_candidates(

@@ -1,15 +1,22 @@
-"""Collections' vectors held in memory per table version: a dense query is a product, not a scan.
+"""Small collections held in memory per table version: a search of one reads nothing from disk.
 
 Without a vector index (below `IndexPolicy.vector_index_min_rows`) LanceDB answers a dense query by
 scanning every stored vector: on SciFact (12,095 chunks) 9–11 ms of a 17 ms HYBRID search, most of
 it reading and decoding the vector column, not the 4.6 M multiply-adds. With one (IVF), it probes
-a tenth of the partitions and is approximate. Here the vectors of a collection of at most
-`max_rows` chunks are read once per table version into one matrix, and a dense query is a matrix
-product and a partial sort: exact, and well under a millisecond at SciFact's size.
+a tenth of the partitions and is approximate. Its keyword query costs 2–6 ms (more to count the
+matches), and taking a page's ten chunks by address another ~2 ms. Here a collection of at most
+`max_rows` chunks is read once per table version into memory:
+
+* its vectors, as one matrix: a dense query is a matrix product and a partial sort, exact;
+* with `keywords` (the default), also a BM25 index of its keyword texts (`engine/keyword_index.py`:
+  the embedded engine's tokenizer and Lance's formula, with the statistics of exactly the rows
+  held) and its stored chunks: a KEYWORD or HYBRID search is then answered from memory whole,
+  its matches counted exactly (to the engine's count cap, as LanceDB's ranking counts them).
 
 * **Exactly one version.** An entry is the table as of one version, read while no write committed
   (the version is read before and after the scan). A search uses it only when the table is still
-  at that version; any write makes it stale, and the search goes to LanceDB as before.
+  at that version when the search starts, and then reads that version throughout; any write makes
+  it stale, and the next search goes to LanceDB.
 * **Built when a collection is read, not written.** A search that finds no entry only notes the
   version; a later search that finds the same version (no write in between) starts one build in
   the background and goes to LanceDB meanwhile. A collection under a stream of writes is never
@@ -17,13 +24,16 @@ product and a partial sort: exact, and well under a millisecond at SciFact's siz
 * **Filters.** The rows a filter leaves are asked of LanceDB once per (version, filter) (its
   scalar indexes make the mask; 6–8 ms at 100k) and their vectors kept as a matrix of their own,
   so a caller's filter repeated over a run costs its product only.
-* **Bounded.** At most `max_rows` vectors over every collection and as many again in filtered
+* **Bounded.** At most `max_rows` chunks over every collection and as many again in filtered
   matrices (the least recently searched out); a collection larger than that is never held (it
-  keeps LanceDB's scan or index). 0 turns this off.
+  keeps LanceDB's scan or index). 0 turns this off. A held chunk takes its vector (1.5 KB at
+  384-d), its stored chunk (~1 KB) and its postings (~0.7 KB).
 
-Scores are the dot products of the L2-normalised stored and query vectors in float32 — LanceDB's
-cosine, up to the last bits; ties are ordered by row address. The product is einsum's, on one
-thread (1.7 ms for 12,095 × 384), not BLAS's (see `_ranked`).
+Dense scores are the dot products of the L2-normalised stored and query vectors in float32 —
+LanceDB's cosine, up to the last bits; keyword scores are LanceDB's BM25 up to float32 rounding
+(both checked against LanceDB in `tests/search_tool/test_held_collections.py`). Ties are ordered
+by row address. The product is einsum's, on one thread (1.7 ms for 12,095 × 384), not BLAS's (see
+`_ranked`).
 """
 
 from __future__ import annotations
@@ -31,14 +41,22 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from services.search_tool.documents import Chunk
+from services.search_tool.engine.keyword_index import KeywordIndex
 from services.search_tool.engine.lancedb.retrieval import best_cosines
-from services.search_tool.engine.lancedb.rows import VECTOR_COLUMN
+from services.search_tool.engine.lancedb.rows import (
+    CHUNK_JSON_COLUMN,
+    SEARCH_TEXT_COLUMN,
+    VECTOR_COLUMN,
+    to_chunk,
+)
 from services.search_tool.fusion import Candidate
 
 _log = logging.getLogger(__name__)
@@ -46,24 +64,112 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Vectors:
+    """Rows of a held collection and their vectors: all of them, or those a filter leaves."""
+
     version: int
     addresses: npt.NDArray[np.uint64]
     """Row addresses, ascending."""
     matrix: npt.NDArray[np.float32]
     """The vector at each address, one row each."""
+    rows: npt.NDArray[np.intp] | None = None
+    """Their positions in the whole collection's entry (None: this is the whole collection)."""
 
 
-class FlatVectors:
-    """Each small collection's vectors at one table version (see the module docstring)."""
+@dataclass(frozen=True)
+class Held:
+    """A collection at one table version, in memory."""
 
-    def __init__(self, max_rows: int = 100_000) -> None:
+    whole: _Vectors
+    """Every row, by ascending address."""
+    keywords: KeywordIndex | None = None
+    """BM25 over the rows' keyword texts, in the same row order (None: not held)."""
+    chunks: Any = None
+    """The stored chunk (JSON, an Arrow string array) of each row, in the same order."""
+
+    @property
+    def version(self) -> int:
+        return self.whole.version
+
+    def keyword_candidates(
+        self, text: str, limit: int, view: _Vectors | None = None
+    ) -> tuple[list[Candidate], int]:
+        """(row address, BM25) of the `limit` best keyword matches among the rows of `view`
+        (every row by default), best first, and how many rows match."""
+        assert self.keywords is not None
+        ranked = self.keywords.ranked(text, limit, None if view is None else view.rows)
+        addresses = self.whole.addresses[ranked.rows]
+        return [
+            Candidate(str(int(a)), float(s)) for a, s in zip(addresses, ranked.scores, strict=True)
+        ], ranked.matched
+
+    def chunks_at(self, addresses: Sequence[int]) -> dict[int, Chunk] | None:
+        """The stored chunk at each address (None: not held, or one of them is not held)."""
+        if self.chunks is None:
+            return None
+        rows = _rows_at(self.whole, np.asarray(addresses, dtype=np.uint64))
+        if rows is None:
+            return None
+        return {
+            address: to_chunk(self.chunks[int(row)].as_py())
+            for address, row in zip(addresses, rows, strict=True)
+        }
+
+
+class HeldCollections:
+    """Each small collection at one table version (see the module docstring)."""
+
+    def __init__(self, max_rows: int = 100_000, *, keywords: bool = True) -> None:
         self._max_rows = max_rows
-        self._held: OrderedDict[str, _Vectors] = OrderedDict()
+        self._keywords = keywords
+        self._held: OrderedDict[str, Held] = OrderedDict()
         self._filtered: OrderedDict[tuple[str, int, str], _Vectors] = OrderedDict()
         """The rows of a held collection a filter leaves, by (collection, version, filter)."""
         self._seen: dict[str, int] = {}
         """The version a search last found without a current entry, per collection."""
         self._builds: dict[str, asyncio.Task[None]] = {}
+
+    async def lookup(self, name: str, table: Any) -> Held | None:
+        """What is held of `name` if the table is still at its version; otherwise None, and the
+        miss is noted (the second search at one version starts a build)."""
+        if self._max_rows <= 0:
+            return None
+        version = await table.version()
+        held = self._held.get(name)
+        if held is None or held.version != version:
+            self._missed(name, table, version)
+            return None
+        self._held.move_to_end(name)
+        return held
+
+    async def current(self, name: str, table: Any) -> Held | None:
+        """What is held of `name` if the table is still at its version (no side effect)."""
+        held = self._held.get(name)
+        if held is None or self._max_rows <= 0 or await table.version() != held.version:
+            return None
+        return held
+
+    async def view(self, name: str, table: Any, held: Held, where: str | None) -> _Vectors | None:
+        """The held rows the compiled filter `where` leaves (every row without one; None: written
+        meanwhile, the caller asks LanceDB)."""
+        if where is None:
+            return held.whole
+        key = (name, held.version, where)
+        known = self._filtered.get(key)
+        if known is not None:
+            self._filtered.move_to_end(key)
+            return known
+        found = await table.query().where(where).select([]).with_row_id().to_arrow()
+        if await table.version() != held.version:
+            return None
+        under = await asyncio.to_thread(_subset, held.whole, found)
+        if under is None or len(under.addresses) > self._max_rows:
+            return under  # for this search only
+        self._filtered[key] = under
+        while len(self._filtered) > 1 and (
+            sum(len(v.addresses) for v in self._filtered.values()) > self._max_rows
+        ):
+            self._filtered.popitem(last=False)
+        return under
 
     async def candidates(
         self,
@@ -78,49 +184,27 @@ class FlatVectors:
         (the caller asks LanceDB)."""
         if self._max_rows <= 0 or len(query_vectors) == 0:
             return None
-        version = await table.version()
-        held = self._held.get(name)
-        if held is None or held.version != version:
-            self._missed(name, table, version)
+        held = await self.lookup(name, table)
+        if held is None:
             return None
-        if held.matrix.shape[1] != query_vectors.shape[1]:
+        return await self.dense(name, table, held, query_vectors, limit, where)
+
+    async def dense(
+        self,
+        name: str,
+        table: Any,
+        held: Held,
+        query_vectors: npt.NDArray[np.float32],
+        limit: int,
+        where: str | None = None,
+    ) -> list[list[Candidate]] | None:
+        """`candidates` from an entry already looked up."""
+        if held.whole.matrix.shape[1] != query_vectors.shape[1]:
             return None  # LanceDB reports the mismatch
-        self._held.move_to_end(name)
-        if where is not None:
-            under = await self._under(name, table, held, where)
-            if under is None:
-                return None
-            held = under
-        if len(held.addresses) == 0:  # as LanceDB answers: no list per vector for variations
-            return [] if len(query_vectors) > 1 else [[]]
-        return await asyncio.to_thread(_ranked, held, query_vectors, limit)
-
-    async def current(self, name: str, table: Any) -> _Vectors | None:
-        """What is held of `name` if the table is still at its version (no side effect)."""
-        held = self._held.get(name)
-        if held is None or self._max_rows <= 0 or await table.version() != held.version:
+        view = await self.view(name, table, held, where)
+        if view is None:
             return None
-        return held
-
-    async def _under(self, name: str, table: Any, held: _Vectors, where: str) -> _Vectors | None:
-        """The held rows `where` leaves (None: written meanwhile, the caller asks LanceDB)."""
-        key = (name, held.version, where)
-        known = self._filtered.get(key)
-        if known is not None:
-            self._filtered.move_to_end(key)
-            return known
-        found = await table.query().where(where).select([]).with_row_id().to_arrow()
-        if await table.version() != held.version:
-            return None
-        under = await asyncio.to_thread(_subset, held, found)
-        if under is None or len(under.addresses) > self._max_rows:
-            return under  # for this search only
-        self._filtered[key] = under
-        while len(self._filtered) > 1 and (
-            sum(len(v.addresses) for v in self._filtered.values()) > self._max_rows
-        ):
-            self._filtered.popitem(last=False)
-        return under
+        return await ranked_dense(view, query_vectors, limit)
 
     def forget(self, name: str) -> None:
         """Drop what is held of a collection (dropped, or its rows rewritten)."""
@@ -161,35 +245,55 @@ class FlatVectors:
         try:
             if await table.count_rows() > self._max_rows:
                 return
-            scanned = await table.query().select([VECTOR_COLUMN]).with_row_id().to_arrow()
+            columns = [VECTOR_COLUMN]
+            if self._keywords:
+                columns += [SEARCH_TEXT_COLUMN, CHUNK_JSON_COLUMN]
+            scanned = await table.query().select(columns).with_row_id().to_arrow()
             if await table.version() != version:
                 return  # written meanwhile: the scan may hold either version
-            # copying up to max_rows vectors takes tens of milliseconds: off the event loop
-            addresses, matrix = await asyncio.to_thread(_arrays, scanned)
+            # copying up to max_rows vectors takes tens of milliseconds, indexing their texts
+            # seconds: off the event loop
+            held = await asyncio.to_thread(_entry, scanned, version, self._keywords)
         except asyncio.CancelledError:
             raise
-        except Exception:  # the collection stays on LanceDB's scan
-            _log.warning("reading the vectors of %r into memory failed", name, exc_info=True)
+        except Exception:  # the collection stays on LanceDB
+            _log.warning("reading %r into memory failed", name, exc_info=True)
             return
-        rows = len(addresses)
+        rows = len(held.whole.addresses)
         self._held.pop(name, None)
-        while self._held and sum(v.matrix.shape[0] for v in self._held.values()) + rows > (
+        while self._held and sum(len(h.whole.addresses) for h in self._held.values()) + rows > (
             self._max_rows
         ):
             self._held.popitem(last=False)
-        self._held[name] = _Vectors(version, addresses, matrix)
+        self._held[name] = held
 
 
-def _arrays(scanned: Any) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]:
-    """(row addresses, one row per vector) of a scan of `_rowid` and the vector column."""
+def _entry(scanned: Any, version: int, keywords: bool) -> Held:
+    """The entry of a scan of `_rowid` and the held columns, rows by ascending address."""
     rows = scanned.num_rows
     addresses = np.asarray(scanned.column("_rowid").to_numpy(), dtype=np.uint64)
     stored = scanned.column(VECTOR_COLUMN).combine_chunks()
     if not rows:
-        return addresses, np.zeros((0, stored.type.list_size), np.float32)
-    matrix = stored.values.to_numpy().reshape(rows, -1)
-    order = np.argsort(addresses, kind="stable")  # by address: a filter's rows are found by search
-    return addresses[order], np.ascontiguousarray(matrix[order], np.float32)
+        matrix = np.zeros((0, stored.type.list_size), np.float32)
+        order = np.zeros(0, dtype=np.intp)
+    else:
+        order = np.argsort(addresses, kind="stable")  # by address: rows are found by search
+        matrix = np.ascontiguousarray(stored.values.to_numpy().reshape(rows, -1)[order])
+    whole = _Vectors(version, addresses[order], np.asarray(matrix, np.float32))
+    if not keywords:
+        return Held(whole)
+    texts = scanned.column(SEARCH_TEXT_COLUMN).take(order).to_pylist()
+    chunks = scanned.column(CHUNK_JSON_COLUMN).take(order).combine_chunks()
+    return Held(whole, KeywordIndex.build([t or "" for t in texts]), chunks)
+
+
+async def ranked_dense(
+    view: _Vectors, query_vectors: npt.NDArray[np.float32], limit: int
+) -> list[list[Candidate]]:
+    """One list of (row address, cosine) per query vector among the rows of `view`, best first."""
+    if len(view.addresses) == 0:  # as LanceDB answers: no list per vector for variations
+        return [] if len(query_vectors) > 1 else [[]]
+    return await asyncio.to_thread(_ranked, view, query_vectors, limit)
 
 
 def held_cosines(
@@ -205,13 +309,13 @@ def held_cosines(
     return best_cosines(addresses, held.matrix[rows], query_vectors)
 
 
-def _subset(held: _Vectors, found: Any) -> _Vectors | None:
-    """The rows of `held` at the addresses a filtered scan found (None: one is not held)."""
-    rows = _rows_at(held, np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
+def _subset(whole: _Vectors, found: Any) -> _Vectors | None:
+    """The rows of `whole` at the addresses a filtered scan found (None: one is not held)."""
+    rows = _rows_at(whole, np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
     if rows is None:
         return None
     rows.sort()  # ascending addresses, as every held matrix
-    return _Vectors(held.version, held.addresses[rows], held.matrix[rows])
+    return _Vectors(whole.version, whole.addresses[rows], whole.matrix[rows], rows)
 
 
 def _rows_at(held: _Vectors, wanted: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp] | None:

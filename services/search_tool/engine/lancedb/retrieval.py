@@ -101,8 +101,8 @@ async def dense_candidates(
     lists: list[list[Candidate]] = [[] for _ in vectors]
     for chunk, distance, owner in zip(ids, distances, owners, strict=True):
         lists[int(owner or 0)].append(Candidate(chunk, 1.0 - float(distance)))
-    for ranking in lists:
-        ranking.sort(key=lambda c: -c.score)
+    for ranking in lists:  # ties by address, as a collection held in memory ranks them
+        ranking.sort(key=_best_first)
     return [ranking for ranking in lists if ranking] if len(vectors) > 1 else lists
 
 
@@ -137,11 +137,17 @@ async def keyword_candidates(
     result = await builder.to_arrow(timeout=budget)
     if rows is not None:
         rows.keep(result)
-    head = result if keep is None else result.slice(0, keep)
-    ids = [str(address) for address in head.column("_rowid").to_pylist()]
-    scores = head.column("_score").to_pylist()
-    ranked = [Candidate(chunk, float(score)) for chunk, score in zip(ids, scores, strict=True)]
+    # ties by address (LanceDB's own order among them is arbitrary), as a collection held in
+    # memory ranks them: a client paging through ties sees each row once either way
+    addresses = np.asarray(result.column("_rowid").to_numpy(), dtype=np.uint64)
+    scores = np.asarray(result.column("_score").to_numpy(), dtype=np.float64)
+    order = np.lexsort((addresses, -scores))[:keep]
+    ranked = [Candidate(str(int(addresses[i])), float(scores[i])) for i in order]
     return ranked, int(result.num_rows)
+
+
+def _best_first(candidate: Candidate) -> tuple[float, int]:
+    return -candidate.score, int(candidate.id)
 
 
 async def cosines_at(

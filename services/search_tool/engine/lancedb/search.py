@@ -22,7 +22,12 @@ import numpy.typing as npt
 from services.common.errors import DeadlineExceeded
 from services.search_tool.documents import Chunk
 from services.search_tool.engine.base import EngineQuery, Hit, SearchPage, Strategy
-from services.search_tool.engine.lancedb.held import FlatVectors, held_cosines
+from services.search_tool.engine.lancedb.held import (
+    Held,
+    HeldCollections,
+    held_cosines,
+    ranked_dense,
+)
 from services.search_tool.engine.lancedb.indexes import IndexPolicy, probes_for
 from services.search_tool.engine.lancedb.retrieval import (
     ALL_PARTITIONS,
@@ -96,16 +101,16 @@ async def search_table(
     counts: FilterCounts,
     indexed_rows: Callable[[], int | None],
     pending_vectors: Awaitable[npt.NDArray[np.float32]] | None = None,
-    flat: FlatVectors | None = None,
+    held: HeldCollections | None = None,
 ) -> SearchPage:
     """Run `query` within its time budget. `indexed_rows` tells the rows the vector index covers
-    now (None: no vector index, dense search scans every row the filter leaves; `flat` may hold
-    them in memory). With `pending_vectors`, they replace `query.vectors` once ready; the keyword
-    side does not wait for them."""
+    now (None: no vector index, dense search scans every row the filter leaves). With
+    `pending_vectors`, they replace `query.vectors` once ready; the keyword side does not wait for
+    them. A collection `held` in memory at the table's version is searched there."""
     try:
         async with asyncio.timeout(query.timeout_s):
             search = _TableSearch(
-                name, table, query, limits, counts, indexed_rows, pending_vectors, flat
+                name, table, query, limits, counts, indexed_rows, pending_vectors, held
             )
             try:
                 return await search.run(final=False)
@@ -158,12 +163,12 @@ class _TableSearch:
         counts: FilterCounts,
         indexed_rows: Callable[[], int | None],
         pending_vectors: Awaitable[npt.NDArray[np.float32]] | None = None,
-        flat: FlatVectors | None = None,
+        held: HeldCollections | None = None,
     ) -> None:
         self._pending_vectors = pending_vectors
-        self._flat = flat
-        self._held: Any = None
-        """The collection's vectors held in memory at the version this search reads, if any."""
+        self._in_memory = held
+        self._held: Held | None = None
+        """The collection held in memory at the version this search started at, if any."""
         self._name = name
         self._table = table
         self._query = query
@@ -192,21 +197,58 @@ class _TableSearch:
     async def run(self, *, final: bool) -> SearchPage:
         """One page; raises `_RowsMoved` when the page comes back short, unless `final`."""
         query = self._query
+        if self._in_memory is not None:
+            self._held = await self._in_memory.lookup(self._name, self._table)
+            if self._held is not None and self._held.keywords is not None:
+                from_memory = await self._from_memory(self._in_memory, self._held)
+                if from_memory is not None:
+                    return from_memory
         scored, matched = await self.candidates()
         fused = fuse(scored.dense, scored.keyword, query.fusion, scored.completion)
         page = fused[query.offset : self._depth]
         chunks = await self._chunks([int(f.id) for f in page])
         if len(chunks) < len(page) and not final:
             raise _RowsMoved
-        hits: list[Hit] = []
-        seen: set[str] = set()
-        for fused_hit in page:
-            chunk = chunks.get(int(fused_hit.id))
-            if chunk is None or chunk.id in seen:
-                continue
-            seen.add(chunk.id)
-            hits.append(Hit(chunk, fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score))
-        return SearchPage(hits=hits, total_count=max(matched, len(fused)))
+        return SearchPage(hits=_hits(page, chunks), total_count=max(matched, len(fused)))
+
+    async def _from_memory(self, collections: HeldCollections, held: Held) -> SearchPage | None:
+        """The page from the collection held in memory with its keyword index and chunks, at the
+        version the search started at (None: a filter's rows were written meanwhile, LanceDB's
+        turn). Reads nothing from LanceDB but a filter's rows the first time it is seen."""
+        query = self._query
+        view = await collections.view(self._name, self._table, held, self._where)
+        if view is None:
+            return None
+        dense_lists: list[list[Candidate]] = []
+        if query.strategy is not Strategy.KEYWORD:
+            if self._pending_vectors is not None:
+                vectors = await self._pending_vectors
+                self._pending_vectors = None
+                query = self._query = replace(query, vectors=vectors)
+            if len(query.vectors):
+                if query.vectors.shape[1] != held.whole.matrix.shape[1]:
+                    return None  # LanceDB reports the mismatch
+                dense_lists = await ranked_dense(view, query.vectors, self._candidates)
+        keyword_list: list[Candidate] | None = None
+        matched = len(view.addresses)
+        if query.strategy is not Strategy.SEMANTIC:
+            keyword_list, matches = held.keyword_candidates(
+                query.keyword_text, self._candidates, view
+            )
+            if query.strategy is Strategy.KEYWORD:  # counted as LanceDB's ranking counts them
+                matched = min(matches, max(self._candidates, self._limits.keyword_count_cap))
+        completion = None
+        if keyword_list is not None and dense_lists:
+            missing = sorted(int(i) for i in keyword_only(dense_lists, keyword_list))
+            cosines = held_cosines(held.whole, missing, query.vectors) or {}
+            completion = Completion(
+                dense=cosines,
+                all_keyword_matches=all_keyword_matches(keyword_list, self._candidates),
+            )
+        fused = fuse(dense_lists, keyword_list, query.fusion, completion)
+        page = fused[query.offset : self._depth]
+        chunks = held.chunks_at([int(f.id) for f in page]) or {}
+        return SearchPage(hits=_hits(page, chunks), total_count=max(matched, len(fused)))
 
     async def _chunks(self, addresses: list[int]) -> dict[int, Chunk]:
         """The chunks at these addresses: those the ranking queries read, the others taken."""
@@ -234,7 +276,7 @@ class _TableSearch:
         from_memory = None
         # still at the held version after the keyword query: its addresses are the held rows'
         if self._held is not None and await self._table.version() == self._held.version:
-            from_memory = held_cosines(self._held, unread, vectors)
+            from_memory = held_cosines(self._held.whole, unread, vectors)
         if from_memory is not None:
             cosines.update(from_memory)
         elif unread:
@@ -258,9 +300,9 @@ class _TableSearch:
         # SEMANTIC's candidates are its page: their chunks come with them (HYBRID's would cost
         # the slowest query more than taking the page's few dense-only ones later)
         rows = self._rows if self._query.strategy is Strategy.SEMANTIC else None
-        if self._flat is not None:
-            held = await self._flat.candidates(
-                self._name, self._table, vectors, self._candidates, self._where
+        if self._in_memory is not None and self._held is not None:
+            held = await self._in_memory.dense(
+                self._name, self._table, self._held, vectors, self._candidates, self._where
             )
             if held is not None:  # in memory: exact, no scan, no index probe
                 return await self._counts.count(self._name, self._table, self._where), held
@@ -294,8 +336,6 @@ class _TableSearch:
         if query.strategy is Strategy.HYBRID:
             # with the vectors held, the dense side is a product: the keyword query is the slow
             # one and reads no rows (its candidates' cosines come from the held matrix)
-            if self._flat is not None:
-                self._held = await self._flat.current(self._name, self._table)
             # the keyword candidates' vectors give the keyword-only ones' cosines without a
             # round of their own. Their chunks too beside a flat dense scan, the slowest query by
             # far (SciFact: 9 ms against 2); with a vector index (100k chunks under a filter)
@@ -325,6 +365,19 @@ class _TableSearch:
         if matched <= self._limits.policy.exact_search_max_rows:
             return ALL_PARTITIONS, ALL_PARTITIONS
         return probes_for(indexed_rows, self._limits.policy), 0
+
+
+def _hits(page: list[Any], chunks: dict[int, Chunk]) -> list[Hit]:
+    """The page's fused hits with their chunks (once each; a hit whose row is gone is left out)."""
+    hits: list[Hit] = []
+    seen: set[str] = set()
+    for fused_hit in page:
+        chunk = chunks.get(int(fused_hit.id))
+        if chunk is None or chunk.id in seen:
+            continue
+        seen.add(chunk.id)
+        hits.append(Hit(chunk, fused_hit.score, fused_hit.dense_score, fused_hit.keyword_score))
+    return hits
 
 
 def _stacked(vectors: list[Any]) -> Any:
