@@ -8,7 +8,8 @@ import os
 import platform
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,3 +195,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+async def warm_up(
+    search: Callable[[str], Awaitable[Any]], texts: Sequence[str], *, seconds: float, least: int
+) -> int:
+    """Send `texts` round robin for at least `seconds` and at least `least` searches; returns how
+    many were sent. A collection's first searches at a table version have it read into memory in
+    the background (`engine/lancedb/held.py`: seconds of tokenizing at SciFact's size, tens at
+    100,000 chunks), which a client sees once per version, not in steady state."""
+    started = time.monotonic()
+    sent = 0
+    while sent < least or time.monotonic() - started < seconds:
+        await search(texts[sent % len(texts)])
+        sent += 1
+    return sent

@@ -18,19 +18,21 @@ machine's drift hits every stage alike). HYBRID stages (limit 10):
 * `embed` (`--latency-collection` only): the query's embedding alone; and
   `service_embedding_first`: `service` with the engine hiding `EmbeddingOverlap` (the query
   embedded before the engine starts) — `service` against it is what the overlap saves.
-* `engine`: `LanceDBEngine.search` with a ready `EngineQuery`.
+* `engine`: `LanceDBEngine.search` with a ready `EngineQuery`: from memory, as the collection is
+  held by then (every stage is warmed up for `WARMUP_S` first, `engine/lancedb/held.py`).
+* `engine_lancedb`: the same search on LanceDB's path (what a collection larger than
+  `engine.vectors_in_memory` gets, or one just written), whose own steps follow.
 * `lancedb_hybrid` (SciFact only): LanceDB's own hybrid query, the peer of `bench/peers/search.py`.
-* The engine's own steps, each alone, exactly as `engine/lancedb/search.py` runs them: `dense`
-  (dense candidates, filter count beside; from the vectors held in memory once the collection is
-  held, `engine/lancedb/held.py`), `keyword` (keyword candidates with their vectors; beside a flat
-  dense scan their chunks too), `completion` (the keyword-only candidates' cosines from the read
-  vectors; a dense-only candidate's BM25 is the fusion's bound), `fuse` (Python),
-  `chunks` (the page's chunks the ranking did not read, taken by address). The search's critical
+* LanceDB's path's steps, each alone, exactly as `engine/lancedb/search.py` runs them: `dense`
+  (dense candidates, filter count beside), `keyword` (keyword candidates with their vectors;
+  beside a flat dense scan their chunks too), `completion` (the keyword-only candidates' cosines
+  from the read vectors; a dense-only candidate's BM25 is the fusion's bound), `fuse` (Python),
+  `chunks` (the page's chunks the ranking did not read, taken by address). That path's critical
   path is max(dense, keyword) + completion + fuse + chunks.
 
-KEYWORD (SciFact only): `grpc`, `service`, `engine`, `keyword` (the engine's one keyword query,
-ranked to the count cap: the page and `total_count`), `keyword_page_only` (the same query to the
-page only: what the count costs) and `chunks`.
+KEYWORD (SciFact only): `grpc`, `service`, `engine`, `engine_lancedb`, `keyword` (LanceDB's one
+keyword query, ranked to the count cap: the page and `total_count`), `keyword_page_only` (the same
+query to the page only: what the count costs) and `chunks`.
 
 Prints one JSON object: p50 per stage (ms) and the machine's load.
 """
@@ -54,7 +56,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import search_latency
 from bench.eval_scifact import index_everything
-from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note, percentile
+from bench.harness import (
+    RESULTS_DIR,
+    VAR_DIR,
+    emit,
+    load_scifact,
+    machine,
+    note,
+    percentile,
+    warm_up,
+)
 from bench.harness import settings_for as search_settings
 from bench.scifact_collection import (
     COLLECTION,
@@ -78,6 +89,13 @@ from services.search_tool.service import SearchRequest, SearchService
 
 LIMIT = 10
 WARMUP = 10
+WARMUP_S = 15.0
+"""Searches of each engine before the timed ones (`harness.warm_up`): it holds the collection in
+memory by then (`engine/lancedb/held.py`), as for any caller after the first searches."""
+_STRATEGY_NAMES = {
+    search_pb2.RETRIEVAL_STRATEGY_HYBRID: "hybrid",
+    search_pb2.RETRIEVAL_STRATEGY_KEYWORD: "keyword",
+}
 FILTER_TEXT = 'source = "pubmed" AND metadata.year >= 2015'
 """`bench/search_latency.py`'s filter (`hybrid_request`), for the record."""
 
@@ -173,6 +191,19 @@ class SearchPath:
 
         return call
 
+    def lancedb_engine_call(self, strategy: Strategy) -> Stage:
+        """The engine's search on LanceDB's path, the collection not held in memory."""
+
+        async def call(text: str) -> Any:
+            return await (await self.table_search(strategy, text)).run(final=True)
+
+        return call
+
+    async def warm(self, strategy: search_pb2.RetrievalStrategy, texts: list[str]) -> None:
+        """Both engines (the server's, the bench's) hold the collection by the timed rounds."""
+        for stage in (self.grpc(strategy), self.engine_call(Strategy(_STRATEGY_NAMES[strategy]))):
+            await warm_up(stage, texts, seconds=WARMUP_S, least=WARMUP)
+
     async def table_search(self, strategy: Strategy, text: str) -> _TableSearch:
         engine = self.engine
         return _TableSearch(
@@ -182,7 +213,7 @@ class SearchPath:
             engine._limits,
             engine._counts,
             lambda: engine._vectors.covered_rows(self.collection),
-            held=engine._held,  # the collections held in memory, as the engine's own searches
+            held=None,  # the steps of LanceDB's path: a collection over `vectors_in_memory`
         )
 
     async def prepare(self, strategy: Strategy, text: str) -> Any:
@@ -250,6 +281,7 @@ async def run(data_dir: Path, count: int, *, hashed: bool = False) -> dict[str, 
     async with Serving(data_dir, settings, embedder, COLLECTION, vectors, None) as path:
         extra = await peer(path)
         hybrid = await _hybrid_stages(path, texts, {"lancedb_hybrid": extra["lancedb_hybrid"]})
+        await path.warm(search_pb2.RETRIEVAL_STRATEGY_KEYWORD, texts)
         for text in texts:  # the per-query first rounds, outside the timing
             await path.prepare(Strategy.KEYWORD, text)
         note("KEYWORD stages")
@@ -258,6 +290,7 @@ async def run(data_dir: Path, count: int, *, hashed: bool = False) -> dict[str, 
                 "grpc": path.grpc(search_pb2.RETRIEVAL_STRATEGY_KEYWORD),
                 "service": path.service_call(Strategy.KEYWORD),
                 "engine": path.engine_call(Strategy.KEYWORD),
+                "engine_lancedb": path.lancedb_engine_call(Strategy.KEYWORD),
                 **path.steps(Strategy.KEYWORD),
                 "keyword_page_only": extra["keyword_page_only"],
             },
@@ -325,6 +358,7 @@ def search_latency_context() -> int:
 async def _hybrid_stages(
     path: SearchPath, texts: list[str], extra: dict[str, Stage]
 ) -> dict[str, Any]:
+    await path.warm(search_pb2.RETRIEVAL_STRATEGY_HYBRID, texts)
     for text in texts:  # the per-query first rounds, outside the timing
         await path.prepare(Strategy.HYBRID, text)
     note("HYBRID stages")
@@ -333,6 +367,7 @@ async def _hybrid_stages(
             "grpc": path.grpc(search_pb2.RETRIEVAL_STRATEGY_HYBRID),
             "service": path.service_call(Strategy.HYBRID),
             "engine": path.engine_call(Strategy.HYBRID),
+            "engine_lancedb": path.lancedb_engine_call(Strategy.HYBRID),
             **path.steps(Strategy.HYBRID),
             **extra,
         },

@@ -43,7 +43,16 @@ except ImportError as missing:  # the peer is an optional extra
 import lancedb
 
 from bench.eval_scifact import index_everything, ndcg_at
-from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_scifact, machine, note, percentile
+from bench.harness import (
+    RESULTS_DIR,
+    VAR_DIR,
+    emit,
+    load_scifact,
+    machine,
+    note,
+    percentile,
+    warm_up,
+)
 from bench.harness import settings_for as search_settings
 from bench.scifact_collection import (
     COLLECTION,
@@ -56,7 +65,10 @@ from services.search_tool.engine.lancedb.rows import SEARCH_TEXT_COLUMN
 from services.search_tool.server import build_search_tool_server
 
 LIMIT = 10
-WARMUP = 20
+WARMUP_S = 10.0
+WARMUP_LEAST = 20
+"""Quarry's searches before the timed ones (`harness.warm_up`): the collection is read into
+memory by then, as for any caller after its first searches."""
 
 
 def summary(times: list[float]) -> dict[str, float]:
@@ -68,8 +80,14 @@ async def interleaved(
     quarry: Callable[[str, Any], Awaitable[Any]],
     peer: Callable[[str, Any], Awaitable[Any]],
 ) -> tuple[list[float], list[float]]:
-    for text, vector in queries[:WARMUP]:
-        await quarry(text, vector)
+    by_text = dict(queries)
+    await warm_up(
+        lambda text: quarry(text, by_text[text]),
+        list(by_text),
+        seconds=WARMUP_S,
+        least=WARMUP_LEAST,
+    )
+    for text, vector in queries[:20]:
         await peer(text, vector)
     ours: list[float] = []
     theirs: list[float] = []

@@ -255,20 +255,36 @@ async def test_vectors_read_while_a_write_committed_are_thrown_away() -> None:
         def with_row_id(self) -> Scan:
             return self
 
-        async def to_arrow(self) -> Any:
+        async def to_batches(self, **_: Any) -> Any:
             import pyarrow as pa
 
             vectors = pa.FixedSizeListArray.from_arrays(
                 pa.array(np.ones(3 * DIMENSIONS, np.float32)), DIMENSIONS
             )
-            return pa.table({"vector": vectors, "_rowid": pa.array([0, 1, 2], pa.uint64())})
+            texts = pa.array(["tides", "rivers", "lakes"])
+            batch = pa.record_batch(
+                {
+                    "vector": vectors,
+                    "search_text": texts,
+                    "chunk_json": texts,
+                    "_rowid": pa.array([0, 1, 2], pa.uint64()),
+                }
+            )
+            scanned.append(batch)
 
+            async def batches() -> Any:
+                yield batch
+
+            return batches()
+
+    scanned: list[Any] = []
     table.query = Scan  # type: ignore[method-assign]
     probe = np.stack([vector_for("probe")])
     assert await flat.candidates("t", table, probe, 5) is None  # version 1 noted
     assert await flat.candidates("t", table, probe, 5) is None  # version 1 again: build
     await flat.built("t")
-    assert "t" not in flat._held  # the scan ended at version 2
+    assert scanned  # the rows were read ...
+    assert "t" not in flat._held  # ... but the scan ended at version 2
     await flat.close()
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,9 +48,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from services.search_tool.documents import Chunk
-from services.search_tool.engine.keyword_index import KeywordIndex
+from services.search_tool.engine.keyword_index import KeywordIndex, Postings
 from services.search_tool.engine.lancedb.retrieval import best_cosines
 from services.search_tool.engine.lancedb.rows import (
     CHUNK_JSON_COLUMN,
@@ -84,11 +86,21 @@ class Held:
     keywords: KeywordIndex | None = None
     """BM25 over the rows' keyword texts, in the same row order (None: not held)."""
     chunks: Any = None
-    """The stored chunk (JSON, an Arrow string array) of each row, in the same order."""
+    """The stored chunks (JSON, an Arrow chunked string array) in the order they were read."""
+    read_at: npt.NDArray[np.intp] | None = None
+    """Where in `chunks` each row's chunk is (rows by ascending address)."""
 
     @property
     def version(self) -> int:
         return self.whole.version
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the held arrays take (vectors, postings, chunks)."""
+        keywords = self.keywords.nbytes if self.keywords is not None else 0
+        chunks = self.chunks.nbytes if self.chunks is not None else 0
+        read_at = self.read_at.nbytes if self.read_at is not None else 0
+        return self.whole.matrix.nbytes + self.whole.addresses.nbytes + keywords + chunks + read_at
 
     def keyword_candidates(
         self, text: str, limit: int, view: _Vectors | None = None
@@ -104,13 +116,13 @@ class Held:
 
     def chunks_at(self, addresses: Sequence[int]) -> dict[int, Chunk] | None:
         """The stored chunk at each address (None: not held, or one of them is not held)."""
-        if self.chunks is None:
+        if self.chunks is None or self.read_at is None:
             return None
         rows = _rows_at(self.whole, np.asarray(addresses, dtype=np.uint64))
         if rows is None:
             return None
         return {
-            address: to_chunk(self.chunks[int(row)].as_py())
+            address: to_chunk(self.chunks[int(self.read_at[row])].as_py())
             for address, row in zip(addresses, rows, strict=True)
         }
 
@@ -243,48 +255,90 @@ class HeldCollections:
 
     async def _build(self, name: str, table: Any, version: int) -> None:
         try:
-            if await table.count_rows() > self._max_rows:
+            rows = await table.count_rows()
+            if rows > self._max_rows:
                 return
-            columns = [VECTOR_COLUMN]
-            if self._keywords:
-                columns += [SEARCH_TEXT_COLUMN, CHUNK_JSON_COLUMN]
-            scanned = await table.query().select(columns).with_row_id().to_arrow()
-            if await table.version() != version:
+            started = time.monotonic()
+            held = await _read(table, version, rows, self._keywords)
+            if held is None:
                 return  # written meanwhile: the scan may hold either version
-            # copying up to max_rows vectors takes tens of milliseconds, indexing their texts
-            # seconds: off the event loop
-            held = await asyncio.to_thread(_entry, scanned, version, self._keywords)
         except asyncio.CancelledError:
             raise
         except Exception:  # the collection stays on LanceDB
             _log.warning("reading %r into memory failed", name, exc_info=True)
             return
-        rows = len(held.whole.addresses)
         self._held.pop(name, None)
         while self._held and sum(len(h.whole.addresses) for h in self._held.values()) + rows > (
             self._max_rows
         ):
             self._held.popitem(last=False)
         self._held[name] = held
+        _log.info(
+            "holding %r in memory: %d chunks at version %d, %.1f MB, read in %.1f s",
+            name,
+            rows,
+            version,
+            held.nbytes / 1e6,
+            time.monotonic() - started,
+        )
 
 
-def _entry(scanned: Any, version: int, keywords: bool) -> Held:
-    """The entry of a scan of `_rowid` and the held columns, rows by ascending address."""
-    rows = scanned.num_rows
-    addresses = np.asarray(scanned.column("_rowid").to_numpy(), dtype=np.uint64)
-    stored = scanned.column(VECTOR_COLUMN).combine_chunks()
-    if not rows:
-        matrix = np.zeros((0, stored.type.list_size), np.float32)
-        order = np.zeros(0, dtype=np.intp)
-    else:
-        order = np.argsort(addresses, kind="stable")  # by address: rows are found by search
-        matrix = np.ascontiguousarray(stored.values.to_numpy().reshape(rows, -1)[order])
-    whole = _Vectors(version, addresses[order], np.asarray(matrix, np.float32))
-    if not keywords:
+_SCAN_BATCH = 4096
+"""Rows read, and their texts indexed, at a time: memory holds arrays, not a whole column of
+Python strings and counters (100,000 chunks at once: 2.9 GB at the peak)."""
+
+
+async def _read(table: Any, version: int, rows: int, keywords: bool) -> Held | None:
+    """The entry of `table` at `version`, of `rows` rows, by ascending address (None: written
+    meanwhile). Each batch's texts are indexed in a worker thread, the event loop answering in
+    between."""
+    columns = [VECTOR_COLUMN, *([SEARCH_TEXT_COLUMN, CHUNK_JSON_COLUMN] if keywords else [])]
+    scan = (
+        await table.query().select(columns).with_row_id().to_batches(max_batch_length=_SCAN_BATCH)
+    )
+    addresses = np.zeros(rows, dtype=np.uint64)
+    matrix: npt.NDArray[np.float32] | None = None
+    chunks: list[Any] = []
+    postings = Postings() if keywords else None
+    filled = 0
+    async for batch in scan:
+        end = filled + batch.num_rows
+        if end > rows:
+            return None  # written meanwhile
+        stored = batch.column(VECTOR_COLUMN)
+        if matrix is None:
+            matrix = np.zeros((rows, stored.type.list_size), dtype=np.float32)
+        addresses[filled:end] = batch.column("_rowid").to_numpy()
+        matrix[filled:end] = np.asarray(stored.values.to_numpy()).reshape(batch.num_rows, -1)
+        filled = end
+        if postings is not None:
+            texts = [t or "" for t in batch.column(SEARCH_TEXT_COLUMN).to_pylist()]
+            await asyncio.to_thread(postings.add, texts)
+            # copied: a column of the batch keeps every column's buffers alive (100k: 897
+            # against 559 MB at the peak of a scan)
+            chunks.append(pa.concat_arrays([batch.column(CHUNK_JSON_COLUMN)]))
+    if filled != rows or await table.version() != version:
+        return None
+    if matrix is None:  # an empty table: no vector read tells the dimensions
+        matrix = np.zeros((0, 0), dtype=np.float32)
+    return await asyncio.to_thread(_entry, version, addresses, matrix, chunks, postings)
+
+
+def _entry(
+    version: int,
+    addresses: npt.NDArray[np.uint64],
+    matrix: npt.NDArray[np.float32],
+    chunks: list[Any],
+    postings: Postings | None,
+) -> Held:
+    """The entry of a scan, rows by ascending address."""
+    order = np.argsort(addresses, kind="stable")  # by address: rows are found by search
+    whole = _Vectors(version, addresses[order], matrix[order])
+    if postings is None:
         return Held(whole)
-    texts = scanned.column(SEARCH_TEXT_COLUMN).take(order).to_pylist()
-    chunks = scanned.column(CHUNK_JSON_COLUMN).take(order).combine_chunks()
-    return Held(whole, KeywordIndex.build([t or "" for t in texts]), chunks)
+    # the chunks stay in the order read: sorting them would copy them twice more
+    stored = pa.chunked_array(chunks, type=chunks[0].type if chunks else pa.string())
+    return Held(whole, postings.index(order), stored, order)
 
 
 async def ranked_dense(
