@@ -14,6 +14,7 @@ import pytest
 from services.search_tool.documents import Document
 from services.search_tool.engine.base import CollectionSpec, EngineQuery, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.engine.lancedb import held as held_module
 from services.search_tool.engine.lancedb.held import HeldCollections
 from services.search_tool.engine.lancedb.indexes import IndexPolicy
 from services.search_tool.filters import Operator, RawCondition, RawFilter, validate_filter
@@ -455,3 +456,36 @@ async def test_with_keywords_in_memory_off_only_the_vectors_are_held(tmp_path: P
         assert len(held.whole.addresses) == len(DOCUMENTS)
     finally:
         await engine.close()
+
+
+async def test_a_collection_written_often_is_read_in_a_bounded_share_of_the_time(
+    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a collection in for t seconds rests it for 9t: writes between searches cannot
+    keep a core busy re-reading it."""
+    now = [0.0]
+    held = engine._held = HeldCollections(clock=lambda: now[0])
+    table = await engine._table("c")
+    read = held_module._read
+
+    async def slow_read(*args: Any) -> Any:  # reading the collection in takes 2 s on this clock
+        now[0] += 2.0
+        return await read(*args)
+
+    monkeypatch.setattr(held_module, "_read", slow_read)
+    query = _query(Strategy.KEYWORD)
+    await _held(engine, query)
+    assert held._held["c"].version == await table.version()  # read in from 0 to 2 s
+    await engine.upsert("c", [record(Document(id="newcomer", text="fresh tides"))])
+    for at in (2.0, 19.9):  # resting until 2 + 9 * 2
+        now[0] = at
+        await engine.search("c", query)
+        await engine.search("c", query)
+        await held.built("c")
+        assert "c" not in held._held  # the stale copy is freed, no new one read
+    now[0] = 20.1
+    await engine.search("c", query)
+    await held.built("c")
+    assert held._held["c"].version == await table.version()
+    fresh = await engine.search("c", _query(Strategy.KEYWORD, keyword_text="fresh"))
+    assert [h.chunk.id for h in fresh.hits] == ["newcomer__chunk_0"]  # from memory

@@ -42,7 +42,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,9 +130,18 @@ class Held:
 class HeldCollections:
     """Each small collection at one table version (see the module docstring)."""
 
-    def __init__(self, max_rows: int = 100_000, *, keywords: bool = True) -> None:
+    def __init__(
+        self,
+        max_rows: int = 100_000,
+        *,
+        keywords: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._max_rows = max_rows
         self._keywords = keywords
+        self._clock = clock
+        self._rested: dict[str, float] = {}
+        """When each collection may be read in again (`_BUILD_SHARE`)."""
         self._held: OrderedDict[str, Held] = OrderedDict()
         self._filtered: OrderedDict[tuple[str, int, str], _Vectors] = OrderedDict()
         """The rows of a held collection a filter leaves, by (collection, version, filter)."""
@@ -148,6 +157,8 @@ class HeldCollections:
         version = await table.version()
         held = self._held.get(name)
         if held is None or held.version != version:
+            if held is not None:  # stale: its memory is freed before a new one is read
+                self._drop(name)
             self._missed(name, table, version)
             return None
         self._held.move_to_end(name)
@@ -220,10 +231,9 @@ class HeldCollections:
 
     def forget(self, name: str) -> None:
         """Drop what is held of a collection (dropped, or its rows rewritten)."""
-        self._held.pop(name, None)
-        for key in [k for k in self._filtered if k[0] == name]:
-            del self._filtered[key]
+        self._drop(name)
         self._seen.pop(name, None)
+        self._rested.pop(name, None)
         build = self._builds.pop(name, None)
         if build is not None:
             build.cancel()
@@ -243,11 +253,16 @@ class HeldCollections:
         if build is not None:
             await asyncio.gather(build, return_exceptions=True)
 
+    def _drop(self, name: str) -> None:
+        self._held.pop(name, None)
+        for key in [k for k in self._filtered if k[0] == name]:
+            del self._filtered[key]
+
     def _missed(self, name: str, table: Any, version: int) -> None:
         if self._seen.get(name) != version:
             self._seen[name] = version  # read once at this version: build if read again
             return
-        if name in self._builds:
+        if name in self._builds or self._clock() < self._rested.get(name, 0.0):
             return
         build = asyncio.create_task(self._build(name, table, version))
         self._builds[name] = build
@@ -258,8 +273,12 @@ class HeldCollections:
             rows = await table.count_rows()
             if rows > self._max_rows:
                 return
-            started = time.monotonic()
-            held = await _read(table, version, rows, self._keywords)
+            started = self._clock()
+            try:
+                held = await _read(table, version, rows, self._keywords)
+            finally:  # a collection written often is read in a bounded share of the time
+                took = self._clock() - started
+                self._rested[name] = self._clock() + _BUILD_SHARE * took
             if held is None:
                 return  # written meanwhile: the scan may hold either version
         except asyncio.CancelledError:
@@ -279,10 +298,14 @@ class HeldCollections:
             rows,
             version,
             held.nbytes / 1e6,
-            time.monotonic() - started,
+            took,
         )
 
 
+_BUILD_SHARE = 9.0
+"""After reading a collection in for t seconds, it is not read in again for `_BUILD_SHARE * t`
+(searches go to LanceDB meanwhile): a collection written more often than it is read in spends at
+most a tenth of the time being read (100,000 chunks take ~13 s of a core)."""
 _SCAN_BATCH = 4096
 """Rows read, and their texts indexed, at a time: memory holds arrays, not a whole column of
 Python strings and counters (100,000 chunks at once: 2.9 GB at the peak)."""
