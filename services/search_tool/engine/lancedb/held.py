@@ -142,6 +142,8 @@ class HeldCollections:
         self._clock = clock
         self._rested: dict[str, float] = {}
         """When each collection may be read in again (`_BUILD_SHARE`)."""
+        self._too_large: dict[str, int] = {}
+        """The version at which a collection was found larger than `max_rows`."""
         self._held: OrderedDict[str, Held] = OrderedDict()
         self._filtered: OrderedDict[tuple[str, int, str], _Vectors] = OrderedDict()
         """The rows of a held collection a filter leaves, by (collection, version, filter)."""
@@ -234,6 +236,7 @@ class HeldCollections:
         self._drop(name)
         self._seen.pop(name, None)
         self._rested.pop(name, None)
+        self._too_large.pop(name, None)
         build = self._builds.pop(name, None)
         if build is not None:
             build.cancel()
@@ -264,6 +267,8 @@ class HeldCollections:
             return
         if name in self._builds or self._clock() < self._rested.get(name, 0.0):
             return
+        if self._too_large.get(name) == version:
+            return  # counted once at this version
         build = asyncio.create_task(self._build(name, table, version))
         self._builds[name] = build
         build.add_done_callback(lambda _: self._builds.pop(name, None))
@@ -272,6 +277,7 @@ class HeldCollections:
         try:
             rows = await table.count_rows()
             if rows > self._max_rows:
+                self._too_large[name] = version
                 return
             started = self._clock()
             try:
