@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -384,6 +385,20 @@ async def _worded_engine(path: Path, **options: Any) -> LanceDBEngine:
     return engine
 
 
+@asynccontextmanager
+async def _worded_pair(
+    path: Path, **options: Any
+) -> AsyncIterator[tuple[LanceDBEngine, LanceDBEngine]]:
+    """The worded collection on an engine that never holds it and on one that does."""
+    scanning = await _worded_engine(path / "scan", vectors_in_memory=0, **options)
+    holding = await _worded_engine(path / "held", **options)
+    try:
+        yield scanning, holding
+    finally:
+        await scanning.close()
+        await holding.close()
+
+
 def _unread(table: Any) -> None:
     """Make any read of `table` from LanceDB fail the test."""
 
@@ -399,9 +414,7 @@ def _unread(table: Any) -> None:
 async def test_a_held_collection_is_searched_from_memory_alone_with_lancedbs_pages(
     tmp_path: Path, strategy: Strategy
 ) -> None:
-    scanning = await _worded_engine(tmp_path / "scan", vectors_in_memory=0)
-    holding = await _worded_engine(tmp_path / "held")
-    try:
+    async with _worded_pair(tmp_path) as (scanning, holding):
         only = await _only(holding, *[f"doc{i}" for i in range(0, 60, 3)])
         queries = [
             _query(strategy, "doc7__chunk_0"),
@@ -419,17 +432,12 @@ async def test_a_held_collection_is_searched_from_memory_alone_with_lancedbs_pag
             assert _page(page) == _page(expected)
             assert page.total_count == expected.total_count
             assert page.hits  # every query finds something
-    finally:
-        await scanning.close()
-        await holding.close()
 
 
 async def test_keyword_matches_are_counted_to_the_cap_as_lancedb_counts_them(
     tmp_path: Path,
 ) -> None:
-    scanning = await _worded_engine(tmp_path / "scan", vectors_in_memory=0, keyword_count_cap=25)
-    holding = await _worded_engine(tmp_path / "held", keyword_count_cap=25)
-    try:
+    async with _worded_pair(tmp_path, keyword_count_cap=25) as (scanning, holding):
         for text, matching in (("tides", 60), ("rivers", 45), ("w40x1", 1), ("lakes", 0)):
             query = _query(Strategy.KEYWORD, keyword_text=text, limit=10)
             held = await _held(holding, query)
@@ -440,9 +448,6 @@ async def test_keyword_matches_are_counted_to_the_cap_as_lancedb_counts_them(
             assert sorted(h.chunk.id for h in held.hits if h.score > above) == (
                 sorted(h.chunk.id for h in expected.hits if h.score > above)
             )
-    finally:
-        await scanning.close()
-        await holding.close()
 
 
 async def test_a_write_to_a_held_collection_is_found_by_keyword_at_once(
