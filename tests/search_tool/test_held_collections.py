@@ -260,7 +260,7 @@ class _WrittenDuringTheScan:
 
 
 async def test_vectors_read_while_a_write_committed_are_thrown_away() -> None:
-    flat = HeldCollections()
+    held = HeldCollections()
     table = _WrittenDuringTheScan()
 
     class Scan:
@@ -294,13 +294,12 @@ async def test_vectors_read_while_a_write_committed_are_thrown_away() -> None:
 
     scanned: list[Any] = []
     table.query = Scan  # type: ignore[method-assign]
-    probe = np.stack([vector_for("probe")])
-    assert await flat.candidates("t", table, probe, 5) is None  # version 1 noted
-    assert await flat.candidates("t", table, probe, 5) is None  # version 1 again: build
-    await flat.built("t")
+    assert await held.lookup("t", table) is None  # version 1 noted
+    assert await held.lookup("t", table) is None  # version 1 again: build
+    await held.built("t")
     assert scanned  # the rows were read ...
-    assert "t" not in flat._held  # ... but the scan ended at version 2
-    await flat.close()
+    assert "t" not in held._held  # ... but the scan ended at version 2
+    await held.close()
 
 
 async def test_no_vectors_are_held_when_turned_off(tmp_path: Path) -> None:
@@ -358,15 +357,14 @@ class _UnreadableVectors:
 async def test_a_failed_read_of_the_vectors_leaves_searches_to_lancedb(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    flat = HeldCollections()
+    held = HeldCollections()
     table = _UnreadableVectors()
-    probe = np.stack([vector_for("probe")])
     for _ in range(3):  # noted, build fails, noted again: never raises, never held
-        assert await flat.candidates("t", table, probe, 5) is None
-        await flat.built("t")
-    assert "t" not in flat._held
+        assert await held.lookup("t", table) is None
+        await held.built("t")
+    assert "t" not in held._held
     assert "reading 't' into memory failed" in caplog.text
-    await flat.close()
+    await held.close()
 
 
 def _worded(i: int) -> Document:
@@ -455,7 +453,7 @@ async def test_a_write_to_a_held_collection_is_found_by_keyword_at_once(
 ) -> None:
     query = _query(Strategy.KEYWORD, keyword_text="zephyr")
     assert (await _held(engine, query)).hits == []
-    assert (await engine._held.current("c", await engine._table("c"))) is not None
+    assert engine._held._held["c"].version == await (await engine._table("c")).version()
     await engine.upsert("c", [record(Document(id="newcomer", text="a zephyr over tides"))])
     assert [h.chunk.id for h in (await engine.search("c", query)).hits] == ["newcomer__chunk_0"]
     held_again = await _held(engine, query)  # the new version held: the same answer from memory
