@@ -10,11 +10,13 @@ English Snowball stemming, then English stop words removed, then ASCII folding; 
     norm(d)     = 1 - b + b * |d| / avgdl,   k1 = 1.2, b = 0.75
 
 with `f` the term's count in the chunk, `|d|` the chunk's token count, `N` the chunks of the
-collection, `n(t)` the chunks holding `t` and `avgdl` the mean token count. This module is the
-tokenizer and those formulas; the PostgreSQL engine stores each chunk's term counts and keeps
-`N`, the token total and every `n(t)` up to date in the same transaction as the write
-(`engine/postgres/schema.py`). `tests/search_tool/test_postgres_bm25.py` checks both against
-LanceDB itself.
+collection, `n(t)` the chunks holding `t` and `avgdl` the mean token count (Lance counts only
+chunks holding a term in `N` and `avgdl`; so does the keyword index held in memory,
+`engine/keyword_index.py`; the PostgreSQL engine counts every chunk). This module is the tokenizer
+and those formulas; the PostgreSQL engine stores each chunk's term counts and keeps `N`, the token
+total and every `n(t)` up to date in the same transaction as the write
+(`engine/postgres/schema.py`). `tests/search_tool/test_keyword_index.py` and
+`test_postgres_engine.py` check both against LanceDB itself.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn
 ENGLISH_STOP_WORDS = frozenset(_STOP_WORD_TEXT.split())
 """Tantivy's English stop words (Snowball's list), removed *after* stemming as Lance does: so
 `being` (stem `be`) is removed and `does` (stem `doe`) is kept. Checked word by word against
-LanceDB (`tests/search_tool/test_postgres_bm25.py`)."""
+LanceDB (`tests/search_tool/test_postgres_engine.py`)."""
 
 _WORD = regex.compile(r"[\p{Alphabetic}\p{Nd}\p{Nl}\p{No}]+")
 """Maximal runs of alphanumeric characters as Rust's `char::is_alphanumeric` has them (tantivy's
