@@ -87,7 +87,7 @@ async def interleaved(
         seconds=WARMUP_S,
         least=WARMUP_LEAST,
     )
-    for text, vector in queries[:20]:
+    for text, vector in queries[:WARMUP_LEAST]:
         await peer(text, vector)
     ours: list[float] = []
     theirs: list[float] = []

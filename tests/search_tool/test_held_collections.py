@@ -1,5 +1,6 @@
-"""Vectors of collections without a vector index, held in memory per table version
-(`engine/lancedb/held.py`): the same pages as LanceDB's scan, never a stale one."""
+"""Collections held in memory per table version (`engine/lancedb/held.py`): their vectors, BM25
+index and chunks; the same pages as LanceDB's (scores to float32), never a stale one, within
+their memory bound and a bounded share of the time."""
 
 from __future__ import annotations
 
