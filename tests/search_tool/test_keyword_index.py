@@ -26,9 +26,9 @@ HOSTILE = [
     "IL-10 β-cells TNF-α p53 HNF4A 14 1.4 1,400 3'UTR",
     "the of and a an to",  # stop words only: no term
     "",
-    "tides tides tides rivers",
+    "tides tides tides rivers كتاب",
     "ＦＵＬＬ ｗｉｄｔｈ ① Ⅻ №5 µg μg ℌ ᴬ йод Ærø",
-    "हिन्दी भाषा தமிழ் ไทย ⓐ e\u0301cole",
+    "हिन्दी भाषा தமிழ் ไทย ⓐ e\u0301cole كِتَابٌ ۡ",
 ]
 
 
@@ -62,6 +62,7 @@ QUERIES = [
     '"tumor suppressor" p53',
     "Straße naive",
     "µg of йод in भाषा",
+    "كِتَابٌ ۡ",
     "zzzz-not-a-word",
 ]
 

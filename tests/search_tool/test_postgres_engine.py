@@ -94,18 +94,21 @@ def _corpus(count: int) -> list[Document]:
     return documents
 
 
-async def _statistics(dsn: str) -> tuple[tuple[int, int], dict[str, int]]:
-    """(chunks, tokens) and every term's document frequency as the engine keeps them."""
+async def _statistics(dsn: str) -> tuple[tuple[int, int, int], dict[str, int]]:
+    """(chunks, tokens, chunks with a term) and every term's document frequency as the engine
+    keeps them."""
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         totals = await (
-            await conn.execute("SELECT chunk_count, token_count FROM quarry_collections")
+            await conn.execute(
+                "SELECT chunk_count, token_count, scored_count FROM quarry_collections"
+            )
         ).fetchone()
         assert totals is not None
         terms = await (await conn.execute("SELECT term, df FROM quarry_terms_1")).fetchall()
-    return (int(totals[0]), int(totals[1])), {t: n for t, n in terms if n}
+    return (int(totals[0]), int(totals[1]), int(totals[2])), {t: n for t, n in terms if n}
 
 
-async def _recomputed(dsn: str) -> tuple[tuple[int, int], dict[str, int]]:
+async def _recomputed(dsn: str) -> tuple[tuple[int, int, int], dict[str, int]]:
     """The same statistics recomputed from the stored chunks."""
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         rows = await (
@@ -114,7 +117,8 @@ async def _recomputed(dsn: str) -> tuple[tuple[int, int], dict[str, int]]:
     frequencies: Counter[str] = Counter()
     for term_freqs, _ in rows:
         frequencies.update(term_freqs.keys())
-    return (len(rows), sum(n for _, n in rows)), dict(frequencies)
+    scored = sum(1 for _, n in rows if n)
+    return (len(rows), sum(n for _, n in rows), scored), dict(frequencies)
 
 
 async def _postings(dsn: str) -> Counter[tuple[str, str, int, int]]:
@@ -141,8 +145,10 @@ async def _postings_recomputed(dsn: str) -> Counter[tuple[str, str, int, int]]:
 async def test_keyword_scores_match_the_embedded_engines_bm25(
     engine: PostgresEngine, tmp_path: Path
 ) -> None:
-    """Same chunks in both engines: the same matches, the same order, scores within 0.5 %."""
-    documents = _corpus(400)
+    """Same chunks in both engines: the same matches, the same order, scores within 0.5 %; a
+    chunk without a term counts in neither engine's N nor mean length."""
+    termless = [Document(id=f"termless-{i}", text="the of and — !") for i in range(100)]
+    documents = _corpus(400) + termless
     embedded = await LanceDBEngine.open(tmp_path / "lance")
     try:
         await embedded.ensure_collection("c", SPEC)
@@ -187,6 +193,9 @@ async def test_term_statistics_stay_exact_through_upserts_replacements_and_delet
 ) -> None:
     documents = _corpus(60)
     await engine.upsert("c", records(documents))
+    termless = [Document(id=f"termless-{i}", text="the of and — !") for i in range(3)]
+    await engine.upsert("c", records(termless))  # no term: not in N
+    assert await engine.delete_chunks("c", ["termless-0__chunk_0"]) == 1
     rewritten = [
         replace(d, text=d.text[: len(d.text) // 2] + " novel words") for d in documents[:10]
     ]
@@ -201,7 +210,8 @@ async def test_term_statistics_stay_exact_through_upserts_replacements_and_delet
     )
     assert await _statistics(postgres_dsn) == await _recomputed(postgres_dsn)
     totals, _ = await _statistics(postgres_dsn)
-    assert totals[0] == 60 - 1 - 5
+    assert totals[0] == 60 - 1 - 5 + 2
+    assert totals[2] == 60 - 1 - 5
     assert await _postings(postgres_dsn) == await _postings_recomputed(postgres_dsn)
 
 
@@ -377,6 +387,40 @@ async def test_migration_2_gives_an_existing_collection_the_term_chunk_index_and
         (h.chunk.id, h.score) for h in before.hits
     ]
     assert after.total_count == before.total_count
+
+
+async def test_migration_3_counts_an_existing_collections_chunks_with_a_term_and_same_results(
+    postgres_dsn: str,
+) -> None:
+    """A collection made before migration 3 (no `scored_count`) gets its count of chunks with a
+    term once, and keyword scores equal those of the collection written after it."""
+    termless = [Document(id=f"termless-{i}", text="the of and") for i in range(10)]
+    documents = _corpus(30) + termless
+    query = EngineQuery(Strategy.KEYWORD, "cell growth vitamin", NO_VECTORS, limit=20)
+    first = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    try:
+        await first.ensure_collection("c", SPEC)
+        await first.upsert("c", records(documents))
+        before = await first.search("c", query)
+    finally:
+        await first.close()
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
+        await conn.execute("ALTER TABLE quarry_collections DROP COLUMN scored_count")
+        await conn.execute(
+            "DELETE FROM quarry_schema_migrations WHERE component = 'search_tool' AND version = 3"
+        )
+    second = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
+    try:
+        await second.ensure_schema()
+        after = await second.search("c", query)
+    finally:
+        await second.close()
+    totals, _ = await _statistics(postgres_dsn)
+    assert totals[2] == 30  # the 10 chunks without a term are not counted
+    assert before.hits
+    assert [(h.chunk.id, h.score) for h in after.hits] == [
+        (h.chunk.id, h.score) for h in before.hits
+    ]
 
 
 def _filtered_hybrid(text: str, condition: Condition, *, offset: int = 0) -> EngineQuery:

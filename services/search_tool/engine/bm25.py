@@ -11,10 +11,10 @@ English Snowball stemming, then English stop words removed, then ASCII folding; 
 
 with `f` the term's count in the chunk, `|d|` the chunk's token count, `N` the chunks of the
 collection, `n(t)` the chunks holding `t` and `avgdl` the mean token count (Lance counts only
-chunks holding a term in `N` and `avgdl`; so does the keyword index held in memory,
-`engine/keyword_index.py`; the PostgreSQL engine counts every chunk). This module is the tokenizer
-and those formulas; the PostgreSQL engine stores each chunk's term counts and keeps `N`, the token
-total and every `n(t)` up to date in the same transaction as the write
+chunks holding a term in `N` and `avgdl`; so do the keyword index held in memory,
+`engine/keyword_index.py`, and the PostgreSQL engine, its `scored_count`). This module is the
+tokenizer and those formulas; the PostgreSQL engine stores each chunk's term counts and keeps `N`,
+the token total and every `n(t)` up to date in the same transaction as the write
 (`engine/postgres/schema.py`). `tests/search_tool/test_keyword_index.py` and
 `test_postgres_engine.py` check both against LanceDB itself.
 """
@@ -105,9 +105,11 @@ def _folded_letter(letter: str) -> str:
         return _FOLDED[letter]
     decomposed = unicodedata.normalize("NFKD", letter)
     stripped = "".join(_FOLDED.get(c, c) for c in decomposed if not unicodedata.combining(c))
-    # ASCII and in lower case (the letter was lower cased before folding: `ℌ` gives `H`, which
-    # the folding leaves alone)
-    return stripped if stripped.isascii() and stripped == stripped.lower() else letter
+    # ASCII, in lower case (the letter was lower cased before folding: `ℌ` gives `H`, which the
+    # folding leaves alone) and not empty (a combining mark alone, `ۡ`, is kept: folding keeps
+    # what it does not map)
+    folded = stripped and stripped.isascii() and stripped == stripped.lower()
+    return stripped if folded else letter
 
 
 def tokens(text: str) -> list[str]:
