@@ -95,12 +95,12 @@ def _corpus(count: int) -> list[Document]:
 
 
 async def _statistics(dsn: str) -> tuple[tuple[int, int, int], dict[str, int]]:
-    """(chunks, tokens, chunks with a term) and every term's document frequency as the engine
-    keeps them."""
+    """(chunks, tokens, chunks without a term) and every term's document frequency as the
+    engine keeps them."""
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         totals = await (
             await conn.execute(
-                "SELECT chunk_count, token_count, scored_count FROM quarry_collections"
+                "SELECT chunk_count, token_count, termless_count FROM quarry_collections"
             )
         ).fetchone()
         assert totals is not None
@@ -117,8 +117,8 @@ async def _recomputed(dsn: str) -> tuple[tuple[int, int, int], dict[str, int]]:
     frequencies: Counter[str] = Counter()
     for term_freqs, _ in rows:
         frequencies.update(term_freqs.keys())
-    scored = sum(1 for _, n in rows if n)
-    return (len(rows), sum(n for _, n in rows), scored), dict(frequencies)
+    termless = sum(1 for _, n in rows if not n)
+    return (len(rows), sum(n for _, n in rows), termless), dict(frequencies)
 
 
 async def _postings(dsn: str) -> Counter[tuple[str, str, int, int]]:
@@ -211,7 +211,7 @@ async def test_term_statistics_stay_exact_through_upserts_replacements_and_delet
     assert await _statistics(postgres_dsn) == await _recomputed(postgres_dsn)
     totals, _ = await _statistics(postgres_dsn)
     assert totals[0] == 60 - 1 - 5 + 2
-    assert totals[2] == 60 - 1 - 5
+    assert totals[2] == 2
     assert await _postings(postgres_dsn) == await _postings_recomputed(postgres_dsn)
 
 
@@ -392,8 +392,8 @@ async def test_migration_2_gives_an_existing_collection_the_term_chunk_index_and
 async def test_migration_3_counts_an_existing_collections_chunks_with_a_term_and_same_results(
     postgres_dsn: str,
 ) -> None:
-    """A collection made before migration 3 (no `scored_count`) gets its count of chunks with a
-    term once, and keyword scores equal those of the collection written after it."""
+    """A collection made before migration 3 (no `termless_count`) gets its count of chunks
+    without a term once, and keyword scores equal those of the collection written after it."""
     termless = [Document(id=f"termless-{i}", text="the of and") for i in range(10)]
     documents = _corpus(30) + termless
     query = EngineQuery(Strategy.KEYWORD, "cell growth vitamin", NO_VECTORS, limit=20)
@@ -405,7 +405,7 @@ async def test_migration_3_counts_an_existing_collections_chunks_with_a_term_and
     finally:
         await first.close()
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
-        await conn.execute("ALTER TABLE quarry_collections DROP COLUMN scored_count")
+        await conn.execute("ALTER TABLE quarry_collections DROP COLUMN termless_count")
         await conn.execute(
             "DELETE FROM quarry_schema_migrations WHERE component = 'search_tool' AND version = 3"
         )
@@ -416,7 +416,7 @@ async def test_migration_3_counts_an_existing_collections_chunks_with_a_term_and
     finally:
         await second.close()
     totals, _ = await _statistics(postgres_dsn)
-    assert totals[2] == 30  # the 10 chunks without a term are not counted
+    assert totals[2] == 10  # the chunks without a term, left out of N
     assert before.hits
     assert [(h.chunk.id, h.score) for h in after.hits] == [
         (h.chunk.id, h.score) for h in before.hits

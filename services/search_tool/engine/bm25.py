@@ -12,7 +12,7 @@ English Snowball stemming, then English stop words removed, then ASCII folding; 
 with `f` the term's count in the chunk, `|d|` the chunk's token count, `N` the chunks of the
 collection, `n(t)` the chunks holding `t` and `avgdl` the mean token count (Lance counts only
 chunks holding a term in `N` and `avgdl`; so do the keyword index held in memory,
-`engine/keyword_index.py`, and the PostgreSQL engine, its `scored_count`). This module is the
+`engine/keyword_index.py`, and the PostgreSQL engine: `termless_count`). This module is the
 tokenizer and those formulas; the PostgreSQL engine stores each chunk's term counts and keeps `N`,
 the token total and every `n(t)` up to date in the same transaction as the write
 (`engine/postgres/schema.py`). `tests/search_tool/test_keyword_index.py` and

@@ -101,8 +101,8 @@ class _Removed:
     chunks: int
     tokens: int
     terms: Counter[str]
-    scored: int
-    """Chunks with at least one term (those BM25's N and mean length count)."""
+    termless: int
+    """Chunks without a term (those BM25's N and mean length leave out)."""
 
 
 class PostgresEngine:
@@ -348,7 +348,7 @@ class PostgresEngine:
                 collection,
                 chunks=len(rows) - removed.chunks,
                 tokens=sum(r.counts.length for r in rows) - removed.tokens,
-                scored=sum(1 for r in rows if r.counts.length) - removed.scored,
+                termless=sum(1 for r in rows if not r.counts.length) - removed.termless,
                 terms=_delta(added_terms, removed.terms),
             )
             return len(rows), len(stale)
@@ -393,7 +393,7 @@ class PostgresEngine:
                 collection,
                 chunks=-removed.chunks,
                 tokens=-removed.tokens,
-                scored=-removed.scored,
+                termless=-removed.termless,
                 terms=Counter({t: -n for t, n in removed.terms.items()}),
             )
             return len(rows)
@@ -481,7 +481,7 @@ class PostgresEngine:
         *,
         chunks: int,
         tokens: int,
-        scored: int,
+        termless: int,
         terms: Mapping[str, int],
     ) -> None:
         """Fold a write's change into the BM25 statistics (terms in one order, the totals last:
@@ -498,9 +498,9 @@ class PostgresEngine:
             )
         await conn.execute(
             "UPDATE quarry_collections SET chunk_count = chunk_count + %s,"
-            " token_count = token_count + %s, scored_count = scored_count + %s,"
+            " token_count = token_count + %s, termless_count = termless_count + %s,"
             " write_seq = write_seq + 1 WHERE id = %s",
-            (chunks, tokens, scored, collection.id),
+            (chunks, tokens, termless, collection.id),
         )
 
     # -- reads ----------------------------------------------------------------------------------
@@ -792,13 +792,13 @@ def _missing(name: str) -> NotFound:
 
 def _removed(rows: Any) -> _Removed:
     terms: Counter[str] = Counter()
-    chunks = tokens = scored = 0
+    chunks = tokens = termless = 0
     for term_freqs, length in rows:
         chunks += 1
         tokens += int(length)
-        scored += int(length) > 0
+        termless += int(length) == 0
         terms.update((term_freqs or {}).keys())
-    return _Removed(chunks, tokens, terms, scored)
+    return _Removed(chunks, tokens, terms, termless)
 
 
 def _delta(added: Counter[str], removed: Counter[str]) -> dict[str, int]:

@@ -93,24 +93,26 @@ MIGRATIONS = (
         3,
         "BM25's N counts only chunks holding a term, as Lance's index does",
         (
-            # `scored_count`: the chunks with at least one term (doc_length > 0), kept with the
-            # other totals on every write; BM25's N and mean length divide by it
+            # `termless_count`: the chunks without a term (doc_length 0), kept with the other
+            # totals on every write; BM25's N is chunk_count minus it. Counted apart, not as the
+            # chunks with a term: a replica still on the code before writes chunk_count alone,
+            # which leaves N right unless the chunks it writes have no term (N as before)
             "ALTER TABLE quarry_collections"
-            " ADD COLUMN IF NOT EXISTS scored_count bigint NOT NULL DEFAULT 0",
+            " ADD COLUMN IF NOT EXISTS termless_count bigint NOT NULL DEFAULT 0",
             """DO $$
             DECLARE
                 collection bigint;
                 chunks text;
-                scored bigint;
+                termless bigint;
             BEGIN
                 FOR collection IN SELECT id FROM quarry_collections ORDER BY id LOOP
                     chunks := 'quarry_chunks_' || collection;
                     IF to_regclass(quote_ident(chunks)) IS NULL THEN
                         CONTINUE;
                     END IF;
-                    EXECUTE format('SELECT count(*) FROM %I WHERE doc_length > 0', chunks)
-                        INTO scored;
-                    UPDATE quarry_collections SET scored_count = scored WHERE id = collection;
+                    EXECUTE format('SELECT count(*) FROM %I WHERE doc_length = 0', chunks)
+                        INTO termless;
+                    UPDATE quarry_collections SET termless_count = termless WHERE id = collection;
                 END LOOP;
             END
             $$""",

@@ -451,8 +451,8 @@ class TableSearch:
         matching, matching_params = within if within is not None else (None, [])
         statement = sql.SQL(
             "WITH totals AS ("
-            "SELECT scored_count::float8 AS n,"
-            " coalesce(nullif(token_count::float8 / nullif(scored_count, 0), 0), 1.0) AS avgdl"
+            "SELECT (chunk_count - termless_count)::float8 AS n, coalesce(nullif("
+            "token_count::float8 / nullif(chunk_count - termless_count, 0), 0), 1.0) AS avgdl"
             " FROM quarry_collections WHERE id = %s),"
             " q AS (SELECT t.term,"
             " ln((totals.n - t.df + 0.5::float8) / (t.df + 0.5::float8) + 1.0::float8) * w.n AS w"
