@@ -221,10 +221,7 @@ class _TableSearch:
             return None
         dense_lists: list[list[Candidate]] = []
         if query.strategy is not Strategy.KEYWORD:
-            if self._pending_vectors is not None:
-                vectors = await self._pending_vectors
-                self._pending_vectors = None
-                query = self._query = replace(query, vectors=vectors)
+            query = await self._embedded()
             if len(query.vectors):
                 if query.vectors.shape[1] != held.whole.matrix.shape[1]:
                     return None  # LanceDB reports the mismatch
@@ -236,7 +233,7 @@ class _TableSearch:
                 query.keyword_text, self._candidates, view
             )
             if query.strategy is Strategy.KEYWORD:  # counted as LanceDB's ranking counts them
-                matched = min(matches, max(self._candidates, self._limits.keyword_count_cap))
+                matched = min(matches, self._count_cap())
         completion = None
         if keyword_list is not None and dense_lists:
             missing = sorted(int(i) for i in keyword_only(dense_lists, keyword_list))
@@ -289,10 +286,7 @@ class _TableSearch:
         """(rows matching the filter, one candidate list per query vector); KEYWORD: (None, [])."""
         if self._query.strategy is Strategy.KEYWORD:
             return None, []
-        if self._pending_vectors is not None:  # the keyword side runs meanwhile
-            vectors = await self._pending_vectors
-            self._pending_vectors = None
-            self._query = replace(self._query, vectors=vectors)
+        await self._embedded()  # the keyword side runs meanwhile
         indexed = self._indexed_rows()
         vectors = self._query.vectors
         if len(vectors) == 0:
@@ -351,10 +345,22 @@ class _TableSearch:
             )
             return ranked, None
         # one ranking to the cap gives both the count and, at its head, the candidates
-        cap = max(self._candidates, self._limits.keyword_count_cap)
+        cap = self._count_cap()
         return await keyword_candidates(
             self._table, query.keyword_text, self._where, cap, self._budget, keep=self._candidates
         )
+
+    async def _embedded(self) -> EngineQuery:
+        """The query with its vectors, once the pending embedding (if any) is ready."""
+        if self._pending_vectors is not None:
+            vectors = await self._pending_vectors
+            self._pending_vectors = None
+            self._query = replace(self._query, vectors=vectors)
+        return self._query
+
+    def _count_cap(self) -> int:
+        """How far KEYWORD counts matching chunks (`SearchLimits.keyword_count_cap`)."""
+        return max(self._candidates, self._limits.keyword_count_cap)
 
     def _nprobes(self, matched: int, indexed_rows: int) -> tuple[int, int]:
         """(minimum, maximum) IVF probes for a filter that leaves `matched` rows.
