@@ -75,7 +75,7 @@ from bench.scifact_collection import (
     hashed_embedder,
 )
 from services.search_tool.config import ChunkingSettings
-from services.search_tool.convert import filter_from_proto
+from services.search_tool.convert import filter_from_proto, strategy_from_proto
 from services.search_tool.embedding.base import Embedder
 from services.search_tool.embedding.minilm import MiniLmEmbedder
 from services.search_tool.engine.base import EngineQuery, Fusion, SearchEngine, Strategy
@@ -92,10 +92,6 @@ WARMUP = 10
 WARMUP_S = 15.0
 """Searches of each engine before the timed ones (`harness.warm_up`): it holds the collection in
 memory by then (`engine/lancedb/held.py`), as for any caller after the first searches."""
-_STRATEGY_NAMES = {
-    search_pb2.RETRIEVAL_STRATEGY_HYBRID: "hybrid",
-    search_pb2.RETRIEVAL_STRATEGY_KEYWORD: "keyword",
-}
 FILTER_TEXT = 'source = "pubmed" AND metadata.year >= 2015'
 """`bench/search_latency.py`'s filter (`hybrid_request`), for the record."""
 
@@ -201,7 +197,7 @@ class SearchPath:
 
     async def warm(self, strategy: search_pb2.RetrievalStrategy, texts: list[str]) -> None:
         """Both engines (the server's, the bench's) hold the collection by the timed rounds."""
-        for stage in (self.grpc(strategy), self.engine_call(Strategy(_STRATEGY_NAMES[strategy]))):
+        for stage in (self.grpc(strategy), self.engine_call(strategy_from_proto(strategy))):
             await warm_up(stage, texts, seconds=WARMUP_S, least=WARMUP)
 
     async def table_search(self, strategy: Strategy, text: str) -> _TableSearch:
