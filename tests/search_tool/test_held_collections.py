@@ -4,7 +4,7 @@ their memory bound and a bounded share of the time."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -57,6 +57,25 @@ async def _opened(path: Path, **options: Any) -> LanceDBEngine:
     return engine
 
 
+@asynccontextmanager
+async def _pair(
+    path: Path,
+    opened: Callable[..., Awaitable[LanceDBEngine]] = _opened,
+    *,
+    held: dict[str, Any] | None = None,
+    **options: Any,
+) -> AsyncIterator[tuple[LanceDBEngine, LanceDBEngine]]:
+    """The collection on an engine that never holds it and on one that does (with `held`'s
+    options besides)."""
+    scanning = await opened(path / "scan", vectors_in_memory=0, **options)
+    holding = await opened(path / "held", **options, **(held or {}))
+    try:
+        yield scanning, holding
+    finally:
+        await scanning.close()
+        await holding.close()
+
+
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[LanceDBEngine]:
     """The collection `c` on an engine holding vectors by default."""
@@ -77,9 +96,7 @@ async def _held(engine: LanceDBEngine, query: EngineQuery, name: str = "c") -> A
 async def test_a_collection_read_twice_at_one_version_is_searched_in_memory_with_the_same_pages(
     tmp_path: Path, strategy: Strategy
 ) -> None:
-    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0)
-    holding = await _opened(tmp_path / "held")
-    try:
+    async with _pair(tmp_path) as (scanning, holding):
         for key in ("probe", "doc7__chunk_0", "other"):
             query = _query(strategy, key)
             expected = _page(await scanning.search("c", query))
@@ -95,9 +112,6 @@ async def test_a_collection_read_twice_at_one_version_is_searched_in_memory_with
         assert _page(await holding.search("c", variations)) == _page(
             await scanning.search("c", variations)
         )
-    finally:
-        await scanning.close()
-        await holding.close()
 
 
 async def test_the_dense_side_reads_no_vector_from_lancedb_once_held(engine: LanceDBEngine) -> None:
@@ -152,9 +166,7 @@ async def _only(engine: LanceDBEngine, *documents: str) -> Any:
 async def test_a_filtered_search_in_memory_ranks_exactly_the_rows_the_filter_leaves(
     tmp_path: Path, strategy: Strategy
 ) -> None:
-    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0)
-    holding = await _opened(tmp_path / "held")
-    try:
+    async with _pair(tmp_path) as (scanning, holding):
         chosen = [f"doc{i}" for i in range(0, 60, 4)]
         only = await _only(holding, *chosen)
         query = _query(strategy, "doc8__chunk_0", filter=only)
@@ -167,9 +179,6 @@ async def test_a_filtered_search_in_memory_ranks_exactly_the_rows_the_filter_lea
         nothing = await _only(holding, "absent")
         empty = await holding.search("c", replace(query, filter=nothing))
         assert empty.hits == []
-    finally:
-        await scanning.close()
-        await holding.close()
 
 
 async def test_a_write_makes_a_filters_held_rows_stale(engine: LanceDBEngine) -> None:
@@ -188,9 +197,7 @@ async def test_a_collection_with_a_vector_index_within_the_bound_is_searched_exa
 ) -> None:
     """An IVF index probes some partitions and may miss; held vectors rank every row."""
     policy = IndexPolicy(vector_index_min_rows=16, nprobes=1, probe_fraction=0.01)
-    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0, policy=policy)
-    holding = await _opened(tmp_path / "held", policy=policy)
-    try:
+    async with _pair(tmp_path, policy=policy) as (scanning, holding):
         for engine in (scanning, holding):
             await engine.refresh("c")
             await engine.vector_index_settled("c")
@@ -206,9 +213,6 @@ async def test_a_collection_with_a_vector_index_within_the_bound_is_searched_exa
         held = await _held(holding, query)
         assert [h.chunk.document_id for h in held.hits] == [d for _, d in exact]
         assert "c" in holding._held._held
-    finally:
-        await scanning.close()
-        await holding.close()
 
 
 async def test_held_vectors_stay_within_their_bound_least_recently_searched_out(
@@ -317,9 +321,8 @@ async def test_with_only_vectors_held_a_hybrid_search_reads_no_keyword_rows_and_
 ) -> None:
     """The keyword-only candidates' cosines come from the held matrix: no vector is read by the
     keyword query or taken, only the page's chunks."""
-    scanning = await _opened(tmp_path / "scan", vectors_in_memory=0)
-    engine = await _opened(tmp_path / "db", keywords_in_memory=False)
-    try:
+    held = {"keywords_in_memory": False}
+    async with _pair(tmp_path, held=held) as (scanning, engine):
         query = _query(Strategy.HYBRID, "doc9__chunk_0", limit=5)
         await _held(engine, query)
         table = await engine._table("c")
@@ -337,9 +340,6 @@ async def test_with_only_vectors_held_a_hybrid_search_reads_no_keyword_rows_and_
             len(taken[0]) == len(page.hits) == 5
         )  # the page's chunks: the keyword query read none
         assert _page(page) == _page(await scanning.search("c", query))
-    finally:
-        await scanning.close()
-        await engine.close()
 
 
 class _UnreadableVectors:
@@ -384,20 +384,6 @@ async def _worded_engine(path: Path, **options: Any) -> LanceDBEngine:
     return engine
 
 
-@asynccontextmanager
-async def _worded_pair(
-    path: Path, **options: Any
-) -> AsyncIterator[tuple[LanceDBEngine, LanceDBEngine]]:
-    """The worded collection on an engine that never holds it and on one that does."""
-    scanning = await _worded_engine(path / "scan", vectors_in_memory=0, **options)
-    holding = await _worded_engine(path / "held", **options)
-    try:
-        yield scanning, holding
-    finally:
-        await scanning.close()
-        await holding.close()
-
-
 def _unread(table: Any) -> None:
     """Make any read of `table` from LanceDB fail the test."""
 
@@ -413,7 +399,7 @@ def _unread(table: Any) -> None:
 async def test_a_held_collection_is_searched_from_memory_alone_with_lancedbs_pages(
     tmp_path: Path, strategy: Strategy
 ) -> None:
-    async with _worded_pair(tmp_path) as (scanning, holding):
+    async with _pair(tmp_path, _worded_engine) as (scanning, holding):
         only = await _only(holding, *[f"doc{i}" for i in range(0, 60, 3)])
         queries = [
             _query(strategy, "doc7__chunk_0"),
@@ -436,7 +422,7 @@ async def test_a_held_collection_is_searched_from_memory_alone_with_lancedbs_pag
 async def test_keyword_matches_are_counted_to_the_cap_as_lancedb_counts_them(
     tmp_path: Path,
 ) -> None:
-    async with _worded_pair(tmp_path, keyword_count_cap=25) as (scanning, holding):
+    async with _pair(tmp_path, _worded_engine, keyword_count_cap=25) as (scanning, holding):
         for text, matching in (("tides", 60), ("rivers", 45), ("w40x1", 1), ("lakes", 0)):
             query = _query(Strategy.KEYWORD, keyword_text=text, limit=10)
             held = await _held(holding, query)
