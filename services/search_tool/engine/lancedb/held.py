@@ -97,6 +97,11 @@ class Held:
     def version(self) -> int:
         return self.whole.version
 
+    def ranks(self, query_vectors: npt.NDArray[np.float32]) -> bool:
+        """Whether the held vectors have the query vectors' dimensions (else LanceDB reports the
+        mismatch)."""
+        return bool(self.whole.matrix.shape[1] == query_vectors.shape[1])
+
     @property
     def nbytes(self) -> int:
         """Memory the held arrays take (vectors, postings, chunks)."""
@@ -203,8 +208,8 @@ class HeldCollections:
     ) -> list[list[Candidate]] | None:
         """One list of (row address, cosine) per query vector, best first, among the held rows
         the compiled filter `where` leaves (None: the caller asks LanceDB)."""
-        if held.whole.matrix.shape[1] != query_vectors.shape[1]:
-            return None  # LanceDB reports the mismatch
+        if not held.ranks(query_vectors):
+            return None
         view = await self.view(name, table, held, where)
         if view is None:
             return None

@@ -223,8 +223,8 @@ class _TableSearch:
         if query.strategy is not Strategy.KEYWORD:
             query = await self._embedded()
             if len(query.vectors):
-                if query.vectors.shape[1] != held.whole.matrix.shape[1]:
-                    return None  # LanceDB reports the mismatch
+                if not held.ranks(query.vectors):
+                    return None
                 dense_lists = await ranked_dense(view, query.vectors, self._candidates)
         keyword_list: list[Candidate] | None = None
         matched = len(view.addresses)
