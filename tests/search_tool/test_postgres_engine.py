@@ -319,29 +319,46 @@ async def test_the_database_down_is_unavailable_and_searches_recover_when_it_ret
             postgres_server.start()
 
 
+async def _written_and_searched(
+    dsn: str, documents: list[Document], query: EngineQuery
+) -> SearchPage:
+    """Collection `c` written with `documents` by one engine, and its answer to `query`."""
+    engine = await PostgresEngine.open(_settings(), dsn=dsn)
+    try:
+        await engine.ensure_collection("c", SPEC)
+        await engine.upsert("c", records(documents))
+        return await engine.search("c", query)
+    finally:
+        await engine.close()
+
+
+async def _migrated_and_searched(dsn: str, query: EngineQuery) -> SearchPage:
+    """The answer to `query` of an engine opened after the migrations ran again."""
+    engine = await PostgresEngine.open(_settings(), dsn=dsn)
+    try:
+        await engine.ensure_schema()
+        return await engine.search("c", query)
+    finally:
+        await engine.close()
+
+
 async def test_migration_2_gives_an_existing_collection_the_term_chunk_index_and_same_results(
     postgres_dsn: str,
 ) -> None:
     """A collection made before migration 2 (postings indexed by term alone, default
     autovacuum) is brought to today's layout once, and searches answer exactly as before."""
-    first = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
-    try:
-        await first.ensure_collection("c", SPEC)
-        documents = _corpus(40)
-        await first.upsert("c", records(documents))
-        half = tuple(d.id for d in documents[::2])
-        query = EngineQuery(
-            Strategy.HYBRID,
-            "cell growth vitamin",
-            np.stack([vector_for("cell growth")]),
-            filter=FilterExpression(
-                (FilterGroup((Condition("document_id", FieldType.STRING, Operator.IN, half),)),)
-            ),
-            limit=20,
-        )
-        before = await first.search("c", query)
-    finally:
-        await first.close()
+    documents = _corpus(40)
+    half = tuple(d.id for d in documents[::2])
+    query = EngineQuery(
+        Strategy.HYBRID,
+        "cell growth vitamin",
+        np.stack([vector_for("cell growth")]),
+        filter=FilterExpression(
+            (FilterGroup((Condition("document_id", FieldType.STRING, Operator.IN, half),)),)
+        ),
+        limit=20,
+    )
+    before = await _written_and_searched(postgres_dsn, documents, query)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
         cursor = await conn.execute("SELECT id FROM quarry_collections WHERE name = 'c'")
         row = await cursor.fetchone()
@@ -361,12 +378,7 @@ async def test_migration_2_gives_an_existing_collection_the_term_chunk_index_and
             "DELETE FROM quarry_schema_migrations WHERE component = 'search_tool' AND version = 2"
         )
 
-    second = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
-    try:
-        await second.ensure_schema()
-        after = await second.search("c", query)
-    finally:
-        await second.close()
+    after = await _migrated_and_searched(postgres_dsn, query)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
         cursor = await conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s ORDER BY 1",
@@ -397,24 +409,13 @@ async def test_migration_3_counts_an_existing_collections_chunks_with_a_term_and
     termless = [Document(id=f"termless-{i}", text="the of and") for i in range(10)]
     documents = _corpus(30) + termless
     query = EngineQuery(Strategy.KEYWORD, "cell growth vitamin", NO_VECTORS, limit=20)
-    first = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
-    try:
-        await first.ensure_collection("c", SPEC)
-        await first.upsert("c", records(documents))
-        before = await first.search("c", query)
-    finally:
-        await first.close()
+    before = await _written_and_searched(postgres_dsn, documents, query)
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as conn:
         await conn.execute("ALTER TABLE quarry_collections DROP COLUMN termless_count")
         await conn.execute(
             "DELETE FROM quarry_schema_migrations WHERE component = 'search_tool' AND version = 3"
         )
-    second = await PostgresEngine.open(_settings(), dsn=postgres_dsn)
-    try:
-        await second.ensure_schema()
-        after = await second.search("c", query)
-    finally:
-        await second.close()
+    after = await _migrated_and_searched(postgres_dsn, query)
     totals, _ = await _statistics(postgres_dsn)
     assert totals[2] == 10  # the chunks without a term, left out of N
     assert before.hits
