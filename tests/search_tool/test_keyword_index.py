@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import lancedb
 import numpy as np
@@ -154,5 +155,43 @@ def test_counting_a_collections_terms_at_once_equals_tokenizing_each_text(
 
 def test_the_arrays_are_what_memory_holds() -> None:
     index = KeywordIndex.build(["tides and rivers", "rivers"])
-    assert index.nbytes == index.starts.nbytes + index.positions.nbytes + index.shares.nbytes
+    arrays = (index.starts, index.positions, index.shares, index.counts, index.lengths)
+    assert index.nbytes == sum(a.nbytes for a in arrays)
     assert index.nbytes > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from(range(len(HOSTILE) + 12)), min_size=1, max_size=30),
+    st.lists(st.booleans(), min_size=30, max_size=30),
+    st.lists(st.sampled_from(range(len(HOSTILE) + 12)), max_size=10),
+    st.randoms(use_true_random=False),
+)
+def test_an_index_refreshed_after_a_write_scores_as_one_built_afresh(
+    before: list[int], kept_flags: list[bool], added: list[int], rng: Any
+) -> None:
+    """Rows deleted, rows added, the new rows placed anywhere: the refreshed index gives every
+    query exactly the scores, order and match counts of an index built over the new rows."""
+    pool = _texts(12)
+    old_texts = [pool[i] for i in before]
+    kept = np.flatnonzero(np.asarray(kept_flags[: len(before)]))
+    added_texts = [pool[i] for i in added]
+    rows = len(kept) + len(added_texts)
+    slots = list(range(rows))
+    rng.shuffle(slots)
+    placed = np.sort(np.asarray(slots[: len(kept)], dtype=np.intp))  # kept rows keep their order
+    added_at = np.asarray(slots[len(kept) :], dtype=np.intp)
+    new_texts = [""] * rows
+    for row, at in zip(kept, placed, strict=True):
+        new_texts[at] = old_texts[row]
+    for text, at in zip(added_texts, added_at, strict=True):
+        new_texts[at] = text
+    refreshed = KeywordIndex.build(old_texts).refreshed(kept, placed, added_texts, added_at)
+    afresh = KeywordIndex.build(new_texts)
+    assert refreshed.rows == afresh.rows == rows
+    assert refreshed.lengths.tolist() == afresh.lengths.tolist()
+    for query in QUERIES:
+        assert refreshed.scores(query).tolist() == afresh.scores(query).tolist(), query
+        mine, theirs = refreshed.ranked(query, 5), afresh.ranked(query, 5)
+        assert mine.rows.tolist() == theirs.rows.tolist()
+        assert mine.matched == theirs.matched

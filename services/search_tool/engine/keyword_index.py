@@ -10,6 +10,10 @@ Each posting stores one occurrence's share of the score, `idf(t) * (k1 + 1) * f 
 norm(d))` in float32 (Lance scores in float32 too), so a query adds up its terms' postings times
 their counts in the query (`np.bincount`). SciFact (12,095 chunks, 1.07 M postings): 8.7 MB and
 ~0.2 ms a query.
+
+The index also keeps each posting's count and each row's length, so that after a write it can be
+`refreshed`: the rows kept are not tokenized again, only the rows written are (and every share is
+recomputed with the new statistics: a write changes N, the mean length and the terms' IDF).
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ class KeywordIndex:
     """Row of each posting."""
     shares: npt.NDArray[np.float32]
     """One query occurrence's BM25 share of each posting."""
+    counts: npt.NDArray[np.int32]
+    """How often its term occurs in its row, for each posting."""
+    lengths: npt.NDArray[np.int32]
+    """Each row's length in terms (0: no term)."""
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> KeywordIndex:
@@ -61,7 +69,38 @@ class KeywordIndex:
     @property
     def nbytes(self) -> int:
         """Memory the arrays take (the term dictionary besides: ~100 bytes a term)."""
-        return self.starts.nbytes + self.positions.nbytes + self.shares.nbytes
+        arrays = (self.starts, self.positions, self.shares, self.counts, self.lengths)
+        return sum(a.nbytes for a in arrays)
+
+    def refreshed(
+        self,
+        kept: npt.NDArray[np.intp],
+        placed: npt.NDArray[np.intp],
+        added: Sequence[str],
+        added_at: npt.NDArray[np.intp],
+    ) -> KeywordIndex:
+        """The index of a collection after a write: its rows `kept` (ascending) at the new
+        positions `placed`, and the keyword texts `added` at positions `added_at`; every position
+        of the new index is one of the two. Scores are those of `build` over the new rows."""
+        postings = Postings(self.terms)
+        postings.add(added)
+        terms, slots, new_rows, counts, new_lengths = postings.parts()
+        alive = np.zeros(self.rows, dtype=bool)
+        alive[kept] = True
+        old = alive[self.positions]  # the postings of the rows kept
+        moved = np.full(self.rows, -1, dtype=np.int32)
+        moved[kept] = placed
+        lengths = np.zeros(len(kept) + len(added), dtype=np.int32)
+        lengths[placed] = self.lengths[kept]
+        lengths[added_at] = new_lengths
+        old_slots = np.repeat(np.arange(len(self.terms), dtype=np.int32), np.diff(self.starts))
+        return _assembled(
+            terms,
+            np.concatenate([old_slots[old], slots]),
+            np.concatenate([moved[self.positions[old]], added_at[new_rows].astype(np.int32)]),
+            np.concatenate([self.counts[old], counts]),
+            lengths,
+        )
 
     def scores(self, text: str) -> npt.NDArray[np.float64]:
         """The BM25 score of every row for the query `text` (0: no term of the query)."""
@@ -107,13 +146,14 @@ class Postings:
     what is kept between batches is arrays, not Python objects, so memory stays near the index's
     own (reading and indexing 100,000 chunks at once peaked at 1.74 GB, in batches 1.04 GB)."""
 
-    def __init__(self) -> None:
+    def __init__(self, terms: dict[str, int] | None = None) -> None:
+        """With `terms`, the slots of terms known already (a refresh: new terms come after)."""
         self._words: dict[str, str] = {}
-        self._terms: dict[str, int] = {}
+        self._terms: dict[str, int] = dict(terms or {})
         self._slots: list[npt.NDArray[np.int32]] = []
         self._rows: list[npt.NDArray[np.int32]] = []
         self._counts: list[npt.NDArray[np.int32]] = []
-        self._lengths: list[npt.NDArray[np.int64]] = []
+        self._lengths: list[npt.NDArray[np.int32]] = []
         self._added = 0
 
     def add(self, texts: Sequence[str]) -> None:
@@ -130,40 +170,71 @@ class Postings:
             np.repeat(np.arange(self._added, self._added + len(counted), dtype=np.int32), lengths)
         )
         self._lengths.append(
-            np.fromiter((c.total() for c in counted), dtype=np.int64, count=len(counted))
+            np.fromiter((c.total() for c in counted), dtype=np.int32, count=len(counted))
         )
         self._added += len(counted)
 
     def index(self, order: npt.NDArray[np.intp] | None = None) -> KeywordIndex:
         """The index; with `order`, row i of it is the `order[i]`-th row added. The batches'
         arrays are released as it is made (a build's peak is about twice the index's size)."""
-        slot = _joined(self._slots, np.int32)
-        by_term = np.argsort(slot, kind="stable")
-        slot = slot[by_term]
-        positions = _joined(self._rows, np.int32)[by_term]
-        f = _joined(self._counts, np.int32)[by_term].astype(np.float32)
-        del by_term
-        lengths = _joined(self._lengths, np.int64).astype(np.float64)
+        terms, slots, positions, counts, lengths = self.parts()
         if order is not None:  # the added row at each new position -> its new position
             moved = np.empty(len(order), dtype=np.int32)
             moved[order] = np.arange(len(order), dtype=np.int32)
             positions = moved[positions]
             lengths = lengths[order]
-        documents = np.bincount(slot, minlength=len(self._terms))
-        starts = np.zeros(len(self._terms) + 1, dtype=np.int64)
-        np.cumsum(documents, out=starts[1:])
-        n = int(np.count_nonzero(lengths))  # a row without a term is not counted, as in Lance
-        idf = np.log((n - documents + 0.5) / (documents + 0.5) + 1.0)
-        mean = lengths.sum() / n if n else 0.0
-        if mean > 0:  # idf * (k1 + 1) * f / (f + norm), in place, in float32 as Lance's
-            norm = (bm25.K1 * (1.0 - bm25.B + bm25.B * lengths / mean)).astype(np.float32)
-            shares = norm[positions]
-            shares += f
-            np.divide(f, shares, out=shares)
-            shares *= (idf * (bm25.K1 + 1.0)).astype(np.float32)[slot]
-        else:  # no row has a term: no postings either
-            shares = np.zeros(0, dtype=np.float32)
-        return KeywordIndex(self._added, dict(self._terms), starts, positions, shares)
+        return _assembled(terms, slots, positions, counts, lengths)
+
+    def parts(
+        self,
+    ) -> tuple[
+        dict[str, int],
+        npt.NDArray[np.int32],
+        npt.NDArray[np.int32],
+        npt.NDArray[np.int32],
+        npt.NDArray[np.int32],
+    ]:
+        """(term slots, each posting's slot, row and count, each row's length), in the order
+        added; the batches' arrays are released."""
+        return (
+            self._terms,
+            _joined(self._slots, np.int32),
+            _joined(self._rows, np.int32),
+            _joined(self._counts, np.int32),
+            _joined(self._lengths, np.int32),
+        )
+
+
+def _assembled(
+    terms: dict[str, int],
+    slot: npt.NDArray[np.int32],
+    positions: npt.NDArray[np.int32],
+    counts: npt.NDArray[np.int32],
+    lengths: npt.NDArray[np.int32],
+) -> KeywordIndex:
+    """The index of postings given as (term slot, row, count) and the rows' lengths: postings
+    grouped by term, each one's share computed with the statistics of these rows."""
+    by_term = np.argsort(slot, kind="stable")
+    slot = slot[by_term]
+    positions = positions[by_term]
+    counts = counts[by_term]
+    del by_term
+    f = counts.astype(np.float32)
+    documents = np.bincount(slot, minlength=len(terms))
+    starts = np.zeros(len(terms) + 1, dtype=np.int64)
+    np.cumsum(documents, out=starts[1:])
+    n = int(np.count_nonzero(lengths))  # a row without a term is not counted, as in Lance
+    idf = np.log((n - documents + 0.5) / (documents + 0.5) + 1.0)
+    mean = lengths.sum(dtype=np.float64) / n if n else 0.0
+    if mean > 0:  # idf * (k1 + 1) * f / (f + norm), in place, in float32 as Lance's
+        norm = (bm25.K1 * (1.0 - bm25.B + bm25.B * lengths / mean)).astype(np.float32)
+        shares = norm[positions]
+        shares += f
+        np.divide(f, shares, out=shares)
+        shares *= (idf * (bm25.K1 + 1.0)).astype(np.float32)[slot]
+    else:  # no row has a term: no postings either
+        shares = np.zeros(0, dtype=np.float32)
+    return KeywordIndex(len(lengths), dict(terms), starts, positions, shares, counts, lengths)
 
 
 def _joined(parts: list[Any], dtype: type) -> Any:
