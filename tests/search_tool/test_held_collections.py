@@ -492,3 +492,121 @@ async def test_a_collection_written_often_is_read_in_a_bounded_share_of_the_time
     assert held._held["c"].version == await table.version()
     fresh = await engine.search("c", _query(Strategy.KEYWORD, keyword_text="fresh"))
     assert [h.chunk.id for h in fresh.hits] == ["newcomer__chunk_0"]  # from memory
+
+
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the whole reads of a collection into memory (`held._read`)."""
+    reads: list[int] = []
+    read = held_module._read
+
+    async def counted(*args: Any) -> Any:
+        reads.append(1)
+        return await read(*args)
+
+    monkeypatch.setattr(held_module, "_read", counted)
+    return reads
+
+
+async def _write_some(engine: LanceDBEngine) -> None:
+    """A new document, an existing one rewritten (an upsert), one deleted."""
+    await engine.upsert("c", [record(Document(id="newcomer", text="a zephyr over tides"))])
+    await engine.upsert("c", [record(Document(id="doc5", text="rivers of mistral and sirocco"))])
+    await engine.delete_chunks("c", ["doc9__chunk_0"])
+
+
+@pytest.mark.parametrize("strategy", [Strategy.KEYWORD, Strategy.HYBRID, Strategy.SEMANTIC])
+async def test_after_a_write_only_the_rows_written_are_read_and_pages_match_lancedbs(
+    tmp_path: Path,
+    strategy: Strategy,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with _pair(tmp_path, _worded_engine) as (scanning, holding):
+        holding._held = HeldCollections(clock=lambda: 0.0)  # never resting between builds
+        query = _query(strategy, "doc7__chunk_0")
+        await _held(holding, query)
+        reads = _counting_reads(monkeypatch)
+        table = await holding._table("c")
+        for engine in (scanning, holding):
+            await _write_some(engine)
+        await scanning.refresh("c")  # LanceDB's BM25 over every row, as the held index scores
+        caplog.set_level("INFO", logger=held_module.__name__)
+        await _held(holding, query)
+        assert reads == []  # refreshed, not read whole
+        assert "holding 'c' in memory: 60 chunks" in caplog.text
+        assert "refreshed (2 new rows read)" in caplog.text  # the two rows written, nothing else
+        assert holding._held._held["c"].version == await table.version()
+        _unread(table)
+        for probe in (
+            query,
+            _query(strategy, "newcomer__chunk_0", keyword_text="zephyr mistral tides"),
+            _query(strategy, "doc5__chunk_0", keyword_text="sirocco rivers"),
+            _query(strategy, "doc9__chunk_0", keyword_text="tides", limit=70),
+        ):
+            expected = await scanning.search("c", probe)
+            page = await holding.search("c", probe)
+            assert _page(page) == _page(expected)
+            assert page.total_count == expected.total_count
+        ids = [h.chunk.id for h in (await holding.search("c", replace(query, limit=70))).hits]
+        assert "doc9__chunk_0" not in ids
+        rewritten = await holding.search("c", _query(Strategy.KEYWORD, keyword_text="sirocco"))
+        assert [h.chunk.id for h in rewritten.hits] == ["doc5__chunk_0"]
+        assert "sirocco" in rewritten.hits[0].chunk.text  # the new text, not the old row's
+
+
+async def test_a_compacted_collection_is_read_whole_again(
+    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction rewrites every row at a new address: nothing of the stale copy is reused."""
+    engine._held = HeldCollections(clock=lambda: 0.0)  # never resting between builds
+    query = _query(Strategy.HYBRID, "doc7__chunk_0")
+    before = await _held(engine, query)
+    reads = _counting_reads(monkeypatch)
+    await _write_some(engine)
+    await engine.refresh("c")  # compacts: new fragments, new addresses
+    after = await _held(engine, query)
+    assert reads == [1]
+    assert engine._held._held["c"].version == await (await engine._table("c")).version()
+    assert [h.chunk.id for h in after.hits][:1] == [h.chunk.id for h in before.hits][:1]
+
+
+async def test_a_refresh_raced_by_a_write_is_thrown_away_and_the_next_one_sees_both(
+    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine._held = HeldCollections(clock=lambda: 0.0)  # never resting between builds
+    query = _query(Strategy.KEYWORD, keyword_text="zephyr foehn")
+    await _held(engine, query)
+    await _write_some(engine)
+    refreshed = held_module._refreshed
+
+    async def raced(table: Any, *args: Any) -> Any:
+        await engine.upsert("c", [record(Document(id="late", text="a foehn wind"))])
+        return await refreshed(table, *args)
+
+    monkeypatch.setattr(held_module, "_refreshed", raced)
+    await engine.search("c", query)
+    await engine.search("c", query)
+    await engine._held.built("c")
+    assert "c" not in engine._held._held  # written during the build: nothing held
+    monkeypatch.setattr(held_module, "_refreshed", refreshed)
+    page = await _held(engine, query)
+    assert engine._held._held["c"].version == await (await engine._table("c")).version()
+    assert sorted(h.chunk.id for h in page.hits) == ["late__chunk_0", "newcomer__chunk_0"]
+
+
+async def test_a_stale_copy_set_aside_counts_in_the_memory_bound(tmp_path: Path) -> None:
+    engine = await _opened(tmp_path / "db")
+    engine._held = HeldCollections(len(DOCUMENTS) + 5, clock=lambda: 0.0)
+    try:
+        await engine.ensure_collection("d", SPEC)
+        await engine.upsert("d", [record(d) for d in DOCUMENTS[:10]])
+        query = _query(Strategy.SEMANTIC)
+        await _held(engine, query, "c")
+        await engine.upsert("c", [record(Document(id="newcomer", text="fresh"))])
+        await engine.search("c", query)  # c is set aside: 60 rows still counted
+        assert "c" in engine._held._stale
+        await _held(engine, query, "d")  # 10 more rows do not fit beside it: c goes
+        assert "c" not in engine._held._stale
+        assert list(engine._held._held) == ["d"]
+    finally:
+        await engine.close()
