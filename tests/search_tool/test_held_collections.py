@@ -507,9 +507,18 @@ def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return reads
 
 
+async def _gold(engine: LanceDBEngine) -> Any:
+    fields = await engine.fields("c")
+    return validate_filter(
+        RawFilter(((RawCondition("metadata.tier", Operator.EQUALS, "gold"),),)), fields
+    )
+
+
 async def _write_some(engine: LanceDBEngine) -> None:
-    """A new document, an existing one rewritten (an upsert), one deleted."""
-    await engine.upsert("c", [record(Document(id="newcomer", text="a zephyr over tides"))])
+    """A new document with a metadata key new to the collection (a column added to every row),
+    an existing one rewritten (an upsert), one deleted."""
+    newcomer = Document(id="newcomer", text="a zephyr over tides", metadata={"tier": "gold"})
+    await engine.upsert("c", [record(newcomer)])
     await engine.upsert("c", [record(Document(id="doc5", text="rivers of mistral and sirocco"))])
     await engine.delete_chunks("c", ["doc9__chunk_0"])
 
@@ -536,17 +545,24 @@ async def test_after_a_write_only_the_rows_written_are_read_and_pages_match_lanc
         assert "holding 'c' in memory: 60 chunks" in caplog.text
         assert "refreshed (2 new rows read)" in caplog.text  # the two rows written, nothing else
         assert holding._held._held["c"].version == await table.version()
-        _unread(table)
-        for probe in (
+        probes = [
             query,
             _query(strategy, "newcomer__chunk_0", keyword_text="zephyr mistral tides"),
             _query(strategy, "doc5__chunk_0", keyword_text="sirocco rivers"),
             _query(strategy, "doc9__chunk_0", keyword_text="tides", limit=70),
-        ):
+            _query(strategy, "doc7__chunk_0", filter=await _only(holding, "doc5", "newcomer")),
+            _query(strategy, "doc7__chunk_0", filter=await _gold(holding)),
+        ]
+        for probe in probes:  # a filter's rows are asked of LanceDB once per version
+            await holding.search("c", probe)
+        _unread(table)
+        for probe in probes:
             expected = await scanning.search("c", probe)
             page = await holding.search("c", probe)
             assert _page(page) == _page(expected)
             assert page.total_count == expected.total_count
+        gold = await holding.search("c", probes[-1])
+        assert [h.chunk.id for h in gold.hits] == ["newcomer__chunk_0"]
         ids = [h.chunk.id for h in (await holding.search("c", replace(query, limit=70))).hits]
         assert "doc9__chunk_0" not in ids
         rewritten = await holding.search("c", _query(Strategy.KEYWORD, keyword_text="sirocco"))
