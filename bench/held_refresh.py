@@ -13,14 +13,14 @@ client cannot see when the engine holds a collection, only that its searches are
    (timed: the first read).
 2. Each round rewrites `--written` existing chunks (an upsert of the same ids with new text and
    the same vectors: an edited document, the collection's size unchanged), then searches twice
-   and waits for the rebuild, as a caller's next searches start it. Rounds alternate between the
-   product's refresh and a whole read (`held._refreshed` made to decline), so a drifting machine
-   slows both alike.
+   and waits for the rebuild, as a caller's next searches start it. Rounds rotate over `MODES`,
+   so a drifting machine slows each alike: the product's refresh; the write followed by a
+   compaction (`refresh`, as the settle does once writes pause: every row moves), so the product
+   reads whole but tokenizes only the texts it does not know; and a whole read reusing nothing
+   (`held._refreshed` and `held.KnownTexts` made to decline), the engine before session 10.
 
-The writes model a stream: the engine's settle (`engine.settle_after_s`: once writes to a
-collection pause, its indexes are rebuilt and its fragments compacted) is off here, as it never
-comes while writes keep arriving. A compaction rewrites every row at a new address, so the build
-after it reads the collection whole either way.
+The engine's own settle (`engine.settle_after_s`: once writes to a collection pause, its indexes
+are rebuilt and its fragments compacted) is off here, so that only the `compacted` rounds compact.
 
 Prints one JSON object: seconds to hold the collection again per round and mode (with the held
 entry's own log line: refreshed or read), medians, their ratio, the process's VmHWM, the load.
@@ -51,6 +51,11 @@ from services.search_tool.engine.lancedb import LanceDBEngine
 from services.search_tool.engine.lancedb import held as held_module
 from services.search_tool.engine.lancedb.rows import CHUNK_JSON_COLUMN, VECTOR_COLUMN, to_chunk
 from services.search_tool.server import open_engine
+
+MODES = ("refreshed", "compacted", "read_whole")
+"""`refreshed`: the write alone, the product's refresh; `compacted`: the write, then the collection
+compacted (every row at a new address), the product's whole read reusing the counted texts;
+`read_whole`: the write alone, read whole with nothing reused (before session 10)."""
 
 
 class _Lines(logging.Handler):
@@ -108,9 +113,12 @@ async def run(source: Path, rounds: int, written: int, work: Path) -> dict[str, 
     stream = settings.engine.model_copy(update={"settle_after_s": None})
     engine = await open_engine(settings.model_copy(update={"engine": stream}))
     assert isinstance(engine, LanceDBEngine)
-    refresh = held_module._refreshed
+    reusing = {name: getattr(held_module, name) for name in ("_refreshed", "KnownTexts")}
 
     async def declined(*_: Any) -> None:
+        return None
+
+    def unknown(*_: Any) -> None:
         return None
 
     try:
@@ -121,19 +129,24 @@ async def run(source: Path, rounds: int, written: int, work: Path) -> dict[str, 
         query = EngineQuery(Strategy.HYBRID, "protein expression in tumor cells", vector, limit=10)
         first = await _held_again(engine, query)
         note(f"read in whole: {first:.1f} s")
-        timings: dict[str, list[float]] = {"refreshed": [], "read_whole": []}
+        timings: dict[str, list[float]] = {mode: [] for mode in MODES}
         logged: list[str] = []
-        for round_ in range(2 * rounds):
-            mode = "refreshed" if round_ % 2 == 0 else "read_whole"
-            held_module._refreshed = refresh if mode == "refreshed" else declined  # type: ignore[assignment]
+        for round_ in range(len(MODES) * rounds):
+            mode = MODES[round_ % len(MODES)]
+            reuse = mode != "read_whole"
+            for name, declining in (("_refreshed", declined), ("KnownTexts", unknown)):
+                setattr(held_module, name, reusing[name] if reuse else declining)
             await engine.upsert(COLLECTION, await _rewritten(engine, written, round_))
+            if mode == "compacted":
+                await engine.refresh(COLLECTION)  # as the settle does once writes pause
             lines.lines.clear()
             seconds = await _held_again(engine, query)
             timings[mode].append(round(seconds, 3))
             logged.extend(lines.lines)
             note(f"round {round_} {mode}: {seconds:.2f} s; {lines.lines}")
     finally:
-        held_module._refreshed = refresh
+        for name, original in reusing.items():
+            setattr(held_module, name, original)
         await engine.close()
         shutil.rmtree(work, ignore_errors=True)
     medians = {mode: round(statistics.median(t), 3) for mode, t in timings.items()}
@@ -144,7 +157,9 @@ async def run(source: Path, rounds: int, written: int, work: Path) -> dict[str, 
         "first_read_s": round(first, 3),
         "held_again_s": timings,
         "median_s": medians,
-        "ratio_refreshed_to_read_whole": round(medians["refreshed"] / medians["read_whole"], 3),
+        "ratio_to_read_whole": {
+            mode: round(medians[mode] / medians["read_whole"], 3) for mode in MODES[:-1]
+        },
         "held_log": logged,
         "vm_hwm_mb": _hwm_mb(),
         "machine": machine(),

@@ -1,5 +1,6 @@
-"""`bench/held_refresh.py`: rounds alternate between the refresh and a whole read, each timed and
-named by the held collection's own log line, on a copy that is removed afterwards."""
+"""`bench/held_refresh.py`: rounds rotate over the refresh, a whole read after a compaction and a
+whole read reusing nothing, each timed and named by the held collection's own log line, on a copy
+that is removed afterwards."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ async def test_each_round_is_held_again_refreshed_or_read_whole_and_the_copy_is_
     await _collection(tmp_path / "source")
     work = tmp_path / "copy"
     result = await held_refresh.run(tmp_path / "source", rounds=2, written=10, work=work)
-    assert [len(t) for t in result["held_again_s"].values()] == [2, 2]
+    assert [len(t) for t in result["held_again_s"].values()] == [2, 2, 2]
     log = result["held_log"]
     assert sum("refreshed (10 new rows read)" in line for line in log) == 2
-    assert sum(" read in " in line for line in log) == 2
+    assert sum("read (10 of 200 texts tokenized)" in line for line in log) == 2  # compacted
+    assert sum("read (200 of 200 texts tokenized)" in line for line in log) == 2
     assert all("200 chunks" in line for line in log)  # rewritten, not added
-    assert result["ratio_refreshed_to_read_whole"] > 0
+    assert set(result["ratio_to_read_whole"]) == {"refreshed", "compacted"}
     assert not work.exists()

@@ -574,20 +574,34 @@ async def test_after_a_write_only_the_rows_written_are_read_and_pages_match_lanc
         assert "sirocco" in rewritten.hits[0].chunk.text  # the new text, not the old row's
 
 
-async def test_a_compacted_collection_is_read_whole_again(
-    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("strategy", [Strategy.KEYWORD, Strategy.HYBRID])
+async def test_a_compacted_collection_is_read_whole_tokenizing_only_the_texts_written(
+    tmp_path: Path,
+    strategy: Strategy,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Compaction rewrites every row at a new address: nothing of the stale copy is reused."""
-    engine._held = HeldCollections(clock=lambda: 0.0)  # never resting between builds
-    query = _query(Strategy.HYBRID, "doc7__chunk_0")
-    before = await _held(engine, query)
-    reads = _counting_reads(monkeypatch)
-    await _write_some(engine)
-    await engine.refresh("c")  # compacts: new fragments, new addresses
-    after = await _held(engine, query)
-    assert reads == [1]
-    assert engine._held._held["c"].version == await (await engine._table("c")).version()
-    assert [h.chunk.id for h in after.hits][:1] == [h.chunk.id for h in before.hits][:1]
+    """Compaction rewrites every row at a new address: the collection is read whole, but only the
+    two texts the write changed are tokenized; the others' counts come from the stale copy."""
+    async with _pair(tmp_path, _worded_engine) as (scanning, holding):
+        holding._held = HeldCollections(clock=lambda: 0.0)  # never resting between builds
+        query = _query(strategy, "doc7__chunk_0")
+        await _held(holding, query)
+        reads = _counting_reads(monkeypatch)
+        for engine in (scanning, holding):
+            await _write_some(engine)
+            await engine.refresh("c")  # compacts: new fragments, new addresses
+        caplog.set_level("INFO", logger=held_module.__name__)
+        await _held(holding, query)
+        assert reads == [1]
+        assert "read (2 of 60 texts tokenized)" in caplog.text
+        assert holding._held._held["c"].version == await (await holding._table("c")).version()
+        probes = [
+            query,
+            _query(strategy, "doc5__chunk_0", keyword_text="sirocco rivers tides"),
+            _query(strategy, "newcomer__chunk_0", keyword_text="zephyr tides", limit=70),
+        ]
+        await _lancedbs_pages_from_memory(scanning, holding, probes)
 
 
 async def test_a_refresh_raced_by_a_write_is_thrown_away_and_the_next_one_sees_both(

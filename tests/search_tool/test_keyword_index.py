@@ -18,7 +18,7 @@ from lancedb.index import FTS
 
 from bench.harness import SCIFACT_DIR
 from services.search_tool.engine import bm25
-from services.search_tool.engine.keyword_index import KeywordIndex
+from services.search_tool.engine.keyword_index import KeywordIndex, KnownTexts, Postings
 
 HOSTILE = [
     "Straße café naïve Æsir ﬁve x²y — ¼ of ½ and ¾ cups",
@@ -155,7 +155,14 @@ def test_counting_a_collections_terms_at_once_equals_tokenizing_each_text(
 
 def test_the_arrays_are_what_memory_holds() -> None:
     index = KeywordIndex.build(["tides and rivers", "rivers"])
-    arrays = (index.starts, index.positions, index.shares, index.counts, index.lengths)
+    arrays = (
+        index.starts,
+        index.positions,
+        index.shares,
+        index.counts,
+        index.lengths,
+        index.digests,
+    )
     assert index.nbytes == sum(a.nbytes for a in arrays)
     assert index.nbytes > 0
 
@@ -195,3 +202,30 @@ def test_an_index_refreshed_after_a_write_scores_as_one_built_afresh(
         mine, theirs = refreshed.ranked(query, 5), afresh.ranked(query, 5)
         assert mine.rows.tolist() == theirs.rows.tolist()
         assert mine.matched == theirs.matched
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.sampled_from(range(len(HOSTILE) + 12)), min_size=1, max_size=25),
+    st.lists(st.sampled_from(range(len(HOSTILE) + 12)), min_size=1, max_size=25),
+    st.integers(min_value=1, max_value=8),
+)
+def test_texts_an_index_has_counted_are_not_tokenized_again_and_score_as_afresh(
+    before: list[int], after: list[int], batch: int
+) -> None:
+    """A whole read after every row moved (a compaction): the texts the old index holds take
+    their counts from it, only the others are tokenized, and the index is the one built afresh."""
+    pool = _texts(12)
+    known = KnownTexts(KeywordIndex.build([pool[i] for i in before]))
+    texts = [pool[i] for i in after]
+    postings = Postings(known.terms)
+    for start in range(0, len(texts), batch):
+        postings.add(texts[start : start + batch], known)
+    reused = postings.index()
+    afresh = KeywordIndex.build(texts)
+    assert postings.tokenized == sum(i not in before for i in after)
+    assert reused.lengths.tolist() == afresh.lengths.tolist()
+    assert reused.digests.tolist() == afresh.digests.tolist()
+    for query in QUERIES:
+        assert reused.scores(query).tolist() == afresh.scores(query).tolist(), query
+        assert reused.ranked(query, 5).rows.tolist() == afresh.ranked(query, 5).rows.tolist()

@@ -11,13 +11,16 @@ norm(d))` in float32 (Lance scores in float32 too), so a query adds up its terms
 their counts in the query (`np.bincount`). SciFact (12,095 chunks, 1.07 M postings): 8.7 MB and
 ~0.2 ms a query.
 
-The index also keeps each posting's count and each row's length, so that after a write it can be
-`refreshed`: the rows kept are not tokenized again, only the rows written are (and every share is
-recomputed with the new statistics: a write changes N, the mean length and the terms' IDF).
+The index also keeps each posting's count, each row's length and a digest of each row's text, so
+that after a write no text it has counted is tokenized again: `refreshed` keeps rows by position
+and counts only the rows written; a whole read of the collection (after a compaction moved every
+row) takes the counts of every text whose digest it knows from `KnownTexts`. Every share is then
+computed with the new statistics (a write changes N, the mean length and the terms' IDF).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +61,8 @@ class KeywordIndex:
     """How often its term occurs in its row, for each posting."""
     lengths: npt.NDArray[np.int32]
     """Each row's length in terms (0: no term)."""
+    digests: npt.NDArray[np.void]
+    """A 128-bit digest of each row's text (`text_digests`)."""
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> KeywordIndex:
@@ -69,7 +74,7 @@ class KeywordIndex:
     @property
     def nbytes(self) -> int:
         """Memory the arrays take (the term dictionary besides: ~100 bytes a term)."""
-        arrays = (self.starts, self.positions, self.shares, self.counts, self.lengths)
+        arrays = (self.starts, self.positions, self.shares, self.counts, self.lengths, self.digests)
         return sum(a.nbytes for a in arrays)
 
     def refreshed(
@@ -84,7 +89,7 @@ class KeywordIndex:
         of the new index is one of the two. Scores are those of `build` over the new rows."""
         postings = Postings(self.terms)
         postings.add(added)
-        terms, slots, new_rows, counts, new_lengths = postings.parts()
+        terms, slots, new_rows, counts, new_lengths, new_digests = postings.parts()
         alive = np.zeros(self.rows, dtype=bool)
         alive[kept] = True
         old = alive[self.positions]  # the postings of the rows kept
@@ -93,6 +98,9 @@ class KeywordIndex:
         lengths = np.zeros(len(kept) + len(added), dtype=np.int32)
         lengths[placed] = self.lengths[kept]
         lengths[added_at] = new_lengths
+        digests = np.empty(len(lengths), dtype=_DIGEST)
+        digests[placed] = self.digests[kept]
+        digests[added_at] = new_digests
         old_slots = np.repeat(np.arange(len(self.terms), dtype=np.int32), np.diff(self.starts))
         return _assembled(
             terms,
@@ -100,6 +108,7 @@ class KeywordIndex:
             np.concatenate([moved[self.positions[old]], added_at[new_rows].astype(np.int32)]),
             np.concatenate([self.counts[old], counts]),
             lengths,
+            digests,
         )
 
     def scores(self, text: str) -> npt.NDArray[np.float64]:
@@ -147,43 +156,61 @@ class Postings:
     own (reading and indexing 100,000 chunks at once peaked at 1.74 GB, in batches 1.04 GB)."""
 
     def __init__(self, terms: dict[str, int] | None = None) -> None:
-        """With `terms`, the slots of terms known already (a refresh: new terms come after)."""
+        """With `terms`, the slots of terms known already (a refresh, or a read reusing
+        `KnownTexts`: new terms come after)."""
         self._words: dict[str, str] = {}
         self._terms: dict[str, int] = dict(terms or {})
         self._slots: list[npt.NDArray[np.int32]] = []
         self._rows: list[npt.NDArray[np.int32]] = []
         self._counts: list[npt.NDArray[np.int32]] = []
         self._lengths: list[npt.NDArray[np.int32]] = []
+        self._digests: list[npt.NDArray[np.void]] = []
         self._added = 0
+        self.tokenized = 0
+        """Texts tokenized so far (the others' counts came from `KnownTexts`)."""
 
-    def add(self, texts: Sequence[str]) -> None:
-        """The next rows' keyword texts, in row order."""
-        counted = bm25.many_term_counts(texts, self._words)
+    def add(self, texts: Sequence[str], known: KnownTexts | None = None) -> None:
+        """The next rows' keyword texts, in row order; with `known` (made from an index whose
+        term slots this one started from), a text it has counted is not tokenized again."""
+        digests = text_digests(texts)
+        hits = known.rows_of(digests) if known is not None else np.full(len(texts), -1)
+        fresh = np.flatnonzero(hits < 0)
+        counted = bm25.many_term_counts([texts[int(i)] for i in fresh], self._words)
+        self.tokenized += len(fresh)
         slot_of = self._terms.setdefault
         terms = self._terms
-        slots = [slot_of(term, len(terms)) for found in counted for term in found]
-        counts = [count for found in counted for count in found.values()]
-        lengths = [len(found) for found in counted]  # distinct terms: postings per row
-        self._slots.append(np.asarray(slots, dtype=np.int32))
-        self._counts.append(np.asarray(counts, dtype=np.int32))
-        self._rows.append(
-            np.repeat(np.arange(self._added, self._added + len(counted), dtype=np.int32), lengths)
+        rows = fresh.astype(np.int32) + self._added
+        lengths = np.zeros(len(texts), dtype=np.int32)
+        lengths[fresh] = np.fromiter((c.total() for c in counted), np.int32, len(counted))
+        self._slots.append(
+            np.asarray([slot_of(term, len(terms)) for c in counted for term in c], np.int32)
         )
-        self._lengths.append(
-            np.fromiter((c.total() for c in counted), dtype=np.int32, count=len(counted))
-        )
-        self._added += len(counted)
+        self._counts.append(np.asarray([n for c in counted for n in c.values()], np.int32))
+        self._rows.append(np.repeat(rows, [len(c) for c in counted]))  # postings per row
+        if known is not None and len(fresh) < len(texts):  # the others' postings, as counted
+            again = np.flatnonzero(hits >= 0)
+            parts = [known.counted(int(hits[i])) for i in again]
+            self._slots.append(np.concatenate([slots for slots, _, _ in parts]))
+            self._counts.append(np.concatenate([counts for _, counts, _ in parts]))
+            self._rows.append(
+                np.repeat(again.astype(np.int32) + self._added, [len(c) for _, c, _ in parts])
+            )
+            lengths[again] = [length for _, _, length in parts]
+        self._lengths.append(lengths)
+        self._digests.append(digests)
+        self._added += len(texts)
 
     def index(self, order: npt.NDArray[np.intp] | None = None) -> KeywordIndex:
         """The index; with `order`, row i of it is the `order[i]`-th row added. The batches'
         arrays are released as it is made (a build's peak is about twice the index's size)."""
-        terms, slots, positions, counts, lengths = self.parts()
+        terms, slots, positions, counts, lengths, digests = self.parts()
         if order is not None:  # the added row at each new position -> its new position
             moved = np.empty(len(order), dtype=np.int32)
             moved[order] = np.arange(len(order), dtype=np.int32)
             positions = moved[positions]
             lengths = lengths[order]
-        return _assembled(terms, slots, positions, counts, lengths)
+            digests = digests[order]
+        return _assembled(terms, slots, positions, counts, lengths, digests)
 
     def parts(
         self,
@@ -193,16 +220,57 @@ class Postings:
         npt.NDArray[np.int32],
         npt.NDArray[np.int32],
         npt.NDArray[np.int32],
+        npt.NDArray[np.void],
     ]:
-        """(term slots, each posting's slot, row and count, each row's length), in the order
-        added; the batches' arrays are released."""
+        """(term slots, each posting's slot, row and count, each row's length and text digest),
+        in the order added; the batches' arrays are released."""
         return (
             self._terms,
             _joined(self._slots, np.int32),
             _joined(self._rows, np.int32),
             _joined(self._counts, np.int32),
             _joined(self._lengths, np.int32),
+            _joined(self._digests, _DIGEST),
         )
+
+
+_DIGEST = np.dtype("V16")
+
+
+def text_digests(texts: Sequence[str]) -> npt.NDArray[np.void]:
+    """A 128-bit BLAKE2b digest of each text: two texts with one digest have the same terms."""
+    joined = b"".join(
+        hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        for text in texts
+    )
+    return np.frombuffer(joined, dtype=_DIGEST).copy()
+
+
+class KnownTexts:
+    """The term counts of every text an index holds, by the text's digest: what a whole read of
+    the collection need not tokenize again (its term slots are the index's)."""
+
+    def __init__(self, index: KeywordIndex) -> None:
+        self.terms = index.terms
+        by_row = np.argsort(index.positions, kind="stable")
+        slot = np.repeat(np.arange(len(index.terms), dtype=np.int32), np.diff(index.starts))
+        self._slots = slot[by_row]
+        self._counts = index.counts[by_row]
+        del by_row, slot
+        self._starts = np.zeros(index.rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(index.positions, minlength=index.rows), out=self._starts[1:])
+        self._lengths = index.lengths
+        self._rows = {digest.tobytes(): row for row, digest in enumerate(index.digests)}
+
+    def rows_of(self, digests: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
+        """The row holding each digest's text (-1: not known)."""
+        get = self._rows.get
+        return np.fromiter((get(d.tobytes(), -1) for d in digests), np.int64, len(digests))
+
+    def counted(self, row: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], int]:
+        """(term slots, their counts, length) of the text at `row`."""
+        a, b = int(self._starts[row]), int(self._starts[row + 1])
+        return self._slots[a:b], self._counts[a:b], int(self._lengths[row])
 
 
 def _assembled(
@@ -211,6 +279,7 @@ def _assembled(
     positions: npt.NDArray[np.int32],
     counts: npt.NDArray[np.int32],
     lengths: npt.NDArray[np.int32],
+    digests: npt.NDArray[np.void],
 ) -> KeywordIndex:
     """The index of postings given as (term slot, row, count) and the rows' lengths: postings
     grouped by term, each one's share computed with the statistics of these rows."""
@@ -234,10 +303,12 @@ def _assembled(
         shares *= (idf * (bm25.K1 + 1.0)).astype(np.float32)[slot]
     else:  # no row has a term: no postings either
         shares = np.zeros(0, dtype=np.float32)
-    return KeywordIndex(len(lengths), dict(terms), starts, positions, shares, counts, lengths)
+    return KeywordIndex(
+        len(lengths), dict(terms), starts, positions, shares, counts, lengths, digests
+    )
 
 
-def _joined(parts: list[Any], dtype: type) -> Any:
+def _joined(parts: list[Any], dtype: Any) -> Any:
     """The parts as one array, the parts released."""
     joined = np.concatenate([np.zeros(0, dtype), *parts])
     parts.clear()

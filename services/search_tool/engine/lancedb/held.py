@@ -29,7 +29,9 @@ matches), and taking a page's ten chunks by address another ~2 ms. Here a collec
   never points at other contents: a write appends its rows to new fragments (an upsert deletes
   the old row and appends the new one) and a compaction rewrites rows at new addresses. The BM25
   index is then made again from the kept rows' term counts and the new rows' texts, every score
-  with the new statistics. When more than half the rows are new, it is read whole.
+  with the new statistics. When more than half the rows are new (a compaction moves them all),
+  it is read whole, but a text the stale entry has counted is not tokenized again: its counts are
+  found by the text's digest (`KnownTexts`), so only the texts the write changed are.
 * **Filters.** The rows a filter leaves are asked of LanceDB once per (version, filter) (its
   scalar indexes make the mask; 6–8 ms at 100k) and their vectors kept as a matrix of their own,
   so a caller's filter repeated over a run costs its product only.
@@ -63,7 +65,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from services.search_tool.documents import Chunk
-from services.search_tool.engine.keyword_index import KeywordIndex, Postings
+from services.search_tool.engine.keyword_index import KeywordIndex, KnownTexts, Postings
 from services.search_tool.engine.lancedb.retrieval import best_cosines
 from services.search_tool.engine.lancedb.rows import (
     CHUNK_JSON_COLUMN,
@@ -284,12 +286,17 @@ class HeldCollections:
             started = self._clock()
             try:
                 refreshed = None if stale is None else await _refreshed(table, version, rows, stale)
+                known = None  # what a whole read need not tokenize again
+                if refreshed is None and stale is not None and stale.keywords is not None:
+                    known = await asyncio.to_thread(KnownTexts, stale.keywords)
                 stale = None  # not kept through a whole read
                 held: Held | None = None
                 if refreshed is not None:
                     held, how = refreshed[0], f"refreshed ({refreshed[1]} new rows read)"
                 else:
-                    held, how = await _read(table, version, rows, self._keywords), "read"
+                    read = await _read(table, version, rows, self._keywords, known)
+                    held, how = read if read is not None else (None, "")
+                    known = None
             finally:  # a collection written often is read in a bounded share of the time
                 took = self._clock() - started
                 self._rested[name] = self._clock() + _BUILD_SHARE * took
@@ -338,10 +345,12 @@ _SCAN_BATCH = 4096
 Python strings and counters (100,000 chunks at once: 2.9 GB at the peak)."""
 
 
-async def _read(table: Any, version: int, rows: int, keywords: bool) -> Held | None:
-    """The entry of `table` at `version`, of `rows` rows, by ascending address (None: written
-    meanwhile). Each batch's texts are indexed in a worker thread, the event loop answering in
-    between."""
+async def _read(
+    table: Any, version: int, rows: int, keywords: bool, known: KnownTexts | None = None
+) -> tuple[Held, str] | None:
+    """The entry of `table` at `version`, of `rows` rows, by ascending address, and how it was
+    read (None: written meanwhile). Each batch's texts are indexed in a worker thread, the event
+    loop answering in between; a text `known` holds is not tokenized again."""
     columns = [VECTOR_COLUMN, *([SEARCH_TEXT_COLUMN, CHUNK_JSON_COLUMN] if keywords else [])]
     scan = (
         await table.query().select(columns).with_row_id().to_batches(max_batch_length=_SCAN_BATCH)
@@ -349,7 +358,7 @@ async def _read(table: Any, version: int, rows: int, keywords: bool) -> Held | N
     addresses = np.zeros(rows, dtype=np.uint64)
     matrix: npt.NDArray[np.float32] | None = None
     chunks: list[Any] = []
-    postings = Postings() if keywords else None
+    postings = (Postings(known.terms if known is not None else None)) if keywords else None
     filled = 0
     async for batch in scan:
         end = filled + batch.num_rows
@@ -363,7 +372,7 @@ async def _read(table: Any, version: int, rows: int, keywords: bool) -> Held | N
         filled = end
         if postings is not None:
             texts = [t or "" for t in batch.column(SEARCH_TEXT_COLUMN).to_pylist()]
-            await asyncio.to_thread(postings.add, texts)
+            await asyncio.to_thread(postings.add, texts, known)
             # copied: a column of the batch keeps every column's buffers alive (100k: 897
             # against 559 MB at the peak of a scan)
             chunks.append(pa.concat_arrays([batch.column(CHUNK_JSON_COLUMN)]))
@@ -371,7 +380,9 @@ async def _read(table: Any, version: int, rows: int, keywords: bool) -> Held | N
         return None
     if matrix is None:  # an empty table: no vector read tells the dimensions
         matrix = np.zeros((0, 0), dtype=np.float32)
-    return await asyncio.to_thread(_entry, version, addresses, matrix, chunks, postings)
+    held = await asyncio.to_thread(_entry, version, addresses, matrix, chunks, postings)
+    tokenized = f" ({postings.tokenized} of {rows} texts tokenized)" if postings else ""
+    return held, "read" + tokenized
 
 
 _REFRESH_SHARE = 0.5
