@@ -173,9 +173,13 @@ class Postings:
         """The next rows' keyword texts, in row order; with `known` (made from an index whose
         term slots this one started from), a text it has counted is not tokenized again."""
         digests = text_digests(texts)
-        hits = known.rows_of(digests) if known is not None else np.full(len(texts), -1)
-        fresh = np.flatnonzero(hits < 0)
-        counted = bm25.many_term_counts([texts[int(i)] for i in fresh], self._words)
+        if known is None:
+            hits, fresh = np.full(len(texts), -1), np.arange(len(texts))
+            counted = bm25.many_term_counts(texts, self._words)
+        else:
+            hits = known.rows_of(digests)
+            fresh = np.flatnonzero(hits < 0)
+            counted = bm25.many_term_counts([texts[int(i)] for i in fresh], self._words)
         self.tokenized += len(fresh)
         slot_of = self._terms.setdefault
         terms = self._terms
@@ -239,9 +243,9 @@ _DIGEST = np.dtype("V16")
 
 def text_digests(texts: Sequence[str]) -> npt.NDArray[np.void]:
     """A 128-bit BLAKE2b digest of each text: two texts with one digest have the same terms."""
+    blake2b = hashlib.blake2b
     joined = b"".join(
-        hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        for text in texts
+        blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest() for text in texts
     )
     return np.frombuffer(joined, dtype=_DIGEST).copy()
 
