@@ -277,36 +277,28 @@ class HeldCollections:
         build.add_done_callback(lambda _: self._builds.pop(name, None))
 
     async def _build(self, name: str, table: Any, version: int) -> None:
-        stale = self._stale.pop(name, None)
         try:
             rows = await table.count_rows()
             if rows > self._max_rows:
+                self._stale.pop(name, None)
                 self._too_large[name] = version
                 return
             started = self._clock()
             try:
-                refreshed = None if stale is None else await _refreshed(table, version, rows, stale)
-                known = None  # what a whole read need not tokenize again
-                if refreshed is None and stale is not None and stale.keywords is not None:
-                    known = await asyncio.to_thread(KnownTexts, stale.keywords)
-                stale = None  # not kept through a whole read
-                held: Held | None = None
-                if refreshed is not None:
-                    held, how = refreshed[0], f"refreshed ({refreshed[1]} new rows read)"
-                else:
-                    read = await _read(table, version, rows, self._keywords, known)
-                    held, how = read if read is not None else (None, "")
-                    known = None
+                made = await _made(
+                    table, version, rows, self._stale.pop(name, None), self._keywords
+                )
             finally:  # a collection written often is read in a bounded share of the time
                 took = self._clock() - started
                 self._rested[name] = self._clock() + _BUILD_SHARE * took
-            if held is None:
+            if made is None:
                 return  # written meanwhile: the scan may hold either version
         except asyncio.CancelledError:
             raise
         except Exception:  # the collection stays on LanceDB
             _log.warning("reading %r into memory failed", name, exc_info=True)
             return
+        held, how = made
         self._held.pop(name, None)
         for entries in (self._stale, self._held):  # set-aside entries go out first
             while entries and self._rows_held() + rows > self._max_rows:
@@ -385,15 +377,32 @@ async def _read(
     return held, "read" + tokenized
 
 
+async def _made(
+    table: Any, version: int, rows: int, stale: Held | None, keywords: bool
+) -> tuple[Held, str] | None:
+    """The entry of `table` at `version` and how it was made: refreshed from `stale` (the entry
+    of an earlier version) when it can be, else read whole, tokenizing only the texts `stale` has
+    not counted (None: written meanwhile)."""
+    if stale is not None:
+        refreshed = await _refreshed(table, version, rows, stale)
+        if refreshed is not None:
+            return refreshed
+    known = None
+    if stale is not None and stale.keywords is not None:
+        known = await asyncio.to_thread(KnownTexts, stale.keywords)
+    del stale  # not kept through a whole read
+    return await _read(table, version, rows, keywords, known)
+
+
 _REFRESH_SHARE = 0.5
 """A build refreshes a stale entry when at most this share of the rows is new (else it reads the
 collection whole: as cheap, and no dead terms carried over)."""
 
 
-async def _refreshed(table: Any, version: int, rows: int, stale: Held) -> tuple[Held, int] | None:
+async def _refreshed(table: Any, version: int, rows: int, stale: Held) -> tuple[Held, str] | None:
     """The entry of `table` at `version` made from `stale` (an entry of an earlier version) and
-    the rows at addresses it does not hold, and how many those were (None: too much is new, or
-    written meanwhile)."""
+    the rows at addresses it does not hold, and how it was made (how many rows were read; None:
+    too much is new, or written meanwhile)."""
     found = await table.query().select([]).with_row_id().to_arrow()
     addresses = np.sort(np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
     if len(addresses) != rows or await table.version() != version:
@@ -417,7 +426,7 @@ async def _refreshed(table: Any, version: int, rows: int, stale: Held) -> tuple[
     held = await asyncio.to_thread(
         _refreshed_entry, version, stale, addresses, kept, at[kept], batches
     )
-    return None if held is None else (held, len(new))
+    return None if held is None else (held, f"refreshed ({len(new)} new rows read)")
 
 
 def _refreshed_entry(
