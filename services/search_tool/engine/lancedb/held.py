@@ -407,11 +407,9 @@ async def _refreshed(table: Any, version: int, rows: int, stale: Held) -> tuple[
     addresses = np.sort(np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
     if len(addresses) != rows or await table.version() != version:
         return None
-    old = stale.whole.addresses
-    if len(old) == 0:  # nothing to keep, and no vector read told the dimensions
+    if len(stale.whole.addresses) == 0:  # nothing to keep, and no vector read told the dimensions
         return None
-    at = np.minimum(np.searchsorted(old, addresses), len(old) - 1)  # where each would be held
-    kept = old[at] == addresses
+    at, kept = _found(stale.whole.addresses, addresses)
     new = np.flatnonzero(~kept)
     if len(new) > _REFRESH_SHARE * rows:
         return None
@@ -523,10 +521,19 @@ def _subset(whole: _Vectors, found: Any) -> _Vectors | None:
 
 def _rows_at(held: _Vectors, wanted: npt.NDArray[np.uint64]) -> npt.NDArray[np.intp] | None:
     """The matrix row of each address (None: one of them is not held)."""
-    rows = np.searchsorted(held.addresses, wanted)
-    if (rows >= len(held.addresses)).any() or (held.addresses[rows] != wanted).any():
-        return None
-    return rows
+    rows, found = _found(held.addresses, wanted)
+    return rows if found.all() else None
+
+
+def _found(
+    addresses: npt.NDArray[np.uint64], wanted: npt.NDArray[np.uint64]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+    """Where each wanted address is among the ascending `addresses`, and whether it is there at
+    all (where it is not, its row means nothing)."""
+    if len(addresses) == 0:
+        return np.zeros(len(wanted), dtype=np.intp), np.zeros(len(wanted), dtype=bool)
+    rows = np.minimum(np.searchsorted(addresses, wanted), len(addresses) - 1)
+    return rows, addresses[rows] == wanted
 
 
 def _ranked(
