@@ -71,6 +71,7 @@ from services.search_tool.engine.lancedb.rows import (
     CHUNK_JSON_COLUMN,
     SEARCH_TEXT_COLUMN,
     VECTOR_COLUMN,
+    stored_vectors,
     to_chunk,
 )
 from services.search_tool.fusion import Candidate
@@ -360,7 +361,7 @@ async def _read(
         if matrix is None:
             matrix = np.zeros((rows, stored.type.list_size), dtype=np.float32)
         addresses[filled:end] = batch.column("_rowid").to_numpy()
-        matrix[filled:end] = np.asarray(stored.values.to_numpy()).reshape(batch.num_rows, -1)
+        matrix[filled:end] = stored_vectors(stored)
         filled = end
         if postings is not None:
             texts = [t or "" for t in batch.column(SEARCH_TEXT_COLUMN).to_pylist()]
@@ -451,8 +452,7 @@ def _refreshed_entry(
         order = np.argsort(np.asarray(taken.column("_rowid").to_numpy(), dtype=np.uint64))
         if (taken.column("_rowid").to_numpy()[order] != addresses[added_at]).any():
             return None
-        stored = taken.column(VECTOR_COLUMN).combine_chunks()
-        matrix[added_at] = np.asarray(stored.values.to_numpy()).reshape(taken.num_rows, -1)[order]
+        matrix[added_at] = stored_vectors(taken.column(VECTOR_COLUMN))[order]
     whole = _Vectors(version, addresses, matrix)
     if stale.keywords is None or stale.chunks is None or stale.read_at is None:
         return Held(whole)  # only the vectors are held

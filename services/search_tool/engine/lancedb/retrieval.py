@@ -25,7 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from services.search_tool.documents import Chunk
-from services.search_tool.engine.lancedb.rows import CHUNK_JSON_COLUMN, VECTOR_COLUMN, to_chunk
+from services.search_tool.engine.lancedb.rows import (
+    CHUNK_JSON_COLUMN,
+    VECTOR_COLUMN,
+    stored_vectors,
+    to_chunk,
+)
 from services.search_tool.fusion import Candidate
 
 ALL_PARTITIONS = 1_000_000
@@ -50,8 +55,7 @@ class FetchedRows:
                 zip(addresses, result.column(CHUNK_JSON_COLUMN).to_pylist(), strict=True)
             )
         if VECTOR_COLUMN in result.column_names and result.num_rows:
-            stored = result.column(VECTOR_COLUMN).combine_chunks()
-            matrix = stored.values.to_numpy().reshape(result.num_rows, -1)
+            matrix = stored_vectors(result.column(VECTOR_COLUMN))
             self.vectors.update(zip(addresses, matrix, strict=True))
 
 
@@ -168,8 +172,7 @@ async def cosines_at(
     )
     if taken.num_rows == 0:
         return {}
-    stored = taken.column(VECTOR_COLUMN).combine_chunks()
-    vectors = stored.values.to_numpy().reshape(taken.num_rows, -1)
+    vectors = stored_vectors(taken.column(VECTOR_COLUMN))
     return best_cosines(taken.column("_rowid").to_pylist(), vectors, query_vectors)
 
 

@@ -19,6 +19,8 @@ from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from services.common.errors import InvalidArgument
@@ -243,6 +245,14 @@ def _microseconds(moment: datetime | None) -> int | None:
 
 def _moment(microseconds: int | None) -> datetime | None:
     return None if microseconds is None else from_epoch_microseconds(microseconds)
+
+
+def stored_vectors(column: Any) -> npt.NDArray[np.float32]:
+    """A column of stored vectors (an Arrow fixed-size list array, chunked or not) as a matrix,
+    one row per vector, without a copy where Arrow holds them in one buffer."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return np.asarray(column.flatten().to_numpy()).reshape(len(column), column.type.list_size)
 
 
 def to_chunk(chunk_json: str) -> Chunk:
