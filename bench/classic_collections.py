@@ -1,8 +1,9 @@
-"""Classic test collections (Cranfield, CISI, NPL) rewritten in BEIR layout, for evaluation only.
+"""Classic test collections (Cranfield, CISI, NPL, CACM) in BEIR layout, for evaluation only.
 
     python bench/classic_collections.py cranfield RAW_DIR OUT_DIR
     python bench/classic_collections.py cisi RAW_DIR OUT_DIR
     python bench/classic_collections.py npl RAW_DIR OUT_DIR
+    python bench/classic_collections.py cacm RAW_DIR OUT_DIR
 
 Reads the collection's original files from RAW_DIR (taken by hand, at development time, from a
 public copy: see the SOURCE.md this writes) and writes `corpus.jsonl`, `queries.jsonl` and
@@ -14,6 +15,13 @@ outside the repository (e.g. `/work/datasets/<name>`).
 * cisi: 1,460 library-science abstracts, 76 judged long, vague information needs, binary.
 * npl: 11,429 one-line electrical-engineering abstracts (no title), 93 judged short queries,
   binary (three records of the source are empty and dropped: 11,426 documents).
+* cacm: 3,204 bibliographic records of Communications of the ACM 1958-1979, 52 judged queries
+  (64 in `query.text`), binary. Half the records are a title alone (1,617 have no abstract):
+  short titles, short texts, the kind of collection where BM25 has little to hold on to. A record
+  with an abstract is `{title: .T, text: .W}`; a title-only record is `{title: "", text: .T}` (a
+  search tool refuses an empty text, and the title is all the record says). Each record's `.K`
+  keywords and `.A` authors follow its text ("Keywords: …", "Authors: …"): two queries ask for an
+  author. `qrels.text` writes query ids with a leading zero (`01`): they are read as numbers.
 
 Query ids of Cranfield: `cran.qry` numbers its 225 queries 1..365 with gaps, but `cranqrel`
 numbers them 1..225 in file order (a known trap of that collection): the queries are renumbered in
@@ -120,7 +128,27 @@ def npl(raw: Path) -> Converted:
     return corpus, queries, qrels
 
 
-CONVERTERS = {"cranfield": cranfield, "cisi": cisi, "npl": npl}
+_CACM_EXTRA = (("K", "Keywords"), ("A", "Authors"))
+
+
+def cacm(raw: Path) -> Converted:
+    corpus = []
+    for i, f in smart_records(_read(raw / "cacm.all")):
+        title, text = (f.get("T", ""), f["W"]) if f.get("W") else ("", f.get("T", ""))
+        extra = [f"{name}: {f[key]}" for key, name in _CACM_EXTRA if f.get(key)]
+        corpus.append({"_id": i, "title": title, "text": " ".join([text, *extra]).strip()})
+    queries = [
+        {"_id": i, "text": f.get("W", "")} for i, f in smart_records(_read(raw / "query.text"))
+    ]
+    qrels = []
+    for line in _read(raw / "qrels.text").splitlines():
+        if line.strip():
+            query, doc = line.split()[:2]
+            qrels.append((str(int(query)), str(int(doc)), 1))
+    return corpus, queries, qrels
+
+
+CONVERTERS = {"cranfield": cranfield, "cisi": cisi, "npl": npl, "cacm": cacm}
 
 
 def write_beir(

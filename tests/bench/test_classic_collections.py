@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.classic_collections import cisi, cranfield, npl, write_beir
+from bench.classic_collections import cacm, cisi, cranfield, npl, write_beir
 from bench.eval_beir import paired_interval
 from bench.harness import load_beir
 
@@ -96,6 +96,52 @@ def test_npl_reads_slash_separated_records(tmp_path: Path) -> None:
     ]
     assert data.queries == {"1": "compact memories"}
     assert data.qrels == {"1": {"1": 1, "2": 1}}
+
+
+CACM_DOCS = """.I 1
+.T
+Preliminary Report-International Algebraic Language
+.B
+CACM December, 1958
+.A
+Perlis, A. J.
+.N
+CA581203 JB March 22, 1978  8:28 PM
+.X
+100\t5\t1
+.I 2
+.T
+Hash Table Methods
+.W
+A survey of
+ hashing.
+.K
+hashing, scatter storage
+.X
+2\t5\t2
+"""
+
+
+def test_cacm_makes_a_title_only_record_its_text_and_adds_keywords_and_authors(
+    tmp_path: Path,
+) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "cacm.all").write_text(CACM_DOCS)
+    (raw / "query.text").write_text(
+        ".I 1\n.W\n articles by Perlis\n.N\n 1. someone\n.I 2\n.W\n hashing\n"
+    )
+    (raw / "qrels.text").write_text("01 0001  0 0\n02 2  0 0\n02 3  0 0\n")
+    counts = write_beir(tmp_path / "out", *cacm(raw))
+    assert counts == {"documents": 2, "queries": 2, "judged_queries": 2, "judgements": 2}
+    data = load_beir(tmp_path / "out")
+    assert [(d["title"], d["text"]) for d in data.corpus] == [
+        ("", "Preliminary Report-International Algebraic Language Authors: Perlis, A. J."),
+        ("Hash Table Methods", "A survey of hashing. Keywords: hashing, scatter storage"),
+    ]
+    assert data.queries == {"1": "articles by Perlis", "2": "hashing"}
+    # `01` in qrels.text is query 1; document 3 does not exist
+    assert data.qrels == {"1": {"1": 1}, "2": {"2": 1}}
 
 
 def test_the_paired_interval_brackets_the_mean_difference() -> None:
