@@ -17,6 +17,7 @@ from typing import Any
 
 from services.common.settings import ServerSettings
 from services.search_tool.config import FusionSettings, SearchToolSettings
+from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.limits import RequestLimits
 from services.search_tool.server import build_search_tool_server
 
@@ -38,7 +39,11 @@ def settings_for(
     Fusion calibration (`services/search_tool/calibration.py`) is off unless `calibrate`: a
     benchmark measures one fusion it chose (a background calibration would change the fusion
     mid-run and load the machine while latency is measured); `bench/eval_beir.py` calibrates
-    first and then serves with it on."""
+    first and then serves with it on.
+
+    Query vectors are not kept (`embedding.query_cache_entries` 0): a bench sends the same
+    queries again (warm-up, rounds, one query per strategy), and each search is to embed its
+    query as one never seen before does (`bench/search_latency.py` measures a kept one)."""
     fusion = (fusion or FusionSettings()).model_copy(update={"calibrate": calibrate})
     return SearchToolSettings(
         server=ServerSettings(host="127.0.0.1", port=0),
@@ -46,6 +51,7 @@ def settings_for(
         log_level="WARNING",
         fusion=fusion,
         limits=BENCH_LIMITS,
+        embedding=EmbeddingSettings(query_cache_entries=0),
     )
 
 

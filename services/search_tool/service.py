@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
+from opentelemetry import trace
 
 from services.common.admission import WorkQueue
 from services.common.errors import DataLoss, FieldViolation, InvalidArgument, NotFound
@@ -28,6 +29,7 @@ from services.search_tool.config import SearchToolSettings
 from services.search_tool.counting import CountRequest, DocumentCount, count_documents
 from services.search_tool.documents import Document, document_id_problem
 from services.search_tool.embedding import Embedder
+from services.search_tool.embedding.query_vectors import QueryVectors
 from services.search_tool.engine.base import (
     CollectionStats,
     CursorRejected,
@@ -136,6 +138,8 @@ class SearchService:
         self._engine = engine
         self._embedder = embedder
         self._settings = settings
+        self.query_vectors = QueryVectors(embedder, settings.embedding.query_cache_entries)
+        """Vectors of the query texts searched lately (`embedding/query_vectors.py`)."""
         chunker = Chunker(
             embedder.tokenizer,
             chunk_tokens=settings.chunking.chunk_tokens,
@@ -441,7 +445,9 @@ class SearchService:
     async def _query_vectors(self, request: SearchRequest) -> npt.NDArray[np.float32]:
         if request.strategy is Strategy.KEYWORD:
             return np.zeros((0, self._embedder.dimensions), dtype=np.float32)
-        return await self._embedder.embed([request.primary, *request.variations])
+        vectors, kept = await self.query_vectors.embed([request.primary, *request.variations])
+        trace.get_current_span().set_attribute("quarry.search.query_vectors_kept", kept)
+        return vectors
 
 
 def validate_collection_name(name: str) -> None:

@@ -173,6 +173,48 @@ async def test_offset_pages_through_results(loaded: Stub) -> None:
     assert second == everything[1:2]
 
 
+class _CountingEmbedder:
+    """The real embedder, every call's texts recorded."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self._inner = inner
+        self.calls: list[list[str]] = []
+        self.model_name = inner.model_name
+        self.dimensions = inner.dimensions
+        self.tokenizer = inner.tokenizer
+
+    async def embed(self, texts: Any) -> Any:
+        self.calls.append(list(texts))
+        return await self._inner.embed(texts)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("entries", "embeddings"), [(4096, 1), (0, 3)])
+async def test_paging_through_a_query_embeds_it_once_and_pages_as_without_kept_vectors(
+    settings: SearchToolSettings, embedder: Embedder, entries: int, embeddings: int
+) -> None:
+    counting = _CountingEmbedder(embedder)
+    kept = settings.embedding.model_copy(update={"query_cache_entries": entries})
+    server = await _server_with(settings.model_copy(update={"embedding": kept}), counting)
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(collection="docs", documents=DOCS)
+            )
+            everything = await _ids(stub, search("docs", "python module", HYBRID, limit=3))
+            pages = [
+                await _ids(stub, search("docs", "python module", HYBRID, limit=1, offset=n))
+                for n in (1, 2)
+            ]
+    finally:
+        await server.stop(0)
+    assert pages == [everything[1:2], everything[2:3]]
+    assert [c for c in counting.calls if c == ["python module"]] == [["python module"]] * embeddings
+
+
 async def test_get_collection_describes_counts_fields_and_dates(loaded: Stub) -> None:
     reply = await loaded.GetCollection(search_tool_pb2.GetCollectionRequest(collection="docs"))
     c = reply.collection
@@ -327,6 +369,31 @@ async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
     assert embedding.context.trace_id == rpc.context.trace_id
     assert embedding.parent is not None
     assert embedding.parent.span_id == rpc.context.span_id
+
+
+async def test_a_query_searched_again_is_not_embedded_and_its_rpc_span_says_so(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    exporter = InMemorySpanExporter()
+    telemetry = setup_telemetry("search_tool", span_exporter=exporter)
+    server = build_search_tool_server(settings, telemetry, embedder_factory=lambda: embedder)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await stub.UpsertDocuments(
+                search_tool_pb2.UpsertDocumentsRequest(collection="t", documents=DOCS[:1])
+            )
+            exporter.clear()
+            await stub.Search(search("t", "event loop", HYBRID))
+            await stub.Search(search("t", "event loop", HYBRID, offset=1))
+    finally:
+        await server.stop(0)
+        telemetry.shutdown()
+    names = [s.name for s in exporter.get_finished_spans()]
+    rpcs = [s for s in exporter.get_finished_spans() if s.name.endswith("/Search")]
+    assert names.count("embeddings sentence-transformers/all-MiniLM-L6-v2") == 1
+    assert [(s.attributes or {}).get("quarry.search.query_vectors_kept") for s in rpcs] == [0, 1]
 
 
 class _QueryEmbedderDown:

@@ -18,6 +18,9 @@ class EmbeddingSettings(BaseModel):
     """MiniLM truncates each text to this many word pieces (including [CLS] and [SEP])."""
     threads: int = Field(default=0, ge=0)
     """onnxruntime threads per model call; 0: one thread per call and one call per core at once."""
+    query_cache_entries: int = Field(default=4096, ge=0, le=1_000_000)
+    """Search query texts whose vectors are kept, the least recently searched out: a query seen
+    again (the next page, a repeated search) is not embedded again (`query_vectors.py`); 0: off."""
     openai_model: str = "text-embedding-3-small"
     """OpenAI embedding model name."""
     openai_base_url: str | None = None
