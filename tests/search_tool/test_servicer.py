@@ -343,9 +343,10 @@ async def test_service_is_not_serving_until_the_embedder_is_loaded(
         await server.stop(0)
 
 
-async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
-    settings: SearchToolSettings, embedder: Embedder
-) -> None:
+async def _traced_searches(
+    settings: SearchToolSettings, embedder: Embedder, *requests: Any
+) -> list[Any]:
+    """The spans of `requests` searched in order on a one-document collection."""
     exporter = InMemorySpanExporter()
     telemetry = setup_telemetry("search_tool", span_exporter=exporter)
     server = build_search_tool_server(settings, telemetry, embedder_factory=lambda: embedder)
@@ -357,11 +358,21 @@ async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
                 search_tool_pb2.UpsertDocumentsRequest(collection="t", documents=DOCS[:1])
             )
             exporter.clear()
-            await stub.Search(search("t", "event loop", SEMANTIC))
+            for request in requests:
+                await stub.Search(request)
     finally:
         await server.stop(0)
         telemetry.shutdown()
-    spans = {s.name: s for s in exporter.get_finished_spans()}
+    return list(exporter.get_finished_spans())
+
+
+async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    spans = {
+        s.name: s
+        for s in await _traced_searches(settings, embedder, search("t", "event loop", SEMANTIC))
+    }
     embedding = spans["embeddings sentence-transformers/all-MiniLM-L6-v2"]
     rpc = spans["/quarry.searchtool.v1.SearchToolService/Search"]
     assert embedding.attributes is not None
@@ -374,24 +385,14 @@ async def test_query_embedding_is_a_span_inside_the_search_rpc_trace(
 async def test_a_query_searched_again_is_not_embedded_and_its_rpc_span_says_so(
     settings: SearchToolSettings, embedder: Embedder
 ) -> None:
-    exporter = InMemorySpanExporter()
-    telemetry = setup_telemetry("search_tool", span_exporter=exporter)
-    server = build_search_tool_server(settings, telemetry, embedder_factory=lambda: embedder)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
-            await stub.UpsertDocuments(
-                search_tool_pb2.UpsertDocumentsRequest(collection="t", documents=DOCS[:1])
-            )
-            exporter.clear()
-            await stub.Search(search("t", "event loop", HYBRID))
-            await stub.Search(search("t", "event loop", HYBRID, offset=1))
-    finally:
-        await server.stop(0)
-        telemetry.shutdown()
-    names = [s.name for s in exporter.get_finished_spans()]
-    rpcs = [s for s in exporter.get_finished_spans() if s.name.endswith("/Search")]
+    spans = await _traced_searches(
+        settings,
+        embedder,
+        search("t", "event loop", HYBRID),
+        search("t", "event loop", HYBRID, offset=1),
+    )
+    names = [s.name for s in spans]
+    rpcs = [s for s in spans if s.name.endswith("/Search")]
     assert names.count("embeddings sentence-transformers/all-MiniLM-L6-v2") == 1
     assert [(s.attributes or {}).get("quarry.search.query_vectors_kept") for s in rpcs] == [0, 1]
 
