@@ -31,10 +31,6 @@ class QueryVectors:
         self._embedder = embedder
         self._entries = entries
         self._kept: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
-        self.hits = 0
-        """Texts answered from the kept vectors since start."""
-        self.misses = 0
-        """Texts embedded since start."""
 
     async def embed(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.float32], int]:
         """(vectors of `texts`, one row each, and how many of them were kept)."""
@@ -44,8 +40,6 @@ class QueryVectors:
         if missing:
             embedded = await self._embedder.embed(missing)
             vectors.update((text, embedded[i].copy()) for i, text in enumerate(missing))
-        self.hits += kept
-        self.misses += len(texts) - kept
         if self._entries:
             for text in texts:  # another search may have changed the kept texts meanwhile
                 self._kept[text] = vectors[text]
