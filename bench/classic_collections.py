@@ -1,9 +1,10 @@
-"""Classic test collections (Cranfield, CISI, NPL, CACM) in BEIR layout, for evaluation only.
+"""Classic test collections (Cranfield, CISI, NPL, CACM, LISA) in BEIR layout, for evaluation only.
 
     python bench/classic_collections.py cranfield RAW_DIR OUT_DIR
     python bench/classic_collections.py cisi RAW_DIR OUT_DIR
     python bench/classic_collections.py npl RAW_DIR OUT_DIR
     python bench/classic_collections.py cacm RAW_DIR OUT_DIR
+    python bench/classic_collections.py lisa RAW_DIR OUT_DIR
 
 Reads the collection's original files from RAW_DIR (taken by hand, at development time, from a
 public copy: see the SOURCE.md this writes) and writes `corpus.jsonl`, `queries.jsonl` and
@@ -22,6 +23,13 @@ outside the repository (e.g. `/work/datasets/<name>`).
   search tool refuses an empty text, and the title is all the record says). Each record's `.K`
   keywords and `.A` authors follow its text ("Keywords: …", "Authors: …"): two queries ask for an
   author. `qrels.text` writes query ids with a leading zero (`01`): they are read as numbers.
+* lisa: 6,004 Library and Information Science Abstracts records of 1982 (`LISA0.001` ...
+  `LISA5.850`, CRLF lines, records split by a line of asterisks: `Document N`, the title up to
+  the first blank line, then the abstract), 35 judged natural-language requests (`LISA.QUE`,
+  each ending with `#`), binary. The judgements are read from `LISARJ.NUM` (query, count, ids):
+  `LISA.REL` of the same distribution lost query 22 and names 23 as 35. Records 1998-2001 come
+  twice in the files (1993-1997 are missing): each is kept once, 5,999 documents. A record
+  without an abstract would be its title alone, as in CACM (none is, in these files).
 
 Query ids of Cranfield: `cran.qry` numbers its 225 queries 1..365 with gaps, but `cranqrel`
 numbers them 1..225 in file order (a known trap of that collection): the queries are renumbered in
@@ -148,7 +156,43 @@ def cacm(raw: Path) -> Converted:
     return corpus, queries, qrels
 
 
-CONVERTERS = {"cranfield": cranfield, "cisi": cisi, "npl": npl, "cacm": cacm}
+_LISA_RECORD = re.compile(r"^Document\s+(\d+)\s*$")
+_LISA_END = re.compile(r"^\*+\s*$")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def lisa(raw: Path) -> Converted:
+    corpus: dict[str, dict[str, str]] = {}
+    lines = "\n".join(_read(p) for p in sorted(raw.glob("LISA[0-9].*"))).splitlines()
+    record: list[str] | None = None
+    for line in [*(line.rstrip("\r") for line in lines), "*"]:
+        match = _LISA_RECORD.match(line)
+        if match:
+            record = [match.group(1)]
+        elif record is not None and _LISA_END.match(line):
+            doc_id, body = record[0], "\n".join(record[1:]).strip()
+            title, _, abstract = _BLANK_LINE.sub("\n\n", body, count=1).partition("\n\n")
+            title, abstract = " ".join(title.split()), " ".join(abstract.split())
+            kept = {"title": title, "text": abstract} if abstract else {"title": "", "text": title}
+            corpus.setdefault(doc_id, {"_id": doc_id, **kept})
+            record = None
+        elif record is not None:
+            record.append(line)
+    queries = []
+    for block in _read(raw / "LISA.QUE").replace("\r", "").split("#"):
+        number, _, text = block.strip().partition("\n")
+        if number.strip().isdigit():
+            queries.append({"_id": number.strip(), "text": " ".join(text.split())})
+    numbers = [int(t) for t in _read(raw / "LISARJ.NUM").split()]
+    qrels, at = [], 0
+    while at < len(numbers):
+        query, count = numbers[at], numbers[at + 1]
+        qrels += [(str(query), str(doc), 1) for doc in numbers[at + 2 : at + 2 + count]]
+        at += 2 + count
+    return list(corpus.values()), queries, qrels
+
+
+CONVERTERS = {"cranfield": cranfield, "cisi": cisi, "npl": npl, "cacm": cacm, "lisa": lisa}
 
 
 def write_beir(

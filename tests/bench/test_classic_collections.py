@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.classic_collections import cacm, cisi, cranfield, npl, write_beir
+from bench.classic_collections import cacm, cisi, cranfield, lisa, npl, write_beir
 from bench.eval_beir import paired_interval
 from bench.harness import load_beir
 
@@ -142,6 +142,47 @@ def test_cacm_makes_a_title_only_record_its_text_and_adds_keywords_and_authors(
     assert data.queries == {"1": "articles by Perlis", "2": "hashing"}
     # `01` in qrels.text is query 1; document 3 does not exist
     assert data.qrels == {"1": {"1": 1}, "2": {"2": 1}}
+
+
+LISA_FIRST = (
+    "Document    1\r\nTHE INDIAN COUNCIL OF LIBRARY\r\nSERVICES: A PROPOSAL.\r\n     \r\n"
+    "CRITICALLY EXAMINES THE\r\nINDIAN LIBRARY SCENE.\r\n"
+    "********************************************\r\n"
+    "Document 2\r\nA TITLE ALONE.\r\n********************************************\r\n"
+)
+LISA_SECOND = (
+    "Document    2\r\nA TITLE ALONE.\r\n********************************************\r\n"
+    "Document    3\r\nNON-USERS.\r\n\r\nWHO DOES NOT USE LIBRARIES.\r\n"
+    "********************************************\r\n"
+)
+
+
+def test_lisa_splits_title_and_abstract_keeps_a_repeated_record_once_and_reads_lisarj_num(
+    tmp_path: Path,
+) -> None:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "LISA0.001").write_text(LISA_FIRST)
+    (raw / "LISA0.501").write_text(LISA_SECOND)
+    (raw / "LISA.QUE").write_text(
+        "1\r\nI AM INTERESTED IN\r\nINDIAN LIBRARIES. #\r\n2\r\nNON-USE. #\r\n"
+    )
+    (raw / "LISA.REL").write_text("Query 1\r\nnot read\r\n")
+    (raw / "LISARJ.NUM").write_text("  1  2  1  2\r\n  2  1  3\r\n")
+    counts = write_beir(tmp_path / "out", *lisa(raw))
+    assert counts == {"documents": 3, "queries": 2, "judged_queries": 2, "judgements": 3}
+    data = load_beir(tmp_path / "out")
+    assert [(d["_id"], d["title"], d["text"]) for d in data.corpus] == [
+        (
+            "1",
+            "THE INDIAN COUNCIL OF LIBRARY SERVICES: A PROPOSAL.",
+            "CRITICALLY EXAMINES THE INDIAN LIBRARY SCENE.",
+        ),
+        ("2", "", "A TITLE ALONE."),
+        ("3", "NON-USERS.", "WHO DOES NOT USE LIBRARIES."),
+    ]
+    assert data.queries == {"1": "I AM INTERESTED IN INDIAN LIBRARIES.", "2": "NON-USE."}
+    assert data.qrels == {"1": {"1": 1, "2": 1}, "2": {"3": 1}}
 
 
 def test_the_paired_interval_brackets_the_mean_difference() -> None:
