@@ -101,15 +101,18 @@ class KeywordIndex:
         digests = np.empty(len(lengths), dtype=_DIGEST)
         digests[placed] = self.digests[kept]
         digests[added_at] = new_digests
-        old_slots = np.repeat(np.arange(len(self.terms), dtype=np.int32), np.diff(self.starts))
         return _assembled(
             terms,
-            np.concatenate([old_slots[old], slots]),
+            np.concatenate([self.posting_slots()[old], slots]),
             np.concatenate([moved[self.positions[old]], added_at[new_rows].astype(np.int32)]),
             np.concatenate([self.counts[old], counts]),
             lengths,
             digests,
         )
+
+    def posting_slots(self) -> npt.NDArray[np.int32]:
+        """The term slot of each posting (postings are grouped by term, `starts` apart)."""
+        return np.repeat(np.arange(len(self.terms), dtype=np.int32), np.diff(self.starts))
 
     def scores(self, text: str) -> npt.NDArray[np.float64]:
         """The BM25 score of every row for the query `text` (0: no term of the query)."""
@@ -257,10 +260,9 @@ class KnownTexts:
     def __init__(self, index: KeywordIndex) -> None:
         self.terms = index.terms
         by_row = np.argsort(index.positions, kind="stable")
-        slot = np.repeat(np.arange(len(index.terms), dtype=np.int32), np.diff(index.starts))
-        self._slots = slot[by_row]
+        self._slots = index.posting_slots()[by_row]
         self._counts = index.counts[by_row]
-        del by_row, slot
+        del by_row
         self._starts = np.zeros(index.rows + 1, dtype=np.int64)
         np.cumsum(np.bincount(index.positions, minlength=index.rows), out=self._starts[1:])
         self._lengths = index.lengths
