@@ -344,7 +344,7 @@ async def _read(
     """The entry of `table` at `version`, of `rows` rows, by ascending address, and how it was
     read (None: written meanwhile). Each batch's texts are indexed in a worker thread, the event
     loop answering in between; a text `known` holds is not tokenized again."""
-    columns = [VECTOR_COLUMN, *([SEARCH_TEXT_COLUMN, CHUNK_JSON_COLUMN] if keywords else [])]
+    columns = _columns(keywords)
     scan = (
         await table.query().select(columns).with_row_id().to_batches(max_batch_length=_SCAN_BATCH)
     )
@@ -378,6 +378,11 @@ async def _read(
     return held, "read" + tokenized
 
 
+def _columns(keywords: bool) -> list[str]:
+    """What a build reads of each row: its vector; with `keywords`, its keyword text and chunk."""
+    return [VECTOR_COLUMN, *([SEARCH_TEXT_COLUMN, CHUNK_JSON_COLUMN] if keywords else [])]
+
+
 async def _made(
     table: Any, version: int, rows: int, stale: Held | None, keywords: bool
 ) -> tuple[Held, str] | None:
@@ -404,18 +409,17 @@ async def _refreshed(table: Any, version: int, rows: int, stale: Held) -> tuple[
     """The entry of `table` at `version` made from `stale` (an entry of an earlier version) and
     the rows at addresses it does not hold, and how it was made (how many rows were read; None:
     too much is new, or written meanwhile)."""
+    if len(stale.whole.addresses) == 0:  # nothing to keep, and no vector read told the dimensions
+        return None
     found = await table.query().select([]).with_row_id().to_arrow()
     addresses = np.sort(np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
     if len(addresses) != rows or await table.version() != version:
-        return None
-    if len(stale.whole.addresses) == 0:  # nothing to keep, and no vector read told the dimensions
         return None
     at, kept = _found(stale.whole.addresses, addresses)
     new = np.flatnonzero(~kept)
     if len(new) > _REFRESH_SHARE * rows:
         return None
-    keywords = stale.keywords is not None
-    columns = [VECTOR_COLUMN, *([SEARCH_TEXT_COLUMN, CHUNK_JSON_COLUMN] if keywords else [])]
+    columns = _columns(stale.keywords is not None)
     batches = []
     for start in range(0, len(new), _SCAN_BATCH):
         wanted = [int(a) for a in addresses[new[start : start + _SCAN_BATCH]]]
@@ -449,8 +453,9 @@ def _refreshed_entry(
     if taken is not None and taken.num_rows:
         if taken.num_rows != len(added_at):
             return None  # a row was not found where the scan saw it
-        order = np.argsort(np.asarray(taken.column("_rowid").to_numpy(), dtype=np.uint64))
-        if (taken.column("_rowid").to_numpy()[order] != addresses[added_at]).any():
+        found = np.asarray(taken.column("_rowid").to_numpy(), dtype=np.uint64)
+        order = np.argsort(found)
+        if (found[order] != addresses[added_at]).any():
             return None
         matrix[added_at] = stored_vectors(taken.column(VECTOR_COLUMN))[order]
     whole = _Vectors(version, addresses, matrix)
