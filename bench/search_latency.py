@@ -321,7 +321,8 @@ async def run(data_dir: Path, context: int) -> dict[str, Any]:
     setup = await ensure_loaded(data_dir, context)
     scifact = load_scifact()
     queries = distinct_queries(scifact)
-    warm_texts = [d["title"] for d in scifact.corpus if d["title"] not in set(queries)]
+    measured = set(queries)
+    warm_texts = [d["title"] for d in scifact.corpus if d["title"] not in measured]
     async with search_tool_process(data_dir) as address:
         figures = await measure(address, queries, warm_texts)
     return {
