@@ -8,6 +8,16 @@ from bench.classic_collections import cacm, cisi, cranfield, lisa, npl, write_be
 from bench.eval_beir import paired_interval
 from bench.harness import load_beir
 
+
+def _raw(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A directory of a collection's original files, by name."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name, text in files.items():
+        (raw / name).write_text(text)
+    return raw
+
+
 CRAN_DOCS = """.I 1
 .T
 wing in a slipstream .
@@ -45,11 +55,14 @@ CRAN_QRELS = "1 1 2\n1 3 4\n2 3 1\n2 1 -1\n2 2 1\n"
 def test_cranfield_renumbers_its_queries_maps_grades_to_gains_and_drops_empty_documents(
     tmp_path: Path,
 ) -> None:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "cran.all.1400").write_text(CRAN_DOCS)
-    (raw / "cran.qry").write_text(CRAN_QUERIES)
-    (raw / "cranqrel").write_text(CRAN_QRELS)
+    raw = _raw(
+        tmp_path,
+        {
+            "cran.all.1400": CRAN_DOCS,
+            "cran.qry": CRAN_QUERIES,
+            "cranqrel": CRAN_QRELS,
+        },
+    )
     counts = write_beir(tmp_path / "out", *cranfield(raw))
     assert counts == {"documents": 2, "queries": 2, "judged_queries": 2, "judgements": 3}
     data = load_beir(tmp_path / "out")
@@ -65,14 +78,17 @@ def test_cranfield_renumbers_its_queries_maps_grades_to_gains_and_drops_empty_do
 
 
 def test_cisi_joins_a_query_title_and_text_and_keeps_only_judged_pairs(tmp_path: Path) -> None:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "CISI.ALL").write_text(
-        ".I 1\n.T\nDewey Decimal\n.A\nComaromi\n.W\n   The present study\nof the DDC.\n"
-        ".X\n1\t5\t1\n"
+    raw = _raw(
+        tmp_path,
+        {
+            "CISI.ALL": (
+                ".I 1\n.T\nDewey Decimal\n.A\nComaromi\n.W\n   The present study\nof the DDC.\n"
+                ".X\n1\t5\t1\n"
+            ),
+            "CISI.QRY": ".I 1\n.T\nTitles\n.W\nWhat makes a title?\n.I 2\n.W\nOther?\n",
+            "CISI.REL": "     1     1\t0\t0.000000\n     1     9\t0\t0.000000\n",
+        },
     )
-    (raw / "CISI.QRY").write_text(".I 1\n.T\nTitles\n.W\nWhat makes a title?\n.I 2\n.W\nOther?\n")
-    (raw / "CISI.REL").write_text("     1     1\t0\t0.000000\n     1     9\t0\t0.000000\n")
     write_beir(tmp_path / "out", *cisi(raw))
     data = load_beir(tmp_path / "out")
     assert data.queries == {"1": "Titles What makes a title?"}
@@ -81,13 +97,17 @@ def test_cisi_joins_a_query_title_and_text_and_keeps_only_judged_pairs(tmp_path:
 
 
 def test_npl_reads_slash_separated_records(tmp_path: Path) -> None:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "doc-text").write_text(
-        "1\ncompact memories have\nflexible capacities\n   /\n2\nan analogue computer\n   /\n"
+    raw = _raw(
+        tmp_path,
+        {
+            "doc-text": (
+                "1\ncompact memories have\nflexible capacities\n   /\n"
+                "2\nan analogue computer\n   /\n"
+            ),
+            "query-text": "1\nCOMPACT MEMORIES\n/\n",
+            "rlv-ass": "1\n    1     2\n   /\n",
+        },
     )
-    (raw / "query-text").write_text("1\nCOMPACT MEMORIES\n/\n")
-    (raw / "rlv-ass").write_text("1\n    1     2\n   /\n")
     write_beir(tmp_path / "out", *npl(raw))
     data = load_beir(tmp_path / "out")
     assert [d["text"] for d in data.corpus] == [
@@ -125,13 +145,14 @@ hashing, scatter storage
 def test_cacm_makes_a_title_only_record_its_text_and_adds_keywords_and_authors(
     tmp_path: Path,
 ) -> None:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "cacm.all").write_text(CACM_DOCS)
-    (raw / "query.text").write_text(
-        ".I 1\n.W\n articles by Perlis\n.N\n 1. someone\n.I 2\n.W\n hashing\n"
+    raw = _raw(
+        tmp_path,
+        {
+            "cacm.all": CACM_DOCS,
+            "query.text": ".I 1\n.W\n articles by Perlis\n.N\n 1. someone\n.I 2\n.W\n hashing\n",
+            "qrels.text": "01 0001  0 0\n02 2  0 0\n02 3  0 0\n",
+        },
     )
-    (raw / "qrels.text").write_text("01 0001  0 0\n02 2  0 0\n02 3  0 0\n")
     counts = write_beir(tmp_path / "out", *cacm(raw))
     assert counts == {"documents": 2, "queries": 2, "judged_queries": 2, "judgements": 2}
     data = load_beir(tmp_path / "out")
@@ -160,15 +181,16 @@ LISA_SECOND = (
 def test_lisa_splits_title_and_abstract_keeps_a_repeated_record_once_and_reads_lisarj_num(
     tmp_path: Path,
 ) -> None:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "LISA0.001").write_text(LISA_FIRST)
-    (raw / "LISA0.501").write_text(LISA_SECOND)
-    (raw / "LISA.QUE").write_text(
-        "1\r\nI AM INTERESTED IN\r\nINDIAN LIBRARIES. #\r\n2\r\nNON-USE. #\r\n"
+    raw = _raw(
+        tmp_path,
+        {
+            "LISA0.001": LISA_FIRST,
+            "LISA0.501": LISA_SECOND,
+            "LISA.QUE": "1\r\nI AM INTERESTED IN\r\nINDIAN LIBRARIES. #\r\n2\r\nNON-USE. #\r\n",
+            "LISA.REL": "Query 1\r\nnot read\r\n",
+            "LISARJ.NUM": "  1  2  1  2\r\n  2  1  3\r\n",
+        },
     )
-    (raw / "LISA.REL").write_text("Query 1\r\nnot read\r\n")
-    (raw / "LISARJ.NUM").write_text("  1  2  1  2\r\n  2  1  3\r\n")
     counts = write_beir(tmp_path / "out", *lisa(raw))
     assert counts == {"documents": 3, "queries": 2, "judged_queries": 2, "judgements": 3}
     data = load_beir(tmp_path / "out")
