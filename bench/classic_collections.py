@@ -208,7 +208,7 @@ def write_beir(
     query_ids = {q["_id"] for q in queries if q["text"]}
     kept = sorted(
         {(q, d): g for q, d, g in qrels if q in query_ids and d in doc_ids}.items(),
-        key=lambda item: (int(item[0][0]), int(item[0][1])),
+        key=lambda item: (_in_order(item[0][0]), _in_order(item[0][1])),
     )
     (out / "qrels").mkdir(parents=True, exist_ok=True)
     with (out / "corpus.jsonl").open("w", encoding="utf-8") as f:
@@ -228,6 +228,11 @@ def write_beir(
         "judged_queries": len({q for (q, _), _ in kept}),
         "judgements": len(kept),
     }
+
+
+def _in_order(record_id: str) -> tuple[int, str]:
+    """Numeric ids in numeric order (2 before 10), other ids (GPE's) in string order."""
+    return (int(record_id), "") if record_id.isdigit() else (-1, record_id)
 
 
 def _read(path: Path) -> str:
