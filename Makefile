@@ -125,8 +125,8 @@ eval: setup
 # Any BEIR-format directory (kept outside the repository): KEYWORD / SEMANTIC / HYBRID (configured
 # and calibrated) nDCG@10, then the same through gRPC; WORK_DIR keeps its collection + vectors.
 eval-beir: setup
-	@test -n "$(DATASET)" || { echo "make eval-beir DATASET=/path/to/beir-dir [WORK_DIR=...]"; exit 2; }
-	$(PY) bench/eval_beir.py --dataset $(DATASET) $(if $(WORK_DIR),--work-dir $(WORK_DIR)) --grpc
+	@test -n "$(DATASET)" || { echo "make eval-beir DATASET=/path/to/beir-dir [WORK_DIR=...] [SPLIT=test]"; exit 2; }
+	$(PY) bench/eval_beir.py --dataset $(DATASET) $(if $(WORK_DIR),--work-dir $(WORK_DIR)) $(if $(SPLIT),--split $(SPLIT)) --grpc
 
 bench: setup
 	$(PY) bench/search_latency.py

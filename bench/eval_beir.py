@@ -2,6 +2,7 @@
 configured fusion and with the fusion the collection calibrates for itself.
 
     python bench/eval_beir.py --dataset /work/datasets/cranfield [--work-dir DIR] [--out FILE]
+        [--split test] [--grpc]
 
 1. Builds the collection (named after the dataset directory) once under `--work-dir` (default
    `var/eval/<name>`) through the product's ingest, in process; the embedder's vectors are cached
@@ -14,6 +15,13 @@ configured fusion and with the fusion the collection calibrates for itself.
    from the collection's own documents, nothing from the judgements).
 3. With `--grpc`, also runs the judged queries through a search tool's gRPC API (the running
    product, calibration on) and reports those figures beside the replayed ones.
+
+Scored as BEIR scores: nDCG@10 with linear gains, recall@100, over the judged queries of
+`--split` (default `test`); a query that is itself a corpus document (ArguAna, Quora: same id,
+same text) is not scored against itself (`bench/harness.SciFact.own_documents`). A document with
+a title and no text is searched as its title; one with neither is left out (`ingest` in the
+result counts both). Queries, titles and pages longer than the product's per-request defaults go
+through (`bench/harness.BENCH_LIMITS`).
 
 Nothing is chosen on the judged queries: the figures are what a collection never tuned on gets.
 The dataset is read from outside the repository and never shipped (see
@@ -41,7 +49,7 @@ from bench.eval_scifact import (
     _STRATEGIES,
     Replay,
     collect_replays,
-    ndcg_at,
+    per_query_ndcg,
     replayed,
     run_queries,
     scores,
@@ -70,10 +78,6 @@ SIDES = {
     "KEYWORD": Fusion(FusionMethod.LINEAR, alpha=0.0),
 }
 BOOTSTRAP_SAMPLES = 2_000
-
-
-def per_query_ndcg(rankings: dict[str, list[str]], data: SciFact) -> dict[str, float]:
-    return {q: ndcg_at(rankings.get(q, []), data.qrels[q]) for q in sorted(data.qrels)}
 
 
 def paired_interval(
@@ -108,9 +112,9 @@ async def prepared(
 
 
 async def evaluate(
-    dataset: Path, name: str, work_dir: Path, *, through_grpc: bool
+    dataset: Path, name: str, work_dir: Path, *, through_grpc: bool, split: str = "test"
 ) -> dict[str, Any]:
-    data = load_beir(dataset, split="test")
+    data = load_beir(dataset, split=split)
     data_dir = work_dir / "lance"
     embedder = cached_embedder(work_dir / "vectors.npz")
     ingest = await prepared(data_dir, name, data, embedder)
@@ -154,6 +158,8 @@ async def evaluate(
         "dataset": str(dataset),
         "documents": len(data.corpus),
         "judged_queries": len(data.qrels),
+        "split": split,
+        "queries_that_are_documents": len(data.own_documents),
         "replayed": figures,
         "best_side": best_side,
         "calibrated_minus_configured": {"mean": mean, "ci95": [low, high]},
@@ -190,11 +196,15 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, help="collection + vector cache (var/eval/NAME)")
     parser.add_argument("--out", type=Path, help="JSON result (bench/results/beir-NAME.json)")
     parser.add_argument("--grpc", action="store_true", help="also search through gRPC")
+    parser.add_argument("--split", default="test", help="the judgements: qrels/SPLIT.tsv")
     args = parser.parse_args()
     name = args.name or args.dataset.resolve().name
     work_dir = args.work_dir or VAR_DIR / "eval" / name
-    result = asyncio.run(evaluate(args.dataset, name, work_dir, through_grpc=args.grpc))
-    emit(result, args.out or RESULTS_DIR / f"beir-{name}.json")
+    result = asyncio.run(
+        evaluate(args.dataset, name, work_dir, through_grpc=args.grpc, split=args.split)
+    )
+    suffix = "" if args.split == "test" else f"-{args.split}"
+    emit(result, args.out or RESULTS_DIR / f"beir-{name}{suffix}.json")
 
 
 if __name__ == "__main__":

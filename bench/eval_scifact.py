@@ -140,14 +140,28 @@ def recall_at(ranking: list[str], relevant: dict[str, int], k: int = 100) -> flo
 
 
 def scores(rankings: dict[str, list[str]], data: SciFact) -> dict[str, Any]:
+    """Mean nDCG@10 and recall@100 over the judged queries; a query's own document (ArguAna,
+    Quora: `SciFact.own_documents`) is taken out of its ranking first, as BEIR does."""
     ids = sorted(data.qrels)
-    ndcg = [ndcg_at(rankings.get(q, []), data.qrels[q]) for q in ids]
-    recall = [recall_at(rankings.get(q, []), data.qrels[q]) for q in ids]
+    ndcg = list(per_query_ndcg(rankings, data).values())
+    recall = [recall_at(ranked(rankings, data, q), data.qrels[q]) for q in ids]
     return {
         "ndcg@10": round(sum(ndcg) / len(ids), 4),
         "recall@100": round(sum(recall) / len(ids), 4),
         "queries": len(ids),
     }
+
+
+def per_query_ndcg(rankings: dict[str, list[str]], data: SciFact) -> dict[str, float]:
+    """nDCG@10 of each judged query, in query-id order (its own document taken out)."""
+    return {q: ndcg_at(ranked(rankings, data, q), data.qrels[q]) for q in sorted(data.qrels)}
+
+
+def ranked(rankings: dict[str, list[str]], data: SciFact, query_id: str) -> list[str]:
+    """The query's ranking without its own document (`SciFact.own_documents`), if it has one."""
+    ranking = rankings.get(query_id, [])
+    own = data.own_documents.get(query_id)
+    return ranking if own is None else [d for d in ranking if d != own]
 
 
 def timed_scores(run: Run, data: SciFact) -> dict[str, Any]:

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.answer_quality_questions import QUESTIONS
 from bench.embedding_cache import CachedEmbedder
-from bench.eval_scifact import Replay, ndcg_at, replayed
+from bench.eval_scifact import Replay, per_query_ndcg, replayed
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
 from bench.integer_minilm import IntegerQueryEmbedder, OneTextPerCall, calibration_queries
 from bench.scifact_collection import cached_embedder
@@ -444,8 +444,8 @@ async def beir_figures(
     )
     out: dict[str, Any] = {"queries": len(data.queries), **facts}
     for label, fusion in fusions.items():
-        a = {q: ndcg_at(r, data.qrels[q]) for q, r in replayed(runs[variant], fusion).items()}
-        b = {q: ndcg_at(r, data.qrels[q]) for q, r in replayed(runs["question"], fusion).items()}
+        a = per_query_ndcg(replayed(runs[variant], fusion), data)
+        b = per_query_ndcg(replayed(runs["question"], fusion), data)
         out[label] = {
             "ndcg@10_question": round(sum(b.values()) / len(b), 4),
             "ndcg@10_variant": round(sum(a.values()) / len(a), 4),
