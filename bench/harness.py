@@ -203,25 +203,33 @@ def load_beir(root: Path, *, split: str = "test") -> SciFact:
             f"no BEIR collection (corpus.jsonl, qrels/{split}.tsv) under {root}"
             + (f"; its qrels splits: {', '.join(splits)} (--split)" if splits else "")
         )
-    corpus = list({d["_id"]: d for d in _jsonl(root / "corpus.jsonl")}.values())
+    corpus = list(
+        {str(d["_id"]): {**d, "_id": str(d["_id"])} for d in _jsonl(root / "corpus.jsonl")}.values()
+    )
     judged: dict[str, dict[str, int]] = {}
     with qrels_file.open(encoding="utf-8") as lines:
-        next(lines)
-        for line in lines:
-            if not line.strip():
-                continue
-            query_id, doc_id, score = line.rstrip("\n").split("\t")
+        for number, line in enumerate(lines, start=1):
+            fields = line.rstrip("\n").split("\t") if "\t" in line else line.split()
+            if not fields or (number == 1 and not _integer(fields[-1])):
+                continue  # a blank line, or the header (`query-id corpus-id score`)
+            if len(fields) != 3 or not _integer(fields[2]):
+                raise SystemExit(f"{qrels_file}:{number}: not `query-id corpus-id score`: {line!r}")
+            query_id, doc_id, score = fields
             if int(score) > 0:
                 judged.setdefault(query_id, {})[doc_id] = int(score)
     queries = {
-        q["_id"]: q["text"]
+        str(q["_id"]): q["text"]
         for q in _jsonl(root / "queries.jsonl")
-        if q["_id"] in judged and q.get("text", "").strip()
+        if str(q["_id"]) in judged and (q.get("text") or "").strip()
     }
     qrels = {q: relevant for q, relevant in judged.items() if q in queries}
-    texts = {d["_id"]: _spaced(d.get("text", "")) for d in corpus}
+    texts = {d["_id"]: _spaced(d.get("text") or "") for d in corpus}
     own = {q: q for q, text in queries.items() if q in texts and texts[q] == _spaced(text)}
     return SciFact(corpus=corpus, queries=queries, qrels=qrels, split=split, own_documents=own)
+
+
+def _integer(text: str) -> bool:
+    return text.lstrip("+-").isdigit()
 
 
 def _spaced(text: str) -> str:

@@ -81,6 +81,29 @@ def test_the_collection_is_read_as_beirs_loader_reads_it(tmp_path: Path) -> None
     assert data.qrels == {"q1": {"d1": 1, "gone": 2}}  # a judged document the corpus lacks stays
 
 
+def test_numeric_ids_written_as_json_numbers_and_qrels_without_a_header_are_read(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"_id": 7, "text": "seven"}\n{"_id": 8, "text": "8"}\n')
+    (tmp_path / "queries.jsonl").write_text('{"_id": 1, "text": "which number"}\n')
+    (tmp_path / "qrels" / "test.tsv").write_text("1\t7\t1\n\n1 8 2\n")
+    data = load_beir(tmp_path)
+    assert [d["_id"] for d in data.corpus] == ["7", "8"]
+    assert data.queries == {"1": "which number"}
+    assert data.qrels == {"1": {"7": 1, "8": 2}}  # the first line is a judgement, not a header
+
+
+def test_a_malformed_judgement_names_its_file_and_line(tmp_path: Path) -> None:
+    root = _beir(
+        tmp_path, [{"_id": "d", "text": "t"}], [{"_id": "q", "text": "t"}], [("q", "d", 1)]
+    )
+    with (root / "qrels" / "test.tsv").open("a") as qrels:
+        qrels.write("q\t0\td\t1\n")  # TREC's four columns are not BEIR's three
+    with pytest.raises(SystemExit, match=r"test\.tsv:3: not `query-id corpus-id score`"):
+        load_beir(root)
+
+
 def test_a_missing_split_names_the_splits_the_collection_has(tmp_path: Path) -> None:
     root = _beir(
         tmp_path, [{"_id": "d", "text": "t"}], [{"_id": "q", "text": "t"}], [], split="dev"
