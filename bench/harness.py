@@ -66,7 +66,7 @@ BENCH_LIMITS = RequestLimits(
 of model work: over the default `upsert_total_word_pieces` (16,384), which bounds one call of an
 untrusted caller to seconds. A bench is a trusted bulk load, so it lifts that bound (and the
 total bytes). It also takes any BEIR collection's queries and titles whole: ArguAna's queries are
-whole arguments, some longer than the 4,000 characters a Search accepts by default. Every other
+whole arguments, which may run past the 4,000 characters a Search accepts by default. Every other
 limit stays the default."""
 BENCH_DOCUMENT_BYTES = 2_000_000
 """The largest document a bench ingests (the product's default `max_document_bytes` is 256 KiB):
