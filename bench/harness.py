@@ -171,7 +171,8 @@ class SciFact:
     split: str = "test"
     """`test` (300 queries: report on these) or `train` (809: choose parameters on these)."""
     own_documents: dict[str, str] = field(default_factory=dict)
-    """Query id → the corpus document that is the query itself (same id, same text), which
+    """Query id → the corpus document that is the query itself (same id; the query is the
+    document's text, alone or after its title, as in the BEIR copies of ArguAna), which
     scoring ignores (`bench/eval_scifact.scores`). In ArguAna (an argument retrieves its
     counter-argument) and Quora (a question retrieves its duplicates) every query is also a
     document; BEIR's evaluation drops a hit whose id is the query's (`ignore_identical_ids`).
@@ -223,9 +224,15 @@ def load_beir(root: Path, *, split: str = "test") -> SciFact:
         if str(q["_id"]) in judged and (q.get("text") or "").strip()
     }
     qrels = {q: relevant for q, relevant in judged.items() if q in queries}
-    texts = {d["_id"]: _spaced(d.get("text") or "") for d in corpus}
-    own = {q: q for q, text in queries.items() if q in texts and texts[q] == _spaced(text)}
+    written = {d["_id"]: d for d in corpus}
+    own = {q: q for q, text in queries.items() if q in written and _is_text_of(text, written[q])}
     return SciFact(corpus=corpus, queries=queries, qrels=qrels, split=split, own_documents=own)
+
+
+def _is_text_of(query: str, document: dict[str, Any]) -> bool:
+    """Whether `query` is the document's text, alone or after its title (spacing aside)."""
+    title, text = _spaced(document.get("title") or ""), _spaced(document.get("text") or "")
+    return _spaced(query) in (text, f"{title} {text}")
 
 
 def _integer(text: str) -> bool:

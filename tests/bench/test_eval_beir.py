@@ -41,21 +41,27 @@ def test_a_query_that_is_a_document_is_not_scored_against_itself_but_a_namesake_
         corpus=[
             {"_id": "arg-pro", "title": "Vegetarianism", "text": "Meat  harms the climate."},
             {"_id": "arg-con", "title": "", "text": "Farming feeds people."},
+            {"_id": "arg-2", "title": "Energy", "text": "Reactors  are safe."},
+            {"_id": "arg-2-con", "title": "Energy", "text": "Waste lasts."},
             {"_id": "5", "title": "", "text": "A wing in a slipstream."},
             {"_id": "7", "title": "", "text": "Heat transfer in slabs."},
         ],
         queries=[
             {"_id": "arg-pro", "text": "Meat harms the climate."},
+            {"_id": "arg-2", "text": "Energy Reactors are safe."},  # the title, then the text
             {"_id": "5", "text": "what similarity laws apply to a wing"},
         ],
-        qrels=[("arg-pro", "arg-con", 1), ("5", "7", 1)],
+        qrels=[("arg-pro", "arg-con", 1), ("arg-2", "arg-2-con", 1), ("5", "7", 1)],
     )
     data = load_beir(root)
-    assert data.own_documents == {"arg-pro": "arg-pro"}  # query 5 is not document 5's text
+    # query 5 is not document 5's text
+    assert data.own_documents == {"arg-pro": "arg-pro", "arg-2": "arg-2"}
 
-    rankings = {"arg-pro": ["arg-pro", "arg-con"], "5": ["5", "7"]}
-    assert per_query_ndcg(rankings, data) == pytest.approx({"arg-pro": 1.0, "5": 0.6309}, abs=1e-4)
-    assert scores(rankings, data)["ndcg@10"] == pytest.approx((1.0 + 0.6309) / 2, abs=1e-4)
+    rankings = {"arg-pro": ["arg-pro", "arg-con"], "arg-2": ["arg-2", "arg-2-con"], "5": ["5", "7"]}
+    assert per_query_ndcg(rankings, data) == pytest.approx(
+        {"arg-pro": 1.0, "arg-2": 1.0, "5": 0.6309}, abs=1e-4
+    )
+    assert scores(rankings, data)["ndcg@10"] == pytest.approx((2.0 + 0.6309) / 3, abs=1e-4)
 
 
 def test_the_collection_is_read_as_beirs_loader_reads_it(tmp_path: Path) -> None:
