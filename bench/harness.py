@@ -172,7 +172,7 @@ class SciFact:
     """`test` (300 queries: report on these) or `train` (809: choose parameters on these)."""
     own_documents: dict[str, str] = field(default_factory=dict)
     """Query id → the corpus document that is the query itself (same id; the query is the
-    document's text, alone or after its title, as in the BEIR copies of ArguAna), which
+    document's text, alone or after its title: a copy may join the two), which
     scoring ignores (`bench/eval_scifact.scores`). In ArguAna (an argument retrieves its
     counter-argument) and Quora (a question retrieves its duplicates) every query is also a
     document; BEIR's evaluation drops a hit whose id is the query's (`ignore_identical_ids`).
