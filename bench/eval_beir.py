@@ -13,8 +13,10 @@ configured fusion and with the fusion the collection calibrates for itself.
    `fusion.fuse`: SEMANTIC is the dense side alone, KEYWORD the keyword side alone, HYBRID the
    configured fusion and the calibrated one (`services/search_tool/calibration.py`: pseudo-queries
    from the collection's own documents, nothing from the judgements).
-3. With `--grpc`, also runs the judged queries through a search tool's gRPC API (the running
-   product, calibration on) and reports those figures beside the replayed ones.
+3. With `--grpc`, also runs the judged queries through a search tool's gRPC API, served with the
+   configured fusion as the product ships it (`search_tool.fusion`, calibration off by default),
+   and reports those figures beside the replayed ones: its HYBRID is the replayed "HYBRID
+   (configured)". The calibrated fusion is measured by the replay alone.
 
 Scored as BEIR scores: nDCG@10 with linear gains, recall@100, over the judged queries of
 `--split` (default `test`); a query that is itself a corpus document (ArguAna, Quora: same id,
@@ -72,6 +74,7 @@ from bench.scifact_collection import build_collection, cached_embedder
 from services.search_tool.calibration import ALPHA_GRID
 from services.search_tool.calibrations import DIRECTORY as CALIBRATION_DIRECTORY
 from services.search_tool.calibrations import FusionCalibrations
+from services.search_tool.config import SearchToolSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.engine.lancedb import LanceDBEngine
 
@@ -174,12 +177,13 @@ async def evaluate(
         "machine": machine(),
     }
     if through_grpc:
-        result["grpc"] = await grpc_figures(data_dir, name, data)
+        result["grpc"] = await grpc_figures(settings, name, data)
+        result["grpc_fusion"] = settings.fusion.model_dump()
     return result
 
 
-async def grpc_figures(data_dir: Path, name: str, data: SciFact) -> dict[str, Any]:
-    """The judged queries through a running search tool (its HYBRID uses the calibration).
+async def grpc_figures(settings: SearchToolSettings, name: str, data: SciFact) -> dict[str, Any]:
+    """The judged queries through a running search tool with the configured fusion (`settings`).
 
     Each strategy's `search_ms_p50` is taken after a warm-up (`harness.warm_up`, the judged
     queries themselves: the bench keeps no query vectors), so that the collection's first read
@@ -187,7 +191,7 @@ async def grpc_figures(data_dir: Path, name: str, data: SciFact) -> dict[str, An
     in flight asking for 200 chunks each, not the latency figure of `bench/search_latency.py`."""
     figures: dict[str, Any] = {}
     async with (
-        running_search_tool(settings_for(data_dir, calibrate=True)) as address,
+        running_search_tool(settings) as address,
         grpc.aio.insecure_channel(address) as channel,
     ):
         stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)

@@ -184,3 +184,9 @@ def test_an_argument_collection_is_evaluated_through_grpc_without_its_queries_fi
     # itself is set aside; scored against itself it would be second (nDCG 0.63)
     assert result["grpc"]["SEMANTIC"]["ndcg@10"] == 1.0
     assert result["replayed"]["HYBRID (configured)"]["ndcg@10"] == 1.0
+    # the gRPC run measures the product as it ships: the configured fusion, not the calibrated
+    assert result["grpc_fusion"] == result["configured_fusion"]
+    assert result["grpc_fusion"]["calibrate"] is False
+    assert (
+        result["grpc"]["HYBRID"]["ndcg@10"] == result["replayed"]["HYBRID (configured)"]["ndcg@10"]
+    )
