@@ -78,8 +78,10 @@ class FusionSettings(BaseModel):
     """Candidates each side contributes to a HYBRID fusion (at least offset + limit)."""
     calibrate: bool = False
     """Each collection measures its own alpha on pseudo-queries made from its documents
-    (`calibration.py`; embedded engine only); false: `alpha` everywhere. Off by default: on the
-    held-out CISI it lost 0.017 nDCG@10 to the fixed alpha (README, "Measured performance")."""
+    (`calibration.py`; embedded engine only); false: `alpha` everywhere. Off by default: it lost
+    nDCG@10 to the fixed alpha on CISI (0.017), SciFact and code search (0.049 each), whose
+    pseudo-queries, copied from the documents, favour the keyword side (README, "Measured
+    performance")."""
     calibration_queries: int = Field(default=200, ge=10, le=2000)
     """Pseudo-queries a calibration measures (about one HYBRID search each, in the background)."""
     calibration_prior_queries: int = Field(default=50, ge=0)
