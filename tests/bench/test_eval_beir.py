@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench import eval_beir
 from bench.eval_beir import evaluate
 from bench.eval_scifact import per_query_ndcg, scores
-from bench.harness import load_beir
+from bench.harness import load_beir, running_search_tool
 from bench.scifact_collection import INGEST_BATCH, indexable, ingest_batches
+from services.search_tool.config import SearchToolSettings
 from services.search_tool.documents import Document
 
 
@@ -158,8 +161,16 @@ ARGUMENTS = {
 
 
 def test_an_argument_collection_is_evaluated_through_grpc_without_its_queries_finding_themselves(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    served: list[SearchToolSettings] = []
+    serve = running_search_tool
+
+    def recording(settings: SearchToolSettings) -> Any:
+        served.append(settings)
+        return serve(settings)
+
+    monkeypatch.setattr(eval_beir, "running_search_tool", recording)
     corpus = [{"_id": f"{k}-pro", "title": "", "text": p} for k, (p, _) in ARGUMENTS.items()]
     corpus += [{"_id": f"{k}-con", "title": "", "text": c} for k, (_, c) in ARGUMENTS.items()]
     long_argument = " ".join([ARGUMENTS["veg"][0]] * 60)  # over the 4,000 characters of a Search
@@ -185,8 +196,9 @@ def test_an_argument_collection_is_evaluated_through_grpc_without_its_queries_fi
     assert result["grpc"]["SEMANTIC"]["ndcg@10"] == 1.0
     assert result["replayed"]["HYBRID (configured)"]["ndcg@10"] == 1.0
     # the gRPC run measures the product as it ships: the configured fusion, not the calibrated
+    assert [s.fusion.model_dump() for s in served] == [result["configured_fusion"]]
+    assert served[0].fusion.calibrate is False
     assert result["grpc_fusion"] == result["configured_fusion"]
-    assert result["grpc_fusion"]["calibrate"] is False
     assert (
         result["grpc"]["HYBRID"]["ndcg@10"] == result["replayed"]["HYBRID (configured)"]["ndcg@10"]
     )
