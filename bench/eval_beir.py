@@ -20,10 +20,10 @@ configured fusion and with the fusion the collection calibrates for itself.
 
 Scored as BEIR scores: nDCG@10 with linear gains, recall@100, over the judged queries of
 `--split` (default `test`); a query that is itself a corpus document (ArguAna, Quora: same id,
-same text) is not scored against itself (`bench/harness.SciFact.own_documents`). A document with
-a title and no text is searched as its title; one with neither is left out (`ingest` in the
-result counts both). Queries, titles and pages longer than the product's per-request defaults go
-through (`bench/harness.BENCH_LIMITS`).
+same text) is not scored against itself (`bench/harness.SciFact.queries_that_are_documents`).
+A document with a title and no text is searched as its title; one with neither is left out
+(`ingest` in the result counts both). Queries, titles and pages longer than the product's
+per-request defaults go through (`bench/harness.BENCH_LIMITS`).
 
 Nothing is chosen on the judged queries: the figures are what a collection never tuned on gets.
 The dataset is read from outside the repository and never shipped (see
@@ -166,7 +166,7 @@ async def evaluate(
         "documents": len(data.corpus),
         "judged_queries": len(data.qrels),
         "split": split,
-        "queries_that_are_documents": len(data.own_documents),
+        "queries_that_are_documents": len(data.queries_that_are_documents),
         "replayed": figures,
         "best_side": best_side,
         "calibrated_minus_configured": {"mean": mean, "ci95": [low, high]},

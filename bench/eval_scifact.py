@@ -141,7 +141,7 @@ def recall_at(ranking: list[str], relevant: dict[str, int], k: int = 100) -> flo
 
 def scores(rankings: dict[str, list[str]], data: SciFact) -> dict[str, Any]:
     """Mean nDCG@10 and recall@100 over the judged queries; a query's own document (ArguAna,
-    Quora: `SciFact.own_documents`) is taken out of its ranking first, as BEIR does."""
+    Quora: `SciFact.queries_that_are_documents`) is taken out of its ranking first, as BEIR does."""
     ids = sorted(data.qrels)
     ndcg = list(per_query_ndcg(rankings, data).values())
     recall = [recall_at(ranked(rankings, data, q), data.qrels[q]) for q in ids]
@@ -158,10 +158,12 @@ def per_query_ndcg(rankings: dict[str, list[str]], data: SciFact) -> dict[str, f
 
 
 def ranked(rankings: dict[str, list[str]], data: SciFact, query_id: str) -> list[str]:
-    """The query's ranking without its own document (`SciFact.own_documents`), if it has one."""
+    """The query's ranking without its own document (`SciFact.queries_that_are_documents`: the
+    document of the query's id), if it has one."""
     ranking = rankings.get(query_id, [])
-    own = data.own_documents.get(query_id)
-    return ranking if own is None else [d for d in ranking if d != own]
+    if query_id not in data.queries_that_are_documents:
+        return ranking
+    return [d for d in ranking if d != query_id]
 
 
 def timed_scores(run: Run, data: SciFact) -> dict[str, Any]:

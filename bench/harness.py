@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -170,10 +170,10 @@ class SciFact:
     """Query id → {document id → relevance}."""
     split: str = "test"
     """`test` (300 queries: report on these) or `train` (809: choose parameters on these)."""
-    own_documents: dict[str, str] = field(default_factory=dict)
-    """Query id → the corpus document that is the query itself (same id; the query is the
-    document's text, alone or after its title: a copy may join the two), which
-    scoring ignores (`bench/eval_scifact.scores`). In ArguAna (an argument retrieves its
+    queries_that_are_documents: frozenset[str] = frozenset()
+    """The queries that are also a corpus document, under the same id (the query is the
+    document's text, alone or after its title: a copy may join the two): that document scoring
+    ignores for the query (`bench/eval_scifact.scores`). In ArguAna (an argument retrieves its
     counter-argument) and Quora (a question retrieves its duplicates) every query is also a
     document; BEIR's evaluation drops a hit whose id is the query's (`ignore_identical_ids`).
     Here only a document with the query's text is dropped: in the classic collections query and
@@ -225,8 +225,12 @@ def load_beir(root: Path, *, split: str = "test") -> SciFact:
     }
     qrels = {q: relevant for q, relevant in judged.items() if q in queries}
     written = {d["_id"]: d for d in corpus}
-    own = {q: q for q, text in queries.items() if q in written and _is_text_of(text, written[q])}
-    return SciFact(corpus=corpus, queries=queries, qrels=qrels, split=split, own_documents=own)
+    own = frozenset(
+        q for q, text in queries.items() if q in written and _is_text_of(text, written[q])
+    )
+    return SciFact(
+        corpus=corpus, queries=queries, qrels=qrels, split=split, queries_that_are_documents=own
+    )
 
 
 def _is_text_of(query: str, document: dict[str, Any]) -> bool:

@@ -58,7 +58,7 @@ def test_a_query_that_is_a_document_is_not_scored_against_itself_but_a_namesake_
     )
     data = load_beir(root)
     # query 5 is not document 5's text
-    assert data.own_documents == {"arg-pro": "arg-pro", "arg-2": "arg-2"}
+    assert data.queries_that_are_documents == {"arg-pro", "arg-2"}
 
     rankings = {"arg-pro": ["arg-pro", "arg-con"], "arg-2": ["arg-2", "arg-2-con"], "5": ["5", "7"]}
     assert per_query_ndcg(rankings, data) == pytest.approx(
