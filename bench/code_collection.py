@@ -36,6 +36,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -48,15 +49,12 @@ MIN_LINES = 3
 MIN_QUERY_WORDS = 3
 
 
-class Function:
+class Function(NamedTuple):
     """One function of the tree: its id, its code without its docstring, and its query."""
 
-    __slots__ = ("code", "id", "query")
-
-    def __init__(self, function_id: str, code: str, query: str | None) -> None:
-        self.id = function_id
-        self.code = code
-        self.query = query
+    id: str
+    code: str
+    query: str | None
 
 
 def functions(root: Path) -> Iterator[Function]:
