@@ -183,12 +183,23 @@ class EngineSettings(BaseModel):
             probe_fraction=self.probe_fraction,
             max_fragments=self.max_fragments,
             keep_versions_s=self.keep_versions_s,
+            settle_fraction=self.settle_fraction,
+            settle_fragments=self.settle_fragments,
         )
 
     settle_after_s: float | None = Field(default=2.0, ge=0)
-    """Refresh a collection's indexes in the background (compact, fold every row into BM25, the
-    scalar and vector indexes) once it has had no write for this long; null: never (bulk loaders
-    then call `LanceDBEngine.refresh`)."""
+    """Maintain a collection's indexes in the background once it has had no write for this long
+    (fold the rows written since into BM25 and the scalar indexes, compact, rebuild the vector
+    index after a compaction), as far as `settle_fraction` and `settle_fragments` make it due;
+    null: never (bulk loaders then call `LanceDBEngine.refresh`, which does all of it)."""
+    settle_fraction: float = Field(default=0.01, ge=0, le=1)
+    """Once writes pause (`settle_after_s`), rows written since the last index builds are folded
+    into BM25 and the scalar indexes when they are this share of the collection or more (at
+    least one row; 0: always). Until then they are scanned, as on the write path below its
+    thresholds."""
+    settle_fragments: int = Field(default=16, ge=2)
+    """...and a collection spread over this many data fragments is compacted (in the
+    background; `max_fragments` compacts on the write path)."""
 
     keyword_count_cap: int = Field(default=10_000, ge=1)
     """KEYWORD `total_count` counts matches up to this many."""

@@ -1,5 +1,6 @@
 """Index maintenance converges by itself: a collection written only through the API ends up
-compacted into one fragment with every row inside BM25 and the scalar indexes, once writes pause."""
+compacted into one fragment with every row inside BM25 and the scalar indexes once writes pause,
+as far as the settle's thresholds (`settle_fraction`, `settle_fragments`) make that due."""
 
 from __future__ import annotations
 
@@ -24,8 +25,14 @@ from tests.search_tool.engine_fixtures import DIMENSIONS, records
 from tests.search_tool.filter_cases import FIXTURE
 from tests.search_tool.grpc_helpers import document
 
-NEVER = IndexPolicy(fts_refresh_rows=1_000_000, fts_min_refresh_rows=1_000_000)
-"""The write path alone never rebuilds an index under this policy."""
+NEVER = IndexPolicy(
+    fts_refresh_rows=1_000_000,
+    fts_min_refresh_rows=1_000_000,
+    settle_fraction=0,
+    settle_fragments=2,
+)
+"""The write path alone never rebuilds an index under this policy; the settle once writes pause
+folds in every row and compacts every second fragment (its thresholds at their least)."""
 
 
 async def _unindexed(table: Any) -> tuple[int, int]:
@@ -73,7 +80,9 @@ async def test_a_collection_ingested_only_through_grpc_reaches_the_indexed_state
     settings = SearchToolSettings(
         server=ServerSettings(port=0),
         data_dir=tmp_path / "data",
-        engine=EngineSettings(settle_after_s=0.05, fts_refresh_rows=1_000_000),
+        engine=EngineSettings(
+            settle_after_s=0.05, fts_refresh_rows=1_000_000, settle_fraction=0, settle_fragments=2
+        ),
     )
     server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
     await server.start()
@@ -138,6 +147,88 @@ async def test_writes_return_and_searches_answer_while_a_background_refresh_is_h
         await engine.close()
 
 
+def _notes(count: int, start: int = 0) -> list[Document]:
+    return [
+        Document(id=f"note-{i}", text=f"field note {i} about herons", source="s")
+        for i in range(start, start + count)
+    ]
+
+
+async def test_a_small_write_into_a_large_collection_is_scanned_until_enough_rows_follow(
+    tmp_path: Path,
+) -> None:
+    """The settle folds new rows into the indexes only once they are `settle_fraction` of the
+    collection: each fold reads every row, so one small write at a time used to cost a large
+    collection a full rebuild (and a compaction and a vector-index rebuild) after every pause."""
+    policy = IndexPolicy(
+        fts_refresh_rows=1_000_000,
+        fts_min_refresh_rows=1_000_000,
+        settle_fraction=0.1,
+        settle_fragments=1_000,
+    )
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy, settle_after_s=0.01)
+    try:
+        await engine.ensure_collection("c", CollectionSpec("test-model", DIMENSIONS))
+        await engine.upsert("c", records(_notes(40)))
+        await engine.refresh("c")
+        table = await engine._table("c")
+        assert await _unindexed(table) == (1, 0)
+
+        late = Document(id="late", text="a walrus came ashore", source="s")
+        await engine.upsert("c", records([late]))  # 1 row: under a tenth of 41
+        await engine.maintenance_settled("c")
+        fragments, unindexed = await _unindexed(table)
+        assert fragments == 2, "a small write was compacted at once"
+        assert unindexed > 0, "a small write was folded into the indexes at once"
+        empty = np.zeros((0, DIMENSIONS), np.float32)
+        page = await engine.search("c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5))
+        assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
+
+        await engine.upsert("c", records(_notes(4, start=40)))  # 5 rows new: over a tenth
+        await engine.maintenance_settled("c")
+        assert await _unindexed(table) == (1, 0)
+        page = await engine.search("c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5))
+        assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
+    finally:
+        await engine.close()
+
+
+async def test_small_writes_are_compacted_once_settle_fragments_accumulate(
+    tmp_path: Path,
+) -> None:
+    policy = IndexPolicy(
+        fts_refresh_rows=1_000_000,
+        fts_min_refresh_rows=1_000_000,
+        settle_fraction=0.5,
+        settle_fragments=4,
+    )
+    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy, settle_after_s=0.01)
+    try:
+        await engine.ensure_collection("c", CollectionSpec("test-model", DIMENSIONS))
+        await engine.upsert("c", records(_notes(40)))
+        await engine.refresh("c")
+        table = await engine._table("c")
+        seen = []
+        for i in range(3):
+            await engine.upsert("c", records(_notes(1, start=100 + i)))
+            await engine.maintenance_settled("c")
+            seen.append((await _unindexed(table))[0])
+        # 2 and 3 fragments are left for later; at the 4th the settle compacts though the rows
+        # stay under half: the three small fragments become one, kept apart from the indexed one
+        # (Lance compacts fragments an index covers apart from those it does not)
+        assert seen == [2, 3, 2]
+        assert (await engine.describe("c")).chunk_count == 43
+    finally:
+        await engine.close()
+
+
+def test_the_settle_thresholds_are_configurable() -> None:
+    policy = EngineSettings(settle_fraction=0.05, settle_fragments=8).index_policy()
+    assert (policy.settle_fraction, policy.settle_fragments) == (0.05, 8)
+    with pytest.raises(ValueError, match="settle_fragments"):
+        EngineSettings(settle_fragments=1)
+
+
 class _CompactionLoses:
     """A table whose compaction loses the commit race to a concurrent write, as Lance reports."""
 
@@ -159,13 +250,15 @@ class _CompactionBreaks(_CompactionLoses):
 
 
 async def test_a_compaction_that_loses_to_a_concurrent_write_is_given_up() -> None:
-    compacted = await indexes._compact(_CompactionLoses(), IndexPolicy(), due=True)
+    compacted = await indexes._compact(
+        _CompactionLoses(), IndexPolicy(), due=True, fragments_due=64
+    )
     assert compacted is False
 
 
 async def test_a_compaction_that_fails_otherwise_still_raises() -> None:
     with pytest.raises(RuntimeError, match="disk full"):
-        await indexes._compact(_CompactionBreaks(), IndexPolicy(), due=True)
+        await indexes._compact(_CompactionBreaks(), IndexPolicy(), due=True, fragments_due=64)
 
 
 async def test_a_collection_left_unindexed_by_a_stopped_writer_is_maintained_when_reopened(

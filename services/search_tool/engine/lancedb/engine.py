@@ -93,7 +93,7 @@ class LanceDBEngine:
         self._db = connection
         self._held = HeldCollections(vectors_in_memory, keywords=keywords_in_memory)
         """Collections of at most `vectors_in_memory` chunks, per table version (`held.py`)."""
-        self._maintenance = IndexMaintenance(self.refresh, quiet_s=settle_after_s)
+        self._maintenance = IndexMaintenance(self.settle, quiet_s=settle_after_s)
         self._policy = policy or IndexPolicy()
         self._limits = SearchLimits(self._policy, hybrid_candidates, keyword_count_cap)
         self._counts = FilterCounts()
@@ -266,10 +266,20 @@ class LanceDBEngine:
         It holds only the collection's index-work lock, never the write lock: writes and
         searches go on meanwhile (a write that lands during the compaction wins the commit and
         the compaction is given up until the next refresh; `indexes._compact`)."""
+        await self._refresh(name, force=True)
+
+    async def settle(self, name: str) -> None:
+        """What the background maintenance runs once writes to `name` pause: fold the rows
+        written since the last builds into the indexes once they are `settle_fraction` of the
+        collection, compact once it has `settle_fragments` data fragments (`indexes.IndexPolicy`);
+        a small write into a large collection leaves its rows scanned until more follow."""
+        await self._refresh(name, force=False)
+
+    async def _refresh(self, name: str, *, force: bool) -> None:
         table = await self._table(name)
         await self._vectors.settled(name)
         async with self._vectors.index_work(name):
-            refreshed = await refresh_indexes(table, self._policy, force=True)
+            refreshed = await refresh_indexes(table, self._policy, force=force, settling=not force)
         self._vectors.set_covered_rows(name, refreshed.vector_rows)
         self._vectors.built(name)
 

@@ -70,6 +70,14 @@ class IndexPolicy:
     """Compact a collection once its rows are spread over this many data fragments."""
     keep_versions_s: float = 3600.0
     """Compaction removes table versions older than this (and the files only they use)."""
+    settle_fraction: float = 0.01
+    """Once writes pause (`settle_indexes`), fold the rows written since the last builds into
+    BM25 and the scalar indexes when they are this share of the collection or more (at least one
+    row). Each build reads every row, so folding in one small write at a time cost a large
+    collection as much as its first build after every pause in writes."""
+    settle_fragments: int = 16
+    """...and compact, once writes pause, a collection spread over this many data fragments
+    (below `max_fragments`, which compacts on the write path, under the write lock)."""
 
 
 def vector_partitions(rows: int) -> int:
@@ -132,9 +140,16 @@ class Refreshed:
 
 
 async def refresh_indexes(
-    table: Any, policy: IndexPolicy, *, force: bool = False, build_vectors: bool = True
+    table: Any,
+    policy: IndexPolicy,
+    *,
+    force: bool = False,
+    settling: bool = False,
+    build_vectors: bool = True,
 ) -> Refreshed:
-    """Compact and rebuild what is stale (everything unindexed when `force`).
+    """Compact and rebuild what is stale: everything unindexed when `force`; with `settling`
+    (writes have paused), what `settle_fraction` and `settle_fragments` call stale; otherwise what
+    the write path's thresholds do.
 
     Staleness is judged before compacting: compaction folds new rows into the indexes, which
     would hide them. LanceDB 0.40's `optimize` also retrains an IVF index into 2 partitions (a
@@ -143,7 +158,7 @@ async def refresh_indexes(
     does it in the background). The caller keeps two refreshes (or a refresh and a vector-index
     build) of one table apart; writes may run meanwhile (see `_compact`).
     """
-    stale = 1 if force else await _stale_rows(table, policy)
+    stale = 1 if force else await _stale_rows(table, policy, settling=settling)
     indexes = {index.name: index for index in await table.list_indices()}
     fts = indexes.get(FTS_INDEX)
     rebuild_fts = fts is not None and (fts.num_unindexed_rows or 0) >= stale
@@ -160,7 +175,8 @@ async def refresh_indexes(
         await _build_scalar(table, name, column, config)
     # after the rebuilds: Lance compacts fragments an index covers apart from those it does not
     # (measured: 3 fragments, 2 of them indexed, became 2), and compaction keeps them indexed
-    compacted = await _compact(table, policy, due=due)
+    fragments_due = policy.settle_fragments if settling else policy.max_fragments
+    compacted = await _compact(table, policy, due=due, fragments_due=fragments_due)
     rows = int(await table.count_rows())
     if vectors is None:
         rebuild_vectors = rows >= policy.vector_index_min_rows
@@ -176,9 +192,9 @@ async def refresh_indexes(
     return Refreshed(await vector_index_rows(table), rebuild_vectors and not build_vectors)
 
 
-async def _compact(table: Any, policy: IndexPolicy, *, due: bool) -> bool:
-    """Merge the data fragments when indexes are rebuilt anyway or once there are too many;
-    whether it did.
+async def _compact(table: Any, policy: IndexPolicy, *, due: bool, fragments_due: int) -> bool:
+    """Merge the data fragments when indexes are rebuilt anyway or once there are
+    `fragments_due`; whether it did.
 
     A write may commit while the compaction runs (the background refresh does not hold the write
     lock). Lance resolves the race in the write's favour (measured with lance 13: appends,
@@ -187,7 +203,7 @@ async def _compact(table: Any, policy: IndexPolicy, *, due: bool) -> bool:
     given up, the write stands, and the refresh after the next pause in writes compacts again.
     """
     fragments = int((await table.stats())["fragment_stats"]["num_fragments"])
-    if fragments < 2 or (not due and fragments < policy.max_fragments):
+    if fragments < 2 or (not due and fragments < fragments_due):
         return False
     try:
         stats = await table.optimize(cleanup_older_than=timedelta(seconds=policy.keep_versions_s))
@@ -216,10 +232,12 @@ def is_commit_conflict(error: BaseException) -> bool:
     return "Retryable commit conflict" in str(error)
 
 
-async def _stale_rows(table: Any, policy: IndexPolicy) -> int:
+async def _stale_rows(table: Any, policy: IndexPolicy, *, settling: bool) -> int:
     """Unindexed rows that make BM25 and the scalar indexes worth rebuilding."""
-    tenth = int(await table.count_rows()) // 10
-    return min(policy.fts_refresh_rows, max(policy.fts_min_refresh_rows, tenth))
+    rows = int(await table.count_rows())
+    if settling:
+        return max(1, int(rows * policy.settle_fraction))
+    return min(policy.fts_refresh_rows, max(policy.fts_min_refresh_rows, rows // 10))
 
 
 async def _build_fts(table: Any) -> None:
