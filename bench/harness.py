@@ -86,9 +86,16 @@ async def running_search_tool(settings: SearchToolSettings) -> AsyncIterator[str
 
 
 @asynccontextmanager
-async def search_tool_process(data_dir: Path) -> AsyncIterator[str]:
+async def search_tool_process(
+    data_dir: Path,
+    *,
+    started: Callable[[int], None] | None = None,
+    log: list[str] | None = None,
+) -> AsyncIterator[str]:
     """`python -m services.search_tool` on `data_dir` in its own process (spawned by exec, never
-    forked from a process that opened LanceDB); yields its address once it serves."""
+    forked from a process that opened LanceDB); yields its address once it serves. `started` is
+    given its process id (for a bench that reads the process's CPU time, as an operator would);
+    `log`, when given, gets the process's log lines (JSON) once it serves."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -101,9 +108,11 @@ async def search_tool_process(data_dir: Path) -> AsyncIterator[str]:
         env={**os.environ, "QUARRY_SEARCH_TOOL_LOG_FORMAT": "json"},
     )
     assert process.stderr is not None
+    if started is not None:
+        started(process.pid)
     try:
         address = await asyncio.wait_for(_serving_address(process.stderr), timeout=120)
-        drain = asyncio.create_task(_discard(process.stderr))
+        drain = asyncio.create_task(_discard(process.stderr, log))
         try:
             yield address
         finally:
@@ -130,9 +139,10 @@ async def _serving_address(stderr: asyncio.StreamReader) -> str:
     raise RuntimeError("the search tool exited before serving")
 
 
-async def _discard(stderr: asyncio.StreamReader) -> None:
-    while await stderr.readline():
-        pass
+async def _discard(stderr: asyncio.StreamReader, kept: list[str] | None = None) -> None:
+    while line := await stderr.readline():
+        if kept is not None:
+            kept.append(line.decode(errors="replace").rstrip("\n"))
 
 
 def machine() -> dict[str, Any]:
