@@ -605,12 +605,16 @@ async def test_a_compacted_collection_is_read_whole_tokenizing_only_the_texts_wr
 
 
 async def test_a_refresh_raced_by_a_write_is_thrown_away_and_the_next_one_sees_both(
-    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
+    engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Neither build reads the collection whole: the raced one gives up at once (a whole read at
+    a version already gone would be thrown away too), and the stale copy it was refreshing stays
+    set aside, so the next build refreshes from it, reading only the rows written since."""
     engine._held = HeldCollections(clock=lambda: 0.0)  # never resting between builds
     query = _query(Strategy.KEYWORD, keyword_text="zephyr foehn")
     await _held(engine, query)
     await _write_some(engine)
+    reads = _counting_reads(monkeypatch)
     refreshed = held_module._refreshed
 
     async def raced(table: Any, *args: Any) -> Any:
@@ -622,10 +626,14 @@ async def test_a_refresh_raced_by_a_write_is_thrown_away_and_the_next_one_sees_b
     await engine.search("c", query)
     await engine._held.built("c")
     assert "c" not in engine._held._held  # written during the build: nothing held
+    assert "c" in engine._held._stale  # still set aside for the next build
     monkeypatch.setattr(held_module, "_refreshed", refreshed)
+    caplog.set_level("INFO", logger=held_module.__name__)
     page = await _held(engine, query)
     assert engine._held._held["c"].version == await (await engine._table("c")).version()
     assert sorted(h.chunk.id for h in page.hits) == ["late__chunk_0", "newcomer__chunk_0"]
+    assert reads == []
+    assert "refreshed (3 new rows read)" in caplog.text  # the three rows written since
 
 
 async def test_a_stale_copy_set_aside_counts_in_the_memory_bound(tmp_path: Path) -> None:

@@ -285,10 +285,13 @@ class HeldCollections:
                 self._too_large[name] = version
                 return
             started = self._clock()
+            stale = self._stale.pop(name, None)
             try:
-                made = await _made(
-                    table, version, rows, self._stale.pop(name, None), self._keywords
-                )
+                made = await _made(table, version, rows, stale, self._keywords)
+            except _WrittenMeanwhile:
+                made = None  # the stale entry is still what the next build refreshes
+                if stale is not None:
+                    self._stale.setdefault(name, stale)
             finally:  # a collection written often is read in a bounded share of the time
                 took = self._clock() - started
                 self._rested[name] = self._clock() + _BUILD_SHARE * took
@@ -388,7 +391,9 @@ async def _made(
 ) -> tuple[Held, str] | None:
     """The entry of `table` at `version` and how it was made: refreshed from `stale` (the entry
     of an earlier version) when it can be, else read whole, tokenizing only the texts `stale` has
-    not counted (None: written meanwhile)."""
+    not counted (None: written during the whole read). A refresh that finds the table written
+    meanwhile raises `_WrittenMeanwhile` instead of reading whole: at a version already gone,
+    the whole read would be thrown away too, after seconds instead of milliseconds."""
     if stale is not None:
         refreshed = await _refreshed(table, version, rows, stale)
         if refreshed is not None:
@@ -400,6 +405,10 @@ async def _made(
     return await _read(table, version, rows, keywords, known)
 
 
+class _WrittenMeanwhile(Exception):
+    """A write committed while a refresh read the table: its version is gone."""
+
+
 _REFRESH_SHARE = 0.5
 """A build refreshes a stale entry when at most this share of the rows is new (else it reads the
 collection whole: as cheap, and no dead terms carried over)."""
@@ -408,12 +417,14 @@ collection whole: as cheap, and no dead terms carried over)."""
 async def _refreshed(table: Any, version: int, rows: int, stale: Held) -> tuple[Held, str] | None:
     """The entry of `table` at `version` made from `stale` (an entry of an earlier version) and
     the rows at addresses it does not hold, and how it was made (how many rows were read; None:
-    too much is new, or written meanwhile)."""
+    too much is new; `_WrittenMeanwhile`: the table moved on from `version`)."""
     if len(stale.whole.addresses) == 0:  # nothing to keep, and no vector read told the dimensions
         return None
     found = await table.query().select([]).with_row_id().to_arrow()
     addresses = np.sort(np.asarray(found.column("_rowid").to_numpy(), dtype=np.uint64))
-    if len(addresses) != rows or await table.version() != version:
+    if await table.version() != version:
+        raise _WrittenMeanwhile
+    if len(addresses) != rows:
         return None
     at, kept = _found(stale.whole.addresses, addresses)
     new = np.flatnonzero(~kept)
@@ -425,7 +436,7 @@ async def _refreshed(table: Any, version: int, rows: int, stale: Held) -> tuple[
         wanted = [int(a) for a in addresses[new[start : start + _SCAN_BATCH]]]
         batches.append(await table.take_row_ids(wanted).select(columns).with_row_id().to_arrow())
     if await table.version() != version:
-        return None
+        raise _WrittenMeanwhile
     held = await asyncio.to_thread(
         _refreshed_entry, version, stale, addresses, kept, at[kept], batches
     )
