@@ -183,20 +183,21 @@ class EngineSettings(BaseModel):
             probe_fraction=self.probe_fraction,
             max_fragments=self.max_fragments,
             keep_versions_s=self.keep_versions_s,
-            settle_fraction=self.settle_fraction,
+            settle_unindexed_factor=self.settle_unindexed_factor,
             settle_fragments=self.settle_fragments,
         )
 
     settle_after_s: float | None = Field(default=2.0, ge=0)
     """Maintain a collection's indexes in the background once it has had no write for this long
     (fold the rows written since into BM25 and the scalar indexes, compact, rebuild the vector
-    index after a compaction), as far as `settle_fraction` and `settle_fragments` make it due;
-    null: never (bulk loaders then call `LanceDBEngine.refresh`, which does all of it)."""
-    settle_fraction: float = Field(default=0.01, ge=0, le=1)
+    index after a compaction), as far as `settle_unindexed_factor` and `settle_fragments` make
+    it due; null: never (bulk loaders then call `LanceDBEngine.refresh`, which does all of it)."""
+    settle_unindexed_factor: float = Field(default=1.0, ge=0)
     """Once writes pause (`settle_after_s`), rows written since the last index builds are folded
-    into BM25 and the scalar indexes when they are this share of the collection or more (at
-    least one row; 0: always). Until then they are scanned, as on the write path below its
-    thresholds."""
+    into BM25 and the scalar indexes once they number this times √rows (316 at 100,000 chunks;
+    0: every row at every pause). Until then a search on LanceDB's path scans them, as on the
+    write path below its thresholds (a collection held in memory does not read them from
+    LanceDB at all)."""
     settle_fragments: int = Field(default=16, ge=2)
     """...and a collection spread over this many data fragments is compacted (in the
     background; `max_fragments` compacts on the write path)."""

@@ -1,6 +1,6 @@
 """Index maintenance converges by itself: a collection written only through the API ends up
 compacted into one fragment with every row inside BM25 and the scalar indexes once writes pause,
-as far as the settle's thresholds (`settle_fraction`, `settle_fragments`) make that due."""
+as far as the settle's thresholds (`settle_unindexed_factor`, `settle_fragments`) make that due."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.search_tool.grpc_helpers import document
 NEVER = IndexPolicy(
     fts_refresh_rows=1_000_000,
     fts_min_refresh_rows=1_000_000,
-    settle_fraction=0,
+    settle_unindexed_factor=0,
     settle_fragments=2,
 )
 """The write path alone never rebuilds an index under this policy; the settle once writes pause
@@ -81,7 +81,10 @@ async def test_a_collection_ingested_only_through_grpc_reaches_the_indexed_state
         server=ServerSettings(port=0),
         data_dir=tmp_path / "data",
         engine=EngineSettings(
-            settle_after_s=0.05, fts_refresh_rows=1_000_000, settle_fraction=0, settle_fragments=2
+            settle_after_s=0.05,
+            fts_refresh_rows=1_000_000,
+            settle_unindexed_factor=0,
+            settle_fragments=2,
         ),
     )
     server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
@@ -157,13 +160,14 @@ def _notes(count: int, start: int = 0) -> list[Document]:
 async def test_a_small_write_into_a_large_collection_is_scanned_until_enough_rows_follow(
     tmp_path: Path,
 ) -> None:
-    """The settle folds new rows into the indexes only once they are `settle_fraction` of the
-    collection: each fold reads every row, so one small write at a time used to cost a large
-    collection a full rebuild (and a compaction and a vector-index rebuild) after every pause."""
+    """The settle folds new rows into the indexes only once they number
+    `settle_unindexed_factor` × √rows: each fold reads every row, so one small write at a time
+    used to cost a large collection a full rebuild (and a compaction and a vector-index rebuild)
+    after every pause."""
     policy = IndexPolicy(
         fts_refresh_rows=1_000_000,
         fts_min_refresh_rows=1_000_000,
-        settle_fraction=0.1,
+        settle_unindexed_factor=0.5,
         settle_fragments=1_000,
     )
     engine = await LanceDBEngine.open(tmp_path / "db", policy=policy, settle_after_s=0.01)
@@ -175,7 +179,7 @@ async def test_a_small_write_into_a_large_collection_is_scanned_until_enough_row
         assert await _unindexed(table) == (1, 0)
 
         late = Document(id="late", text="a walrus came ashore", source="s")
-        await engine.upsert("c", records([late]))  # 1 row: under a tenth of 41
+        await engine.upsert("c", records([late]))  # 1 row: under 0.5 × √41 = 3.2
         await engine.maintenance_settled("c")
         fragments, unindexed = await _unindexed(table)
         assert fragments == 2, "a small write was compacted at once"
@@ -184,7 +188,7 @@ async def test_a_small_write_into_a_large_collection_is_scanned_until_enough_row
         page = await engine.search("c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5))
         assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
 
-        await engine.upsert("c", records(_notes(4, start=40)))  # 5 rows new: over a tenth
+        await engine.upsert("c", records(_notes(4, start=40)))  # 5 rows new: over 3.2
         await engine.maintenance_settled("c")
         assert await _unindexed(table) == (1, 0)
         page = await engine.search("c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5))
@@ -199,7 +203,7 @@ async def test_small_writes_are_compacted_once_settle_fragments_accumulate(
     policy = IndexPolicy(
         fts_refresh_rows=1_000_000,
         fts_min_refresh_rows=1_000_000,
-        settle_fraction=0.5,
+        settle_unindexed_factor=1.0,
         settle_fragments=4,
     )
     engine = await LanceDBEngine.open(tmp_path / "db", policy=policy, settle_after_s=0.01)
@@ -214,8 +218,8 @@ async def test_small_writes_are_compacted_once_settle_fragments_accumulate(
             await engine.maintenance_settled("c")
             seen.append((await _unindexed(table))[0])
         # 2 and 3 fragments are left for later; at the 4th the settle compacts though the rows
-        # stay under half: the three small fragments become one, kept apart from the indexed one
-        # (Lance compacts fragments an index covers apart from those it does not)
+        # stay under √43 = 6.6: the three small fragments become one, kept apart from the
+        # indexed one (Lance compacts fragments an index covers apart from those it does not)
         assert seen == [2, 3, 2]
         assert (await engine.describe("c")).chunk_count == 43
     finally:
@@ -223,8 +227,8 @@ async def test_small_writes_are_compacted_once_settle_fragments_accumulate(
 
 
 def test_the_settle_thresholds_are_configurable() -> None:
-    policy = EngineSettings(settle_fraction=0.05, settle_fragments=8).index_policy()
-    assert (policy.settle_fraction, policy.settle_fragments) == (0.05, 8)
+    policy = EngineSettings(settle_unindexed_factor=0.5, settle_fragments=8).index_policy()
+    assert (policy.settle_unindexed_factor, policy.settle_fragments) == (0.5, 8)
     with pytest.raises(ValueError, match="settle_fragments"):
         EngineSettings(settle_fragments=1)
 

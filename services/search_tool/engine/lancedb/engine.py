@@ -261,7 +261,7 @@ class LanceDBEngine:
 
     async def refresh(self, name: str) -> None:
         """Fold every row written since the last builds into the indexes and compact (after bulk
-        loads, and in the background once writes pause).
+        loads; once writes pause, the background maintenance runs `settle`).
 
         It holds only the collection's index-work lock, never the write lock: writes and
         searches go on meanwhile (a write that lands during the compaction wins the commit and
@@ -270,9 +270,10 @@ class LanceDBEngine:
 
     async def settle(self, name: str) -> None:
         """What the background maintenance runs once writes to `name` pause: fold the rows
-        written since the last builds into the indexes once they are `settle_fraction` of the
-        collection, compact once it has `settle_fragments` data fragments (`indexes.IndexPolicy`);
-        a small write into a large collection leaves its rows scanned until more follow."""
+        written since the last builds into the indexes once they number
+        `settle_unindexed_factor` × √rows, compact once the collection has `settle_fragments`
+        data fragments (`indexes.IndexPolicy`); a small write into a large collection leaves its
+        rows scanned until more follow."""
         await self._refresh(name, force=False)
 
     async def _refresh(self, name: str, *, force: bool) -> None:

@@ -4,12 +4,14 @@ Every write leaves rows outside BM25 and the scalar indexes (LanceDB scans them 
 one more data fragment (each query pays for every fragment); the write path rebuilds only past
 thresholds (`IndexPolicy`), so a collection fed only through `UpsertDocuments` used to stay
 partly unindexed — KEYWORD 31–58 ms p50 instead of 18–22 ms once refreshed — and no client can ask
-for a refresh. Here, once a collection has had no write for `quiet_s`, a background task runs the
-same refresh bulk loaders call (compact, fold every row into every index); a write that lands
-meanwhile makes it run again once writes quiesce again. A collection opened with unindexed rows
-(its writer stopped within `quiet_s` of its last write, or ran without maintenance) is maintained
-as if just written. Neither searches nor writes wait for it
-(`LanceDBEngine.refresh` holds no write lock).
+for a refresh. Here, once a collection has had no write for `quiet_s`, a background task runs
+`LanceDBEngine.settle`: the bulk loaders' refresh (fold the rows into every index, compact), as
+far as it is due for what was written (`IndexPolicy.settle_unindexed_factor`, `settle_fragments`:
+a small write into a large collection waits for more, since each fold reads every row); a write
+that lands meanwhile makes it run again once writes quiesce again. A collection opened with
+unindexed rows (its writer stopped within `quiet_s` of its last write, or ran without
+maintenance) is maintained as if just written. Neither searches nor writes wait for it (the
+settle holds no write lock).
 """
 
 from __future__ import annotations
