@@ -474,34 +474,52 @@ async def test_with_keywords_in_memory_off_only_the_vectors_are_held(tmp_path: P
 async def test_a_collection_written_often_is_read_in_a_bounded_share_of_the_time(
     engine: LanceDBEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Reading a collection in for t seconds rests it for 9t: writes between searches cannot
-    keep a core busy re-reading it."""
+    """Reading a collection in whole for t seconds rests whole reads for 9t, and a refresh taking
+    t rests refreshes for 9t: writes between searches cannot keep a core busy re-reading it. A
+    refresh does not wait out the rest of a whole read (13-19 s at 100,000 chunks, then 2-3
+    minutes off memory under writes every few seconds, against ~1 s a refresh)."""
     now = [0.0]
     held = engine._held = HeldCollections(clock=lambda: now[0])
     table = await engine._table("c")
-    read = held_module._read
+    read, refreshed = held_module._read, held_module._refreshed
 
     async def slow_read(*args: Any) -> Any:  # reading the collection in takes 2 s on this clock
         now[0] += 2.0
         return await read(*args)
 
+    async def slow_refresh(*args: Any) -> Any:  # a refresh takes 0.5 s
+        now[0] += 0.5
+        return await refreshed(*args)
+
     monkeypatch.setattr(held_module, "_read", slow_read)
+    monkeypatch.setattr(held_module, "_refreshed", slow_refresh)
     query = _query(Strategy.KEYWORD)
-    await _held(engine, query)
-    assert held._held["c"].version == await table.version()  # read in from 0 to 2 s
-    await engine.upsert("c", [record(Document(id="newcomer", text="fresh tides"))])
-    for at in (2.0, 19.9):  # resting until 2 + 9 * 2
+
+    async def searched_at(at: float) -> bool:
+        """Search twice at `at` (the second may start a build); whether the collection is then
+        held at the table's version."""
         now[0] = at
         await engine.search("c", query)
         await engine.search("c", query)
         await held.built("c")
-        assert "c" not in held._held  # the stale copy is freed, no new one read
-    now[0] = 20.1
-    await engine.search("c", query)
-    await held.built("c")
-    assert held._held["c"].version == await table.version()
+        current = held._held.get("c")
+        return current is not None and current.version == await table.version()
+
+    assert await searched_at(0.0)  # read in whole from 0 to 2 s: whole reads rest until 20
+    await engine.upsert("c", [record(Document(id="newcomer", text="fresh tides"))])
+    assert await searched_at(2.0)  # refreshed from 2 to 2.5 s: refreshes rest until 7
     fresh = await engine.search("c", _query(Strategy.KEYWORD, keyword_text="fresh"))
     assert [h.chunk.id for h in fresh.hits] == ["newcomer__chunk_0"]  # from memory
+    await engine.upsert("c", [record(Document(id="latecomer", text="late tides"))])
+    assert not await searched_at(6.9)
+    assert "c" in held._stale  # kept for the refresh
+    assert await searched_at(7.1)  # refreshed from 7.1 to 7.6: refreshes rest until 12.1
+
+    await engine.upsert("c", [record(Document(id="third", text="third tides"))])
+    await engine.search("c", query)  # set aside ...
+    held._stale.clear()  # ... and given up (as the memory bound may): only a whole read is left
+    assert not await searched_at(19.9)
+    assert await searched_at(20.1)
 
 
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -20,7 +20,8 @@ matches), and taking a page's ten chunks by address another ~2 ms. Here a collec
 * **Built when a collection is read, not written.** A search that finds no entry only notes the
   version; a later search that finds the same version (no write in between) starts one build in
   the background and goes to LanceDB meanwhile. A collection under a stream of writes is never
-  read into memory, and one read in for t seconds is not read again for 9t (`_BUILD_SHARE`). The
+  read into memory, and one read in for t seconds is not read again for 9t (`_BUILD_SHARE`; a
+  refresh, below, rests by what the last refresh took). The
   rows are read in batches, each batch's texts indexed in a worker thread (100,000 chunks: ~13 s
   of one core; searches meanwhile go to LanceDB, slower while the thread holds the GIL).
 * **After a write, only what it wrote is read** (`_refreshed`). The stale entry is kept for the
@@ -161,7 +162,9 @@ class HeldCollections:
         self._keywords = keywords
         self._clock = clock
         self._rested: dict[str, float] = {}
-        """When each collection may be read in again (`_BUILD_SHARE`)."""
+        """When each collection may be read in whole again (`_BUILD_SHARE`)."""
+        self._refresh_rested: dict[str, float] = {}
+        """When each collection's stale entry may be refreshed again (`_BUILD_SHARE`)."""
         self._too_large: dict[str, int] = {}
         """The version at which a collection was found larger than `max_rows`."""
         self._held: OrderedDict[str, Held] = OrderedDict()
@@ -235,6 +238,7 @@ class HeldCollections:
         self._drop(name)
         self._seen.pop(name, None)
         self._rested.pop(name, None)
+        self._refresh_rested.pop(name, None)
         self._too_large.pop(name, None)
         build = self._builds.pop(name, None)
         if build is not None:
@@ -269,7 +273,10 @@ class HeldCollections:
         if self._seen.get(name) != version:
             self._seen[name] = version  # read once at this version: build if read again
             return
-        if name in self._builds or self._clock() < self._rested.get(name, 0.0):
+        # a build from a stale entry is a refresh (unless too much changed): it rests by what
+        # refreshes took, not by what the last whole read took (13-19 s at 100,000 chunks)
+        resting = self._refresh_rested if name in self._stale else self._rested
+        if name in self._builds or self._clock() < resting.get(name, 0.0):
             return
         if self._too_large.get(name) == version:
             return  # counted once at this version
@@ -286,15 +293,21 @@ class HeldCollections:
                 return
             started = self._clock()
             stale = self._stale.pop(name, None)
+            refreshing, read_whole = stale is not None, True
             try:
                 made = await _made(table, version, rows, stale, self._keywords)
+                read_whole = made is None or made[2]
             except _WrittenMeanwhile:
-                made = None  # the stale entry is still what the next build refreshes
+                made, read_whole = None, False  # the stale entry is still the next refresh's
                 if stale is not None:
                     self._stale.setdefault(name, stale)
             finally:  # a collection written often is read in a bounded share of the time
                 took = self._clock() - started
-                self._rested[name] = self._clock() + _BUILD_SHARE * took
+                until = self._clock() + _BUILD_SHARE * took
+                if refreshing:  # (a refresh that read whole after all rests both)
+                    self._refresh_rested[name] = until
+                if read_whole:
+                    self._rested[name] = until
             if made is None:
                 return  # written meanwhile: the scan may hold either version
         except asyncio.CancelledError:
@@ -302,7 +315,7 @@ class HeldCollections:
         except Exception:  # the collection stays on LanceDB
             _log.warning("reading %r into memory failed", name, exc_info=True)
             return
-        held, how = made
+        held, how, _ = made
         self._held.pop(name, None)
         for entries in (self._stale, self._held):  # set-aside entries go out first
             while entries and self._rows_held() + rows > self._max_rows:
@@ -333,9 +346,12 @@ def _trimmed() -> None:
 
 
 _BUILD_SHARE = 9.0
-"""After reading a collection in for t seconds, it is not read in again for `_BUILD_SHARE * t`
-(searches go to LanceDB meanwhile): a collection written more often than it is read in spends at
-most a tenth of the time being read (100,000 chunks take ~13 s of a core)."""
+"""After reading a collection in whole for t seconds, it is not read in whole again for
+`_BUILD_SHARE * t` (searches go to LanceDB meanwhile): a collection written more often than it is
+read in spends at most a tenth of the time being read (100,000 chunks take ~13 s of a core).
+Refreshes rest apart, by what the last refresh took (~1 s at 100,000 chunks after a small write):
+resting them by a whole read's time kept a collection written every few seconds off memory for
+two to three minutes after its first read (`bench/search_under_writes.py`)."""
 _SCAN_BATCH = 4096
 """Rows read, and their texts indexed, at a time: memory holds arrays, not a whole column of
 Python strings and counters (100,000 chunks at once: 2.9 GB at the peak)."""
@@ -388,21 +404,23 @@ def _columns(keywords: bool) -> list[str]:
 
 async def _made(
     table: Any, version: int, rows: int, stale: Held | None, keywords: bool
-) -> tuple[Held, str] | None:
-    """The entry of `table` at `version` and how it was made: refreshed from `stale` (the entry
-    of an earlier version) when it can be, else read whole, tokenizing only the texts `stale` has
-    not counted (None: written during the whole read). A refresh that finds the table written
-    meanwhile raises `_WrittenMeanwhile` instead of reading whole: at a version already gone,
-    the whole read would be thrown away too, after seconds instead of milliseconds."""
+) -> tuple[Held, str, bool] | None:
+    """The entry of `table` at `version`, how it was made and whether it was read whole:
+    refreshed from `stale` (the entry of an earlier version) when it can be, else read whole,
+    tokenizing only the texts `stale` has not counted (None: written during the whole read). A
+    refresh that finds the table written meanwhile raises `_WrittenMeanwhile` instead of reading
+    whole: at a version already gone, the whole read would be thrown away too, after seconds
+    instead of milliseconds."""
     if stale is not None:
         refreshed = await _refreshed(table, version, rows, stale)
         if refreshed is not None:
-            return refreshed
+            return (*refreshed, False)
     known = None
     if stale is not None and stale.keywords is not None:
         known = await asyncio.to_thread(KnownTexts, stale.keywords)
     del stale  # not kept through a whole read
-    return await _read(table, version, rows, keywords, known)
+    read = await _read(table, version, rows, keywords, known)
+    return None if read is None else (*read, True)
 
 
 class _WrittenMeanwhile(Exception):
