@@ -5,6 +5,8 @@ as far as the settle's thresholds (`settle_unindexed_factor`, `settle_fragments`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +159,30 @@ def _notes(count: int, start: int = 0) -> list[Document]:
     ]
 
 
+@asynccontextmanager
+async def _forty_rows_indexed(
+    path: Path, *, unindexed_factor: float, fragments: int
+) -> AsyncIterator[tuple[LanceDBEngine, Any]]:
+    """An engine whose write path never rebuilds, settling with these thresholds, and a
+    collection of 40 rows in one fragment, every row indexed."""
+    policy = IndexPolicy(
+        fts_refresh_rows=1_000_000,
+        fts_min_refresh_rows=1_000_000,
+        settle_unindexed_factor=unindexed_factor,
+        settle_fragments=fragments,
+    )
+    engine = await LanceDBEngine.open(path, policy=policy, settle_after_s=0.01)
+    try:
+        await engine.ensure_collection("c", CollectionSpec("test-model", DIMENSIONS))
+        await engine.upsert("c", records(_notes(40)))
+        await engine.refresh("c")
+        table = await engine._table("c")
+        assert await _unindexed(table) == (1, 0)
+        yield engine, table
+    finally:
+        await engine.close()
+
+
 async def test_a_small_write_into_a_large_collection_is_scanned_until_enough_rows_follow(
     tmp_path: Path,
 ) -> None:
@@ -164,20 +190,10 @@ async def test_a_small_write_into_a_large_collection_is_scanned_until_enough_row
     `settle_unindexed_factor` × √rows: each fold reads every row, so one small write at a time
     used to cost a large collection a full rebuild (and a compaction and a vector-index rebuild)
     after every pause."""
-    policy = IndexPolicy(
-        fts_refresh_rows=1_000_000,
-        fts_min_refresh_rows=1_000_000,
-        settle_unindexed_factor=0.5,
-        settle_fragments=1_000,
-    )
-    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy, settle_after_s=0.01)
-    try:
-        await engine.ensure_collection("c", CollectionSpec("test-model", DIMENSIONS))
-        await engine.upsert("c", records(_notes(40)))
-        await engine.refresh("c")
-        table = await engine._table("c")
-        assert await _unindexed(table) == (1, 0)
-
+    async with _forty_rows_indexed(tmp_path / "db", unindexed_factor=0.5, fragments=1_000) as (
+        engine,
+        table,
+    ):
         late = Document(id="late", text="a walrus came ashore", source="s")
         await engine.upsert("c", records([late]))  # 1 row: under 0.5 × √41 = 3.2
         await engine.maintenance_settled("c")
@@ -193,25 +209,15 @@ async def test_a_small_write_into_a_large_collection_is_scanned_until_enough_row
         assert await _unindexed(table) == (1, 0)
         page = await engine.search("c", EngineQuery(Strategy.KEYWORD, "walrus", empty, limit=5))
         assert [h.chunk.id for h in page.hits] == ["late__chunk_0"]
-    finally:
-        await engine.close()
 
 
 async def test_small_writes_are_compacted_once_settle_fragments_accumulate(
     tmp_path: Path,
 ) -> None:
-    policy = IndexPolicy(
-        fts_refresh_rows=1_000_000,
-        fts_min_refresh_rows=1_000_000,
-        settle_unindexed_factor=1.0,
-        settle_fragments=4,
-    )
-    engine = await LanceDBEngine.open(tmp_path / "db", policy=policy, settle_after_s=0.01)
-    try:
-        await engine.ensure_collection("c", CollectionSpec("test-model", DIMENSIONS))
-        await engine.upsert("c", records(_notes(40)))
-        await engine.refresh("c")
-        table = await engine._table("c")
+    async with _forty_rows_indexed(tmp_path / "db", unindexed_factor=1.0, fragments=4) as (
+        engine,
+        table,
+    ):
         seen = []
         for i in range(3):
             await engine.upsert("c", records(_notes(1, start=100 + i)))
@@ -222,8 +228,6 @@ async def test_small_writes_are_compacted_once_settle_fragments_accumulate(
         # indexed one (Lance compacts fragments an index covers apart from those it does not)
         assert seen == [2, 3, 2]
         assert (await engine.describe("c")).chunk_count == 43
-    finally:
-        await engine.close()
 
 
 def test_the_settle_thresholds_are_configurable() -> None:
