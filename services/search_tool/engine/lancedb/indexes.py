@@ -75,7 +75,7 @@ class IndexPolicy:
     """Once writes pause (`refresh_indexes(settling=True)`), fold the rows written since the last
     builds into BM25 and the scalar indexes once they number this times √rows (316 at 100,000
     rows; at least one). Until then a search on LanceDB's path scans them (at 100k, 1,000 of them
-    doubled a filtered KEYWORD search, 11 → 22 ms; measured), while each fold reads every row: a
+    made a filtered KEYWORD search 1.7-2x slower; measured), while each fold reads every row: a
     threshold of √rows keeps both costs in proportion as a collection grows (the per-search scan
     grows as √N, folds come every √N rows written). Folding after every small write cost a large
     collection a full rebuild, a compaction and a vector-index rebuild after every pause."""
