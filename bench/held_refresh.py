@@ -94,7 +94,8 @@ async def _rewritten(engine: LanceDBEngine, count: int, round_: int) -> list[Chu
 
 async def _held_again(engine: LanceDBEngine, query: EngineQuery) -> float:
     """Search twice (the second starts the build), wait for it: seconds until it is held."""
-    engine._held._rested.clear()  # every round rebuilds at once (the rest rule is not timed)
+    engine._held._rested.clear()  # every round rebuilds at once (the rest rules are not timed)
+    engine._held._refresh_rested.clear()
     started = time.perf_counter()
     await engine.search(COLLECTION, query)
     await engine.search(COLLECTION, query)
