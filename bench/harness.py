@@ -112,7 +112,7 @@ async def search_tool_process(
         started(process.pid)
     try:
         address = await asyncio.wait_for(_serving_address(process.stderr), timeout=120)
-        drain = asyncio.create_task(_discard(process.stderr, log))
+        drain = asyncio.create_task(_drain(process.stderr, log))
         try:
             yield address
         finally:
@@ -139,7 +139,7 @@ async def _serving_address(stderr: asyncio.StreamReader) -> str:
     raise RuntimeError("the search tool exited before serving")
 
 
-async def _discard(stderr: asyncio.StreamReader, kept: list[str] | None = None) -> None:
+async def _drain(stderr: asyncio.StreamReader, kept: list[str] | None = None) -> None:
     while line := await stderr.readline():
         if kept is not None:
             kept.append(line.decode(errors="replace").rstrip("\n"))

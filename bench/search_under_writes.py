@@ -16,9 +16,11 @@ before, so each embeds its query), through two phases of `--phase-s` each:
   write replaces an earlier one: more than `engine.settle_after_s` apart, so the search tool's
   maintenance runs after each (`engine/lancedb/maintenance.py`).
 
-Reported per phase: the searches' p50 / p95 / p99 / max, the upserts' latencies, and the CPU
-seconds the search tool's process spent (utime + stime from `/proc/<pid>/stat`, what an operator's
-`top` shows), with the machine's load. The phases are not interleaved: maintenance started by the
+Reported per phase: the searches' p50 / p95 / p99 / max (while writing, also grouped by how long
+after the last write they were sent), the upserts' latencies, the CPU seconds the search tool's
+process spent (utime + stime from `/proc/<pid>/stat`, what an operator's `top` shows) and what its
+log says it did (maintenance runs, compactions, index builds, reads into memory and how long each
+took), with the machine's load. The phases are not interleaved: maintenance started by the
 last write runs on after it, so a quiet phase after a writing one would not be quiet.
 
 The collection sits exactly at `engine.vectors_in_memory`'s default bound (100,000 chunks), and
