@@ -61,6 +61,7 @@ from bench.harness import (
     search_tool_process,
     warm_up,
 )
+from bench.local_model_stack import cpu_seconds
 from bench.search_latency import (
     CATEGORIES,
     COLLECTION,
@@ -83,12 +84,6 @@ WARMUP_S = 60.0
 WARMUP_LEAST = 20
 RESULTS = RESULTS_DIR / "search_under_writes.json"
 HELD_BOUND = "110000"
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` (every thread), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summary(values: list[float]) -> dict[str, float | int]:

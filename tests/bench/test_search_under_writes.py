@@ -1,6 +1,7 @@
 """`bench/search_under_writes.py`: its writes replace one another with the collection's own
 metadata keys, searches are grouped by the time since the last answered write, and the search
-tool's CPU time is read as `top` reads it."""
+tool's CPU time is read as `top` reads it (`bench.local_model_stack.cpu_seconds`, which it
+calls)."""
 
 from __future__ import annotations
 
