@@ -37,6 +37,7 @@ from services.search_tool.engine.lancedb.describe import describe_table
 from services.search_tool.engine.lancedb.held import HeldCollections
 from services.search_tool.engine.lancedb.indexes import (
     IndexPolicy,
+    Stale,
     build_vector_index,
     ensure_indexes,
     has_unindexed_rows,
@@ -266,7 +267,7 @@ class LanceDBEngine:
         It holds only the collection's index-work lock, never the write lock: writes and
         searches go on meanwhile (a write that lands during the compaction wins the commit and
         the compaction is given up until the next refresh; `indexes._compact`)."""
-        await self._refresh(name, force=True)
+        await self._refresh(name, Stale.ALL)
 
     async def settle(self, name: str) -> None:
         """What the background maintenance runs once writes to `name` pause: fold the rows
@@ -274,13 +275,13 @@ class LanceDBEngine:
         `settle_unindexed_factor` × √rows, compact once the collection has `settle_fragments`
         data fragments (`indexes.IndexPolicy`); a small write into a large collection leaves its
         rows scanned until more follow."""
-        await self._refresh(name, force=False)
+        await self._refresh(name, Stale.SETTLE)
 
-    async def _refresh(self, name: str, *, force: bool) -> None:
+    async def _refresh(self, name: str, stale: Stale) -> None:
         table = await self._table(name)
         await self._vectors.settled(name)
         async with self._vectors.index_work(name):
-            refreshed = await refresh_indexes(table, self._policy, force=force, settling=not force)
+            refreshed = await refresh_indexes(table, self._policy, stale=stale)
         self._vectors.set_covered_rows(name, refreshed.vector_rows)
         self._vectors.built(name)
 

@@ -31,6 +31,7 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import Enum
 from typing import Any
 
 import pyarrow as pa
@@ -72,9 +73,9 @@ class IndexPolicy:
     keep_versions_s: float = 3600.0
     """Compaction removes table versions older than this (and the files only they use)."""
     settle_unindexed_factor: float = 1.0
-    """Once writes pause (`refresh_indexes(settling=True)`), fold the rows written since the last
-    builds into BM25 and the scalar indexes once they number this times √rows (316 at 100,000
-    rows; at least one). Until then a search on LanceDB's path scans them (at 100k, 1,000 of them
+    """Once writes pause (`Stale.SETTLE`), fold the rows written since the last builds into
+    BM25 and the scalar indexes once they number this times √rows (316 at 100,000 rows; at
+    least one). Until then a search on LanceDB's path scans them (at 100k, 1,000 of them
     made a filtered KEYWORD search 1.7-2x slower; measured), while each fold reads every row: a
     threshold of √rows keeps both costs in proportion as a collection grows (the per-search scan
     grows as √N, folds come every √N rows written). Folding after every small write cost a large
@@ -143,17 +144,25 @@ class Refreshed:
     """The vector index should be (re)built; only when the caller asked not to build it."""
 
 
+class Stale(Enum):
+    """Which thresholds call an index or a collection's fragments stale."""
+
+    WRITE = "write"
+    """The write path's: `fts_refresh_rows` / `fts_min_refresh_rows`, `max_fragments`."""
+    SETTLE = "settle"
+    """Once writes pause: `settle_unindexed_factor`, `settle_fragments`."""
+    ALL = "all"
+    """Any unindexed row and a second fragment (bulk loads: `LanceDBEngine.refresh`)."""
+
+
 async def refresh_indexes(
     table: Any,
     policy: IndexPolicy,
     *,
-    force: bool = False,
-    settling: bool = False,
+    stale: Stale = Stale.WRITE,
     build_vectors: bool = True,
 ) -> Refreshed:
-    """Compact and rebuild what is stale: everything unindexed when `force`; with `settling`
-    (writes have paused), what `settle_unindexed_factor` and `settle_fragments` call stale;
-    otherwise what the write path's thresholds do.
+    """Compact and rebuild what the `stale` thresholds call stale.
 
     Staleness is judged before compacting: compaction folds new rows into the indexes, which
     would hide them. LanceDB 0.40's `optimize` also retrains an IVF index into 2 partitions (a
@@ -162,14 +171,15 @@ async def refresh_indexes(
     does it in the background). The caller keeps two refreshes (or a refresh and a vector-index
     build) of one table apart; writes may run meanwhile (see `_compact`).
     """
-    stale = 1 if force else await _stale_rows(table, policy, settling=settling)
+    force = stale is Stale.ALL
+    unindexed_due = 1 if force else await _stale_rows(table, policy, stale)
     indexes = {index.name: index for index in await table.list_indices()}
     fts = indexes.get(FTS_INDEX)
-    rebuild_fts = fts is not None and (fts.num_unindexed_rows or 0) >= stale
+    rebuild_fts = fts is not None and (fts.num_unindexed_rows or 0) >= unindexed_due
     rebuild_scalars = {
         name: spec
         for name, spec in scalar_indexes(await table.schema()).items()
-        if name not in indexes or (indexes[name].num_unindexed_rows or 0) >= stale
+        if name not in indexes or (indexes[name].num_unindexed_rows or 0) >= unindexed_due
     }
     vectors = indexes.get(VECTOR_INDEX)
     due = force or rebuild_fts or bool(rebuild_scalars)
@@ -179,7 +189,7 @@ async def refresh_indexes(
         await _build_scalar(table, name, column, config)
     # after the rebuilds: Lance compacts fragments an index covers apart from those it does not
     # (measured: 3 fragments, 2 of them indexed, became 2), and compaction keeps them indexed
-    fragments_due = policy.settle_fragments if settling else policy.max_fragments
+    fragments_due = policy.settle_fragments if stale is Stale.SETTLE else policy.max_fragments
     compacted = await _compact(table, policy, due=due, fragments_due=fragments_due)
     rows = int(await table.count_rows())
     if vectors is None:
@@ -236,10 +246,10 @@ def is_commit_conflict(error: BaseException) -> bool:
     return "Retryable commit conflict" in str(error)
 
 
-async def _stale_rows(table: Any, policy: IndexPolicy, *, settling: bool) -> int:
+async def _stale_rows(table: Any, policy: IndexPolicy, stale: Stale) -> int:
     """Unindexed rows that make BM25 and the scalar indexes worth rebuilding."""
     rows = int(await table.count_rows())
-    if settling:
+    if stale is Stale.SETTLE:
         return max(1, int(policy.settle_unindexed_factor * math.sqrt(rows)))
     return min(policy.fts_refresh_rows, max(policy.fts_min_refresh_rows, rows // 10))
 
