@@ -235,6 +235,8 @@ def test_the_settle_thresholds_are_configurable() -> None:
     assert (policy.settle_unindexed_factor, policy.settle_fragments) == (0.5, 8)
     with pytest.raises(ValueError, match="settle_fragments"):
         EngineSettings(settle_fragments=1)
+    with pytest.raises(ValueError, match="settle_unindexed_factor"):
+        EngineSettings(settle_unindexed_factor=-0.5)
 
 
 class _CompactionLoses:
