@@ -76,6 +76,16 @@ class LoopSettings(BaseModel):
     are sent whole until this; the rest are named as not summarised)."""
     summarize_route: str = ""
     """`summarize`: the LLM gateway route that writes summaries; empty: the run's route."""
+    rerank_route: str = ""
+    """`search`: the LLM gateway route whose model judges a search's first hits before the run's
+    model sees them, those judged to answer the query first (`services/agent/rerank.py`); empty:
+    no judging (the default: ~1-2 s of a small local model per hit judged)."""
+    rerank_candidates: int = Field(default=10, ge=1, le=50)
+    """`search`: how many of a first page's hits are judged (a later page is never reordered)."""
+    rerank_max_chars: int = Field(default=300, ge=50, le=4_000)
+    """`search`: the most characters of a hit's text a judgment reads (after its title)."""
+    rerank_parallel: int = Field(default=4, ge=1, le=50)
+    """`search`: judgments of one search sent to the gateway at once."""
 
 
 class QuestionSettings(BaseModel):

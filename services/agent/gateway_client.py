@@ -71,6 +71,8 @@ class GatewayModelClient:
             message.temperature = request.temperature
         if request.seed is not None:
             message.seed = request.seed
+        if request.max_output_tokens is not None:
+            message.max_output_tokens = request.max_output_tokens
         try:
             reply = await self._stub.Generate(
                 message, **await call_options(self._channel, "llm gateway", remaining_s)

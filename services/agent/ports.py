@@ -61,6 +61,8 @@ class ModelRequest:
     """Passed to providers that support it; None: the provider's default."""
     seed: int | None = None
     """Passed to providers that support it; None: none."""
+    max_output_tokens: int | None = None
+    """The most tokens of the reply; None: the route's provider's own bound."""
 
     @property
     def callable_tools(self) -> tuple[ToolSpec, ...]:

@@ -97,3 +97,21 @@ def test_a_changed_lock_reinstalls_the_runtime(
     with pytest.raises(RuntimeError, match="stop here"):
         LOCAL_MODEL.install_runtime(tmp_path)
     assert created == [LOCAL_MODEL.paths(tmp_path)["venv"]]
+
+
+def test_the_local_config_has_a_rerank_route_of_the_model_alone_for_the_agent_to_opt_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.agent.config import AgentSettings
+    from services.common.settings import load_settings
+    from services.llm_gateway.config import GatewaySettings
+
+    config = tmp_path / "quarry-local.yaml"
+    text = LOCAL_MODEL.config_text(port=8123, context=4096, timeout_s=60.0, max_output_tokens=512)
+    config.write_text(text)
+
+    gateway = load_settings(GatewaySettings, config)
+    assert gateway.routes["rerank"] == ["local"]  # no extractive fallback: it cannot judge
+    assert load_settings(AgentSettings, config).loop.rerank_route == ""  # opt-in
+    monkeypatch.setenv("QUARRY_AGENT_LOOP__RERANK_ROUTE", "rerank")
+    assert load_settings(AgentSettings, config).loop.rerank_route == "rerank"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -11,7 +12,8 @@ from pydantic import BaseModel, Field
 
 from services.agent.filters import FilterGroup
 from services.agent.messages import ToolCall
-from services.agent.search import SearchRequest, Strategy
+from services.agent.rerank import Reranked, rerank
+from services.agent.search import SearchHit, SearchRequest, Strategy
 from services.agent.tools.base import (
     Tool,
     ToolArgumentsError,
@@ -75,8 +77,20 @@ class Searching(ToolEvent):
     duration_ms: int
     error: str = ""
     """Why the search did not run or failed (the tool error the model read)."""
+    reranked: Reranked | None = None
+    """How the first hits were judged (`loop.rerank_route`); None: they were not."""
 
     def wire(self) -> dict[str, Any]:
+        rerank = {}
+        if self.reranked is not None:
+            rerank = {
+                "rerank": {
+                    "judged": self.reranked.judged,
+                    "answering": self.reranked.answering,
+                    "failed": self.reranked.failed,
+                    "duration_ms": self.reranked.duration_ms,
+                }
+            }
         return {
             "iteration": self.iteration,
             "query": {"primary": self.primary, "variations": list(self.variations)},
@@ -86,6 +100,7 @@ class Searching(ToolEvent):
             "total_count": self.total_count,
             "duration_ms": self.duration_ms,
             "error": self.error,
+            **rerank,
         }
 
 
@@ -110,7 +125,8 @@ class SearchTool(Tool):
 
     async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         """One search. It fetches at least the run's `limit` (the caller's results); the model is
-        shown the `limit` it asked for."""
+        shown the `limit` it asked for. With `loop.rerank_route`, a first page's first hits are
+        judged by that route's model and those that answer the query go first."""
         try:
             plan = parse_arguments(SearchPlan, call.arguments_json)
         except ToolArgumentsError as error:
@@ -140,7 +156,11 @@ class SearchTool(Tool):
         started = time.perf_counter()
 
         def event(
-            result_count: int, total_count: int, error: str = "", duration_ms: int | None = None
+            result_count: int,
+            total_count: int,
+            error: str = "",
+            duration_ms: int | None = None,
+            reranked: Reranked | None = None,
         ) -> Searching:
             if duration_ms is None:
                 duration_ms = int((time.perf_counter() - started) * 1000)
@@ -154,6 +174,7 @@ class SearchTool(Tool):
                 total_count=total_count,
                 duration_ms=duration_ms,
                 error=error,
+                reranked=reranked,
                 step=context.step,
             )
 
@@ -161,9 +182,24 @@ class SearchTool(Tool):
             page = await context.search.search(request, remaining_s=context.deadline.remaining())
         except QuarryError as error:
             return context.search_tool_error(call, error, "search", lambda e: event(0, 0, e))
+        hits: Sequence[SearchHit] = page.hits
+        reranked = None
+        settings = context.settings
+        if settings.rerank_route and request.offset == 0 and hits:
+            reranked = await rerank(
+                request.primary,
+                hits,
+                model=context.model,
+                route=settings.rerank_route,
+                candidates=settings.rerank_candidates,
+                max_chars=settings.rerank_max_chars,
+                parallel=settings.rerank_parallel,
+                deadline=context.deadline,
+            )
+            hits = reranked.hits
         duration_ms = int((time.perf_counter() - started) * 1000)
         formatted = format_results(
-            page.hits[: plan.limit],
+            hits[: plan.limit],
             page.total_count,
             max_chars=context.budget_chars,
             preview_chars=context.settings.preview_chars,
@@ -171,14 +207,20 @@ class SearchTool(Tool):
         return ToolOutcome(
             call,
             formatted.text,
-            event=event(len(formatted.shown), page.total_count, duration_ms=duration_ms),
+            event=event(
+                len(formatted.shown),
+                page.total_count,
+                duration_ms=duration_ms,
+                reranked=reranked,
+            ),
             shown=tuple(formatted.shown),
             previewed=tuple(formatted.previewed),
-            found=tuple(page.hits),
+            found=tuple(hits),
             arguments=plan.model_dump_json(),
             duration_ms=duration_ms,
             total_count=page.total_count,
             ran=True,
+            usage=None if reranked is None else reranked.usage,
         )
 
 

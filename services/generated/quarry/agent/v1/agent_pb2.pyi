@@ -250,7 +250,7 @@ class ThinkingEvent(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class SearchingEvent(_message.Message):
-    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "error", "step")
+    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "error", "rerank", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -259,6 +259,7 @@ class SearchingEvent(_message.Message):
     TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RERANK_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     query: _search_pb2.SearchQuery
@@ -268,8 +269,21 @@ class SearchingEvent(_message.Message):
     total_count: int
     duration_ms: int
     error: str
+    rerank: RerankSummary
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., rerank: _Optional[_Union[RerankSummary, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
+
+class RerankSummary(_message.Message):
+    __slots__ = ("judged", "answering", "failed", "duration_ms")
+    JUDGED_FIELD_NUMBER: _ClassVar[int]
+    ANSWERING_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    judged: int
+    answering: int
+    failed: int
+    duration_ms: int
+    def __init__(self, judged: _Optional[int] = ..., answering: _Optional[int] = ..., failed: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class ReadingEvent(_message.Message):
     __slots__ = ("iteration", "result_id", "document_id", "first_chunk", "chunks_shown", "chunk_count", "duration_ms", "error", "step")
