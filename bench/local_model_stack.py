@@ -34,6 +34,8 @@ SERVICES = {
     "agent": "quarry.agent.v1.AgentService",
 }
 STARTUP_TIMEOUT_S = 300.0
+JUDGE_CONTEXT = 1024
+"""The judge server's window (`scripts/local_model.py`'s `JUDGE_CONTEXT`)."""
 
 
 @dataclass(frozen=True)
@@ -110,12 +112,15 @@ def local_model_stack(
     with_model: bool = True,
     port_base: int | None = None,
     call_timeout_s: float = 900.0,
+    judge: bool = False,
 ) -> Iterator[LocalStack]:
     """The model server (unless `with_model` is false: only the `extractive` route then works)
     and the three services, running until the block ends: on `port_base` and the next three
     ports when given (a shared machine's assigned range), else on free ports. `call_timeout_s`
     bounds one model call (the gateway's `timeout_s` of the local provider): a first call that
-    evaluates the whole uncached prompt takes minutes of wall time on a busy machine."""
+    evaluates the whole uncached prompt takes minutes of wall time on a busy machine. `judge`
+    also starts the judge server (`serve --judge`) and configures the `rerank` route on it, the
+    agent judging its search hits there."""
     root.mkdir(parents=True, exist_ok=True)
     assigned = iter(range(port_base, port_base + 1 + len(SERVICES))) if port_base else None
 
@@ -123,6 +128,7 @@ def local_model_stack(
         return next(assigned) if assigned is not None else free_port()
 
     port = model_port or pick()
+    judge_port = free_port() if judge else None
     model_url = f"http://127.0.0.1:{port}/v1"
     config = root / "quarry-local.yaml"
     subprocess.run(
@@ -130,6 +136,7 @@ def local_model_stack(
             *(sys.executable, str(LOCAL_MODEL), "config", "--port", str(port)),
             *("--context", str(context), "--out", str(config)),
             *("--timeout-s", str(call_timeout_s)),
+            *(("--judge-port", str(judge_port)) if judge_port is not None else ()),
         ],
         check=True,
         stdout=subprocess.DEVNULL,
@@ -176,6 +183,17 @@ def local_model_stack(
                 model = subprocess.Popen(serve, stdout=out, stderr=subprocess.STDOUT, env=env)
             processes.append(model)
             pids["model"] = model.pid
+        judge_server: subprocess.Popen[bytes] | None = None
+        if judge_port is not None:
+            with (root / "judge.log").open("wb") as out:
+                serve = [sys.executable, str(LOCAL_MODEL), "serve", "--judge"]
+                serve += ["--port", str(judge_port), "--threads", str(threads)]
+                serve += ["--context", str(JUDGE_CONTEXT)]
+                judge_server = subprocess.Popen(
+                    serve, stdout=out, stderr=subprocess.STDOUT, env=env
+                )
+            processes.append(judge_server)
+            pids["judge"] = judge_server.pid
         services: list[subprocess.Popen[bytes]] = []
         for name, args in commands.items():
             log = root / f"{name}.log"
@@ -192,6 +210,9 @@ def local_model_stack(
             pids[name] = process.pid
         if model is not None:
             _wait_model(model_url, model, model_log)
+        if judge_server is not None:
+            judge_url = f"http://127.0.0.1:{judge_port}/v1"
+            _wait_model(judge_url, judge_server, root / "judge.log")
         for name, process in zip(commands, services, strict=True):
             _wait_serving(address[name], SERVICES[name], process, root / f"{name}.log")
         yield LocalStack(

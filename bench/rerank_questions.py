@@ -6,13 +6,13 @@ search on questions asked in other words than the documents use: the 48 paraphra
                                      [--candidates 10] [--questions N]
 
 It starts the real local model (`make local-model`: Qwen2.5-Coder-1.5B through llama-cpp-python)
-and Quarry's services as processes (`bench/local_model_stack.py`); its configuration has a
-`rerank` route, the local model alone. Each question is sent to the search tool as a client
-sends it (`Search`, HYBRID, 10 hits) and the page is judged as the agent's `search` tool judges
-it (`services.agent.rerank.rerank` through the LLM gateway's `Generate`). Reported, before and
-after: answering document at rank 1, within the top 3, MRR@10, each difference with its 95 %
-paired bootstrap interval (questions resampled); the judgments (yes, no, failed); the seconds a
-judged search takes.
+and Quarry's services as processes (`bench/local_model_stack.py`), with the judge server: the
+same model reporting the first token's log-probabilities, the `rerank` route. Each question is
+sent to the search tool as a client sends it (`Search`, HYBRID, 10 hits) and the page is judged
+as the agent's `search` tool judges it (`services.agent.rerank.rerank` through the LLM gateway's
+`Generate`). Reported, before and after: answering document at rank 1, within the top 3, MRR@10,
+each difference with its 95 % paired bootstrap interval (questions resampled); the judgments
+(yes, no, failed); the seconds a judged search takes.
 
 The collection is read from a copy of `--data-dir` (`bench/answer_quality.py` builds it there).
 """
@@ -46,7 +46,7 @@ from services.agent.search import SearchHit
 from services.agent.search_tool_client import search_hit
 
 RERANK_ROUTE = "rerank"
-"""The local model alone (`scripts/local_model.py config`)."""
+"""The judge server alone (`scripts/local_model.py config --judge-port`)."""
 
 
 def first_answering(hits: list[SearchHit], answering: set[str]) -> int | None:
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             root,
             threads=args.threads,
             data_dir=data,
+            judge=True,
         ) as stack:
             result = asyncio.run(measure(args, stack.search_tool, stack.gateway))
     emit(

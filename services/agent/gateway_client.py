@@ -73,6 +73,8 @@ class GatewayModelClient:
             message.seed = request.seed
         if request.max_output_tokens is not None:
             message.max_output_tokens = request.max_output_tokens
+        if request.top_logprobs is not None:
+            message.top_logprobs = request.top_logprobs
         try:
             reply = await self._stub.Generate(
                 message, **await call_options(self._channel, "llm gateway", remaining_s)
@@ -87,6 +89,7 @@ class GatewayModelClient:
             provider=reply.provider,
             model=reply.model,
             fallback_reason=fallback_reason(reply),
+            first_token_logprobs=tuple((t.token, t.logprob) for t in reply.first_token_logprobs),
         )
 
     async def generate_structured(

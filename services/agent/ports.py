@@ -63,6 +63,8 @@ class ModelRequest:
     """Passed to providers that support it; None: none."""
     max_output_tokens: int | None = None
     """The most tokens of the reply; None: the route's provider's own bound."""
+    top_logprobs: int | None = None
+    """Ask for this many most likely first tokens of the reply (providers that report them)."""
 
     @property
     def callable_tools(self) -> tuple[ToolSpec, ...]:
@@ -92,6 +94,8 @@ class ModelResponse:
     model: str = ""
     fallback_reason: str = ""
     """Set when an earlier provider of the route failed or was skipped: which, and why."""
+    first_token_logprobs: tuple[tuple[str, float], ...] = ()
+    """(token, log-probability) of the most likely first tokens, when asked and reported."""
 
 
 @dataclass(frozen=True)

@@ -5,28 +5,32 @@ The embedding model and BM25 find the answering passage among the first ten for 
 but often not first: a module's overview or a sibling function ranks above the entry asked for
 (`bench/first_search.py`). Telling them apart takes reading the question and the passage
 together. Each of the first `rerank_candidates` hits is sent to the gateway's `rerank_route` with
-the query: "does this passage answer it? yes or no". The hits judged yes come first, in the
-engine's order among themselves, then the others, then the hits beyond the candidates. A
-pointwise yes/no is asked, not a list to order: it works with any provider of a route (no
-log-probabilities needed) and, on a small local model, does not favour the first-listed hit as a
-list does (`bench/rerank_questions.py`).
+the query, "does this passage answer it? yes or no", asking for the first token's
+log-probabilities. A hit's score is how much likelier the model makes "yes" than "no"
+(log P(yes) - log P(no), over the spellings of each among the reported tokens), and the judged
+hits are ordered by it. A provider that reports no log-probabilities (Anthropic) is read from its
+reply alone: yes before no, in the engine's order among each. Pointwise, not a list to order: a
+small local model asked to pick from a list picks the first-listed hit most of the time, and a
+bare yes/no says yes to most hits (median 7 of 10 on the demo questions), so only the margin
+orders them (`bench/rerank_questions.py`).
 
 A judgment that fails (the gateway or its provider down, a reply neither yes nor no) leaves that
-hit where the engine put it: the search never fails because its reranking did. The caller's
-deadline still ends the run.
+hit at its place: the search never fails because its reranking did. The caller's deadline still
+ends the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.agent.messages import system, user
-from services.agent.ports import ModelClient, ModelRequest, TokenUsage
+from services.agent.ports import ModelClient, ModelRequest, ModelResponse, TokenUsage
 from services.agent.run import Deadline
 from services.agent.search import SearchHit
 from services.common.errors import DeadlineExceeded, QuarryError
@@ -55,6 +59,31 @@ def verdict(reply: str) -> bool | None:
     return {"yes": True, "no": False}.get(word.group())
 
 
+TOP_LOGPROBS = 20
+"""First tokens asked for: enough that both answers' spellings are among them."""
+
+
+def judgment_score(reply: ModelResponse) -> float | None:
+    """How much likelier the model makes yes than no: log P(yes) - log P(no) over the reported
+    first tokens that read as either (a side not among them counts as the least likely reported
+    token); without log-probabilities, +1 for a yes reply and -1 for a no. None: neither."""
+    sides: dict[bool, list[float]] = {True: [], False: []}
+    for token, logprob in reply.first_token_logprobs:
+        side = verdict(token)
+        if side is not None and _REPLY.fullmatch(token.strip().lower()):
+            sides[side].append(logprob)
+    if sides[True] or sides[False]:
+        floor = min(logprob for _, logprob in reply.first_token_logprobs)
+        return _logsumexp(sides[True] or [floor]) - _logsumexp(sides[False] or [floor])
+    said = verdict(reply.text)
+    return None if said is None else (1.0 if said else -1.0)
+
+
+def _logsumexp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
 @dataclass(frozen=True)
 class Reranked:
     """A page after its first hits were judged."""
@@ -63,7 +92,7 @@ class Reranked:
     judged: int
     """Hits the model judged (yes or no)."""
     answering: int
-    """Hits judged yes (moved ahead of the others)."""
+    """Hits judged likelier to answer than not (score above 0)."""
     failed: int
     """Judgments that failed or could not be read (those hits kept their place)."""
     usage: TokenUsage
@@ -88,13 +117,14 @@ async def rerank(
     gate = asyncio.Semaphore(parallel)
     usage = TokenUsage()
 
-    async def judge(hit: SearchHit) -> bool | None:
+    async def judge(hit: SearchHit) -> float | None:
         request = ModelRequest(
             route=route,
             messages=(system(JUDGE_SYSTEM), user(judge_text(query, hit, max_chars))),
             tools=(),
             temperature=0.0,
-            max_output_tokens=3,
+            max_output_tokens=1,
+            top_logprobs=TOP_LOGPROBS,
         )
         async with gate:
             try:
@@ -112,16 +142,19 @@ async def rerank(
         usage.cache_read_tokens += reply.usage.cache_read_tokens
         usage.cache_write_tokens += reply.usage.cache_write_tokens
         usage.cost_usd += reply.usage.cost_usd
-        return verdict(reply.text)
+        return judgment_score(reply)
 
-    verdicts = await asyncio.gather(*(judge(h) for h in first))
-    ahead = [h for h, v in zip(first, verdicts, strict=True) if v is True]
-    behind = [h for h, v in zip(first, verdicts, strict=True) if v is not True]
+    scores = await asyncio.gather(*(judge(h) for h in first))
+    judged = [i for i, score in enumerate(scores) if score is not None]
+    ordered = sorted(judged, key=lambda i: (-(scores[i] or 0.0), i))
+    placed = list(first)  # a hit without a judgment keeps its place
+    for place, i in zip(judged, ordered, strict=True):
+        placed[place] = first[i]
     return Reranked(
-        hits=(*ahead, *behind, *hits[candidates:]),
-        judged=sum(v is not None for v in verdicts),
-        answering=len(ahead),
-        failed=sum(v is None for v in verdicts),
+        hits=(*placed, *hits[candidates:]),
+        judged=len(judged),
+        answering=sum(1 for score in scores if score is not None and score > 0),
+        failed=len(first) - len(judged),
         usage=usage,
         duration_ms=int((time.perf_counter() - started) * 1000),
     )

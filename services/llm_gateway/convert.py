@@ -111,6 +111,7 @@ def chat_request(
         parallel_tool_calls=(
             request.parallel_tool_calls if request.HasField("parallel_tool_calls") else None
         ),
+        top_logprobs=_top_logprobs(request),
     )
 
 
@@ -151,6 +152,10 @@ def generate_response(
         provider=provider,
         model=response.model,
         attempts=[attempt_message(a) for a in attempts],
+        first_token_logprobs=[
+            pb.TokenLogprob(token=token, logprob=logprob)
+            for token, logprob in response.first_token_logprobs
+        ],
     )
 
 
@@ -359,6 +364,18 @@ def _tool_choice(choice: pb.ToolChoice, tools: tuple[Tool, ...]) -> ToolChoice:
     return ToolChoice(
         mode=mode, name=choice.name if mode is ToolChoiceMode.NAMED else "", allowed=allowed
     )
+
+
+MAX_TOP_LOGPROBS = 20
+"""OpenAI's bound on `top_logprobs`."""
+
+
+def _top_logprobs(request: Any) -> int | None:
+    if not isinstance(request, pb.GenerateRequest) or not request.HasField("top_logprobs"):
+        return None
+    if not 1 <= request.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise InvalidArgument.for_field("top_logprobs", f"must be 1..{MAX_TOP_LOGPROBS}")
+    return int(request.top_logprobs)
 
 
 def _max_tokens(request: Any) -> int | None:

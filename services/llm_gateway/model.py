@@ -94,6 +94,8 @@ class ChatRequest:
     response_schema: dict[str, Any] | None = None
     """Structured output: the JSON schema the reply text must satisfy."""
     response_schema_name: str = ""
+    top_logprobs: int | None = None
+    """Report this many most likely first tokens of the reply (providers that can)."""
 
     @property
     def callable_tools(self) -> tuple[Tool, ...]:
@@ -134,6 +136,8 @@ class ChatResponse:
     context_window_exceeded: bool = False
     """The provider stopped because the context is full (its translator reports it with
     MAX_TOKENS); the chain turns such a reply into the overflow error (`ContextWindowExceeded`)."""
+    first_token_logprobs: tuple[tuple[str, float], ...] = ()
+    """(token, log-probability) of the most likely first tokens, when asked and reported."""
 
 
 @dataclass(frozen=True)

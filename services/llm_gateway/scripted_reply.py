@@ -127,6 +127,12 @@ class Reply:
     """Fake OpenAI streaming quirk: argument continuation chunks carry neither id nor index."""
     refusal: str = ""
     """Fake OpenAI: the model's refusal message (`message.refusal`, streamed as `delta.refusal`)."""
+    first_token_logprobs: dict[str, float] = field(default_factory=dict)
+    """Fake OpenAI, non-streamed: the first position's top tokens and log-probabilities, sent
+    when the request asks for `logprobs` (at most its `top_logprobs` of them)."""
+    llama_cpp_logprobs: bool = False
+    """Fake OpenAI: send them as llama-cpp-python's server does for chat (completion-style
+    `{tokens, token_logprobs, top_logprobs: [{token: logprob}]}`), not OpenAI's `content`."""
 
     @property
     def is_fault(self) -> bool:

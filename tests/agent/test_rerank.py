@@ -1,12 +1,14 @@
-"""Judging a search's first hits before the run's model sees them (`loop.rerank_route`): hits a
-model judges to answer the query go first, in the engine's order; failed or unreadable judgments
-leave hits in place; only a first page's first candidates are judged; the caller's deadline still
-ends the run; without a route nothing is judged."""
+"""Judging a search's first hits before the run's model sees them (`loop.rerank_route`): hits are
+ordered by how much likelier the judge makes "yes" than "no" (by its reply alone when its
+provider reports no log-probabilities); failed or unreadable judgments leave hits in place; only a
+first page's first candidates are judged; the caller's deadline still ends the run; without a
+route nothing is judged."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable
 
 import pytest
@@ -16,7 +18,7 @@ from services.agent.config import LoopSettings
 from services.agent.loop import AgentLoop
 from services.agent.messages import Role, ToolCall
 from services.agent.ports import ModelRequest, ModelResponse, TokenUsage
-from services.agent.rerank import judge_text, rerank, verdict
+from services.agent.rerank import judge_text, judgment_score, rerank, verdict
 from services.agent.run import Deadline, Mode, StopReason
 from services.agent.search import SearchHit
 from services.agent.testing import ScriptedModel, answer_call, raw_call, search_call, turn
@@ -32,10 +34,13 @@ def hit(i: int, title: str = "", text: str = "") -> SearchHit:
     return SearchHit(f"doc{i}__chunk_0", f"doc{i}", title or f"title {i}", text or f"text {i}", 1.0)
 
 
+Answer = str | ModelResponse | BaseException
+
+
 class Judge:
     """A `ModelClient` whose judgments come from `answer(hit title)`; records what it was asked."""
 
-    def __init__(self, answer: Callable[[str], str | BaseException]) -> None:
+    def __init__(self, answer: Callable[[str], Answer]) -> None:
         self.answer = answer
         self.requests: list[ModelRequest] = []
         self.running = 0
@@ -51,6 +56,8 @@ class Judge:
             reply = self.answer(passage.split("\n", 1)[0])
             if isinstance(reply, BaseException):
                 raise reply
+            if isinstance(reply, ModelResponse):
+                return reply
             return ModelResponse(text=reply, usage=TokenUsage(input_tokens=80, output_tokens=1))
         finally:
             self.running -= 1
@@ -82,7 +89,41 @@ async def test_hits_judged_to_answer_go_first_in_the_engines_order() -> None:
     [routes] = {r.route for r in judge.requests}
     assert routes == JUDGE_ROUTE
     assert all(r.tools == () and r.temperature == 0.0 for r in judge.requests)
-    assert all(r.max_output_tokens == 3 for r in judge.requests)
+    assert all(r.max_output_tokens == 1 for r in judge.requests)
+    assert all(r.top_logprobs == 20 for r in judge.requests)
+
+
+def judged(*logprobs: tuple[str, float], text: str = "") -> ModelResponse:
+    return ModelResponse(text=text or logprobs[0][0], first_token_logprobs=logprobs)
+
+
+async def test_with_logprobs_hits_are_ordered_by_how_much_likelier_yes_is_than_no() -> None:
+    hits = [hit(i) for i in range(4)]
+    replies = {
+        # yes far likelier than no (both spellings of each summed)
+        "title 0": judged(("yes", -0.1), ("Yes", -2.0), ("no", -3.0)),
+        # a "yes" reply, but barely: ranks below a confident one
+        "title 1": judged(("yes", -0.6), ("no", -0.8)),
+        # "no", with no "yes" among the reported tokens: the least likely one stands in
+        "title 2": judged(("no", -0.01), ("maybe", -5.0)),
+        # "no", but "yes" close behind
+        "title 3": judged(("no", -0.5), (" Yes", -0.9), ("NO", -4.0)),
+    }
+
+    result = await reranked(Judge(lambda title: replies[title]), hits)
+
+    assert [h.id for h in result.hits] == [hits[i].id for i in (0, 1, 3, 2)]
+    assert (result.judged, result.answering, result.failed) == (4, 2, 0)
+
+
+def test_a_judgment_score_is_the_log_odds_of_yes_over_no() -> None:
+    score = judgment_score(judged(("yes", math.log(0.6)), ("no", math.log(0.2))))
+    assert score == pytest.approx(math.log(3))
+    assert judgment_score(ModelResponse(text="Yes")) == 1.0
+    assert judgment_score(ModelResponse(text="no")) == -1.0
+    assert judgment_score(ModelResponse(text="perhaps")) is None
+    # log-probabilities with neither answer among them: read the reply
+    assert judgment_score(judged(("The", -0.1), text="The passage")) is None
 
 
 async def test_a_judgment_reads_the_query_the_title_and_the_start_of_the_text() -> None:
@@ -115,8 +156,8 @@ def test_a_reply_is_read_as_yes_no_or_neither(reply: str, expected: bool | None)
 async def test_failed_or_unreadable_judgments_leave_their_hits_in_place() -> None:
     hits = [hit(i) for i in range(4)]
 
-    def answer(title: str) -> str | BaseException:
-        replies: dict[str, str | BaseException] = {
+    def answer(title: str) -> Answer:
+        replies: dict[str, Answer] = {
             "title 0": Unavailable("the gateway is down"),
             "title 1": "I cannot tell",
             "title 2": "no",
@@ -126,7 +167,8 @@ async def test_failed_or_unreadable_judgments_leave_their_hits_in_place() -> Non
 
     result = await reranked(Judge(answer), hits)
 
-    assert [h.id for h in result.hits] == [hits[i].id for i in (3, 0, 1, 2)]
+    # the two judged swap places; the other two stay where the engine put them
+    assert [h.id for h in result.hits] == [hits[i].id for i in (0, 1, 3, 2)]
     assert (result.judged, result.answering, result.failed) == (2, 1, 2)
 
 
@@ -164,7 +206,7 @@ async def test_an_expired_deadline_ends_the_judging_with_deadline_exceeded() -> 
 class _JudgingModel(ScriptedModel):
     """The run's scripted model, with judgments on the rerank route answered apart."""
 
-    def __init__(self, turns: list[ModelResponse], answer: Callable[[str], str]) -> None:
+    def __init__(self, turns: list[ModelResponse], answer: Callable[[str], Answer]) -> None:
         super().__init__(turns)
         self.judge = Judge(answer)
 

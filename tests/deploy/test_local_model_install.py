@@ -99,19 +99,36 @@ def test_a_changed_lock_reinstalls_the_runtime(
     assert created == [LOCAL_MODEL.paths(tmp_path)["venv"]]
 
 
-def test_the_local_config_has_a_rerank_route_of_the_model_alone_for_the_agent_to_opt_into(
+def test_the_local_config_judges_search_hits_on_the_judge_server_only_when_given_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from services.agent.config import AgentSettings
     from services.common.settings import load_settings
     from services.llm_gateway.config import GatewaySettings
 
-    config = tmp_path / "quarry-local.yaml"
-    text = LOCAL_MODEL.config_text(port=8123, context=4096, timeout_s=60.0, max_output_tokens=512)
-    config.write_text(text)
+    plain, judged = tmp_path / "plain.yaml", tmp_path / "judged.yaml"
+    options = {"port": 8123, "context": 4096, "timeout_s": 60.0, "max_output_tokens": 512}
+    plain.write_text(LOCAL_MODEL.config_text(**options))
+    judged.write_text(LOCAL_MODEL.config_text(**options, judge_port=8124))
 
-    gateway = load_settings(GatewaySettings, config)
-    assert gateway.routes["rerank"] == ["local"]  # no extractive fallback: it cannot judge
-    assert load_settings(AgentSettings, config).loop.rerank_route == ""  # opt-in
-    monkeypatch.setenv("QUARRY_AGENT_LOOP__RERANK_ROUTE", "rerank")
-    assert load_settings(AgentSettings, config).loop.rerank_route == "rerank"
+    assert "rerank" not in load_settings(GatewaySettings, plain).routes
+    assert load_settings(AgentSettings, plain).loop.rerank_route == ""
+    gateway = load_settings(GatewaySettings, judged)
+    assert gateway.routes["rerank"] == ["local-judge"]  # no extractive fallback: it cannot judge
+    [judge] = [p for p in gateway.providers if p.name == "local-judge"]
+    assert judge.base_url == "http://127.0.0.1:8124/v1"
+    assert judge.tool_calls != "json_schema"  # a judgment is text: yes or no
+    assert load_settings(AgentSettings, judged).loop.rerank_route == "rerank"
+    monkeypatch.setenv("QUARRY_AGENT_LOOP__RERANK_ROUTE", "")
+    assert load_settings(AgentSettings, judged).loop.rerank_route == ""
+
+
+def test_only_the_judge_server_keeps_logits_rows(tmp_path: Path) -> None:
+    def logits_all(**judge: bool) -> str:
+        command = LOCAL_MODEL.serve_command(
+            tmp_path, host="127.0.0.1", port=1, threads=1, context=1024, **judge
+        )
+        return str(command[command.index("--logits_all") + 1])
+
+    assert logits_all() == "false"
+    assert logits_all(judge=True) == "true"

@@ -243,3 +243,71 @@ async def test_the_callers_deadline_bounds_the_try_and_is_not_charged_to_the_pro
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     vendor = next(p for p in status.providers if p.name == NAME)
     assert (vendor.failures, vendor.consecutive_failures) == (0, 0)
+
+
+@pytest.mark.parametrize("llama_cpp_style", [False, True])
+async def test_top_logprobs_reach_the_vendor_and_come_back_most_likely_first(
+    fake_openai: FakeOpenAIServer, llama_cpp_style: bool
+) -> None:
+    logprobs = {"no": -0.4, "yes": -1.2, "Yes": -2.5, "No": -3.0}
+    fake_openai.reset(
+        [Reply(text="no", first_token_logprobs=logprobs, llama_cpp_logprobs=llama_cpp_style)]
+    )
+    settings = gateway_settings([_openai(fake_openai)], {"agent": [NAME]})
+    async with running_gateway(settings) as stub:
+        response = await stub.Generate(
+            pb.GenerateRequest(messages=[user("judge")], max_output_tokens=1, top_logprobs=3)
+        )
+    [request] = fake_openai.requests
+    assert (request.body["logprobs"], request.body["top_logprobs"]) == (True, 3)
+    assert [(t.token, t.logprob) for t in response.first_token_logprobs] == [
+        ("no", -0.4),
+        ("yes", -1.2),
+        ("Yes", -2.5),
+    ]
+
+
+async def test_without_top_logprobs_none_are_asked_or_returned(
+    fake_openai: FakeOpenAIServer,
+) -> None:
+    fake_openai.reset([Reply(text="no", first_token_logprobs={"no": -0.1})])
+    settings = gateway_settings([_openai(fake_openai)], {"agent": [NAME]})
+    async with running_gateway(settings) as stub:
+        response = await stub.Generate(pb.GenerateRequest(messages=[user("judge")]))
+    [request] = fake_openai.requests
+    assert "logprobs" not in request.body
+    assert "top_logprobs" not in request.body
+    assert list(response.first_token_logprobs) == []
+
+
+@pytest.mark.parametrize("asked", [0, 21])
+async def test_top_logprobs_out_of_range_is_invalid_argument_naming_the_field(
+    fake_openai: FakeOpenAIServer, asked: int
+) -> None:
+    settings = gateway_settings([_openai(fake_openai)], {"agent": [NAME]})
+    async with running_gateway(settings) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.Generate(pb.GenerateRequest(messages=[user("judge")], top_logprobs=asked))
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "top_logprobs" in (raised.value.details() or "")
+    assert fake_openai.requests == []
+
+
+async def test_a_provider_without_logprobs_answers_with_none(
+    fake_anthropic: FakeAnthropicServer,
+) -> None:
+    fake_anthropic.reset([Reply(text="yes")])
+    anthropic = ProviderSettings.model_validate(
+        {
+            "kind": "anthropic",
+            "model": "claude-test",
+            "base_url": fake_anthropic.base_url,
+            "api_key_env": KEY_ENV,
+            "context_window_tokens": 16_000,
+        }
+    )
+    settings = gateway_settings([anthropic], {"agent": ["anthropic/claude-test"]})
+    async with running_gateway(settings) as stub:
+        response = await stub.Generate(pb.GenerateRequest(messages=[user("judge")], top_logprobs=5))
+    assert response.message.text == "yes"
+    assert list(response.first_token_logprobs) == []

@@ -76,7 +76,7 @@ class FakeAnthropicServer(FakeServer):
     api_path: ClassVar[str] = "/v1/messages"
     base_path: ClassVar[str] = ""
 
-    def render_body(self, reply: Reply, model: str) -> dict[str, Any]:
+    def render_body(self, reply: Reply, model: str, body: dict[str, Any]) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         if reply.text:
             content.append({"type": "text", "text": reply.text})

@@ -65,6 +65,24 @@ def usage_json(usage: ScriptedUsage) -> dict[str, Any]:
     }
 
 
+def logprobs_json(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:
+    """A choice's `logprobs` for a request that asked for them (`logprobs`, `top_logprobs`)."""
+    if not body.get("logprobs") or not reply.first_token_logprobs:
+        return None
+    top = sorted(reply.first_token_logprobs.items(), key=lambda pair: -pair[1])
+    top = top[: int(body.get("top_logprobs") or 0) or len(top)]
+    first, best = top[0]
+    if reply.llama_cpp_logprobs:
+        return {
+            "text_offset": [0],
+            "token_logprobs": [best],
+            "tokens": [first],
+            "top_logprobs": [dict(top)],
+        }
+    candidates = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top]
+    return {"content": [{**candidates[0], "top_logprobs": candidates}], "refusal": None}
+
+
 FINISH_REASONS = {
     "end_turn": "stop",
     "tool_use": "tool_calls",
@@ -86,7 +104,7 @@ class FakeOpenAIServer(FakeServer):
     api_path: ClassVar[str] = "/v1/chat/completions"
     base_path: ClassVar[str] = "/v1"
 
-    def render_body(self, reply: Reply, model: str) -> dict[str, Any]:
+    def render_body(self, reply: Reply, model: str, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if reply.refusal:
             message["refusal"] = reply.refusal
@@ -105,7 +123,7 @@ class FakeOpenAIServer(FakeServer):
             "object": "chat.completion",
             "created": 1_700_000_000,
             "model": model,
-            "choices": [{**choice, "logprobs": None}],
+            "choices": [{**choice, "logprobs": logprobs_json(reply, body)}],
             "usage": usage_json(reply.usage or ScriptedUsage()),
         }
 

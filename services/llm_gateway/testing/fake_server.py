@@ -112,7 +112,7 @@ class FakeServer:
 
     # -- wire format, per provider ------------------------------------------------------------
 
-    def render_body(self, reply: Reply, model: str) -> dict[str, Any]:
+    def render_body(self, reply: Reply, model: str, body: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
     def render_events(self, reply: Reply, model: str) -> list[SseEvent]:
@@ -249,7 +249,7 @@ class FakeServer:
             stream = self._stream(reply, model, record, request)
             return StreamingResponse(stream, media_type="text/event-stream")
         record.finished.set()
-        return JSONResponse(self.render_body(reply, model))
+        return JSONResponse(self.render_body(reply, model, body))
 
     def _error_response(self, error: ScriptedError) -> Response:
         status, payload, headers = self.render_error(error)

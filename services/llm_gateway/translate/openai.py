@@ -123,6 +123,9 @@ def to_openai_request(
         params["temperature"] = request.temperature
     if request.seed is not None and quirks.supports_seed:
         params["seed"] = request.seed
+    if request.top_logprobs is not None:
+        params["logprobs"] = True
+        params["top_logprobs"] = request.top_logprobs
     in_text = _tools_in_text(request, quirks)
     if in_text:
         params["messages"] = _with_tool_instruction(params["messages"], request, quirks)
@@ -367,7 +370,28 @@ def from_completion(completion: ChatCompletion, wire: OpenAIRequest, *, model: s
             call_id = call.id or f"call_{i}"
             draft.calls.append(_CallDraft(call_id, function.name, function.arguments or ""))
         draft.finish_reason = choice.finish_reason
+        response = _response(draft, wire)
+        response.first_token_logprobs = first_token_logprobs(choice.logprobs)
+        return response
     return _response(draft, wire)
+
+
+def first_token_logprobs(logprobs: Any) -> tuple[tuple[str, float], ...]:
+    """(token, log-probability) of the reply's most likely first tokens, most likely first, from
+    a choice's `logprobs`: OpenAI's (`content[0].top_logprobs`) or the completion-style form
+    llama-cpp-python's server answers chat with (`top_logprobs[0]`, a token -> logprob map)."""
+    if logprobs is None:
+        return ()
+    content = getattr(logprobs, "content", None)
+    if content:
+        found = [(t.token, float(t.logprob)) for t in content[0].top_logprobs or ()]
+    else:
+        positions = getattr(logprobs, "top_logprobs", None) or []
+        first = positions[0] if positions else None
+        if not isinstance(first, dict):
+            return ()
+        found = [(str(token), float(logprob)) for token, logprob in first.items()]
+    return tuple(sorted(found, key=lambda pair: -pair[1]))
 
 
 class OpenAIStreamReader:

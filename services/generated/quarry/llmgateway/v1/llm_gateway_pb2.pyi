@@ -154,7 +154,7 @@ class Attempt(_message.Message):
     def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., latency_ms: _Optional[float] = ..., try_number: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("route", "messages", "tools", "tool_choice", "max_output_tokens", "temperature", "seed", "parallel_tool_calls")
+    __slots__ = ("route", "messages", "tools", "tool_choice", "max_output_tokens", "temperature", "seed", "parallel_tool_calls", "top_logprobs")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,7 @@ class GenerateRequest(_message.Message):
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     route: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
@@ -171,10 +172,19 @@ class GenerateRequest(_message.Message):
     temperature: float
     seed: int
     parallel_tool_calls: bool
-    def __init__(self, route: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., seed: _Optional[int] = ..., parallel_tool_calls: _Optional[bool] = ...) -> None: ...
+    top_logprobs: int
+    def __init__(self, route: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., max_output_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., seed: _Optional[int] = ..., parallel_tool_calls: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token", "logprob")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    logprob: float
+    def __init__(self, token: _Optional[str] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("message", "stop_reason", "context_window_exceeded", "usage", "provider", "model", "attempts")
+    __slots__ = ("message", "stop_reason", "context_window_exceeded", "usage", "provider", "model", "attempts", "first_token_logprobs")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_WINDOW_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +192,7 @@ class GenerateResponse(_message.Message):
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_TOKEN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     message: Message
     stop_reason: StopReason
     context_window_exceeded: bool
@@ -189,7 +200,8 @@ class GenerateResponse(_message.Message):
     provider: str
     model: str
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., context_window_exceeded: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    first_token_logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., context_window_exceeded: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., first_token_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class StreamGenerateRequest(_message.Message):
     __slots__ = ("route", "messages", "tools", "tool_choice", "max_output_tokens", "temperature", "seed", "parallel_tool_calls")
