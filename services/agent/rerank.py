@@ -144,7 +144,14 @@ async def rerank(
         usage.cost_usd += reply.usage.cost_usd
         return judgment_score(reply)
 
-    scores = await asyncio.gather(*(judge(h) for h in first))
+    tasks = [asyncio.ensure_future(judge(h)) for h in first]
+    try:
+        scores = await asyncio.gather(*tasks)
+    except BaseException:  # the deadline (or a fault): the judgments still running are dropped
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     judged = [i for i, score in enumerate(scores) if score is not None]
     ordered = sorted(judged, key=lambda i: (-(scores[i] or 0.0), i))
     placed = list(first)  # a hit without a judgment keeps its place

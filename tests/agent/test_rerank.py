@@ -203,6 +203,30 @@ async def test_an_expired_deadline_ends_the_judging_with_deadline_exceeded() -> 
     assert judge.requests == []
 
 
+async def test_a_deadline_expiring_mid_judging_drops_the_judgments_still_running() -> None:
+    hang = asyncio.Event()
+    finished: list[str] = []
+
+    class Slow(Judge):
+        async def generate(
+            self, request: ModelRequest, *, remaining_s: float | None
+        ) -> ModelResponse:
+            if "title 0" in request.messages[-1].text:
+                raise DeadlineExceeded("the caller's deadline expired")
+            await hang.wait()  # never set: only cancellation ends it
+            finished.append(request.messages[-1].text)
+            return ModelResponse(text="yes")
+
+    judge = Slow(lambda title: "yes")
+    before = len(asyncio.all_tasks())
+
+    with pytest.raises(DeadlineExceeded):
+        await reranked(judge, [hit(i) for i in range(4)])
+
+    assert finished == []
+    assert len(asyncio.all_tasks()) == before  # nothing left running
+
+
 class _JudgingModel(ScriptedModel):
     """The run's scripted model, with judgments on the rerank route answered apart."""
 
