@@ -236,7 +236,7 @@ async def test_the_callers_deadline_bounds_the_try_and_is_not_charged_to_the_pro
     settings = gateway_settings([_openai(fake_openai, timeout_s=30)], {"agent": [NAME]})
     async with running_gateway(settings) as stub:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.Generate(pb.GenerateRequest(messages=[user("hi")]), timeout=0.3)
+            await stub.Generate(pb.GenerateRequest(messages=[user("hi")]), timeout=1.0)
         (upstream,) = fake_openai.requests
         assert await asyncio.to_thread(upstream.disconnected.wait, 5)
         status = await stub.GetStatus(pb.GetStatusRequest())
