@@ -351,6 +351,7 @@ class _Draft:
     calls: list[_CallDraft] = field(default_factory=list)
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
+    first_token_logprobs: tuple[tuple[str, float], ...] = ()
 
 
 def from_completion(completion: ChatCompletion, wire: OpenAIRequest, *, model: str) -> ChatResponse:
@@ -370,9 +371,7 @@ def from_completion(completion: ChatCompletion, wire: OpenAIRequest, *, model: s
             call_id = call.id or f"call_{i}"
             draft.calls.append(_CallDraft(call_id, function.name, function.arguments or ""))
         draft.finish_reason = choice.finish_reason
-        response = _response(draft, wire)
-        response.first_token_logprobs = first_token_logprobs(choice.logprobs)
-        return response
+        draft.first_token_logprobs = first_token_logprobs(choice.logprobs)
     return _response(draft, wire)
 
 
@@ -483,7 +482,12 @@ def _response(draft: _Draft, wire: OpenAIRequest) -> ChatResponse:
     if refusal and not text and not calls:
         text, stop = refusal, StopReason.CONTENT_FILTER
     return ChatResponse(
-        text=text, tool_calls=calls, stop_reason=stop, usage=draft.usage, model=draft.model
+        text=text,
+        tool_calls=calls,
+        stop_reason=stop,
+        usage=draft.usage,
+        model=draft.model,
+        first_token_logprobs=draft.first_token_logprobs,
     )
 
 
