@@ -82,6 +82,13 @@ class TokenUsage:
     cost_usd: float = 0.0
     """What the call cost, when the gateway priced it (0: not priced)."""
 
+    def add_tokens(self, other: TokenUsage) -> None:
+        """Count `other`'s tokens in these (not its cost: the run counts cost apart)."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+
 
 @dataclass(frozen=True)
 class ModelResponse:

@@ -97,10 +97,7 @@ class StepBuilder:
         self.model_ms += model_ms
 
     def count(self, usage: TokenUsage) -> None:
-        self.usage.input_tokens += usage.input_tokens
-        self.usage.output_tokens += usage.output_tokens
-        self.usage.cache_read_tokens += usage.cache_read_tokens
-        self.usage.cache_write_tokens += usage.cache_write_tokens
+        self.usage.add_tokens(usage)
 
     def add(self, call: ToolCallRecord) -> None:
         self.calls.append(call)
@@ -124,10 +121,7 @@ def total_usage(steps: Sequence[StepRecord]) -> TokenUsage:
     """The tokens of every step."""
     total = TokenUsage()
     for step in steps:
-        total.input_tokens += step.usage.input_tokens
-        total.output_tokens += step.usage.output_tokens
-        total.cache_read_tokens += step.usage.cache_read_tokens
-        total.cache_write_tokens += step.usage.cache_write_tokens
+        total.add_tokens(step.usage)
     return total
 
 

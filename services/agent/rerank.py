@@ -142,10 +142,7 @@ async def rerank(
                     extra={"hit": hit.id, "route": route, "error": error.message[:200]},
                 )
                 return None
-        usage.input_tokens += reply.usage.input_tokens
-        usage.output_tokens += reply.usage.output_tokens
-        usage.cache_read_tokens += reply.usage.cache_read_tokens
-        usage.cache_write_tokens += reply.usage.cache_write_tokens
+        usage.add_tokens(reply.usage)
         usage.cost_usd += reply.usage.cost_usd
         return judgment_score(reply)
 
