@@ -34,6 +34,7 @@ from tests.llm_gateway.gateway_fixtures import (
 
 KEY_ENV = "QUARRY_TEST_OPENAI_KEY"
 NAME = "openai/gpt-test"
+CLAUDE = "anthropic/claude-test"
 
 
 @pytest.fixture(autouse=True)
@@ -50,6 +51,17 @@ def _openai(fake: FakeOpenAIServer, **overrides: object) -> ProviderSettings:
         "context_window_tokens": 16_000,
         "timeout_s": 5.0,
         "retry": {"max_attempts": 2, "base_backoff_s": 0.001, "max_backoff_s": 0.05},
+        **overrides,
+    }
+    return ProviderSettings.model_validate(values)
+
+
+def _anthropic(fake: FakeAnthropicServer, **overrides: object) -> ProviderSettings:
+    values: dict[str, object] = {
+        "kind": "anthropic",
+        "model": "claude-test",
+        "base_url": fake.base_url,
+        "api_key_env": KEY_ENV,
         **overrides,
     }
     return ProviderSettings.model_validate(values)
@@ -203,17 +215,9 @@ async def test_an_overloaded_anthropic_falls_back_to_openai_on_the_stream_path(
 ) -> None:
     fake_anthropic.reset(default=Reply.overloaded())
     fake_openai.reset([Reply(text="from openai")])
-    claude = ProviderSettings.model_validate(
-        {
-            "kind": "anthropic",
-            "model": "claude-test",
-            "base_url": fake_anthropic.base_url,
-            "api_key_env": KEY_ENV,
-            "retry": {"max_attempts": 1},
-        }
-    )
+    claude = _anthropic(fake_anthropic, retry={"max_attempts": 1})
     settings = gateway_settings(
-        [claude, _openai(fake_openai)], {"agent": ["anthropic/claude-test", NAME, "extractive"]}
+        [claude, _openai(fake_openai)], {"agent": [CLAUDE, NAME, "extractive"]}
     )
     async with running_gateway(settings) as stub:
         events = [
@@ -297,16 +301,8 @@ async def test_a_provider_without_logprobs_answers_with_none(
     fake_anthropic: FakeAnthropicServer,
 ) -> None:
     fake_anthropic.reset([Reply(text="yes")])
-    anthropic = ProviderSettings.model_validate(
-        {
-            "kind": "anthropic",
-            "model": "claude-test",
-            "base_url": fake_anthropic.base_url,
-            "api_key_env": KEY_ENV,
-            "context_window_tokens": 16_000,
-        }
-    )
-    settings = gateway_settings([anthropic], {"agent": ["anthropic/claude-test"]})
+    anthropic = _anthropic(fake_anthropic, context_window_tokens=16_000)
+    settings = gateway_settings([anthropic], {"agent": [CLAUDE]})
     async with running_gateway(settings) as stub:
         response = await stub.Generate(pb.GenerateRequest(messages=[user("judge")], top_logprobs=5))
     assert response.message.text == "yes"
