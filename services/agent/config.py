@@ -78,8 +78,9 @@ class LoopSettings(BaseModel):
     """`summarize`: the LLM gateway route that writes summaries; empty: the run's route."""
     rerank_route: str = ""
     """`search`: the LLM gateway route whose model judges a search's first hits before the run's
-    model sees them, those judged to answer the query first (`services/agent/rerank.py`); empty:
-    no judging (the default: ~1-2 s of a small local model per hit judged)."""
+    model sees them, ordered by how likely it makes "yes, this answers the query"
+    (`services/agent/rerank.py`); empty: no judging (the default: with the local 1.5B model it
+    cost ~4 s a hit judged here and lost on held-out collections)."""
     rerank_candidates: int = Field(default=10, ge=1, le=50)
     """`search`: how many of a first page's hits are judged (a later page is never reordered)."""
     rerank_max_chars: int = Field(default=300, ge=50, le=4_000)

@@ -126,7 +126,7 @@ class SearchTool(Tool):
     async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         """One search. It fetches at least the run's `limit` (the caller's results); the model is
         shown the `limit` it asked for. With `loop.rerank_route`, a first page's first hits are
-        judged by that route's model and those that answer the query go first."""
+        judged by that route's model and reordered by its judgment (`services/agent/rerank.py`)."""
         try:
             plan = parse_arguments(SearchPlan, call.arguments_json)
         except ToolArgumentsError as error:
