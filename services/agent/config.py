@@ -87,6 +87,14 @@ class LoopSettings(BaseModel):
     """`search`: the most characters of a hit's text a judgment reads (after its title)."""
     rerank_parallel: int = Field(default=4, ge=1, le=50)
     """`search`: judgments of one search sent to the gateway at once."""
+    expand_queries: bool = False
+    """`search`: each HYBRID or SEMANTIC search also searches with a passage a model wrote to
+    answer its query (HyDE: one more variation, the query followed by the passage;
+    `services/agent/expand.py`). Off by default: it costs a model call a distinct query."""
+    expand_route: str = ""
+    """`search`: the LLM gateway route that writes the passages; empty: the run's route."""
+    expand_max_tokens: int = Field(default=80, ge=8, le=1_024)
+    """`search`: the longest passage written, in tokens."""
 
 
 class QuestionSettings(BaseModel):

@@ -19,6 +19,7 @@ from services.agent.acceptance import AnswerDesk
 from services.agent.config import LoopSettings
 from services.agent.conversation import Conversation
 from services.agent.events import AgentEvent
+from services.agent.expand import Expansion
 from services.agent.messages import ToolCall, tool_result, user
 from services.agent.ports import ModelClient, SearchClient
 from services.agent.questions import QuestionChannel
@@ -71,6 +72,8 @@ class ToolRunner:
         """The first call of each distinct search (tool and arguments) of the run, by key."""
         self.repeats = 0
         """Searches refused for repeating an earlier one word for word."""
+        self.expansions: dict[str, Expansion] = {}
+        """The run's query expansions, by query (`loop.expand_queries`)."""
 
     async def execute(
         self,
@@ -146,6 +149,7 @@ class ToolRunner:
             iteration=self.searches if iteration is None else iteration,
             route=self.model_route,
             step=self.steps.index,
+            expansions=self.expansions,
         )
 
     async def _run_one(self, tool: Tool, call: ToolCall) -> AsyncIterator[AgentEvent]:

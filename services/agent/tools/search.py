@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
+from services.agent.expand import Expansion, expand, expansion_text
 from services.agent.filters import FilterGroup
 from services.agent.messages import ToolCall
+from services.agent.ports import TokenUsage
 from services.agent.rerank import Reranked, rerank
 from services.agent.search import SearchHit, SearchRequest, Strategy
 from services.agent.tools.base import (
@@ -27,6 +29,8 @@ from services.agent.tools.results import format_results
 from services.common.errors import QuarryError
 
 SEARCH = "search"
+MAX_VARIATIONS = 9
+"""The search tool's bound on a query's variations (`SearchQuery.variations`)."""
 
 
 class SearchQuery(BaseModel):
@@ -37,7 +41,7 @@ class SearchQuery(BaseModel):
     )
     variations: list[str] = Field(
         default_factory=list,
-        max_length=9,
+        max_length=MAX_VARIATIONS,
         description="Up to 9 rephrasings; semantic retrieval only.",
     )
 
@@ -79,8 +83,22 @@ class Searching(ToolEvent):
     """Why the search did not run or failed (the tool error the model read)."""
     reranked: Reranked | None = None
     """How the first hits were judged (`loop.rerank_route`); None: they were not."""
+    expansion: Expansion | None = None
+    """The passage the query was expanded with (`loop.expand_queries`); None: not expanded."""
+    expansion_reused: bool = False
+    """The expansion was the run's earlier one for this query (no model call)."""
 
     def wire(self) -> dict[str, Any]:
+        expanded = {}
+        if self.expansion is not None:
+            expanded = {
+                "expansion": {
+                    "passage": self.expansion.passage,
+                    "failed": self.expansion.failed,
+                    "duration_ms": 0 if self.expansion_reused else self.expansion.duration_ms,
+                    "reused": self.expansion_reused,
+                }
+            }
         rerank = {}
         if self.reranked is not None:
             rerank = {
@@ -101,6 +119,7 @@ class Searching(ToolEvent):
             "duration_ms": self.duration_ms,
             "error": self.error,
             **rerank,
+            **expanded,
         }
 
 
@@ -125,8 +144,10 @@ class SearchTool(Tool):
 
     async def run(self, call: ToolCall, context: ToolContext) -> ToolOutcome:
         """One search. It fetches at least the run's `limit` (the caller's results); the model is
-        shown the `limit` it asked for. With `loop.rerank_route`, a first page's first hits are
-        judged by that route's model and reordered by its judgment (`services/agent/rerank.py`)."""
+        shown the `limit` it asked for. With `loop.expand_queries`, a HYBRID or SEMANTIC search
+        also searches with a passage a model wrote to answer the query (`services/agent/
+        expand.py`). With `loop.rerank_route`, a first page's first hits are judged by that
+        route's model and reordered by its judgment (`services/agent/rerank.py`)."""
         try:
             plan = parse_arguments(SearchPlan, call.arguments_json)
         except ToolArgumentsError as error:
@@ -154,6 +175,13 @@ class SearchTool(Tool):
             offset=plan.offset,
         )
         started = time.perf_counter()
+        asked = request.variations
+        expansion, reused = await self._expansion(request, context)
+        if expansion is not None and not expansion.failed:
+            # within the search tool's bound on a query (the same as the agent's by default)
+            variation = expansion_text(request.primary, expansion.passage)
+            variation = variation[: context.settings.max_query_chars]
+            request = replace(request, variations=(*asked, variation))
 
         def event(
             result_count: int,
@@ -167,7 +195,7 @@ class SearchTool(Tool):
             return Searching(
                 iteration=context.iteration,
                 primary=request.primary,
-                variations=request.variations,
+                variations=asked,
                 strategy=request.strategy,
                 filter_groups=request.filter_groups,
                 result_count=result_count,
@@ -175,6 +203,8 @@ class SearchTool(Tool):
                 duration_ms=duration_ms,
                 error=error,
                 reranked=reranked,
+                expansion=expansion,
+                expansion_reused=reused,
                 step=context.step,
             )
 
@@ -220,8 +250,46 @@ class SearchTool(Tool):
             duration_ms=duration_ms,
             total_count=page.total_count,
             ran=True,
-            usage=None if reranked is None else reranked.usage,
+            usage=_spent(None if expansion is None or reused else expansion.usage, reranked),
         )
+
+    @staticmethod
+    async def _expansion(
+        request: SearchRequest, context: ToolContext
+    ) -> tuple[Expansion | None, bool]:
+        """The query's expansion (`loop.expand_queries`), and whether it is the run's earlier
+        one; None: not expanded (off, a KEYWORD search, or no room among the variations)."""
+        settings = context.settings
+        if (
+            not settings.expand_queries
+            or request.strategy == "keyword"
+            or len(request.variations) >= MAX_VARIATIONS
+        ):
+            return None, False
+        earlier = context.expansions.get(request.primary)
+        if earlier is not None:
+            return earlier, True
+        expansion = await expand(
+            request.primary,
+            model=context.model,
+            route=settings.expand_route or context.route,
+            max_output_tokens=settings.expand_max_tokens,
+            deadline=context.deadline,
+        )
+        context.expansions[request.primary] = expansion
+        return expansion, False
+
+
+def _spent(expanded: TokenUsage | None, reranked: Reranked | None) -> TokenUsage | None:
+    """The model tokens a search spent (its expansion and its judgments); None: no model call."""
+    if expanded is None and reranked is None:
+        return None
+    usage = TokenUsage()
+    for part in (expanded, None if reranked is None else reranked.usage):
+        if part is not None:
+            usage.add_tokens(part)
+            usage.cost_usd += part.cost_usd
+    return usage
 
 
 TOOL = SearchTool()

@@ -250,7 +250,7 @@ class ThinkingEvent(_message.Message):
     def __init__(self, iteration: _Optional[int] = ..., text: _Optional[str] = ..., answered_by: _Optional[_Union[AnsweredBy, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class SearchingEvent(_message.Message):
-    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "error", "rerank", "step")
+    __slots__ = ("iteration", "query", "strategy", "filter", "result_count", "total_count", "duration_ms", "error", "rerank", "expansion", "step")
     ITERATION_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +260,7 @@ class SearchingEvent(_message.Message):
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RERANK_FIELD_NUMBER: _ClassVar[int]
+    EXPANSION_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     query: _search_pb2.SearchQuery
@@ -270,8 +271,21 @@ class SearchingEvent(_message.Message):
     duration_ms: int
     error: str
     rerank: RerankSummary
+    expansion: QueryExpansion
     step: int
-    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., rerank: _Optional[_Union[RerankSummary, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
+    def __init__(self, iteration: _Optional[int] = ..., query: _Optional[_Union[_search_pb2.SearchQuery, _Mapping]] = ..., strategy: _Optional[_Union[_search_pb2.RetrievalStrategy, str]] = ..., filter: _Optional[_Union[_search_pb2.Filter, _Mapping]] = ..., result_count: _Optional[int] = ..., total_count: _Optional[int] = ..., duration_ms: _Optional[int] = ..., error: _Optional[str] = ..., rerank: _Optional[_Union[RerankSummary, _Mapping]] = ..., expansion: _Optional[_Union[QueryExpansion, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
+
+class QueryExpansion(_message.Message):
+    __slots__ = ("passage", "failed", "duration_ms", "reused")
+    PASSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    REUSED_FIELD_NUMBER: _ClassVar[int]
+    passage: str
+    failed: bool
+    duration_ms: int
+    reused: bool
+    def __init__(self, passage: _Optional[str] = ..., failed: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., reused: _Optional[bool] = ...) -> None: ...
 
 class RerankSummary(_message.Message):
     __slots__ = ("judged", "answering", "failed", "duration_ms")

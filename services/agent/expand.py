@@ -1,0 +1,97 @@
+"""A search's query expanded by a model before it is sent (opt-in: `agent.loop.expand_queries`):
+a hypothetical answer added to the dense side (HyDE, Gao et al. 2022, "Precise Zero-Shot Dense
+Retrieval without Relevance Labels").
+
+A question and the passage that answers it are phrased apart ("How do I make a scratch folder
+that cleans itself up?" against "tempfile.TemporaryDirectory() ... removed on completion of the
+context"), and the embedding model places them apart too; a passage a model writes to answer the
+question is phrased like the documents, right or wrong in its details. The gateway's
+`expand_route` (empty: the run's own route) is asked, at temperature 0, for a short passage
+answering the query (at most `expand_max_tokens` tokens), and the search is sent with the query
+followed by that passage as one more of its variations. The keyword side keeps the query alone
+(the variations are dense only), and the dense side scores each chunk by its best cosine over
+the query and its variations, so a chunk the query alone finds is still found.
+
+Measured in session 16 (issue 31's closing note; `bench/expand_questions.py` for the product
+path): on the 48 demo questions the answering entry at rank 1 of the first HYBRID search
+0.458 -> 0.521 with the local Qwen2.5-Coder-1.5B; held out, nDCG@10 on Cranfield, SciFact,
+NPL and CISI within noise of the plain query (the numbers in the README).
+
+A failed expansion (the gateway or its provider down, an empty reply) leaves the search as the
+model asked for it: a search never fails because its expansion did. The caller's deadline still
+ends the run. A query is expanded once a run: a second page, or the same query again, reuses it,
+so pages of one query are pages of one ranking.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from services.agent.messages import system, user
+from services.agent.ports import ModelClient, ModelRequest, TokenUsage
+from services.agent.run import Deadline
+from services.common.errors import DeadlineExceeded, QuarryError
+
+log = logging.getLogger(__name__)
+
+EXPAND_SYSTEM = (
+    "You write a short passage, as it would appear in a document, that answers a search query. "
+    "Write only the passage, no preamble."
+)
+
+
+def expansion_text(query: str, passage: str) -> str:
+    """The variation searched: the query, then the passage with its whitespace collapsed."""
+    return f"{query}\n{' '.join(passage.split())}"
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """What a query's expansion gave."""
+
+    passage: str
+    """The model's passage (whitespace collapsed); empty when the expansion failed."""
+    usage: TokenUsage
+    """Tokens the expansion spent."""
+    duration_ms: int
+
+    @property
+    def failed(self) -> bool:
+        return not self.passage
+
+
+async def expand(
+    query: str,
+    *,
+    model: ModelClient,
+    route: str,
+    max_output_tokens: int,
+    deadline: Deadline,
+) -> Expansion:
+    """A passage answering `query`, written by `route`'s model (see the module docstring)."""
+    started = time.perf_counter()
+    request = ModelRequest(
+        route=route,
+        messages=(system(EXPAND_SYSTEM), user(f"Query: {query}")),
+        tools=(),
+        temperature=0.0,
+        max_output_tokens=max_output_tokens,
+    )
+    usage = TokenUsage()
+    passage = ""
+    try:
+        reply = await model.generate(request, remaining_s=deadline.remaining())
+    except DeadlineExceeded:
+        raise
+    except QuarryError as error:
+        log.warning(
+            "query expansion failed; the search goes as asked",
+            extra={"route": route, "error": error.message[:200]},
+        )
+    else:
+        usage.add_tokens(reply.usage)
+        usage.cost_usd += reply.usage.cost_usd
+        passage = " ".join(reply.text.split())
+    return Expansion(passage, usage, int((time.perf_counter() - started) * 1000))

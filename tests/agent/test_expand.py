@@ -1,0 +1,215 @@
+"""Expanding a search's query with a passage a model writes to answer it (`loop.expand_queries`,
+HyDE): the search also runs with the query followed by the passage as one more variation; the
+keyword side and the model's own variations are untouched; a query is expanded once a run; a
+failed expansion leaves the search as the model asked for it; the caller's deadline still ends
+the run; off by default."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pytest
+
+from services.agent import convert
+from services.agent.config import LoopSettings
+from services.agent.expand import EXPAND_SYSTEM, expand, expansion_text
+from services.agent.loop import AgentLoop
+from services.agent.messages import Role, ToolCall
+from services.agent.ports import ModelRequest, ModelResponse, TokenUsage
+from services.agent.run import Deadline, Mode, StopReason
+from services.agent.testing import ScriptedModel, answer_call, raw_call, search_call, turn
+from services.agent.tools.search import Searching
+from services.common.errors import DeadlineExceeded, Unavailable
+from tests.agent.conftest import DOCUMENTS, result_of, run_events
+from tests.agent.fake_search import FakeSearch
+
+QUESTION = "scratch folder that cleans itself"
+PASSAGE = "TemporaryDirectory() creates a temporary directory,\n  removed automatically."
+
+
+class _WritingModel(ScriptedModel):
+    """The run's scripted model, with the passage requests answered apart by `write`."""
+
+    def __init__(self, turns: list[ModelResponse], write: str | BaseException = PASSAGE) -> None:
+        super().__init__(turns)
+        self.write = write
+        self.writes: list[ModelRequest] = []
+
+    async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
+        if request.messages[0].text == EXPAND_SYSTEM:
+            self.writes.append(request)
+            if isinstance(self.write, BaseException):
+                raise self.write
+            return ModelResponse(
+                text=self.write, usage=TokenUsage(input_tokens=40, output_tokens=30)
+            )
+        return await super().generate(request, remaining_s=remaining_s)
+
+
+def _run(
+    *calls: ToolCall, write: str | BaseException = PASSAGE, **settings: object
+) -> tuple[_WritingModel, FakeSearch, AgentLoop]:
+    answer = turn("", answer_call("TemporaryDirectory() [1].", ["tempfile__chunk_0"]))
+    plain = turn("", answer_call("Nothing in the collection says."))
+    model = _WritingModel([*(turn("", call) for call in calls), answer, plain, plain], write)
+    search = FakeSearch(DOCUMENTS, collection="python-docs")
+    options: dict[str, object] = {"expand_queries": True, **settings}
+    return model, search, AgentLoop(model, search, settings=LoopSettings(**options))
+
+
+def _shown_ids(model: ScriptedModel, request: int) -> list[str]:
+    [result] = [m.text for m in model.requests[request].messages if m.role is Role.TOOL]
+    return [line.split("]")[0][5:] for line in result.splitlines() if line.startswith("### [")]
+
+
+def _searching(events: Sequence[object]) -> list[Searching]:
+    return [e for e in events if isinstance(e, Searching)]
+
+
+async def test_a_search_also_runs_with_the_query_and_the_models_passage_as_a_variation() -> None:
+    model, search, loop = _run(search_call(QUESTION, call_id="q"))
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    # the question's own words match no document; the passage's do
+    [asked] = search.requests
+    assert asked.primary == QUESTION
+    passage = "TemporaryDirectory() creates a temporary directory, removed automatically."
+    assert asked.variations == (f"{QUESTION}\n{passage}",)
+    assert _shown_ids(model, 1)[0] == "tempfile__chunk_0"
+    [write] = model.writes
+    assert write.route == model.requests[0].route  # no expand_route: the run's own
+    assert (write.temperature, write.max_output_tokens, write.tools) == (0.0, 80, ())
+    assert write.messages[-1].text == f"Query: {QUESTION}"
+    [searching] = _searching(events)
+    assert searching.variations == ()  # the event keeps the model's own variations apart
+    assert searching.expansion is not None
+    assert searching.expansion.passage == passage
+    streamed = convert.event_message(searching).searching
+    assert streamed.expansion.passage == passage
+    assert not streamed.expansion.failed
+    assert not streamed.expansion.reused
+    result = result_of(events)
+    assert result.stop_reason is StopReason.ANSWERED
+    assert result.steps[0].usage.input_tokens == 100 + 40  # the passage counts as a model call
+    assert result.steps[0].usage.output_tokens == 20 + 30
+
+
+async def test_without_expand_queries_no_passage_is_asked_for_and_the_search_goes_as_is() -> None:
+    model, search, loop = _run(search_call(QUESTION), expand_queries=False)
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert model.writes == []
+    assert search.requests[0].variations == ()
+    assert _shown_ids(model, 1) == []  # nothing found: the question's words are not the docs'
+    [searching] = _searching(events)
+    assert searching.expansion is None
+    assert not convert.event_message(searching).searching.HasField("expansion")
+
+
+def test_expansion_is_off_by_default() -> None:
+    assert LoopSettings().expand_queries is False
+
+
+async def test_an_expand_route_takes_the_passage_requests() -> None:
+    model, _, loop = _run(search_call(QUESTION), expand_route="writer")
+
+    await run_events(loop, mode=Mode.THINKING)
+
+    assert [w.route for w in model.writes] == ["writer"]
+    assert all(r.route != "writer" for r in model.requests)
+
+
+async def test_the_models_variations_are_kept_and_the_passage_comes_after_them() -> None:
+    _model, search, loop = _run(search_call(QUESTION, variations=["temp dir auto delete"]))
+
+    await run_events(loop, mode=Mode.THINKING)
+
+    variations = search.requests[0].variations
+    assert variations[0] == "temp dir auto delete"
+    assert variations[1].startswith(f"{QUESTION}\nTemporaryDirectory()")
+
+
+@pytest.mark.parametrize(
+    "failure", [Unavailable("the gateway is down"), "", "   \n  "], ids=["down", "empty", "blank"]
+)
+async def test_a_failed_expansion_leaves_the_search_as_the_model_asked(
+    failure: str | BaseException,
+) -> None:
+    model, search, loop = _run(search_call(QUESTION, variations=["x"]), write=failure)
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert len(model.writes) == 1
+    assert search.requests[0].variations == ("x",)
+    [searching] = _searching(events)
+    assert searching.error == ""
+    assert searching.expansion is not None
+    assert searching.expansion.failed
+    assert convert.event_message(searching).searching.expansion.failed
+    assert result_of(events).stop_reason is StopReason.ANSWERED
+
+
+async def test_a_keyword_search_is_not_expanded() -> None:
+    model, search, loop = _run(search_call(QUESTION, strategy="keyword"))
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert model.writes == []
+    assert search.requests[0].variations == ()
+    assert _searching(events)[0].expansion is None
+
+
+async def test_a_search_with_nine_variations_has_no_room_and_goes_as_asked() -> None:
+    nine = [f"rephrasing {i}" for i in range(9)]
+    model, search, loop = _run(search_call(QUESTION, variations=nine))
+
+    await run_events(loop, mode=Mode.THINKING)
+
+    assert model.writes == []
+    assert search.requests[0].variations == tuple(nine)
+
+
+async def test_a_query_is_expanded_once_a_run_and_its_next_page_uses_the_same_passage() -> None:
+    second_page = {"query": {"primary": QUESTION}, "offset": 10, "limit": 10}
+    model, search, loop = _run(search_call(QUESTION), raw_call("search", json.dumps(second_page)))
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert len(model.writes) == 1
+    first, second = search.requests
+    assert second.offset == 10
+    assert first.variations == second.variations != ()
+    one, two = _searching(events)
+    assert (one.expansion_reused, two.expansion_reused) == (False, True)
+    streamed = convert.event_message(two).searching.expansion
+    assert streamed.reused
+    assert streamed.duration_ms == 0
+    assert streamed.passage == one.expansion.passage  # type: ignore[union-attr]
+    assert result_of(events).steps[1].usage.input_tokens == 100  # no second model call
+
+
+async def test_the_expanded_variation_is_bounded_by_the_longest_query() -> None:
+    long_question = "folder " * 60
+    _model, search, loop = _run(search_call(long_question.strip()), max_query_chars=450)
+
+    await run_events(loop, mode=Mode.THINKING)
+
+    [variation] = search.requests[0].variations
+    assert len(variation) == 450
+    assert variation.startswith(long_question.strip())
+
+
+async def test_an_expired_deadline_ends_the_expansion_with_deadline_exceeded() -> None:
+    expired = _WritingModel([], write=DeadlineExceeded("the caller's deadline expired"))
+
+    with pytest.raises(DeadlineExceeded):
+        await expand(
+            QUESTION, model=expired, route="r", max_output_tokens=80, deadline=Deadline(None)
+        )
+
+
+def test_the_variation_is_the_query_then_the_passage_on_one_line() -> None:
+    assert expansion_text("q", " a\n b\t c ") == "q\na b c"
