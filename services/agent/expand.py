@@ -17,10 +17,11 @@ path): on the 48 demo questions the answering entry at rank 1 of the first HYBRI
 0.458 -> 0.521 with the local Qwen2.5-Coder-1.5B; held out, nDCG@10 on Cranfield, SciFact,
 NPL and CISI within noise of the plain query (the numbers in the README).
 
-A failed expansion (the gateway or its provider down, an empty reply) leaves the search as the
-model asked for it: a search never fails because its expansion did. The caller's deadline still
-ends the run. A query is expanded once a run: a second page, or the same query again, reuses it,
-so pages of one query are pages of one ranking.
+A failed expansion leaves the search as the model asked for it: the gateway or its provider down,
+an empty reply, or a reply from the offline `extractive` provider (e.g. the route's fallback),
+which cannot write a passage. A search never fails because its expansion did; the caller's
+deadline still ends the run. A query is expanded once a run: a second page, or the same query
+again, reuses it, so pages of one query are pages of one ranking.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from services.agent.run import Deadline
 from services.common.errors import DeadlineExceeded, QuarryError
 
 log = logging.getLogger(__name__)
+
+EXTRACTIVE = "extractive"
+"""The gateway's offline provider kind: it quotes search results and cannot write a passage (it
+answers a bare query with its introduction), so its reply is not searched."""
 
 EXPAND_SYSTEM = (
     "You write a short passage, as it would appear in a document, that answers a search query. "
@@ -93,5 +98,12 @@ async def expand(
     else:
         usage.add_tokens(reply.usage)
         usage.cost_usd += reply.usage.cost_usd
-        passage = " ".join(reply.text.split())
+        if reply.provider_kind == EXTRACTIVE:
+            log.info(
+                "query expansion answered by the extractive provider, which writes no passage; "
+                "the search goes as asked",
+                extra={"route": route, "provider": reply.provider},
+            )
+        else:
+            passage = " ".join(reply.text.split())
     return Expansion(passage, usage, int((time.perf_counter() - started) * 1000))

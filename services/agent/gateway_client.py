@@ -87,6 +87,7 @@ class GatewayModelClient:
             tool_calls=calls,
             usage=_usage(reply.usage),
             provider=reply.provider,
+            provider_kind=reply.provider_kind,
             model=reply.model,
             fallback_reason=fallback_reason(reply),
             first_token_logprobs=tuple((t.token, t.logprob) for t in reply.first_token_logprobs),

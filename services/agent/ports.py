@@ -98,6 +98,8 @@ class ModelResponse:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: TokenUsage = field(default_factory=TokenUsage)
     provider: str = ""
+    provider_kind: str = ""
+    """openai, anthropic, extractive or scripted (empty: not reported)."""
     model: str = ""
     fallback_reason: str = ""
     """Set when an earlier provider of the route failed or was skipped: which, and why."""

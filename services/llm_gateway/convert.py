@@ -136,7 +136,7 @@ def parse_schema(
 
 
 def generate_response(
-    response: ChatResponse, provider: str, attempts: list[Attempt]
+    response: ChatResponse, provider: str, attempts: list[Attempt], *, provider_kind: str = ""
 ) -> pb.GenerateResponse:
     return pb.GenerateResponse(
         message=pb.Message(
@@ -150,6 +150,7 @@ def generate_response(
         stop_reason=_STOPS[response.stop_reason],
         usage=usage_message(response.usage),
         provider=provider,
+        provider_kind=provider_kind,
         model=response.model,
         attempts=[attempt_message(a) for a in attempts],
         first_token_logprobs=[

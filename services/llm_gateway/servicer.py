@@ -52,7 +52,12 @@ class LlmGatewayServicer(pb_grpc.LlmGatewayServiceServicer):  # type: ignore[mis
             except ChainError as error:
                 raise convert.quarry_error(error) from None
             self._telemetry.record_request_result(span, result.provider, result.response)
-        return convert.generate_response(result.response, result.provider, result.attempts)
+        return convert.generate_response(
+            result.response,
+            result.provider,
+            result.attempts,
+            provider_kind=_kind(chain, result.provider),
+        )
 
     async def StreamGenerate(
         self, request: pb.StreamGenerateRequest, context: Context
@@ -68,7 +73,10 @@ class LlmGatewayServicer(pb_grpc.LlmGatewayServiceServicer):  # type: ignore[mis
                             span, result.provider, result.response
                         )
                         completed = convert.generate_response(
-                            result.response, result.provider, result.attempts
+                            result.response,
+                            result.provider,
+                            result.attempts,
+                            provider_kind=_kind(chain, result.provider),
                         )
                         yield pb.StreamGenerateResponse(completed=completed)
                     else:
@@ -161,3 +169,8 @@ def _deadline(context: Context) -> float | None:
     if remaining is None:
         return None
     return asyncio.get_running_loop().time() + remaining
+
+
+def _kind(chain: ProviderChain, provider: str) -> str:
+    """The kind of the chain's provider entry named `provider` (empty: not in the chain)."""
+    return next((link.provider.kind for link in chain.links if link.provider.name == provider), "")

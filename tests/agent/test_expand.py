@@ -31,7 +31,9 @@ PASSAGE = "TemporaryDirectory() creates a temporary directory,\n  removed automa
 class _WritingModel(ScriptedModel):
     """The run's scripted model, with the passage requests answered apart by `write`."""
 
-    def __init__(self, turns: list[ModelResponse], write: str | BaseException = PASSAGE) -> None:
+    def __init__(
+        self, turns: list[ModelResponse], write: str | ModelResponse | BaseException = PASSAGE
+    ) -> None:
         super().__init__(turns)
         self.write = write
         self.writes: list[ModelRequest] = []
@@ -41,6 +43,8 @@ class _WritingModel(ScriptedModel):
             self.writes.append(request)
             if isinstance(self.write, BaseException):
                 raise self.write
+            if isinstance(self.write, ModelResponse):
+                return self.write
             return ModelResponse(
                 text=self.write, usage=TokenUsage(input_tokens=40, output_tokens=30)
             )
@@ -48,7 +52,7 @@ class _WritingModel(ScriptedModel):
 
 
 def _run(
-    *calls: ToolCall, write: str | BaseException = PASSAGE, **settings: object
+    *calls: ToolCall, write: str | ModelResponse | BaseException = PASSAGE, **settings: object
 ) -> tuple[_WritingModel, FakeSearch, AgentLoop]:
     answer = turn("", answer_call("TemporaryDirectory() [1].", ["tempfile__chunk_0"]))
     plain = turn("", answer_call("Nothing in the collection says."))
@@ -132,11 +136,21 @@ async def test_the_models_variations_are_kept_and_the_passage_comes_after_them()
     assert variations[1].startswith(f"{QUESTION}\nTemporaryDirectory()")
 
 
+# the offline extractive provider (e.g. the route's fallback) answers with its introduction
+OFFLINE = ModelResponse(
+    text="This is Quarry's offline extractive model, not a conversational language model.",
+    provider="extractive",
+    provider_kind="extractive",
+)
+
+
 @pytest.mark.parametrize(
-    "failure", [Unavailable("the gateway is down"), "", "   \n  "], ids=["down", "empty", "blank"]
+    "failure",
+    [Unavailable("the gateway is down"), "", "   \n  ", OFFLINE],
+    ids=["down", "empty", "blank", "extractive"],
 )
 async def test_a_failed_expansion_leaves_the_search_as_the_model_asked(
-    failure: str | BaseException,
+    failure: str | ModelResponse | BaseException,
 ) -> None:
     model, search, loop = _run(search_call(QUESTION, variations=["x"]), write=failure)
 

@@ -75,6 +75,7 @@ async def test_a_failing_vendor_falls_back_to_extractive_with_every_attempt_list
     async with running_gateway(settings) as stub:
         response = await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
     assert response.provider == "extractive"
+    assert response.provider_kind == "extractive"  # what answered: an agent may not want it
     assert [(a.provider, a.outcome, a.try_number) for a in response.attempts] == [
         (NAME, pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR, 1),
         (NAME, pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR, 2),
@@ -91,6 +92,7 @@ async def test_a_429_is_retried_after_its_retry_after_and_then_answers(
     async with running_gateway(settings) as stub:
         response = await stub.Generate(pb.GenerateRequest(messages=[user("hi")]))
     assert response.message.text == "after the wait"
+    assert (response.provider, response.provider_kind) == (NAME, "openai")
     assert [a.outcome for a in response.attempts] == [
         pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR,
         pb.ATTEMPT_OUTCOME_SUCCESS,
@@ -226,6 +228,7 @@ async def test_an_overloaded_anthropic_falls_back_to_openai_on_the_stream_path(
     completed = events[-1].completed
     assert "".join(e.text_delta.text for e in events[:-1]) == "from openai"
     assert completed.provider == NAME
+    assert completed.provider_kind == "openai"
     assert [(a.provider, a.outcome) for a in completed.attempts] == [
         ("anthropic/claude-test", pb.ATTEMPT_OUTCOME_RETRYABLE_ERROR),
         (NAME, pb.ATTEMPT_OUTCOME_SUCCESS),

@@ -184,7 +184,7 @@ class TokenLogprob(_message.Message):
     def __init__(self, token: _Optional[str] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("message", "stop_reason", "context_window_exceeded", "usage", "provider", "model", "attempts", "first_token_logprobs")
+    __slots__ = ("message", "stop_reason", "context_window_exceeded", "usage", "provider", "model", "attempts", "first_token_logprobs", "provider_kind")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_WINDOW_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,7 @@ class GenerateResponse(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     FIRST_TOKEN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_KIND_FIELD_NUMBER: _ClassVar[int]
     message: Message
     stop_reason: StopReason
     context_window_exceeded: bool
@@ -201,7 +202,8 @@ class GenerateResponse(_message.Message):
     model: str
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
     first_token_logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., context_window_exceeded: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., first_token_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+    provider_kind: str
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., stop_reason: _Optional[_Union[StopReason, str]] = ..., context_window_exceeded: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., first_token_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., provider_kind: _Optional[str] = ...) -> None: ...
 
 class StreamGenerateRequest(_message.Message):
     __slots__ = ("route", "messages", "tools", "tool_choice", "max_output_tokens", "temperature", "seed", "parallel_tool_calls")
