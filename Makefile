@@ -95,10 +95,12 @@ run: setup
 # The local model route (docs/local-model.md): the model assembled and verified under var/llm/,
 # its server in its own virtualenv var/llm-venv; threads, window and port are settings.
 # LLM_RERANK=1: a second server on LLM_PORT+1 judges the agent's search hits (the `rerank` route).
+# LLM_EXPAND=1: the agent expands its search queries with a passage the model writes (HyDE).
 LLM_PORT ?= 8000
 LLM_THREADS ?= 1
 LLM_CONTEXT ?= 4096
 LLM_RERANK ?=
+LLM_EXPAND ?=
 local-model:
 	$(PYTHON) scripts/local_model.py prepare
 	@echo "serve it: make local-model-serve   |   Quarry on it: make run-local"
@@ -107,7 +109,7 @@ local-model-serve: local-model
 	$(PYTHON) scripts/local_model.py serve --port $(LLM_PORT) --threads $(LLM_THREADS) --context $(LLM_CONTEXT)
 
 run-local: setup local-model
-	$(PYTHON) scripts/local_model.py run --port $(LLM_PORT) --threads $(LLM_THREADS) --context $(LLM_CONTEXT) --quarry $(BIN)/quarry $(if $(LLM_RERANK),--rerank)
+	$(PYTHON) scripts/local_model.py run --port $(LLM_PORT) --threads $(LLM_THREADS) --context $(LLM_CONTEXT) --quarry $(BIN)/quarry $(if $(LLM_RERANK),--rerank) $(if $(LLM_EXPAND),--expand)
 
 # CI proof that the real model drives Quarry (tests/real_model/): model prepared (downloaded on a
 # fresh machine), model server + the three services started, three questions; wall time printed.

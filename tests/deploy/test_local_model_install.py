@@ -123,6 +123,25 @@ def test_the_local_config_judges_search_hits_on_the_judge_server_only_when_given
     assert load_settings(AgentSettings, judged).loop.rerank_route == ""
 
 
+def test_the_local_config_expands_search_queries_only_when_asked(tmp_path: Path) -> None:
+    from services.agent.config import AgentSettings
+    from services.common.settings import load_settings
+
+    options = {"port": 8123, "context": 4096, "timeout_s": 60.0, "max_output_tokens": 512}
+    plain, expanded, both = tmp_path / "plain.yaml", tmp_path / "expand.yaml", tmp_path / "b.yaml"
+    plain.write_text(LOCAL_MODEL.config_text(**options))
+    expanded.write_text(LOCAL_MODEL.config_text(**options, expand=True))
+    both.write_text(LOCAL_MODEL.config_text(**options, expand=True, judge_port=8124))
+
+    assert load_settings(AgentSettings, plain).loop.expand_queries is False
+    loop = load_settings(AgentSettings, expanded).loop
+    assert loop.expand_queries is True
+    assert loop.expand_route == ""  # the run's own route: the local model
+    assert loop.rerank_route == ""
+    loop = load_settings(AgentSettings, both).loop
+    assert (loop.expand_queries, loop.rerank_route) == (True, "rerank")
+
+
 def test_only_the_judge_server_keeps_logits_rows(tmp_path: Path) -> None:
     def logits_all(**judge: bool) -> str:
         command = LOCAL_MODEL.serve_command(

@@ -1,0 +1,177 @@
+"""What expanding a search's query with a passage the model writes to answer it
+(`agent.loop.expand_queries`, HyDE) does to the first search on questions asked in other words
+than the documents use: the 48 paraphrased questions of `bench/answer_quality_questions.py` over
+the demo collection, each with its answering documents.
+
+    python bench/expand_questions.py [--data-dir var/bench-answer-quality] [--threads 2]
+                                     [--questions N]
+
+It starts the real local model (`make local-model`: Qwen2.5-Coder-1.5B through llama-cpp-python)
+and Quarry's services as processes (`bench/local_model_stack.py`). Each question is sent to the
+search tool as a client sends it (`Search`, 10 hits, HYBRID and SEMANTIC); then its passage is
+written as the agent's `search` tool has it written (`services.agent.expand.expand` through the
+LLM gateway's `Generate`, the `local` route) and the same searches are sent again with the
+question followed by the passage as a variation. Reported for each strategy, before and after:
+answering document at rank 1, within the top 3, MRR@10, each difference with its 95 % paired
+bootstrap interval (questions resampled); the expansions that failed; the seconds an expansion
+takes.
+
+The collection is read from a copy of `--data-dir` (`bench/answer_quality.py` builds it there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+
+from bench.answer_quality_questions import QUESTIONS
+from bench.first_search import COLLECTION, PAGE, paired
+from bench.harness import RESULTS_DIR, VAR_DIR, emit, machine, note
+from bench.local_model_stack import local_model_stack
+from bench.rerank_questions import figures, first_answering
+from services.agent.config import LoopSettings
+from services.agent.expand import expand, expansion_text
+from services.agent.gateway_client import GatewayModelClient
+from services.agent.run import Deadline
+from services.agent.search_tool_client import search_hit
+
+ROUTE = "local"
+"""The agent's route in the local model's configuration (`scripts/local_model.py config`)."""
+STRATEGIES = {
+    "HYBRID": search_pb2.RETRIEVAL_STRATEGY_HYBRID,
+    "SEMANTIC": search_pb2.RETRIEVAL_STRATEGY_SEMANTIC,
+}
+METRICS = ("rank1", "top3", "mrr10")
+
+
+async def measure(args: argparse.Namespace, search_address: str, gateway: str) -> dict[str, Any]:
+    questions = QUESTIONS[: args.questions] if args.questions else QUESTIONS
+    rows: dict[str, dict[str, dict[str, dict[str, float]]]] = {
+        s: {"question": {}, "expanded": {}} for s in STRATEGIES
+    }
+    seconds: list[float] = []
+    failed = 0
+    passages: dict[str, str] = {}
+    async with (
+        grpc.aio.insecure_channel(search_address) as search_channel,
+        grpc.aio.insecure_channel(gateway) as gateway_channel,
+    ):
+        stub = search_tool_pb2_grpc.SearchToolServiceStub(search_channel)
+        model = GatewayModelClient(gateway_channel)
+
+        async def first_rank(
+            strategy: search_pb2.RetrievalStrategy, variations: list[str], text: str, docs: set[str]
+        ) -> int | None:
+            reply = await stub.Search(
+                search_tool_pb2.SearchRequest(
+                    collection=COLLECTION,
+                    query=search_pb2.SearchQuery(primary=text, variations=variations),
+                    strategy=strategy,
+                    limit=PAGE,
+                )
+            )
+            return first_answering([search_hit(r) for r in reply.results], docs)
+
+        for number, question in enumerate(questions, start=1):
+            key = f"q{number:02d}"
+            started = time.perf_counter()
+            expansion = await expand(
+                question.text,
+                model=model,
+                route=ROUTE,
+                max_output_tokens=args.max_tokens,
+                deadline=Deadline(None),
+            )
+            seconds.append(time.perf_counter() - started)
+            failed += expansion.failed
+            passages[key] = expansion.passage
+            variations = (
+                [] if expansion.failed else [expansion_text(question.text, expansion.passage)]
+            )
+            answering = set(question.documents)
+            moved = []
+            for label, strategy in STRATEGIES.items():
+                before = await first_rank(strategy, [], question.text, answering)
+                after = await first_rank(strategy, variations, question.text, answering)
+                rows[label]["question"][key] = figures(before)
+                rows[label]["expanded"][key] = figures(after)
+                moved.append(f"{label} {before} -> {after}")
+            note(f"{key} {', '.join(moved)} ({seconds[-1]:.1f} s)")
+
+    def mean(by_question: dict[str, dict[str, float]], metric: str) -> float:
+        return round(sum(r[metric] for r in by_question.values()) / len(by_question), 3)
+
+    ordered = sorted(seconds)
+    return {
+        "questions": len(questions),
+        "strategies": {
+            label: {
+                "question": {m: mean(arms["question"], m) for m in METRICS},
+                "expanded": {m: mean(arms["expanded"], m) for m in METRICS},
+                "expanded_minus_question": {
+                    m: paired(
+                        {q: r[m] for q, r in arms["expanded"].items()},
+                        {q: r[m] for q, r in arms["question"].items()},
+                    )
+                    for m in METRICS
+                },
+            }
+            for label, arms in rows.items()
+        },
+        "expansions_failed": failed,
+        "seconds_per_expansion": {
+            "p50": round(ordered[len(ordered) // 2], 2),
+            "max": round(ordered[-1], 2),
+            "mean": round(sum(ordered) / len(ordered), 2),
+        },
+        "passages": passages,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--max-tokens", type=int, default=LoopSettings().expand_max_tokens, help="a passage's"
+    )
+    parser.add_argument("--questions", type=int, default=0, help="the first N only (0: all)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "expand_questions.json")
+    args = parser.parse_args(argv)
+    if not (args.data_dir / f"{COLLECTION}.lance").exists():
+        raise SystemExit(f"no demo collection in {args.data_dir}: run bench/answer_quality.py")
+    with tempfile.TemporaryDirectory(prefix="expand-questions-") as scratch:
+        root = Path(scratch)
+        data = root / "data"
+        shutil.copytree(args.data_dir, data)
+        with local_model_stack(root, threads=args.threads, data_dir=data) as stack:
+            result = asyncio.run(measure(args, stack.search_tool, stack.gateway))
+    emit(
+        {
+            "bench": "expand_questions",
+            "command": "python bench/expand_questions.py " + " ".join(argv or sys.argv[1:]),
+            "route": f"{ROUTE}: the local model, {args.threads} thread(s)",
+            "max_tokens": args.max_tokens,
+            **result,
+            "machine": machine(),
+        },
+        args.out,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
