@@ -125,6 +125,11 @@ class GatewayModelClient:
         first = await self._first_provider(route, remaining_s)
         return first is not None and first.forces_tool_calls
 
+    async def provider_kind(self, route: str, *, remaining_s: float | None) -> str:
+        """The kind of the first provider of `route`, from `GetStatus`, read once per route."""
+        first = await self._first_provider(route, remaining_s)
+        return first.kind if first is not None else ""
+
     async def _first_provider(
         self, route: str, remaining_s: float | None
     ) -> gw.ProviderStatus | None:

@@ -149,6 +149,12 @@ class ModelClient(Protocol):
         run's first turn offer `search` alone."""
         ...
 
+    async def provider_kind(self, route: str, *, remaining_s: float | None) -> str:
+        """The kind of the route's first provider (openai, anthropic, extractive, scripted; empty
+        when unknown): the offline `extractive` one quotes search results and writes no free
+        text, so the search tool does not ask it for a passage (`loop.expand_queries`)."""
+        ...
+
 
 class SearchClient(Protocol):
     """The search tool, as the loop uses it."""

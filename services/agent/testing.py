@@ -109,8 +109,11 @@ class ScriptedModel:
         gate: asyncio.Event | None = None,
         constrained: bool = False,
         forced_calls: bool = False,
+        kind: str = "scripted",
     ) -> None:
         self.turns: deque[Scripted] = deque(turns)
+        self.kind = kind
+        """What `provider_kind` answers (`extractive`: the offline provider, asked no passage)."""
         self.summaries: deque[str | BaseException] = deque(summaries)
         self.context_window_tokens = context_window_tokens
         self.constrained = constrained
@@ -157,6 +160,9 @@ class ScriptedModel:
     async def forces_tool_calls(self, route: str, *, remaining_s: float | None) -> bool:
         return self.forced_calls
 
+    async def provider_kind(self, route: str, *, remaining_s: float | None) -> str:
+        return self.kind
+
     async def _wait(self) -> None:
         self.called.set()
         try:
@@ -181,8 +187,10 @@ class FunctionModel:
         latency_s: float = 0.0,
         constrained: bool = False,
         forced_calls: bool = False,
+        kind: str = "scripted",
     ) -> None:
         self.respond = respond
+        self.kind = kind
         self.context_window_tokens = context_window_tokens
         self.latency_s = latency_s
         self.calls = 0
@@ -208,6 +216,9 @@ class FunctionModel:
 
     async def forces_tool_calls(self, route: str, *, remaining_s: float | None) -> bool:
         return self.forced_calls
+
+    async def provider_kind(self, route: str, *, remaining_s: float | None) -> str:
+        return self.kind
 
 
 _RESULT_ID = re.compile(r"^### \[([^\]]+)\]", re.MULTILINE)

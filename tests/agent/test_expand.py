@@ -166,6 +166,34 @@ async def test_a_failed_expansion_leaves_the_search_as_the_model_asked(
     assert result_of(events).stop_reason is StopReason.ANSWERED
 
 
+async def test_a_route_whose_first_provider_is_the_offline_extractive_one_is_not_asked() -> None:
+    model, search, loop = _run(search_call(QUESTION))
+    model.kind = "extractive"
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert model.writes == []
+    assert search.requests[0].variations == ()
+    assert _searching(events)[0].expansion is None
+
+
+async def test_a_gateway_that_cannot_say_its_providers_fails_the_expansion_not_the_search() -> None:
+    model, search, loop = _run(search_call(QUESTION), write=Unavailable("the gateway is down"))
+
+    async def unknown(route: str, *, remaining_s: float | None) -> str:
+        raise Unavailable("the gateway is down")
+
+    model.provider_kind = unknown  # type: ignore[method-assign]
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert search.requests[0].variations == ()
+    [searching] = _searching(events)
+    assert searching.error == ""
+    assert searching.expansion is not None
+    assert searching.expansion.failed
+
+
 async def test_a_keyword_search_is_not_expanded() -> None:
     model, search, loop = _run(search_call(QUESTION, strategy="keyword"))
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from services.agent.expand import Expansion, expand, expansion_text
+from services.agent.expand import EXTRACTIVE, Expansion, expand, expansion_text
 from services.agent.filters import FilterGroup
 from services.agent.messages import ToolCall
 from services.agent.ports import TokenUsage
@@ -26,7 +26,7 @@ from services.agent.tools.base import (
     parse_arguments,
 )
 from services.agent.tools.results import format_results
-from services.common.errors import QuarryError
+from services.common.errors import DeadlineExceeded, QuarryError
 
 SEARCH = "search"
 MAX_VARIATIONS = 9
@@ -258,7 +258,8 @@ class SearchTool(Tool):
         request: SearchRequest, context: ToolContext
     ) -> tuple[Expansion | None, bool]:
         """The query's expansion (`loop.expand_queries`), and whether it is the run's earlier
-        one; None: not expanded (off, a KEYWORD search, or no room among the variations)."""
+        one; None: not expanded (off, a KEYWORD search, no room among the variations, or a
+        route whose first provider is the offline `extractive` one)."""
         settings = context.settings
         if (
             not settings.expand_queries
@@ -269,10 +270,21 @@ class SearchTool(Tool):
         earlier = context.expansions.get(request.primary)
         if earlier is not None:
             return earlier, True
+        route = settings.expand_route or context.route
+        try:
+            kind = await context.model.provider_kind(
+                route, remaining_s=context.deadline.remaining()
+            )
+        except DeadlineExceeded:
+            raise
+        except QuarryError:
+            kind = ""  # unknown: asked, and a gateway that is down fails the expansion alone
+        if kind == EXTRACTIVE:
+            return None, False  # the offline provider writes no passage: not asked
         expansion = await expand(
             request.primary,
             model=context.model,
-            route=settings.expand_route or context.route,
+            route=route,
             max_output_tokens=settings.expand_max_tokens,
             deadline=context.deadline,
         )
