@@ -17,12 +17,22 @@ bootstrap interval (questions resampled); the expansions that failed; the second
 takes.
 
 The collection is read from a copy of `--data-dir` (`bench/answer_quality.py` builds it there).
+
+`--beir DATASET:WORK_DIR` (repeatable) also measures held-out BEIR collections already built by
+`bench/eval_beir.py` in WORK_DIR (only read): `--queries` judged queries of each (chosen with
+`--seed` before anything is measured) have their passages written the same way, through the
+gateway, and each query is replayed through the engine in process (`engine.scored_candidates`
+with the query's vector and its expansion's, as the search tool stacks a query's variations, and
+`fusion.fuse`, as `bench/eval_beir.py` replays): nDCG@10 of KEYWORD, SEMANTIC and HYBRID with
+and without the expansion, paired.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import random
 import shutil
 import sys
 import tempfile
@@ -31,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -38,15 +49,19 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from bench.answer_quality_questions import QUESTIONS
-from bench.first_search import COLLECTION, PAGE, paired
-from bench.harness import RESULTS_DIR, VAR_DIR, emit, machine, note
+from bench.eval_scifact import CHUNKS_PER_QUERY, Replay, per_query_ndcg, replayed
+from bench.first_search import COLLECTION, PAGE, paired, strategies
+from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
 from bench.local_model_stack import local_model_stack
 from bench.rerank_questions import figures, first_answering
+from bench.scifact_collection import cached_embedder
 from services.agent.config import LoopSettings
 from services.agent.expand import expand, expansion_text
 from services.agent.gateway_client import GatewayModelClient
 from services.agent.run import Deadline
 from services.agent.search_tool_client import search_hit
+from services.search_tool.engine.base import EngineQuery, Strategy
+from services.search_tool.engine.lancedb import LanceDBEngine
 
 ROUTE = "local"
 """The agent's route in the local model's configuration (`scripts/local_model.py config`)."""
@@ -141,6 +156,102 @@ async def measure(args: argparse.Namespace, search_address: str, gateway: str) -
     }
 
 
+async def passages_of(
+    gateway: str, texts: dict[str, str], max_tokens: int
+) -> tuple[dict[str, str], list[float]]:
+    """Each query's passage written through the gateway as the agent has it written ("" when
+    the expansion failed), and the seconds each took."""
+    passages: dict[str, str] = {}
+    seconds: list[float] = []
+    async with grpc.aio.insecure_channel(gateway) as channel:
+        model = GatewayModelClient(channel)
+        for query_id, text in texts.items():
+            started = time.perf_counter()
+            expansion = await expand(
+                text,
+                model=model,
+                route=ROUTE,
+                max_output_tokens=max_tokens,
+                deadline=Deadline(None),
+            )
+            seconds.append(time.perf_counter() - started)
+            passages[query_id] = expansion.passage
+            if len(passages) % 10 == 0:
+                note(f"{len(passages)}/{len(texts)} passages ({seconds[-1]:.1f} s the last)")
+    return passages, seconds
+
+
+async def heldout(
+    spec: str, args: argparse.Namespace, gateway: str, scratch: Path
+) -> dict[str, Any]:
+    """nDCG@10 of each strategy on a held-out collection, with and without the expansion."""
+    dataset, _, work = spec.partition(":")
+    dataset_dir, work_dir = Path(dataset), Path(work)
+    name = dataset_dir.name
+    data = load_beir(dataset_dir, split="test")
+    ids = sorted(data.queries)
+    random.Random(args.seed).shuffle(ids)
+    chosen = sorted(ids[: args.queries])
+    texts = {q: data.queries[q] for q in chosen}
+    data = dataclasses.replace(
+        data, queries=texts, qrels={q: r for q, r in data.qrels.items() if q in texts}
+    )
+    note(f"{name}: writing {len(texts)} passages")
+    passages, seconds = await passages_of(gateway, texts, args.max_tokens)
+    cache = scratch / f"{name}-vectors.npz"
+    shutil.copyfile(work_dir / "vectors.npz", cache)
+    embedder = cached_embedder(cache)
+    query_vectors = await embedder.embed([texts[q] for q in chosen])
+    expanded = [expansion_text(texts[q], passages[q]) for q in chosen if passages[q]]
+    expansion_vectors = iter(await embedder.embed(expanded))
+    settings = settings_for(work_dir)
+    engine = await LanceDBEngine.open(work_dir / "lance", policy=settings.engine.index_policy())
+    runs: dict[str, dict[str, Replay]] = {"question": {}, "expanded": {}}
+    try:
+        for query_id, vector in zip(chosen, query_vectors, strict=True):
+            arms = {"question": np.stack([vector])}
+            arms["expanded"] = (
+                np.stack([vector, next(expansion_vectors)])
+                if passages[query_id]
+                else arms["question"]
+            )
+            for arm, vectors in arms.items():
+                query = EngineQuery(
+                    Strategy.HYBRID, texts[query_id], vectors, limit=CHUNKS_PER_QUERY
+                )
+                scored, chunks = await engine.scored_candidates(name, query)
+                runs[arm][query_id] = Replay(scored, {a: c.document_id for a, c in chunks.items()})
+    finally:
+        await engine.close()
+    out: dict[str, Any] = {
+        "queries": len(chosen),
+        "expansions_failed": sum(1 for q in chosen if not passages[q]),
+        "seconds_per_expansion_p50": round(sorted(seconds)[len(seconds) // 2], 2),
+    }
+    for label, fusion in strategies(settings.fusion.to_fusion()).items():
+        a = per_query_ndcg(replayed(runs["expanded"], fusion), data)
+        b = per_query_ndcg(replayed(runs["question"], fusion), data)
+        out[label] = {
+            "ndcg@10_question": round(sum(b.values()) / len(b), 4),
+            "ndcg@10_expanded": round(sum(a.values()) / len(a), 4),
+            "expanded_minus_question": paired(a, b),
+        }
+    note(f"{name}: {out}")
+    return out
+
+
+async def measure_all(
+    args: argparse.Namespace, search_address: str, gateway: str, scratch: Path
+) -> dict[str, Any]:
+    result = await measure(args, search_address, gateway) if not args.skip_demo else {}
+    if args.beir:
+        result["held_out"] = {
+            Path(spec.partition(":")[0]).name: await heldout(spec, args, gateway, scratch)
+            for spec in args.beir
+        }
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
@@ -149,8 +260,18 @@ def main(argv: list[str] | None = None) -> int:
         "--max-tokens", type=int, default=LoopSettings().expand_max_tokens, help="a passage's"
     )
     parser.add_argument("--questions", type=int, default=0, help="the first N only (0: all)")
+    parser.add_argument("--skip-demo", action="store_true", help="held-out collections only")
+    parser.add_argument(
+        "--beir", action="append", default=[], metavar="DATASET:WORK_DIR", help="held out"
+    )
+    parser.add_argument("--queries", type=int, default=50, help="judged queries a collection")
+    parser.add_argument("--seed", type=int, default=31, help="which queries")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "expand_questions.json")
     args = parser.parse_args(argv)
+    for spec in args.beir:
+        _, _, work = spec.partition(":")
+        if not work or not (Path(work) / "vectors.npz").exists():
+            raise SystemExit(f"--beir {spec}: no eval_beir.py build (vectors.npz) in {work!r}")
     if not (args.data_dir / f"{COLLECTION}.lance").exists():
         raise SystemExit(f"no demo collection in {args.data_dir}: run bench/answer_quality.py")
     with tempfile.TemporaryDirectory(prefix="expand-questions-") as scratch:
@@ -158,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         data = root / "data"
         shutil.copytree(args.data_dir, data)
         with local_model_stack(root, threads=args.threads, data_dir=data) as stack:
-            result = asyncio.run(measure(args, stack.search_tool, stack.gateway))
+            result = asyncio.run(measure_all(args, stack.search_tool, stack.gateway, root))
     emit(
         {
             "bench": "expand_questions",
