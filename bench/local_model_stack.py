@@ -34,8 +34,6 @@ SERVICES = {
     "agent": "quarry.agent.v1.AgentService",
 }
 STARTUP_TIMEOUT_S = 300.0
-JUDGE_CONTEXT = 1024
-"""The judge server's window (`scripts/local_model.py`'s `JUDGE_CONTEXT`)."""
 
 
 @dataclass(frozen=True)
@@ -187,8 +185,7 @@ def local_model_stack(
         if judge_port is not None:
             with (root / "judge.log").open("wb") as out:
                 serve = [sys.executable, str(LOCAL_MODEL), "serve", "--judge"]
-                serve += ["--port", str(judge_port), "--threads", str(threads)]
-                serve += ["--context", str(JUDGE_CONTEXT)]
+                serve += ["--port", str(judge_port), "--threads", str(threads)]  # its own window
                 judge_server = subprocess.Popen(
                     serve, stdout=out, stderr=subprocess.STDOUT, env=env
                 )

@@ -388,7 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="the server, then `quarry run` on the local route")
     for sub in (serve, config, run):
         sub.add_argument("--port", type=int, default=DEFAULT_PORT)
+    for sub in (config, run):
         sub.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="window, tokens")
+    serve.add_argument(
+        "--context",
+        type=int,
+        help=f"window, tokens (default {DEFAULT_CONTEXT}; with --judge, {JUDGE_CONTEXT})",
+    )
     for sub in (serve, run):
         sub.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     serve.add_argument("--host", default="127.0.0.1")
@@ -439,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         threads=args.threads,
-        context=args.context,
+        context=args.context or (JUDGE_CONTEXT if args.judge else DEFAULT_CONTEXT),
         judge=args.judge,
     )
     os.execv(command[0], command)

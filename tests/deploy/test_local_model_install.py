@@ -151,3 +151,31 @@ def test_only_the_judge_server_keeps_logits_rows(tmp_path: Path) -> None:
 
     assert logits_all() == "false"
     assert logits_all(judge=True) == "true"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "window"),
+    [
+        ((), LOCAL_MODEL.DEFAULT_CONTEXT),
+        (("--judge",), LOCAL_MODEL.JUDGE_CONTEXT),
+        (("--judge", "--context", "2048"), 2048),
+        (("--context", "8192"), 8192),
+    ],
+)
+def test_serve_takes_the_judge_window_unless_told_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arguments: tuple[str, ...], window: int
+) -> None:
+    for made in ("verified", "runtime_stamp"):
+        marker = LOCAL_MODEL.paths(tmp_path)[made]
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    started: list[list[str]] = []
+
+    def execv(path: str, command: list[str]) -> None:
+        started.append(command)
+
+    monkeypatch.setattr(LOCAL_MODEL.os, "execv", execv)
+    LOCAL_MODEL.main(["--var", str(tmp_path), "serve", *arguments])
+
+    [command] = started
+    assert command[command.index("--n_ctx") + 1] == str(window)
