@@ -20,7 +20,7 @@ from services.agent.ports import ModelRequest, ModelResponse, TokenUsage
 from services.agent.run import Deadline, Mode, StopReason
 from services.agent.testing import ScriptedModel, answer_call, raw_call, search_call, turn
 from services.agent.tools.search import Searching
-from services.common.errors import DeadlineExceeded, Unavailable
+from services.common.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from tests.agent.conftest import DOCUMENTS, result_of, run_events
 from tests.agent.fake_search import FakeSearch
 
@@ -255,3 +255,15 @@ async def test_an_expired_deadline_ends_the_expansion_with_deadline_exceeded() -
 
 def test_the_variation_is_the_query_then_the_passage_on_one_line() -> None:
     assert expansion_text("q", " a\n b\t c ") == "q\na b c"
+
+
+async def test_a_failed_search_still_counts_the_expansions_tokens() -> None:
+    model, search, loop = _run(search_call(QUESTION))
+    search.errors.append(InvalidArgument.for_field("filter", "unknown field `metadata.x`"))
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    [searching] = _searching(events)
+    assert searching.error != ""
+    assert len(model.writes) == 1
+    assert result_of(events).steps[0].usage.input_tokens == 100 + 40

@@ -211,7 +211,9 @@ class SearchTool(Tool):
         try:
             page = await context.search.search(request, remaining_s=context.deadline.remaining())
         except QuarryError as error:
-            return context.search_tool_error(call, error, "search", lambda e: event(0, 0, e))
+            failed = context.search_tool_error(call, error, "search", lambda e: event(0, 0, e))
+            spent = _spent(None if expansion is None or reused else expansion.usage, None)
+            return failed if spent is None else replace(failed, usage=spent)
         hits: Sequence[SearchHit] = page.hits
         reranked = None
         settings = context.settings
