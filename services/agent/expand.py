@@ -12,10 +12,17 @@ followed by that passage as one more of its variations. The keyword side keeps t
 (the variations are dense only), and the dense side scores each chunk by its best cosine over
 the query and its variations, so a chunk the query alone finds is still found.
 
-Measured in session 16 (issue 31's closing note; `bench/expand_questions.py` for the product
-path): on the 48 demo questions the answering entry at rank 1 of the first HYBRID search
-0.458 -> 0.521 with the local Qwen2.5-Coder-1.5B; held out, nDCG@10 on Cranfield, SciFact,
-NPL and CISI within noise of the plain query (the numbers in the README).
+Measured in session 16 with the local Qwen2.5-Coder-1.5B (`bench/expand_questions.py`, issue
+31's closing note, the README's measured performance): on the 48 demo questions the first HYBRID
+search's answering entry reaches the top 3 far more often (0.562 -> 0.708; rank 1 0.458 -> 0.500,
+within noise; SEMANTIC rank 1 0.417 -> 0.625); held out, on nine collections, HYBRID nDCG@10
+moved -0.009 .. +0.022, 5 down and 4 up, all but one within noise (Debian +0.022). Off by
+default: it costs a model call per distinct query and gains nothing held out with this model.
+The form was chosen in a lab on the demo questions, Cranfield and SciFact before the other
+collections were measured: the passage alone as the dense query gained more on the demo (rank 1
+0.542) and lost more on Cranfield (-0.017); its vector summed with the query's, or the query and
+passage as the only dense query, lost more on Cranfield too (-0.009); the passage added to the
+keyword query (query2doc) lost on Cranfield's keyword side (-0.027).
 
 A failed expansion leaves the search as the model asked for it: the gateway or its provider down,
 an empty reply, or a reply from the offline `extractive` provider (e.g. the route's fallback),
