@@ -37,10 +37,10 @@ import logging
 import time
 from dataclasses import dataclass
 
+from services.agent.aside import call_aside
 from services.agent.messages import system, user
 from services.agent.ports import ModelClient, ModelRequest, TokenUsage
 from services.agent.run import Deadline
-from services.common.errors import DeadlineExceeded, QuarryError
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +93,14 @@ async def expand(
     )
     usage = TokenUsage()
     passage = ""
-    try:
-        reply = await model.generate(request, remaining_s=deadline.remaining())
-    except DeadlineExceeded:
-        raise
-    except QuarryError as error:
-        log.warning(
-            "query expansion failed; the search goes as asked",
-            extra={"route": route, "error": error.message[:200]},
-        )
-    else:
+    reply = await call_aside(
+        model,
+        request,
+        deadline=deadline,
+        failure="query expansion failed; the search goes as asked",
+        log_fields={},
+    )
+    if reply is not None:
         usage.add_tokens(reply.usage)
         usage.cost_usd += reply.usage.cost_usd
         if reply.provider_kind == EXTRACTIVE:

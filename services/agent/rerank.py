@@ -27,20 +27,17 @@ SciFact's claims -0.183: a claim is not "answered"), and costs ten model calls a
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.agent.aside import call_aside
 from services.agent.messages import system, user
 from services.agent.ports import ModelClient, ModelRequest, ModelResponse, TokenUsage
 from services.agent.run import Deadline
 from services.agent.search import SearchHit
-from services.common.errors import DeadlineExceeded, QuarryError
-
-log = logging.getLogger(__name__)
 
 JUDGE_SYSTEM = "You judge whether a passage answers a search query. Reply with yes or no only."
 _REPLY = re.compile(r"[a-z]+")
@@ -132,16 +129,15 @@ async def rerank(
             top_logprobs=TOP_LOGPROBS,
         )
         async with gate:
-            try:
-                reply = await model.generate(request, remaining_s=deadline.remaining())
-            except DeadlineExceeded:
-                raise
-            except QuarryError as error:
-                log.warning(
-                    "rerank judgment failed; the hit keeps its place",
-                    extra={"hit": hit.id, "route": route, "error": error.message[:200]},
-                )
-                return None
+            reply = await call_aside(
+                model,
+                request,
+                deadline=deadline,
+                failure="rerank judgment failed; the hit keeps its place",
+                log_fields={"hit": hit.id},
+            )
+        if reply is None:
+            return None
         usage.add_tokens(reply.usage)
         usage.cost_usd += reply.usage.cost_usd
         return judgment_score(reply)
