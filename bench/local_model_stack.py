@@ -111,6 +111,7 @@ def local_model_stack(
     port_base: int | None = None,
     call_timeout_s: float = 900.0,
     judge: bool = False,
+    expand: bool = False,
 ) -> Iterator[LocalStack]:
     """The model server (unless `with_model` is false: only the `extractive` route then works)
     and the three services, running until the block ends: on `port_base` and the next three
@@ -118,7 +119,8 @@ def local_model_stack(
     bounds one model call (the gateway's `timeout_s` of the local provider): a first call that
     evaluates the whole uncached prompt takes minutes of wall time on a busy machine. `judge`
     also starts the judge server (`serve --judge`) and configures the `rerank` route on it, the
-    agent judging its search hits there."""
+    agent judging its search hits there. `expand`: the agent expands its searches' queries with a
+    passage the model writes (`agent.loop.expand_queries`)."""
     root.mkdir(parents=True, exist_ok=True)
     assigned = iter(range(port_base, port_base + 1 + len(SERVICES))) if port_base else None
 
@@ -135,6 +137,7 @@ def local_model_stack(
             *("--context", str(context), "--out", str(config)),
             *("--timeout-s", str(call_timeout_s)),
             *(("--judge-port", str(judge_port)) if judge_port is not None else ()),
+            *(("--expand",) if expand else ()),
         ],
         check=True,
         stdout=subprocess.DEVNULL,

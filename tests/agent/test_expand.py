@@ -204,14 +204,18 @@ async def test_a_keyword_search_is_not_expanded() -> None:
     assert _searching(events)[0].expansion is None
 
 
-async def test_a_search_with_nine_variations_has_no_room_and_goes_as_asked() -> None:
+async def test_a_search_with_nine_variations_gives_its_last_one_up_for_the_passage() -> None:
     nine = [f"rephrasing {i}" for i in range(9)]
     model, search, loop = _run(search_call(QUESTION, variations=nine))
 
-    await run_events(loop, mode=Mode.THINKING)
+    events = await run_events(loop, mode=Mode.THINKING)
 
-    assert model.writes == []
-    assert search.requests[0].variations == tuple(nine)
+    assert len(model.writes) == 1
+    variations = search.requests[0].variations
+    assert variations[:8] == tuple(nine[:8])
+    assert len(variations) == 9  # the search tool's bound
+    assert variations[8].startswith(f"{QUESTION}\nTemporaryDirectory()")
+    assert _searching(events)[0].variations == tuple(nine)  # what the model asked for
 
 
 async def test_a_query_is_expanded_once_a_run_and_its_next_page_uses_the_same_passage() -> None:

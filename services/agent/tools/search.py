@@ -181,7 +181,9 @@ class SearchTool(Tool):
             # within the search tool's bound on a query (the same as the agent's by default)
             variation = expansion_text(request.primary, expansion.passage)
             variation = variation[: context.settings.max_query_chars]
-            request = replace(request, variations=(*asked, variation))
+            # a model that filled every variation loses its last one: the passage is worth more
+            kept = asked[: MAX_VARIATIONS - 1]
+            request = replace(request, variations=(*kept, variation))
 
         def event(
             result_count: int,
@@ -260,14 +262,10 @@ class SearchTool(Tool):
         request: SearchRequest, context: ToolContext
     ) -> tuple[Expansion | None, bool]:
         """The query's expansion (`loop.expand_queries`), and whether it is the run's earlier
-        one; None: not expanded (off, a KEYWORD search, no room among the variations, or a
-        route whose first provider is the offline `extractive` one)."""
+        one; None: not expanded (off, a KEYWORD search, or a route whose first provider is the
+        offline `extractive` one)."""
         settings = context.settings
-        if (
-            not settings.expand_queries
-            or request.strategy == "keyword"
-            or len(request.variations) >= MAX_VARIATIONS
-        ):
+        if not settings.expand_queries or request.strategy == "keyword":
             return None, False
         earlier = context.expansions.get(request.primary)
         if earlier is not None:
