@@ -8,7 +8,8 @@ context"), and the embedding model places them apart too; a passage a model writ
 question is phrased like the documents, right or wrong in its details. The gateway's
 `expand_route` (empty: the run's own route) is asked, at temperature 0, for a short passage
 answering the query (at most `expand_max_tokens` tokens), and the search is sent with the query
-followed by that passage as one more of its variations. The keyword side keeps the query alone
+followed by that passage as one more of its variations (in place of the model's ninth when it gave
+all nine, the search tool's bound: `tools/search.py`). The keyword side keeps the query alone
 (the variations are dense only), and the dense side scores each chunk by its best cosine over
 the query and its variations, so a chunk the query alone finds is still found.
 
