@@ -102,8 +102,7 @@ async def expand(
         log_fields={},
     )
     if reply is not None:
-        usage.add_tokens(reply.usage)
-        usage.cost_usd += reply.usage.cost_usd
+        usage.add(reply.usage)
         if reply.provider_kind == EXTRACTIVE:
             log.info(
                 "query expansion answered by the extractive provider, which writes no passage; "

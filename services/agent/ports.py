@@ -89,6 +89,11 @@ class TokenUsage:
         self.cache_read_tokens += other.cache_read_tokens
         self.cache_write_tokens += other.cache_write_tokens
 
+    def add(self, other: TokenUsage) -> None:
+        """Count `other`'s tokens and its cost in these (a call beside the run's turns)."""
+        self.add_tokens(other)
+        self.cost_usd += other.cost_usd
+
 
 @dataclass(frozen=True)
 class ModelResponse:

@@ -138,8 +138,7 @@ async def rerank(
             )
         if reply is None:
             return None
-        usage.add_tokens(reply.usage)
-        usage.cost_usd += reply.usage.cost_usd
+        usage.add(reply.usage)
         return judgment_score(reply)
 
     tasks = [asyncio.ensure_future(judge(h)) for h in first]

@@ -177,6 +177,7 @@ class SearchTool(Tool):
         started = time.perf_counter()
         asked = request.variations
         expansion, reused = await self._expansion(request, context)
+        expanded = None if expansion is None or reused else expansion.usage  # a model call made
         if expansion is not None and not expansion.failed:
             # within the search tool's bound on a query (the same as the agent's by default)
             variation = expansion_text(request.primary, expansion.passage)
@@ -214,7 +215,7 @@ class SearchTool(Tool):
             page = await context.search.search(request, remaining_s=context.deadline.remaining())
         except QuarryError as error:
             failed = context.search_tool_error(call, error, "search", lambda e: event(0, 0, e))
-            spent = _spent(None if expansion is None or reused else expansion.usage, None)
+            spent = _spent(expanded, None)
             return failed if spent is None else replace(failed, usage=spent)
         hits: Sequence[SearchHit] = page.hits
         reranked = None
@@ -254,7 +255,7 @@ class SearchTool(Tool):
             duration_ms=duration_ms,
             total_count=page.total_count,
             ran=True,
-            usage=_spent(None if expansion is None or reused else expansion.usage, reranked),
+            usage=_spent(expanded, reranked),
         )
 
     @staticmethod
@@ -299,8 +300,7 @@ def _spent(expanded: TokenUsage | None, reranked: Reranked | None) -> TokenUsage
     usage = TokenUsage()
     for part in (expanded, None if reranked is None else reranked.usage):
         if part is not None:
-            usage.add_tokens(part)
-            usage.cost_usd += part.cost_usd
+            usage.add(part)
     return usage
 
 
