@@ -49,8 +49,8 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from bench.answer_quality_questions import QUESTIONS
-from bench.eval_scifact import CHUNKS_PER_QUERY, Replay, per_query_ndcg, replayed
-from bench.first_search import COLLECTION, PAGE, paired, strategies
+from bench.eval_scifact import CHUNKS_PER_QUERY, Replay
+from bench.first_search import COLLECTION, PAGE, paired, paired_ndcg, strategies
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
 from bench.local_model_stack import local_model_stack
 from bench.rerank_questions import figures, first_answering
@@ -228,14 +228,8 @@ async def heldout(
         "expansions_failed": sum(1 for q in chosen if not passages[q]),
         "seconds_per_expansion_p50": round(sorted(seconds)[len(seconds) // 2], 2),
     }
-    for label, fusion in strategies(settings.fusion.to_fusion()).items():
-        a = per_query_ndcg(replayed(runs["expanded"], fusion), data)
-        b = per_query_ndcg(replayed(runs["question"], fusion), data)
-        out[label] = {
-            "ndcg@10_question": round(sum(b.values()) / len(b), 4),
-            "ndcg@10_expanded": round(sum(a.values()) / len(a), 4),
-            "expanded_minus_question": paired(a, b),
-        }
+    fusions = strategies(settings.fusion.to_fusion())
+    out.update(paired_ndcg(runs["expanded"], runs["question"], fusions, data, arm="expanded"))
     note(f"{name}: {out}")
     return out
 

@@ -51,7 +51,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.answer_quality_questions import QUESTIONS
 from bench.embedding_cache import CachedEmbedder
 from bench.eval_scifact import Replay, per_query_ndcg, replayed
-from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
+from bench.harness import (
+    RESULTS_DIR,
+    VAR_DIR,
+    SciFact,
+    emit,
+    load_beir,
+    machine,
+    note,
+    settings_for,
+)
 from bench.integer_minilm import IntegerQueryEmbedder, OneTextPerCall, calibration_queries
 from bench.scifact_collection import cached_embedder
 from services.search_tool.embedding import Embedder
@@ -443,15 +452,29 @@ async def beir_figures(
         work_dir / "lance", name, variant, embedder, data.queries, CANDIDATES, variant_dir
     )
     out: dict[str, Any] = {"queries": len(data.queries), **facts}
+    out.update(paired_ndcg(runs[variant], runs["question"], fusions, data, arm="variant"))
+    note(f"{name}: {out}")
+    return out
+
+
+def paired_ndcg(
+    changed: dict[str, Replay],
+    unchanged: dict[str, Replay],
+    fusions: dict[str, Fusion],
+    data: SciFact,
+    *,
+    arm: str,
+) -> dict[str, dict[str, Any]]:
+    """nDCG@10 of each strategy with and without a change (`arm` names it), paired per query."""
+    out: dict[str, dict[str, Any]] = {}
     for label, fusion in fusions.items():
-        a = per_query_ndcg(replayed(runs[variant], fusion), data)
-        b = per_query_ndcg(replayed(runs["question"], fusion), data)
+        a = per_query_ndcg(replayed(changed, fusion), data)
+        b = per_query_ndcg(replayed(unchanged, fusion), data)
         out[label] = {
             "ndcg@10_question": round(sum(b.values()) / len(b), 4),
-            "ndcg@10_variant": round(sum(a.values()) / len(a), 4),
-            "variant_minus_question": paired(a, b),
+            f"ndcg@10_{arm}": round(sum(a.values()) / len(a), 4),
+            f"{arm}_minus_question": paired(a, b),
         }
-    note(f"{name}: {out}")
     return out
 
 
