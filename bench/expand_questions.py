@@ -1,10 +1,11 @@
 """What expanding a search's query with a passage the model writes to answer it
 (`agent.loop.expand_queries`, HyDE) does to the first search on questions asked in other words
-than the documents use: the 48 paraphrased questions of `bench/answer_quality_questions.py` over
-the demo collection, each with its answering documents.
+than the documents use: the paraphrased questions of `bench/answer_quality_questions.py` over
+the demo collection (`--questions`: the 48 of the first set, the 150 held out, or all), each with
+its answering documents.
 
     python bench/expand_questions.py [--data-dir var/bench-answer-quality] [--threads 2]
-                                     [--questions N]
+                                     [--questions tuned|held-out|all] [--first N]
 
 It starts the real local model (`make local-model`: Qwen2.5-Coder-1.5B through llama-cpp-python)
 and Quarry's services as processes (`bench/local_model_stack.py`). Each question is sent to the
@@ -48,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from bench.answer_quality_questions import QUESTIONS
+from bench.answer_quality_questions import QUESTION_SETS, question_set
 from bench.eval_scifact import CHUNKS_PER_QUERY, Replay
 from bench.first_search import COLLECTION, PAGE, paired, paired_ndcg, strategies
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
@@ -73,7 +74,8 @@ METRICS = ("rank1", "top3", "mrr10")
 
 
 async def measure(args: argparse.Namespace, search_address: str, gateway: str) -> dict[str, Any]:
-    questions = QUESTIONS[: args.questions] if args.questions else QUESTIONS
+    chosen = list(question_set(args.questions).items())
+    questions = chosen[: args.first] if args.first else chosen
     rows: dict[str, dict[str, dict[str, dict[str, float]]]] = {
         s: {"question": {}, "expanded": {}} for s in STRATEGIES
     }
@@ -100,8 +102,7 @@ async def measure(args: argparse.Namespace, search_address: str, gateway: str) -
             )
             return first_answering([search_hit(r) for r in reply.results], docs)
 
-        for number, question in enumerate(questions, start=1):
-            key = f"q{number:02d}"
+        for key, question in questions:
             started = time.perf_counter()
             expansion = await expand(
                 question.text,
@@ -131,6 +132,7 @@ async def measure(args: argparse.Namespace, search_address: str, gateway: str) -
 
     ordered = sorted(seconds)
     return {
+        "question_set": args.questions,
         "questions": len(questions),
         "strategies": {
             label: {
@@ -253,7 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-tokens", type=int, default=LoopSettings().expand_max_tokens, help="a passage's"
     )
-    parser.add_argument("--questions", type=int, default=0, help="the first N only (0: all)")
+    parser.add_argument(
+        "--questions",
+        choices=QUESTION_SETS,
+        default="tuned",
+        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
+    )
+    parser.add_argument("--first", type=int, default=0, help="the set's first N only (0: all)")
     parser.add_argument("--skip-demo", action="store_true", help="held-out collections only")
     parser.add_argument(
         "--beir", action="append", default=[], metavar="DATASET:WORK_DIR", help="held out"

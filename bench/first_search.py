@@ -1,8 +1,10 @@
 """What the first search finds for a question asked in other words than the documents use: the
-48 paraphrased questions of `bench/answer_quality_questions.py` over the demo collection, each
-with the documents that answer it.
+paraphrased questions of `bench/answer_quality_questions.py` over the demo collection, each
+with the documents that answer it (`--questions`: the 48 of the first set, the 150 held out, or
+all).
 
     python bench/first_search.py [--data-dir var/bench-answer-quality] [--build]
+                                 [--questions tuned|held-out|all]
                                  [--variant NAME [--beir DIR:WORK_DIR ...] [--scratch DIR]]
 
 For KEYWORD, SEMANTIC and HYBRID (the configured fusion) the page of 10 hits a search returns is
@@ -48,7 +50,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.answer_quality_questions import QUESTIONS
+from bench.answer_quality_questions import QUESTION_SETS, question_set
 from bench.embedding_cache import CachedEmbedder
 from bench.eval_scifact import Replay, per_query_ndcg, replayed
 from bench.harness import (
@@ -387,11 +389,16 @@ async def arms(
 
 
 async def demo_figures(
-    data_dir: Path, embedder: CachedEmbedder, variant: str | None, variant_dir: Path
+    data_dir: Path,
+    embedder: CachedEmbedder,
+    variant: str | None,
+    variant_dir: Path,
+    questions: str = "tuned",
 ) -> dict[str, Any]:
     fusions = strategies(settings_for(data_dir).fusion.to_fusion())
-    answering = {f"q{i:02d}": set(q.documents) for i, q in enumerate(QUESTIONS, start=1)}
-    texts = {f"q{i:02d}": q.text for i, q in enumerate(QUESTIONS, start=1)}
+    chosen = question_set(questions)
+    answering = {key: set(q.documents) for key, q in chosen.items()}
+    texts = {key: q.text for key, q in chosen.items()}
     runs, facts = await arms(data_dir, COLLECTION, variant, embedder, texts, PAGE, variant_dir)
     rows = {
         run: {
@@ -403,7 +410,8 @@ async def demo_figures(
         for run, replays in runs.items()
     }
     result: dict[str, Any] = {
-        "questions": len(QUESTIONS),
+        "question_set": questions,
+        "questions": len(chosen),
         **facts,
         "figures": {run: {s: summary(r) for s, r in by.items()} for run, by in rows.items()},
         "hybrid_minus_better_side": {
@@ -497,7 +505,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "page": PAGE,
         "variant": args.variant,
         **await demo_figures(
-            args.data_dir, embedder, args.variant, args.scratch / f"demo-{args.variant}"
+            args.data_dir,
+            embedder,
+            args.variant,
+            args.scratch / f"demo-{args.variant}",
+            args.questions,
         ),
     }
     if args.variant and args.beir:
@@ -521,6 +533,12 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
     parser.add_argument("--build", action="store_true", help="bring the demo collection up to date")
     parser.add_argument("--variant", choices=sorted(VARIANTS))
+    parser.add_argument(
+        "--questions",
+        choices=QUESTION_SETS,
+        default="tuned",
+        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
+    )
     parser.add_argument("--beir", action="append", default=[], metavar="DATASET:WORK_DIR")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
