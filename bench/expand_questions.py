@@ -51,7 +51,7 @@ from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from bench.answer_quality_questions import QUESTION_SETS, question_set
 from bench.eval_scifact import CHUNKS_PER_QUERY, Replay
-from bench.first_search import COLLECTION, PAGE, paired, paired_ndcg, strategies
+from bench.first_search import COLLECTION, PAGE, paired, paired_ndcg, settled, strategies
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
 from bench.local_model_stack import local_model_stack
 from bench.rerank_questions import figures, first_answering
@@ -280,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(scratch)
         data = root / "data"
         shutil.copytree(args.data_dir, data)
+        asyncio.run(settled(data))  # as the search tool serves it once writes pause
         with local_model_stack(root, threads=args.threads, data_dir=data) as stack:
             result = asyncio.run(measure_all(args, stack.search_tool, stack.gateway, root))
     emit(

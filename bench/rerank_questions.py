@@ -36,7 +36,7 @@ from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from bench.answer_quality_questions import QUESTIONS
-from bench.first_search import COLLECTION, PAGE, paired
+from bench.first_search import COLLECTION, PAGE, paired, settled
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, machine, note
 from bench.local_model_stack import local_model_stack
 from services.agent.gateway_client import GatewayModelClient
@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(scratch)
         data = root / "data"
         shutil.copytree(args.data_dir, data)
+        asyncio.run(settled(data))  # as the search tool serves it once writes pause
         with local_model_stack(
             root,
             threads=args.threads,
