@@ -27,9 +27,11 @@ keyword query (query2doc) lost on Cranfield's keyword side (-0.027).
 
 A failed expansion leaves the search as the model asked for it: the gateway or its provider down,
 an empty reply, or a reply from the offline `extractive` provider (e.g. the route's fallback),
-which cannot write a passage. A search never fails because its expansion did; the caller's
-deadline still ends the run. A query is expanded once a run: a second page, or the same query
-again, reuses it, so pages of one query are pages of one ranking.
+which cannot write a passage. A search never fails because its expansion did: one the search
+tool refuses for the passage's variation (a search tool configured with a smaller bound on a
+query than the agent's) is sent again as asked. The caller's deadline still ends the run. A
+query is expanded once a run: a second page, or the same query again, reuses it, so pages of
+one query are pages of one ranking.
 """
 
 from __future__ import annotations
@@ -69,10 +71,14 @@ class Expansion:
     usage: TokenUsage
     """Tokens the expansion spent."""
     duration_ms: int
+    refused: bool = False
+    """The search tool refused the query with the passage (e.g. a `limits.query_chars` below the
+    agent's `loop.max_query_chars`): the search went as asked, and so do the query's next."""
 
     @property
     def failed(self) -> bool:
-        return not self.passage
+        """No passage was searched: none was written, or the search tool refused it."""
+        return not self.passage or self.refused
 
 
 async def expand(

@@ -271,3 +271,43 @@ async def test_a_failed_search_still_counts_the_expansions_tokens() -> None:
     assert searching.error != ""
     assert len(model.writes) == 1
     assert result_of(events).steps[0].usage.input_tokens == 100 + 40
+
+
+async def test_a_search_tool_that_refuses_the_passage_gets_the_search_as_asked() -> None:
+    """A search tool with a smaller bound on a query than the agent's refuses the variation the
+    passage made: the search is sent again without it, and the query's next page goes as asked
+    without asking the search tool again with the passage."""
+    second_page = {"query": {"primary": QUESTION, "variations": ["x"]}, "offset": 10}
+    model, search, loop = _run(
+        search_call(QUESTION, variations=["x"]), raw_call("search", json.dumps(second_page))
+    )
+    search.errors.append(
+        InvalidArgument.for_field("query.variations[1]", "longer than 200 characters")
+    )
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    refused, again, second = search.requests
+    assert len(refused.variations) == 2
+    assert again.variations == ("x",)
+    assert (second.offset, second.variations) == (10, ("x",))
+    assert len(model.writes) == 1
+    one, two = _searching(events)
+    assert one.error == ""
+    assert one.expansion is not None
+    assert one.expansion.failed
+    assert one.expansion.passage  # what was written and refused, for whoever reads the event
+    assert convert.event_message(one).searching.expansion.failed
+    assert (two.expansion_reused, two.error) == (True, "")
+    assert result_of(events).steps[0].usage.input_tokens == 100 + 40  # the passage still cost
+
+
+async def test_a_refusal_of_another_field_fails_the_search_as_before() -> None:
+    _model, search, loop = _run(search_call(QUESTION, variations=["x"]))
+    search.errors.append(InvalidArgument.for_field("query.variations[0]", "must not be empty"))
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert len(search.requests) == 1
+    [searching] = _searching(events)
+    assert "query.variations[0]" in searching.error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -26,7 +27,9 @@ from services.agent.tools.base import (
     parse_arguments,
 )
 from services.agent.tools.results import format_results
-from services.common.errors import DeadlineExceeded, QuarryError
+from services.common.errors import DeadlineExceeded, InvalidArgument, QuarryError
+
+log = logging.getLogger(__name__)
 
 SEARCH = "search"
 MAX_VARIATIONS = 9
@@ -178,6 +181,7 @@ class SearchTool(Tool):
         asked = request.variations
         expansion, reused = await self._expansion(request, context)
         expanded = None if expansion is None or reused else expansion.usage  # a model call made
+        expanded_field = ""  # the field of the passage's variation in the request, once sent
         if expansion is not None and not expansion.failed:
             # within the search tool's bound on a query (the same as the agent's by default)
             variation = expansion_text(request.primary, expansion.passage)
@@ -185,6 +189,7 @@ class SearchTool(Tool):
             # a model that filled every variation loses its last one: the passage is worth more
             kept = asked[: MAX_VARIATIONS - 1]
             request = replace(request, variations=(*kept, variation))
+            expanded_field = f"query.variations[{len(kept)}]"
 
         def event(
             result_count: int,
@@ -212,7 +217,23 @@ class SearchTool(Tool):
             )
 
         try:
-            page = await context.search.search(request, remaining_s=context.deadline.remaining())
+            try:
+                page = await context.search.search(
+                    request, remaining_s=context.deadline.remaining()
+                )
+            except InvalidArgument as error:
+                if expansion is None or not expanded_field or not _names(error, expanded_field):
+                    raise
+                expansion = replace(expansion, refused=True)
+                context.expansions[request.primary] = expansion  # the next page goes as asked
+                log.warning(
+                    "the search tool refused the expanded query; the search goes as asked",
+                    extra={"field": expanded_field, "error": error.message},
+                )
+                request = replace(request, variations=asked)
+                page = await context.search.search(
+                    request, remaining_s=context.deadline.remaining()
+                )
         except QuarryError as error:
             failed = context.search_tool_error(call, error, "search", lambda e: event(0, 0, e))
             spent = _spent(expanded, None)
@@ -291,6 +312,11 @@ class SearchTool(Tool):
         )
         context.expansions[request.primary] = expansion
         return expansion, False
+
+
+def _names(error: InvalidArgument, field: str) -> bool:
+    """The search tool's error names `field` among its bad fields."""
+    return any(v.field == field for v in error.violations)
 
 
 def _spent(expanded: TokenUsage | None, reranked: Reranked | None) -> TokenUsage | None:
