@@ -1456,6 +1456,11 @@ QUESTION_SETS = ("tuned", "held-out", "all")
 """`--questions` of the benches: the first set, the held-out set, or both."""
 
 
+def set_of(key: str) -> str:
+    """The set a `question_set` key belongs to: `tuned` or `held-out`."""
+    return "held-out" if key.startswith("h") else "tuned"
+
+
 def question_set(name: str) -> dict[str, Question]:
     """The questions of a set by stable key: `q01` … of the first set, `h001` … held out."""
     if name not in QUESTION_SETS:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from bench.answer_quality_questions import QUESTION_SETS, question_set
+from bench.answer_quality_questions import QUESTION_SETS, question_set, set_of
 from bench.eval_scifact import CHUNKS_PER_QUERY, Replay
 from bench.first_search import COLLECTION, PAGE, paired, paired_ndcg, settled, strategies
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
@@ -127,27 +127,16 @@ async def measure(args: argparse.Namespace, search_address: str, gateway: str) -
                 moved.append(f"{label} {before} -> {after}")
             note(f"{key} {', '.join(moved)} ({seconds[-1]:.1f} s)")
 
-    def mean(by_question: dict[str, dict[str, float]], metric: str) -> float:
-        return round(sum(r[metric] for r in by_question.values()) / len(by_question), 3)
-
     ordered = sorted(seconds)
+    sets: dict[str, set[str]] = {}
+    for key, _ in questions:
+        sets.setdefault(set_of(key), set()).add(key)
     return {
         "question_set": args.questions,
         "questions": len(questions),
-        "strategies": {
-            label: {
-                "question": {m: mean(arms["question"], m) for m in METRICS},
-                "expanded": {m: mean(arms["expanded"], m) for m in METRICS},
-                "expanded_minus_question": {
-                    m: paired(
-                        {q: r[m] for q, r in arms["expanded"].items()},
-                        {q: r[m] for q, r in arms["question"].items()},
-                    )
-                    for m in METRICS
-                },
-            }
-            for label, arms in rows.items()
-        },
+        "strategies": before_after(rows),
+        # with `--questions all`, each set apart too (the first 48 were looked at hard)
+        "by_set": {name: before_after(rows, keys) for name, keys in sets.items()},
         "expansions_failed": failed,
         "seconds_per_expansion": {
             "p50": round(ordered[len(ordered) // 2], 2),
@@ -155,6 +144,30 @@ async def measure(args: argparse.Namespace, search_address: str, gateway: str) -
             "mean": round(sum(ordered) / len(ordered), 2),
         },
         "passages": passages,
+    }
+
+
+def before_after(
+    rows: dict[str, dict[str, dict[str, dict[str, float]]]], keys: set[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per strategy: each metric's mean without and with the expansion and their paired
+    difference, over the questions of `keys` (all when None)."""
+
+    def chosen(by_question: dict[str, dict[str, float]], metric: str) -> dict[str, float]:
+        return {q: r[metric] for q, r in by_question.items() if keys is None or q in keys}
+
+    def mean(values: dict[str, float]) -> float:
+        return round(sum(values.values()) / len(values), 3)
+
+    return {
+        label: {
+            "question": {m: mean(chosen(arms["question"], m)) for m in METRICS},
+            "expanded": {m: mean(chosen(arms["expanded"], m)) for m in METRICS},
+            "expanded_minus_question": {
+                m: paired(chosen(arms["expanded"], m), chosen(arms["question"], m)) for m in METRICS
+            },
+        }
+        for label, arms in rows.items()
     }
 
 

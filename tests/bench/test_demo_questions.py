@@ -10,6 +10,7 @@ from bench.answer_quality_questions import (
     QUESTION_SETS,
     QUESTIONS,
     question_set,
+    set_of,
 )
 from quarry_cli.demo.corpus import Document, build_corpus
 
@@ -51,5 +52,6 @@ def test_question_sets_have_stable_keys_and_all_is_both() -> None:
     assert list(both)[48:50] == ["h001", "h002"]
     assert len(both) == len(QUESTIONS) + len(HELD_OUT_QUESTIONS)
     assert set(QUESTION_SETS) == {"tuned", "held-out", "all"}
+    assert {key: set_of(key) for key in ("q01", "h150")} == {"q01": "tuned", "h150": "held-out"}
     with pytest.raises(ValueError, match="unknown question set"):
         question_set("train")
