@@ -74,6 +74,8 @@ class ToolRunner:
         """Searches refused for repeating an earlier one word for word."""
         self.expansions: dict[str, Expansion] = {}
         """The run's query expansions, by query (`loop.expand_queries`)."""
+        self.expanding: dict[str, asyncio.Future[Expansion | None]] = {}
+        """The expansions being written, by query."""
 
     async def execute(
         self,
@@ -150,6 +152,7 @@ class ToolRunner:
             route=self.model_route,
             step=self.steps.index,
             expansions=self.expansions,
+            expanding=self.expanding,
         )
 
     async def _run_one(self, tool: Tool, call: ToolCall) -> AsyncIterator[AgentEvent]:

@@ -33,8 +33,9 @@ an empty reply, or a reply from the offline `extractive` provider (e.g. the rout
 which cannot write a passage. A search never fails because its expansion did: one the search
 tool refuses for the passage's variation (a search tool configured with a smaller bound on a
 query than the agent's) is sent again as asked. The caller's deadline still ends the run. A
-query is expanded once a run: a second page, or the same query again, reuses it, so pages of
-one query are pages of one ranking.
+query is expanded once a run: a second page, the same query again, or a search of it running
+beside the one that asked (a turn's parallel searches), reuses it, so pages of one query are
+pages of one ranking.
 """
 
 from __future__ import annotations

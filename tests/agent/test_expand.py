@@ -6,6 +6,7 @@ the run; off by default."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 
@@ -37,10 +38,13 @@ class _WritingModel(ScriptedModel):
         super().__init__(turns)
         self.write = write
         self.writes: list[ModelRequest] = []
+        self.write_s = 0.0
+        """How long a passage takes to write."""
 
     async def generate(self, request: ModelRequest, *, remaining_s: float | None) -> ModelResponse:
         if request.messages[0].text == EXPAND_SYSTEM:
             self.writes.append(request)
+            await asyncio.sleep(self.write_s)
             if isinstance(self.write, BaseException):
                 raise self.write
             if isinstance(self.write, ModelResponse):
@@ -311,3 +315,27 @@ async def test_a_refusal_of_another_field_fails_the_search_as_before() -> None:
     assert len(search.requests) == 1
     [searching] = _searching(events)
     assert "query.variations[0]" in searching.error
+
+
+async def test_parallel_searches_of_one_query_in_a_turn_share_one_passage() -> None:
+    """Two searches of one turn with the same query and other filters run side by side: the
+    second waits for the passage the first asked for instead of asking again."""
+    first = search_call(QUESTION, call_id="all")
+    module = [{"conditions": [{"field": "source", "operator": "equals", "value": "docs"}]}]
+    second = search_call(QUESTION, filter_groups=module, call_id="tempfile")
+    answer = turn("", answer_call("TemporaryDirectory() [1].", ["tempfile__chunk_0"]))
+    model = _WritingModel([turn("", first, second), answer])
+    model.write_s = 0.05
+    search = FakeSearch(DOCUMENTS, collection="python-docs")
+    loop = AgentLoop(model, search, settings=LoopSettings(expand_queries=True))
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    assert len(model.writes) == 1
+    one, two = search.requests
+    assert one.variations == two.variations != ()
+    assert one.filter_groups != two.filter_groups
+    a, b = _searching(events)
+    assert (a.expansion_reused, b.expansion_reused) == (False, True)
+    assert a.expansion == b.expansion
+    assert result_of(events).steps[0].usage.input_tokens == 100 + 40  # one passage paid for

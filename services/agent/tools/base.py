@@ -16,6 +16,7 @@ emits the tool's event, with its error.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -146,6 +147,9 @@ class ToolContext:
     expansions: MutableMapping[str, Expansion] = field(default_factory=dict)
     """The run's query expansions so far, by query (`loop.expand_queries`): a query is expanded
     once a run."""
+    expanding: MutableMapping[str, asyncio.Future[Expansion | None]] = field(default_factory=dict)
+    """The expansions being written, by query: a search of the same query beside the one that
+    asked for it (a turn's parallel searches) waits for that passage instead of asking again."""
 
     def failed(self, call: ToolCall, text: str, event: ToolEvent | None = None) -> ToolOutcome:
         """A tool error for the model: logged, and marked on the current span."""

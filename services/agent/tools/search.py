@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -284,34 +285,49 @@ class SearchTool(Tool):
         request: SearchRequest, context: ToolContext
     ) -> tuple[Expansion | None, bool]:
         """The query's expansion (`loop.expand_queries`), and whether it is the run's earlier
-        one; None: not expanded (off, a KEYWORD search, or a route whose first provider is the
-        offline `extractive` one)."""
-        settings = context.settings
-        if not settings.expand_queries or request.strategy == "keyword":
+        one (or the one a search beside this one asked for); None: not expanded (off, a KEYWORD
+        search, or a route whose first provider is the offline `extractive` one)."""
+        if not context.settings.expand_queries or request.strategy == "keyword":
             return None, False
         earlier = context.expansions.get(request.primary)
         if earlier is not None:
             return earlier, True
-        route = settings.expand_route or context.route
+        writing = context.expanding.get(request.primary)
+        if writing is not None:  # asked for by a search of this turn running beside this one
+            written = await asyncio.shield(writing)
+            return written, written is not None
+        # registered before the first await: a search beside this one finds it
+        writing = asyncio.ensure_future(_written(request.primary, context))
+        context.expanding[request.primary] = writing
         try:
-            kind = await context.model.provider_kind(
-                route, remaining_s=context.deadline.remaining()
-            )
-        except DeadlineExceeded:
-            raise
-        except QuarryError:
-            kind = ""  # unknown: asked, and a gateway that is down fails the expansion alone
-        if kind == EXTRACTIVE:
-            return None, False  # the offline provider writes no passage: not asked
-        expansion = await expand(
-            request.primary,
-            model=context.model,
-            route=route,
-            max_output_tokens=settings.expand_max_tokens,
-            deadline=context.deadline,
-        )
-        context.expansions[request.primary] = expansion
+            expansion = await writing
+        finally:
+            del context.expanding[request.primary]
+        if expansion is not None:
+            context.expansions[request.primary] = expansion
         return expansion, False
+
+
+async def _written(query: str, context: ToolContext) -> Expansion | None:
+    """`query`'s passage from the expand route's model; None when its first provider is the
+    offline `extractive` one (not asked)."""
+    settings = context.settings
+    route = settings.expand_route or context.route
+    try:
+        kind = await context.model.provider_kind(route, remaining_s=context.deadline.remaining())
+    except DeadlineExceeded:
+        raise
+    except QuarryError:
+        kind = ""  # unknown: asked, and a gateway that is down fails the expansion alone
+    if kind == EXTRACTIVE:
+        return None  # the offline provider writes no passage: not asked
+    return await expand(
+        query,
+        model=context.model,
+        route=route,
+        max_output_tokens=settings.expand_max_tokens,
+        deadline=context.deadline,
+    )
 
 
 def _names(error: InvalidArgument, field: str) -> bool:
