@@ -1,9 +1,11 @@
 """Answer quality through the real services: the offline `extractive` answerer and the local model
 (`make local-model`), FAST and THINKING, over paraphrased questions about the demo collection
-with known answering documents (`bench/answer_quality_questions.py`, 48 questions).
+with known answering documents (`bench/answer_quality_questions.py`: `--question-set` the first
+48, the 150 held out, or all).
 
     python -m bench.answer_quality [--routes extractive,local] [--modes fast,thinking]
-                                   [--questions 48] [--local-questions 12] [--tools search]
+                                   [--question-set tuned|held-out|all] [--questions N]
+                                   [--local-questions 12] [--tools search]
                                    [--start 1] [--port-base PORT]
 
 Starts the model server (when `local` is asked for) and the three services as processes
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.answer_quality_questions import QUESTIONS, Question
+from bench.answer_quality_questions import QUESTION_SETS, Question, question_set
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, machine, note
 from bench.local_model_stack import cpu_seconds, local_model_stack, model_rss_mb
 from services.agent.client import AgentClient, AgentError, ModeName, RunOptions
@@ -105,7 +107,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def run_all(args: argparse.Namespace, agent_address: str, model_pid: int | None) -> Any:
-    questions = QUESTIONS[: args.questions]
+    questions = list(question_set(args.question_set).values())[: args.questions]
     configs: list[tuple[str, ModeName]] = [
         (route, "thinking" if mode == "thinking" else "fast")
         for route in args.routes
@@ -154,7 +156,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--routes", type=lambda s: s.split(","), default=["extractive", "local"])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["fast", "thinking"])
-    parser.add_argument("--questions", type=int, default=len(QUESTIONS))
+    parser.add_argument(
+        "--question-set",
+        choices=QUESTION_SETS,
+        default="tuned",
+        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
+    )
+    parser.add_argument("--questions", type=int, default=1_000, help="the set's first N only")
     parser.add_argument("--local-questions", type=int, default=12)
     parser.add_argument(
         "--start",
@@ -201,7 +209,8 @@ def main() -> None:
         rows = asyncio.run(run_all(args, stack.agent, model_pid))
         rss = model_rss_mb(model_pid) if model_pid else 0.0
     result = {
-        "questions": min(args.questions, len(QUESTIONS)),
+        "question_set": args.question_set,
+        "questions": min(args.questions, len(question_set(args.question_set))),
         "local_questions": min(args.local_questions, args.questions),
         "start": args.start,
         "tools": args.tools,
