@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.answer_quality_questions import QUESTION_SETS, Question, question_set
+from bench.answer_quality_questions import Question, add_question_set_argument, question_set
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, machine, note
 from bench.local_model_stack import cpu_seconds, local_model_stack, model_rss_mb
 from services.agent.client import AgentClient, AgentError, ModeName, RunOptions
@@ -156,12 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--routes", type=lambda s: s.split(","), default=["extractive", "local"])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["fast", "thinking"])
-    parser.add_argument(
-        "--question-set",
-        choices=QUESTION_SETS,
-        default="tuned",
-        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
-    )
+    add_question_set_argument(parser, "--question-set")
     parser.add_argument("--questions", type=int, default=1_000, help="the set's first N only")
     parser.add_argument("--local-questions", type=int, default=12)
     parser.add_argument(

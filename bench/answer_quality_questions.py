@@ -17,6 +17,7 @@ the answer (case-insensitive) — the name a user would need, or the value asked
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 
@@ -1454,6 +1455,16 @@ HELD_OUT_QUESTIONS: tuple[Question, ...] = (
 
 QUESTION_SETS = ("tuned", "held-out", "all")
 """`--questions` of the benches: the first set, the held-out set, or both."""
+
+
+def add_question_set_argument(parser: argparse.ArgumentParser, flag: str = "--questions") -> None:
+    """The benches' option choosing a question set (`QUESTION_SETS`; default the first 48)."""
+    parser.add_argument(
+        flag,
+        choices=QUESTION_SETS,
+        default="tuned",
+        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
+    )
 
 
 def set_of(key: str) -> str:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
-from bench.answer_quality_questions import QUESTION_SETS, question_set, set_of
+from bench.answer_quality_questions import add_question_set_argument, question_set, set_of
 from bench.eval_scifact import CHUNKS_PER_QUERY, Replay
 from bench.first_search import COLLECTION, PAGE, paired, paired_ndcg, settled, strategies
 from bench.harness import RESULTS_DIR, VAR_DIR, emit, load_beir, machine, note, settings_for
@@ -268,12 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-tokens", type=int, default=LoopSettings().expand_max_tokens, help="a passage's"
     )
-    parser.add_argument(
-        "--questions",
-        choices=QUESTION_SETS,
-        default="tuned",
-        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
-    )
+    add_question_set_argument(parser)
     parser.add_argument("--first", type=int, default=0, help="the set's first N only (0: all)")
     parser.add_argument("--skip-demo", action="store_true", help="held-out collections only")
     parser.add_argument(

@@ -51,7 +51,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.answer_quality_questions import QUESTION_SETS, question_set
+from bench.answer_quality_questions import add_question_set_argument, question_set
 from bench.embedding_cache import CachedEmbedder
 from bench.eval_scifact import Replay, per_query_ndcg, replayed
 from bench.harness import (
@@ -550,12 +550,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=VAR_DIR / "bench-answer-quality")
     parser.add_argument("--build", action="store_true", help="bring the demo collection up to date")
     parser.add_argument("--variant", choices=sorted(VARIANTS))
-    parser.add_argument(
-        "--questions",
-        choices=QUESTION_SETS,
-        default="tuned",
-        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
-    )
+    add_question_set_argument(parser)
     parser.add_argument("--beir", action="append", default=[], metavar="DATASET:WORK_DIR")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
