@@ -19,7 +19,7 @@ from services.agent.acceptance import AnswerDesk
 from services.agent.config import LoopSettings
 from services.agent.conversation import Conversation
 from services.agent.events import AgentEvent
-from services.agent.expand import Expansion
+from services.agent.expand import RunExpansions
 from services.agent.messages import ToolCall, tool_result, user
 from services.agent.ports import ModelClient, SearchClient
 from services.agent.questions import QuestionChannel
@@ -72,10 +72,8 @@ class ToolRunner:
         """The first call of each distinct search (tool and arguments) of the run, by key."""
         self.repeats = 0
         """Searches refused for repeating an earlier one word for word."""
-        self.expansions: dict[str, Expansion] = {}
-        """The run's query expansions, by query (`loop.expand_queries`)."""
-        self.expanding: dict[str, asyncio.Future[Expansion | None]] = {}
-        """The expansions being written, by query."""
+        self.expansions = RunExpansions()
+        """The run's query expansions (`loop.expand_queries`)."""
 
     async def execute(
         self,
@@ -152,7 +150,6 @@ class ToolRunner:
             route=self.model_route,
             step=self.steps.index,
             expansions=self.expansions,
-            expanding=self.expanding,
         )
 
     async def _run_one(self, tool: Tool, call: ToolCall) -> AsyncIterator[AgentEvent]:

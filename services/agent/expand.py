@@ -40,9 +40,11 @@ pages of one ranking.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 
 from services.agent.aside import call_aside
 from services.agent.messages import system, user
@@ -83,6 +85,44 @@ class Expansion:
     def failed(self) -> bool:
         """No passage was searched: none was written, or the search tool refused it."""
         return not self.passage or self.refused
+
+
+class RunExpansions:
+    """A run's query expansions, by query: a query is expanded once a run, and a search of a
+    query whose passage is being written (a turn's parallel searches) waits for that one."""
+
+    def __init__(self) -> None:
+        self._written: dict[str, Expansion] = {}
+        self._writing: dict[str, asyncio.Future[Expansion | None]] = {}
+
+    async def of(
+        self, query: str, write: Callable[[], Awaitable[Expansion | None]]
+    ) -> tuple[Expansion | None, bool]:
+        """`query`'s expansion, written by `write` unless the run has it or is writing it, and
+        whether it was the run's already (no model call); None: `write` asked for none."""
+        earlier = self._written.get(query)
+        if earlier is not None:
+            return earlier, True
+        writing = self._writing.get(query)
+        if writing is not None:
+            written = await asyncio.shield(writing)
+            return written, written is not None
+        # registered before the first await: a search beside this one finds it
+        writing = asyncio.ensure_future(write())
+        self._writing[query] = writing
+        try:
+            expansion = await writing
+        finally:
+            del self._writing[query]
+        if expansion is not None:
+            self._written[query] = expansion
+        return expansion, False
+
+    def refused(self, query: str, expansion: Expansion) -> Expansion:
+        """`expansion` refused by the search tool: the query's next searches go as asked."""
+        refused = replace(expansion, refused=True)
+        self._written[query] = refused
+        return refused
 
 
 async def expand(

@@ -16,11 +16,10 @@ emits the tool's event, with its error.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -30,7 +29,7 @@ from opentelemetry import trace
 from pydantic import BaseModel, ValidationError
 
 from services.agent.config import LoopSettings
-from services.agent.expand import Expansion
+from services.agent.expand import RunExpansions
 from services.agent.messages import ToolCall
 from services.agent.ports import ModelClient, SearchClient, TokenUsage, ToolSpec
 from services.agent.questions import QuestionChannel
@@ -144,12 +143,8 @@ class ToolContext:
     """The run's LLM gateway route (a tool that asks the gateway uses it)."""
     step: int = 0
     """The step (model turn, from 1) the call belongs to: the `step` of the event it emits."""
-    expansions: MutableMapping[str, Expansion] = field(default_factory=dict)
-    """The run's query expansions so far, by query (`loop.expand_queries`): a query is expanded
-    once a run."""
-    expanding: MutableMapping[str, asyncio.Future[Expansion | None]] = field(default_factory=dict)
-    """The expansions being written, by query: a search of the same query beside the one that
-    asked for it (a turn's parallel searches) waits for that passage instead of asking again."""
+    expansions: RunExpansions = field(default_factory=RunExpansions)
+    """The run's query expansions (`loop.expand_queries`): a query is expanded once a run."""
 
     def failed(self, call: ToolCall, text: str, event: ToolEvent | None = None) -> ToolOutcome:
         """A tool error for the model: logged, and marked on the current span."""

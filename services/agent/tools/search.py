@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -225,8 +224,7 @@ class SearchTool(Tool):
             except InvalidArgument as error:
                 if expansion is None or not expanded_field or not _names(error, expanded_field):
                     raise
-                expansion = replace(expansion, refused=True)
-                context.expansions[request.primary] = expansion  # the next page goes as asked
+                expansion = context.expansions.refused(request.primary, expansion)
                 log.warning(
                     "the search tool refused the expanded query; the search goes as asked",
                     extra={"field": expanded_field, "error": error.message},
@@ -289,23 +287,9 @@ class SearchTool(Tool):
         search, or a route whose first provider is the offline `extractive` one)."""
         if not context.settings.expand_queries or request.strategy == "keyword":
             return None, False
-        earlier = context.expansions.get(request.primary)
-        if earlier is not None:
-            return earlier, True
-        writing = context.expanding.get(request.primary)
-        if writing is not None:  # asked for by a search of this turn running beside this one
-            written = await asyncio.shield(writing)
-            return written, written is not None
-        # registered before the first await: a search beside this one finds it
-        writing = asyncio.ensure_future(_written(request.primary, context))
-        context.expanding[request.primary] = writing
-        try:
-            expansion = await writing
-        finally:
-            del context.expanding[request.primary]
-        if expansion is not None:
-            context.expansions[request.primary] = expansion
-        return expansion, False
+        return await context.expansions.of(
+            request.primary, lambda: _written(request.primary, context)
+        )
 
 
 async def _written(query: str, context: ToolContext) -> Expansion | None:
