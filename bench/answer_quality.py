@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--routes", type=lambda s: s.split(","), default=["extractive", "local"])
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["fast", "thinking"])
     add_question_set_argument(parser, "--question-set")
-    parser.add_argument("--questions", type=int, default=1_000, help="the set's first N only")
+    parser.add_argument("--questions", type=int, help="the set's first N only (default: all)")
     parser.add_argument("--local-questions", type=int, default=12)
     parser.add_argument(
         "--start",
@@ -182,6 +182,8 @@ def main() -> None:
         "(default: free ports the system picks)",
     )
     args = parser.parse_args()
+    size = len(question_set(args.question_set))
+    args.questions = size if args.questions is None else min(args.questions, size)
     from quarry_cli.demo.build import ensure_demo_collection
 
     started = time.perf_counter()
@@ -205,7 +207,7 @@ def main() -> None:
         rss = model_rss_mb(model_pid) if model_pid else 0.0
     result = {
         "question_set": args.question_set,
-        "questions": min(args.questions, len(question_set(args.question_set))),
+        "questions": args.questions,
         "local_questions": min(args.local_questions, args.questions),
         "start": args.start,
         "tools": args.tools,
