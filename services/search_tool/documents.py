@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
+from services.common.cjk import bigrams
 from services.search_tool.filters import FieldType
 
 MetadataValue = str | int | float | bool
@@ -189,6 +190,8 @@ class ChunkRecord:
 
     @property
     def indexed_text(self) -> str:
-        """The text the keyword index scores: the title, then the keyword body."""
+        """The text the keyword index scores: the title, then the keyword body, with Chinese,
+        Japanese and Korean runs as character pairs (`cjk.bigrams`, as a query's
+        `EngineQuery.keyword_query`)."""
         body = self.keyword_body
-        return f"{self.chunk.title}\n{body}" if self.chunk.title else body
+        return bigrams(f"{self.chunk.title}\n{body}" if self.chunk.title else body)

@@ -271,3 +271,33 @@ async def test_the_stream_equals_the_whole_response_and_usage_is_counted() -> No
     assert whole.usage.output_tokens == pytest.approx(
         len("submit_answer" + whole.tool_calls[0].arguments_json) / 4, abs=1
     )
+
+
+async def test_a_japanese_question_is_answered_with_the_sentence_that_holds_its_words() -> None:
+    """Japanese is written without spaces: sentences end at `。`, and the question and the
+    sentences are compared as character pairs, as the search tool's keyword index compares them."""
+    passages = [
+        (
+            "tokyo__chunk_0",
+            "東京",
+            "東京は日本の首都です。人口は約1400万人です。東京タワーは1958年に完成しました。",
+        ),
+        ("kyoto__chunk_0", "京都", "京都には多くの寺があります。紅葉の季節は美しいです。"),
+    ]
+    question = "東京タワーはいつ完成しましたか？"
+    answer = await _answer(_conversation(question, search_result(passages)))
+    text = str(answer["text"])
+    assert "1958年に完成しました" in text
+    assert "紅葉" not in text
+    assert "寺" not in text
+    assert [c["result_id"] for c in answer["citations"]] == ["tokyo__chunk_0"]  # type: ignore[attr-defined]
+
+
+async def test_a_question_in_another_alphabet_is_answered_from_its_words() -> None:
+    passages = [
+        ("moscow__chunk_0", "Москва", "Москва — столица России. Город основан в 1147 году."),
+        ("berlin__chunk_0", "Berlin", "Berlin ist die Hauptstadt Deutschlands."),
+    ]
+    answer = await _answer(_conversation("Когда основан город Москва?", search_result(passages)))
+    assert "1147" in str(answer["text"])
+    assert [c["result_id"] for c in answer["citations"]][:1] == ["moscow__chunk_0"]  # type: ignore[attr-defined]

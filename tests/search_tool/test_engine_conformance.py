@@ -157,3 +157,35 @@ async def test_query_syntax_in_keyword_text_is_searched_as_plain_words_on_every_
     query = EngineQuery(Strategy.KEYWORD, text, np.zeros((0, DIMENSIONS), np.float32))
     page = await opened.search(name, query)
     assert "gamma__chunk_0" in [h.chunk.id for h in page.hits]
+
+
+CJK_DOCUMENTS = {
+    "ja": "東京は日本の首都であり、世界最大の都市圏の一つです。",
+    "zh": "北京是中华人民共和国的首都，也是全国的政治和文化中心。",
+    "ko": "서울은 한국의 수도이며 가장 큰 도시입니다.",
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [("都市圏", "ja"), ("文化中心", "zh"), ("수도", "ko"), ("世界最大の都市", "ja")],
+)
+async def test_a_chinese_japanese_or_korean_word_inside_a_sentence_is_found_by_keyword(
+    engine: tuple[SearchEngine, str], query: str, expected: str
+) -> None:
+    """Words of these languages are not separated by spaces: each engine's keyword side sees a
+    run of their characters as its character pairs (`cjk.bigrams`), on the stored text and on
+    the query alike, so a word inside a longer run is found."""
+    opened, name = engine
+    await opened.upsert(
+        name,
+        [
+            record(replace(FIXTURE[0], id=key, title="", text=text))
+            for key, text in CJK_DOCUMENTS.items()
+        ],
+    )
+    query_ = EngineQuery(Strategy.KEYWORD, query, np.zeros((0, DIMENSIONS), np.float32))
+    hits = (await opened.search(name, query_)).hits
+    assert [h.chunk.document_id for h in hits][:1] == [expected]
+    english = replace(query_, keyword_text="release wheels")
+    assert [h.chunk.id for h in (await opened.search(name, english)).hits][:1] == ["gamma__chunk_0"]

@@ -670,3 +670,28 @@ async def test_a_stale_copy_set_aside_counts_in_the_memory_bound(tmp_path: Path)
         assert list(engine._held._held) == ["d"]
     finally:
         await engine.close()
+
+
+async def _opened_cjk(path: Path, **options: Any) -> LanceDBEngine:
+    """`c` holding Japanese and Chinese sentences beside the English notes."""
+    engine = await _opened(path, **options)
+    texts = [
+        "東京は日本の首都であり、世界最大の都市圏の一つです。",
+        "京都は日本の古い都で、多くの寺があります。",
+        "北京是中华人民共和国的首都，也是全国的政治和文化中心。",
+    ]
+    await engine.upsert("c", [record(Document(id=f"cjk{i}", text=t)) for i, t in enumerate(texts)])
+    await engine.refresh("c")
+    return engine
+
+
+@pytest.mark.parametrize("text", ["日本の首都", "首都", "文化中心"])
+async def test_a_cjk_query_held_in_memory_ranks_the_pairs_as_lancedb_does(
+    tmp_path: Path, text: str
+) -> None:
+    async with _pair(tmp_path, _opened_cjk) as (scanning, holding):
+        query = _query(Strategy.KEYWORD, keyword_text=text, vectors=np.zeros((0, DIMENSIONS)))
+        expected = _page(await scanning.search("c", query))
+        assert expected, "LanceDB finds the sentences holding the word"
+        assert _page(await _held(holding, query)) == expected
+        assert "c" in holding._held._held

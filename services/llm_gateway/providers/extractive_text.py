@@ -11,6 +11,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+import regex
+
+from services.common.cjk import bigrams
 from services.llm_gateway.model import Message, Role
 
 _SECTION = re.compile(r"^## (?P<name>[^\n]+)\n(?P<body>.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
@@ -21,8 +24,12 @@ _RESULT = re.compile(
 _PREVIEW = re.compile(r" … \[preview: \d+ more characters\]\s*$")
 FULL_TEXT_HEADING = "Full text of the results"
 """How the agent's message with the full text of previewed results begins."""
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
+_SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[\p{Lu}\p{N}])|(?<=[。！？])\s*")
+"""A sentence ends at `.`, `!` or `?` before a space and a capital or a digit (in any script), or
+at a Chinese or Japanese full stop, exclamation or question mark, spaced or not."""
+_WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{M}\p{N}'\-]*")
+"""A word of any script; Chinese, Japanese and Korean text is compared as character pairs
+(`cjk.bigrams`), as the search tool's keyword index compares it."""
 _K1 = 1.2
 _B = 0.75
 
@@ -122,7 +129,7 @@ def parse_search_result(text: str, *, is_error: bool = False) -> SearchOutcome:
 def salient_terms(text: str) -> list[str]:
     """Lower-case content words of `text`, first occurrence order, stopwords removed."""
     seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
+    for word in _WORD.findall(bigrams(text.lower())):
         if word not in STOPWORDS and len(word) > 1:
             seen.setdefault(word, None)
     return list(seen)
@@ -170,7 +177,7 @@ def _bm25(
 
 
 def _tokens(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+    return [w for w in _WORD.findall(bigrams(text.lower())) if w not in STOPWORDS]
 
 
 def _unique(sentences: list[Sentence]) -> list[Sentence]:

@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from services.common.cjk import bigrams
 from services.search_tool.documents import Chunk, ChunkRecord, MetadataValue
 from services.search_tool.filters import FieldType, FilterExpression
 
@@ -72,6 +73,13 @@ class EngineQuery:
     """How HYBRID (and several dense vectors) are fused."""
     timeout_s: float | None = None
     """Per-query time budget; None means no limit."""
+
+    @property
+    def keyword_query(self) -> str:
+        """`keyword_text` as the keyword index holds text: Chinese, Japanese and Korean runs as
+        character pairs (`cjk.bigrams`, as `ChunkRecord.indexed_text`); any other text as is.
+        What every engine's keyword side searches for."""
+        return bigrams(self.keyword_text)
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,7 @@ class _TableSearch:
         matched = len(view.addresses)
         if query.strategy is not Strategy.SEMANTIC:
             keyword_list, matches = held.keyword_candidates(
-                query.keyword_text, self._candidates, view
+                query.keyword_query, self._candidates, view
             )
             if query.strategy is Strategy.KEYWORD:  # counted as LanceDB's ranking counts them
                 matched = min(matches, self._count_cap())
@@ -336,7 +336,7 @@ class _TableSearch:
             # the chunks would lengthen the search, the page's are taken at the end instead
             ranked, _ = await keyword_candidates(
                 self._table,
-                query.keyword_text,
+                query.keyword_query,
                 self._where,
                 self._candidates,
                 self._budget,
@@ -347,7 +347,7 @@ class _TableSearch:
         # one ranking to the cap gives both the count and, at its head, the candidates
         cap = self._count_cap()
         return await keyword_candidates(
-            self._table, query.keyword_text, self._where, cap, self._budget, keep=self._candidates
+            self._table, query.keyword_query, self._where, cap, self._budget, keep=self._candidates
         )
 
     async def _embedded(self) -> EngineQuery:

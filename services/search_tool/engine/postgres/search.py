@@ -181,7 +181,7 @@ class TableSearch:
         hybrid = query.strategy is Strategy.HYBRID
         self._candidates = max(self._depth, limits.hybrid_candidates) if hybrid else self._depth
         semantic = query.strategy is Strategy.SEMANTIC
-        self._terms = Counter() if semantic else bm25.query_terms(query.keyword_text)
+        self._terms = Counter() if semantic else bm25.query_terms(query.keyword_query)
         self._keyword_matches = 0
         self._captured: list[str] = []
         """The chunks the filter matched, when the keyword or hybrid statement was asked to

@@ -404,14 +404,14 @@ class VespaEngine:
         keyword = query.strategy is not Strategy.SEMANTIC
         vectors = query.vectors if dense else query.vectors[:0]
         dense_task = (
-            self._dense(name, query, hits, query.keyword_text if keyword else None)
+            self._dense(name, query, hits, query.keyword_query if keyword else None)
             if dense
             else _nothing()
         )
         keyword_task = (
             self._ranked(
                 keyword_body(
-                    name, query.filter, query.keyword_text, hits, vectors if dense else None
+                    name, query.filter, query.keyword_query, hits, vectors if dense else None
                 ),
                 query,
                 keyword=True,
@@ -419,7 +419,7 @@ class VespaEngine:
             if keyword
             else _nothing()
         )
-        count_text = query.keyword_text if query.strategy is Strategy.KEYWORD else None
+        count_text = query.keyword_query if query.strategy is Strategy.KEYWORD else None
         dense_side, keyword_side, (total, count_coverage) = await asyncio.gather(
             dense_task, keyword_task, self._count(name, query, count_text)
         )
