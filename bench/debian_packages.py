@@ -4,6 +4,10 @@
     lz4cat /var/lib/apt/lists/*_debian_dists_bookworm_main_i18n_Translation-en.lz4 > Translation-en
     python bench/debian_packages.py Translation-en OUT_DIR [--documents 10000] [--queries 1000]
 
+Any other language's translation file works the same (`Acquire::Languages=ja`, `Translation-ja`;
+the language is read from the file's `Description-<language>` fields): the Japanese and Chinese
+ones make collections whose words are not separated by spaces.
+
 Every Debian package has a one-line synopsis ("Real-time strategy game of ancient warfare") and a
 long description of a few sentences, written by its maintainer. A person looking for a package
 asks in a line like the synopsis; the package is found by its name and its long description. So:
@@ -34,11 +38,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import regex
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.classic_collections import Converted, write_beir
 
 MIN_QUERY_WORDS = 3
+MIN_QUERY_CJK_CHARACTERS = 6
+"""A synopsis in a language written without spaces (Chinese, Japanese) is long enough to ask
+with at least this many of its characters: about three words."""
+_CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 
 
 class Package(NamedTuple):
@@ -49,18 +59,18 @@ class Package(NamedTuple):
 
 
 def packages(translation: str) -> Iterator[Package]:
-    """The packages of a `Translation-en` file (deb822 stanzas), in file order."""
+    """The packages of a `Translation-<language>` file (deb822 stanzas), in file order."""
     for stanza in translation.split("\n\n"):
         name, description, field = "", [], ""
         for line in stanza.split("\n"):
             if line.startswith((" ", "\t")):
-                if field == "Description-en":
+                if field.startswith("Description-") and field != "Description-md5":
                     description.append(line[1:])
                 continue
             field, _, value = line.partition(":")
             if field == "Package":
                 name = value.strip()
-            elif field == "Description-en":
+            elif field.startswith("Description-") and field != "Description-md5":
                 description = [value.strip()]
         if name and description:
             yield Package(name, " ".join(description[0].split()), _paragraphs(description[1:]))
@@ -85,11 +95,7 @@ def debian_packages(translation: str, documents: int, queries: int, seed: int) -
     drawable = [p for p in every if p.description and told[p.description] == 1]
     draw = random.Random(seed)
     corpus = sorted(draw.sample(drawable, min(documents, len(drawable))))
-    askable = [
-        p
-        for p in corpus
-        if synopses[p.synopsis.lower()] == 1 and len(p.synopsis.split()) >= MIN_QUERY_WORDS
-    ]
+    askable = [p for p in corpus if synopses[p.synopsis.lower()] == 1 and long_enough(p.synopsis)]
     asked = sorted(draw.sample(askable, min(queries, len(askable))))
     return (
         [{"_id": p.name, "title": p.name, "text": p.description} for p in corpus],
@@ -98,9 +104,20 @@ def debian_packages(translation: str, documents: int, queries: int, seed: int) -
     )
 
 
+def long_enough(synopsis: str) -> bool:
+    """At least `MIN_QUERY_WORDS` words, or `MIN_QUERY_CJK_CHARACTERS` characters of a language
+    written without spaces."""
+    return (
+        len(synopsis.split()) >= MIN_QUERY_WORDS
+        or len(_CJK.findall(synopsis)) >= MIN_QUERY_CJK_CHARACTERS
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("translation", type=Path, help="a Translation-en file, decompressed")
+    parser.add_argument(
+        "translation", type=Path, help="a Translation-<language> file, decompressed"
+    )
     parser.add_argument("out", type=Path, help="where the BEIR layout is written")
     parser.add_argument("--documents", type=int, default=10_000, help="packages drawn")
     parser.add_argument("--queries", type=int, default=1000, help="judged synopses drawn")

@@ -2,7 +2,7 @@
 configured fusion and with the fusion the collection calibrates for itself.
 
     python bench/eval_beir.py --dataset /work/datasets/cranfield [--work-dir DIR] [--out FILE]
-        [--split test] [--grpc]
+        [--split test] [--grpc] [--per-query]
 
 1. Builds the collection (named after the dataset directory) once under `--work-dir` (default
    `var/eval/<name>`) through the product's ingest, in process; the embedder's vectors are cached
@@ -17,6 +17,9 @@ configured fusion and with the fusion the collection calibrates for itself.
    configured fusion as the product ships it (`search_tool.fusion`, calibration off by default),
    and reports those figures beside the replayed ones: its HYBRID is the replayed "HYBRID
    (configured)". The calibrated fusion is measured by the replay alone.
+
+4. With `--per-query`, also writes each judged query's nDCG@10 by strategy, so that two runs (the
+   same collection before and after a change) compare query by query (`bench/paired_runs.py`).
 
 Scored as BEIR scores: nDCG@10 with linear gains, recall@100, over the judged queries of
 `--split` (default `test`); a query that is itself a corpus document (ArguAna, Quora: same id,
@@ -119,7 +122,13 @@ async def prepared(
 
 
 async def evaluate(
-    dataset: Path, name: str, work_dir: Path, *, through_grpc: bool, split: str = "test"
+    dataset: Path,
+    name: str,
+    work_dir: Path,
+    *,
+    through_grpc: bool,
+    split: str = "test",
+    with_per_query: bool = False,
 ) -> dict[str, Any]:
     data = load_beir(dataset, split=split)
     data_dir = work_dir / "lance"
@@ -176,6 +185,8 @@ async def evaluate(
         "ingest": ingest,
         "machine": machine(),
     }
+    if with_per_query:
+        result["per_query_ndcg@10"] = per_query
     if through_grpc:
         result["grpc"] = await grpc_figures(settings, name, data)
         result["grpc_fusion"] = settings.fusion.model_dump()
@@ -219,11 +230,23 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="JSON result (bench/results/beir-NAME.json)")
     parser.add_argument("--grpc", action="store_true", help="also search through gRPC")
     parser.add_argument("--split", default="test", help="the judgements: qrels/SPLIT.tsv")
+    parser.add_argument(
+        "--per-query",
+        action="store_true",
+        help="also write each judged query's nDCG@10 by strategy (`bench/paired_runs.py`)",
+    )
     args = parser.parse_args()
     name = args.name or args.dataset.resolve().name
     work_dir = args.work_dir or VAR_DIR / "eval" / name
     result = asyncio.run(
-        evaluate(args.dataset, name, work_dir, through_grpc=args.grpc, split=args.split)
+        evaluate(
+            args.dataset,
+            name,
+            work_dir,
+            through_grpc=args.grpc,
+            split=args.split,
+            with_per_query=args.per_query,
+        )
     )
     suffix = "" if args.split == "test" else f"-{args.split}"
     emit(result, args.out or RESULTS_DIR / f"beir-{name}{suffix}.json")

@@ -100,3 +100,21 @@ def test_a_stanza_ends_its_description_at_the_next_field() -> None:
     )
 
     assert parsed == [("x", "Does x things well", "First line.\n\nSecond.")]
+
+
+def test_a_japanese_translation_asks_with_synopses_of_six_characters_or_more() -> None:
+    """A language written without spaces: a synopsis is one "word", so its length is counted in
+    characters; the description field is read whatever its language."""
+    translation = (
+        "Package: 0ad\nDescription-md5: 01\nDescription-ja: 古代戦争のリアルタイム戦略ゲーム\n"
+        " 0 A.D. は古代戦争のリアルタイム戦略ゲームです。\n\n"
+        "Package: dc\nDescription-md5: 02\nDescription-ja: 電卓\n 任意精度の電卓です。\n"
+    )
+    corpus, queries, judged = debian_packages(translation, 10, 10, seed=1)
+
+    assert {d["_id"]: d["text"] for d in corpus} == {
+        "0ad": "0 A.D. は古代戦争のリアルタイム戦略ゲームです。",
+        "dc": "任意精度の電卓です。",
+    }
+    assert [q["text"] for q in queries] == ["古代戦争のリアルタイム戦略ゲーム"]
+    assert [package for _, package, _ in judged] == ["0ad"]
