@@ -44,6 +44,10 @@ class CachedEmbedder:
         return self._inner.tokenizer
 
     @property
+    def scripts(self) -> frozenset[str] | None:
+        return self._inner.scripts
+
+    @property
     def cached(self) -> int:
         """Vectors held."""
         return len(self._vectors)
@@ -101,6 +105,10 @@ class HashedEmbedder:
     @property
     def tokenizer(self) -> Tokenizer:
         return self._inner.tokenizer
+
+    @property
+    def scripts(self) -> frozenset[str] | None:
+        return self._inner.scripts
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         rows = np.zeros((len(texts), self.dimensions), dtype=np.float32)

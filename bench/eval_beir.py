@@ -11,7 +11,9 @@ configured fusion and with the fusion the collection calibrates for itself.
    hundred chunks a minute on a loaded 2-core machine).
 2. Replays the engine's scored candidates of every judged query (`qrels/test.tsv`) through
    `fusion.fuse`: SEMANTIC is the dense side alone, KEYWORD the keyword side alone, HYBRID the
-   configured fusion and the calibrated one (`services/search_tool/calibration.py`: pseudo-queries
+   configured fusion and the calibrated one, each query's as the search tool serves it
+   (`fusion.read_by_the_embedder`: the dense weight of a query written in other scripts than the
+   embedder's is lowered) (`services/search_tool/calibration.py`: pseudo-queries
    from the collection's own documents, nothing from the judgements).
 3. With `--grpc`, also runs the judged queries through a search tool's gRPC API, served with the
    configured fusion as the product ships it (`search_tool.fusion`, calibration off by default),
@@ -80,6 +82,7 @@ from services.search_tool.calibrations import FusionCalibrations
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.fusion import read_by_the_embedder
 
 SIDES = {
     "SEMANTIC": Fusion(FusionMethod.LINEAR, alpha=1.0),
@@ -149,15 +152,26 @@ async def evaluate(
         await engine.close()
     configured = settings.fusion.to_fusion()
     note(f"{name}: calibrated {calibration.as_json()}")
+
+    def served(fusion: Fusion) -> dict[str, Fusion]:
+        """Each query's fusion as the search tool serves HYBRID (`read_by_the_embedder`)."""
+        return {
+            q: read_by_the_embedder(fusion, text, embedder.scripts)
+            for q, text in data.queries.items()
+        }
+
     runs = {
         "SEMANTIC": replayed(replays, SIDES["SEMANTIC"]),
         "KEYWORD": replayed(replays, SIDES["KEYWORD"]),
-        "HYBRID (configured)": replayed(replays, configured),
-        "HYBRID (calibrated)": replayed(replays, calibration.fusion),
+        "HYBRID (configured)": replayed(replays, served(configured)),
+        "HYBRID (calibrated)": replayed(replays, served(calibration.fusion)),
+        "HYBRID (configured alpha for every query)": replayed(replays, configured),
     }
     figures = {label: scores(r, data) for label, r in runs.items()}
     alpha_curve = {
-        str(alpha): scores(replayed(replays, replace(configured, alpha=alpha)), data)["ndcg@10"]
+        str(alpha): scores(replayed(replays, served(replace(configured, alpha=alpha))), data)[
+            "ndcg@10"
+        ]
         for alpha in ALPHA_GRID
     }
     per_query = {label: per_query_ndcg(r, data) for label, r in runs.items()}
@@ -165,6 +179,9 @@ async def evaluate(
     for label in ("HYBRID (configured)", "HYBRID (calibrated)"):
         mean, low, high = paired_interval(per_query[label], per_query[best_side])
         figures[label]["minus_best_side"] = {"mean": mean, "ci95": [low, high]}
+    read = paired_interval(
+        per_query["HYBRID (configured)"], per_query["HYBRID (configured alpha for every query)"]
+    )
     mean, low, high = paired_interval(
         per_query["HYBRID (calibrated)"], per_query["HYBRID (configured)"]
     )
@@ -179,6 +196,7 @@ async def evaluate(
         "replayed": figures,
         "best_side": best_side,
         "calibrated_minus_configured": {"mean": mean, "ci95": [low, high]},
+        "served_minus_alpha_for_every_query": {"mean": read[0], "ci95": [read[1], read[2]]},
         "ndcg@10_by_alpha": alpha_curve,
         "calibration": {**calibration.as_json(), "seconds": calibration_s},
         "configured_fusion": settings.fusion.model_dump(),

@@ -43,7 +43,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,12 +182,16 @@ def documents_of(chunk_ids: list[str], documents: dict[str, str]) -> list[str]:
     return ranking[:DOCS_PER_QUERY]
 
 
-def replayed(replays: dict[str, Replay], fusion: Fusion) -> dict[str, list[str]]:
-    """Each query's document ranking under `fusion`, as the engine would rank it."""
+def replayed(
+    replays: dict[str, Replay], fusion: Fusion | Mapping[str, Fusion]
+) -> dict[str, list[str]]:
+    """Each query's document ranking under `fusion` (one for all, or each query's own), as the
+    engine would rank it."""
     rankings = {}
     for query_id, replay in replays.items():
         s = replay.scored
-        fused = fuse(s.dense, s.keyword, fusion, s.completion)
+        own = fusion if isinstance(fusion, Fusion) else fusion[query_id]
+        fused = fuse(s.dense, s.keyword, own, s.completion)
         rankings[query_id] = documents_of(
             [f.id for f in fused[:CHUNKS_PER_QUERY]], replay.documents
         )

@@ -346,6 +346,10 @@ class OneTextPerCall:
     def tokenizer(self) -> Any:
         return self._inner.tokenizer
 
+    @property
+    def scripts(self) -> frozenset[str] | None:
+        return self._inner.scripts
+
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         rows = [(await self._inner.embed([t]))[0] for t in texts]
         return np.stack(rows) if rows else np.zeros((0, self.dimensions), dtype=np.float32)

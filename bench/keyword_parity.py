@@ -67,6 +67,10 @@ class HashVectors:
     def tokenizer(self) -> Tokenizer:
         return self._real.tokenizer
 
+    @property
+    def scripts(self) -> frozenset[str] | None:
+        return self._real.scripts
+
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         rows = []
         for text in texts:

@@ -55,6 +55,7 @@ from services.search_tool.filters import (
     effective_filter,
     validate_filters,
 )
+from services.search_tool.fusion import read_by_the_embedder
 from services.search_tool.ingest import IngestLimits, Ingestor, IngestResult
 from services.search_tool.limits import RequestLimits
 from services.search_tool.reading import DocumentRead, ReadRequest, read_document
@@ -437,10 +438,15 @@ class SearchService:
         )
 
     def _fusion_for(self, request: SearchRequest) -> Fusion:
-        """HYBRID: the collection's calibrated fusion when it has one; else the configured."""
-        if request.strategy is Strategy.HYBRID and self.calibrations is not None:
-            return self.calibrations.fusion_for(request.collection)
-        return self._settings.fusion.to_fusion()
+        """HYBRID: the collection's calibrated fusion when it has one, else the configured; its
+        dense weight as much as the embedder reads of the query (`fusion.read_by_the_embedder`)."""
+        if request.strategy is not Strategy.HYBRID:
+            return self._settings.fusion.to_fusion()
+        if self.calibrations is not None:
+            fusion = self.calibrations.fusion_for(request.collection)
+        else:
+            fusion = self._settings.fusion.to_fusion()
+        return read_by_the_embedder(fusion, request.primary, self._embedder.scripts)
 
     async def _query_vectors(self, request: SearchRequest) -> npt.NDArray[np.float32]:
         if request.strategy is Strategy.KEYWORD:

@@ -33,6 +33,10 @@ class TracedEmbedder:
     def tokenizer(self) -> Tokenizer:
         return self._inner.tokenizer
 
+    @property
+    def scripts(self) -> frozenset[str] | None:
+        return self._inner.scripts
+
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         name = f"{semconv.EMBEDDINGS} {self._inner.model_name}"
         with self._tracer.start_as_current_span(name, kind=trace.SpanKind.INTERNAL) as span:

@@ -64,6 +64,7 @@ class GatedEmbedder:
         self.model_name = inner.model_name
         self.dimensions = inner.dimensions
         self.tokenizer = inner.tokenizer
+        self.scripts = inner.scripts
 
     async def embed(self, texts: Any) -> Any:
         if HELD in texts:

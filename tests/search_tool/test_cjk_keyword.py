@@ -1,6 +1,7 @@
 """Chinese, Japanese and Korean documents are found by the words inside their sentences through
 the search tool's API (`cjk.bigrams` on the stored keyword text and on the query); a document
-stored before that is rewritten on its next upsert, and no other document is."""
+stored before that is rewritten on its next upsert, and no other document is. A HYBRID query the
+embedder cannot read (MiniLM: not in the Latin script) is ranked by BM25 first."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import grpc
 import lancedb
+import numpy as np
+import pytest
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
@@ -84,3 +87,59 @@ async def test_a_cjk_document_stored_before_pairs_is_rewritten_on_its_next_upser
         assert (again.documents_upserted, again.chunks_upserted) == (2, 1)  # the CJK one alone
         assert (await _found(stub, "都市圏"))[:1] == ["tokyo"]
         assert (await _upsert(stub, TOKYO, TIDES)).chunks_upserted == 0
+
+
+def _unit(seed: int, dimensions: int) -> Any:
+    vector = np.random.default_rng(seed).standard_normal(dimensions).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+class _MisleadingEmbedder:
+    """The real tokenizer; vectors that put the query next to the document it does not answer
+    (`SEA`), as an English model's vectors of text in another script can."""
+
+    def __init__(self, inner: Embedder, scripts: frozenset[str] | None) -> None:
+        self.model_name = inner.model_name
+        self.dimensions = inner.dimensions
+        self.tokenizer = inner.tokenizer
+        self.scripts = scripts
+
+    async def embed(self, texts: Any) -> Any:
+        near = _unit(1, self.dimensions)
+        return np.stack(
+            [near if "海" in t or t in QUERIES else _unit(2, self.dimensions) for t in texts]
+        )
+
+
+CITY = document("city", "東京は世界最大の都市圏の一つで、人口が多い。")
+SEA = document("sea", "この町は海の近くにあり、漁業が盛んです。")
+QUERIES = {"都市圏の人口", "population of the city"}
+ENGLISH_CITY = document("city-en", "The city has the largest population of the region.")
+
+
+@pytest.mark.parametrize(
+    ("scripts", "query", "first"),
+    [
+        (frozenset({"Latin"}), "都市圏の人口", "city"),  # not read: BM25 decides
+        (None, "都市圏の人口", "sea"),  # an embedder of every script: the vectors weigh 0.7
+        (frozenset({"Latin"}), "population of the city", "sea"),  # read: the vectors weigh 0.7
+    ],
+)
+async def test_hybrid_weighs_the_vectors_of_a_query_only_as_much_as_the_embedder_reads_it(
+    settings: SearchToolSettings,
+    embedder: Embedder,
+    scripts: frozenset[str] | None,
+    query: str,
+    first: str,
+) -> None:
+    misleading = _MisleadingEmbedder(embedder, scripts)
+    server = build_search_tool_server(settings, embedder_factory=lambda: misleading)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
+            await _upsert(stub, CITY, SEA, ENGLISH_CITY)
+            reply = await stub.Search(search("c", query, HYBRID, limit=3))
+    finally:
+        await server.stop(0)
+    assert reply.results[0].chunk.document_id == first

@@ -10,12 +10,15 @@ from hypothesis import strategies as st
 
 from services.search_tool.engine.base import Fusion, FusionMethod
 from services.search_tool.fusion import (
+    UNREAD_DENSE_SHARE,
     Candidate,
     Completion,
     absent_bm25,
     all_keyword_matches,
     fuse,
     keyword_only,
+    read_by_the_embedder,
+    script_share,
 )
 
 DENSE = [[Candidate("d1", 0.80), Candidate("d2", 0.78), Candidate("both", 0.60)]]
@@ -172,3 +175,42 @@ def test_the_bound_never_lowers_a_dense_only_candidate_and_moves_no_keyword_cand
     for c in keyword:
         cosine = next((d.score for d in dense[0] if d.id == c.id), cosine_of.get(c.id, 0.0))
         assert bound[c.id] == alpha * cosine + (1.0 - alpha) * (c.score / top)
+
+
+LATIN = frozenset({"Latin"})
+LINEAR = Fusion(FusionMethod.LINEAR, alpha=0.7)
+
+
+@pytest.mark.parametrize(
+    "query", ["How do I read a CSV file?", "Straßenbahn in München", "café 2024", "1234 ?!"]
+)
+def test_a_query_in_the_embedders_script_keeps_the_configured_dense_weight(query: str) -> None:
+    assert read_by_the_embedder(LINEAR, query, LATIN) == LINEAR
+
+
+@pytest.mark.parametrize("query", ["日本の首都", "北京是首都", "서울의 인구", "столица России"])
+def test_a_query_the_embedder_cannot_read_keeps_a_tenth_of_the_dense_weight(query: str) -> None:
+    served = read_by_the_embedder(LINEAR, query, LATIN)
+    assert served.method is FusionMethod.LINEAR
+    assert served.alpha == pytest.approx(0.7 * UNREAD_DENSE_SHARE)
+
+
+def test_a_mixed_query_weighs_the_dense_side_by_the_share_of_letters_it_reads() -> None:
+    assert script_share("Python 使い方", LATIN) == pytest.approx(6 / 9)
+    assert read_by_the_embedder(LINEAR, "Python 使い方", LATIN).alpha == pytest.approx(0.7 * 6 / 9)
+    assert script_share("NF-κB activation", LATIN) == pytest.approx(13 / 14)
+
+
+@pytest.mark.parametrize("method", [FusionMethod.MINMAX, FusionMethod.ZSCORE])
+def test_every_blend_is_weighed_by_script_and_rrf_which_weighs_no_side_is_not(
+    method: FusionMethod,
+) -> None:
+    blend = Fusion(method, alpha=0.5)
+    assert read_by_the_embedder(blend, "日本", LATIN).alpha == pytest.approx(0.05)
+    rrf = Fusion(FusionMethod.RRF, rrf_k=60, alpha=0.5)
+    assert read_by_the_embedder(rrf, "日本", LATIN) == rrf
+
+
+def test_an_embedder_of_every_script_keeps_the_configured_weight_for_any_query() -> None:
+    assert read_by_the_embedder(LINEAR, "日本の首都", None) == LINEAR
+    assert script_share("日本の首都", frozenset({"Han", "Hiragana"})) == 1.0

@@ -182,6 +182,7 @@ class _CountingEmbedder:
         self.model_name = inner.model_name
         self.dimensions = inner.dimensions
         self.tokenizer = inner.tokenizer
+        self.scripts = inner.scripts
 
     async def embed(self, texts: Any) -> Any:
         self.calls.append(list(texts))
@@ -412,6 +413,7 @@ class _QueryEmbedderDown:
         self.model_name = inner.model_name
         self.dimensions = inner.dimensions
         self.tokenizer = inner.tokenizer
+        self.scripts = inner.scripts
 
     async def embed(self, texts: Any) -> Any:
         if len(texts) > 1 or texts[0] != "needle":
@@ -520,6 +522,7 @@ class _QueryEmbeddedAfterKeywordSearch:
         self.model_name = inner.model_name
         self.dimensions = inner.dimensions
         self.tokenizer = inner.tokenizer
+        self.scripts = inner.scripts
 
     async def embed(self, texts: Any) -> Any:
         if len(texts) == 1:

@@ -46,6 +46,13 @@ class Embedder(Protocol):
         """The model's own tokenizer, which sizes chunks."""
         ...
 
+    @property
+    def scripts(self) -> frozenset[str] | None:
+        """The Unicode scripts (`Latin`, `Han`, `Cyrillic` ...) of the text the model was trained
+        on; None for any. A HYBRID search weighs its dense side by how much of the query is
+        written in them (`fusion.read_by_the_embedder`)."""
+        ...
+
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Shape `(len(texts), dimensions)`, rows of unit length; CPU work runs off the loop."""
         ...

