@@ -1,8 +1,10 @@
-"""Small builders for search tool requests and a helper that asserts a failed call's details."""
+"""Small builders for search tool requests, a search tool served in process, and a helper that
+asserts a failed call's details."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -10,9 +12,12 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2, timestamp_pb2
 from quarry.common.v1 import search_pb2
-from quarry.searchtool.v1 import search_tool_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.common.status import StatusDetails, details_of_rpc_error
+from services.search_tool.config import SearchToolSettings
+from services.search_tool.embedding import Embedder
+from services.search_tool.server import build_search_tool_server
 
 Op = search_pb2.FilterOperator
 
@@ -92,3 +97,17 @@ async def fails(call: Awaitable[Any], code: grpc.StatusCode) -> StatusDetails:
 
 def fields_of(details: StatusDetails) -> list[str]:
     return [v.field for v in details.violations]
+
+
+@asynccontextmanager
+async def serving(
+    settings: SearchToolSettings, embedder: Embedder
+) -> AsyncIterator[search_tool_pb2_grpc.SearchToolServiceStub]:
+    """A search tool on `settings` with `embedder`, started in process, and a stub to it."""
+    server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            yield search_tool_pb2_grpc.SearchToolServiceStub(channel)
+    finally:
+        await server.stop(0)

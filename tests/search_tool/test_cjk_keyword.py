@@ -5,23 +5,19 @@ embedder cannot read (MiniLM: not in the Latin script) is ranked by BM25 first."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import grpc
 import lancedb
 import numpy as np
 import pytest
 from quarry.common.v1 import search_pb2
-from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+from quarry.searchtool.v1 import search_tool_pb2
 
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.convert import document_from_proto
 from services.search_tool.embedding import Embedder
 from services.search_tool.ingest import content_fingerprint
-from services.search_tool.server import build_search_tool_server
-from tests.search_tool.grpc_helpers import document, search
+from tests.search_tool.grpc_helpers import document, search, serving
 
 KEYWORD = search_pb2.RETRIEVAL_STRATEGY_KEYWORD
 HYBRID = search_pb2.RETRIEVAL_STRATEGY_HYBRID
@@ -32,17 +28,6 @@ BEIJING = document(
 TIDES = document(
     "tides", "Tides rise and fall twice a day along the northern coast.", title="Tides"
 )
-
-
-@asynccontextmanager
-async def _service(settings: SearchToolSettings, embedder: Embedder) -> AsyncIterator[Any]:
-    server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield search_tool_pb2_grpc.SearchToolServiceStub(channel)
-    finally:
-        await server.stop(0)
 
 
 async def _upsert(stub: Any, *documents: Any) -> Any:
@@ -59,7 +44,7 @@ async def _found(stub: Any, text: str, strategy: Any = KEYWORD) -> list[str]:
 async def test_a_word_inside_a_japanese_or_chinese_sentence_is_found_by_keyword_and_hybrid(
     settings: SearchToolSettings, embedder: Embedder
 ) -> None:
-    async with _service(settings, embedder) as stub:
+    async with serving(settings, embedder) as stub:
         await _upsert(stub, TOKYO, BEIJING, TIDES)
         assert (await _found(stub, "都市圏"))[:1] == ["tokyo"]
         assert (await _found(stub, "政治和文化"))[:1] == ["beijing"]
@@ -70,7 +55,7 @@ async def test_a_word_inside_a_japanese_or_chinese_sentence_is_found_by_keyword_
 async def test_a_cjk_document_stored_before_pairs_is_rewritten_on_its_next_upsert_alone(
     settings: SearchToolSettings, embedder: Embedder
 ) -> None:
-    async with _service(settings, embedder) as stub:
+    async with serving(settings, embedder) as stub:
         await _upsert(stub, TOKYO, TIDES)
     # as a search tool before character pairs stored it: the text whole, the old fingerprint
     recipe = f"{embedder.model_name}/{settings.chunking.recipe}"
@@ -81,7 +66,7 @@ async def test_a_cjk_document_stored_before_pairs_is_rewritten_on_its_next_upser
             where=f"document_id = '{message.id}'",
             values={"content_hash": old, "search_text": f"{message.title}\n{message.text}"},
         )
-    async with _service(settings, embedder) as stub:
+    async with serving(settings, embedder) as stub:
         assert await _found(stub, "都市圏") == []  # stored whole: the word is not found
         again = await _upsert(stub, TOKYO, TIDES)
         assert (again.documents_upserted, again.chunks_upserted) == (2, 1)  # the CJK one alone
@@ -132,14 +117,7 @@ async def test_hybrid_weighs_the_vectors_of_a_query_only_as_much_as_the_embedder
     query: str,
     first: str,
 ) -> None:
-    misleading = _MisleadingEmbedder(embedder, scripts)
-    server = build_search_tool_server(settings, embedder_factory=lambda: misleading)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            stub = search_tool_pb2_grpc.SearchToolServiceStub(channel)
-            await _upsert(stub, CITY, SEA, ENGLISH_CITY)
-            reply = await stub.Search(search("c", query, HYBRID, limit=3))
-    finally:
-        await server.stop(0)
+    async with serving(settings, _MisleadingEmbedder(embedder, scripts)) as stub:
+        await _upsert(stub, CITY, SEA, ENGLISH_CITY)
+        reply = await stub.Search(search("c", query, HYBRID, limit=3))
     assert reply.results[0].chunk.document_id == first

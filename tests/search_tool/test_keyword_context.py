@@ -8,14 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import grpc
 from quarry.common.v1 import search_pb2
-from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+from quarry.searchtool.v1 import search_tool_pb2
 
 from services.search_tool.config import ChunkingSettings, SearchToolSettings
 from services.search_tool.embedding import Embedder
-from services.search_tool.server import build_search_tool_server
-from tests.search_tool.grpc_helpers import document, search
+from tests.search_tool.grpc_helpers import document, search, serving
 
 KEYWORD = search_pb2.RETRIEVAL_STRATEGY_KEYWORD
 HYBRID = search_pb2.RETRIEVAL_STRATEGY_HYBRID
@@ -32,15 +30,8 @@ async def _service(
     settings: SearchToolSettings, embedder: Embedder, context: int
 ) -> AsyncIterator[Any]:
     chunking = ChunkingSettings(chunk_tokens=32, overlap_tokens=8, keyword_context_chunks=context)
-    server = build_search_tool_server(
-        settings.model_copy(update={"chunking": chunking}), embedder_factory=lambda: embedder
-    )
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield search_tool_pb2_grpc.SearchToolServiceStub(channel)
-    finally:
-        await server.stop(0)
+    async with serving(settings.model_copy(update={"chunking": chunking}), embedder) as stub:
+        yield stub
 
 
 async def _upsert(stub: Any) -> Any:

@@ -17,14 +17,14 @@ from typing import Any, TypeAlias
 
 import grpc
 import pytest
-from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
+from quarry.searchtool.v1 import search_tool_pb2
 
 from services.common.settings import ServerSettings
 from services.common.status import details_of_rpc_error
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
-from services.search_tool.server import build_search_tool_server
 from tests.faults import can_mount_tmpfs, damage, fill, small_filesystem
+from tests.search_tool.grpc_helpers import serving
 
 Stub: TypeAlias = Any
 
@@ -37,13 +37,8 @@ def _settings(data_dir: Path) -> SearchToolSettings:
 
 @asynccontextmanager
 async def _serving(data_dir: Path, embedder: Embedder) -> AsyncIterator[Stub]:
-    server = build_search_tool_server(_settings(data_dir), embedder_factory=lambda: embedder)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield search_tool_pb2_grpc.SearchToolServiceStub(channel)
-    finally:
-        await server.stop(0)
+    async with serving(_settings(data_dir), embedder) as stub:
+        yield stub
 
 
 def _documents(count: int, words: str) -> list[search_tool_pb2.Document]:
