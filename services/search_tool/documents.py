@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from services.common.cjk import bigrams
+from services.common.keyword_form import keyword_form
 from services.search_tool.filters import FieldType
 
 MetadataValue = str | int | float | bool
@@ -190,8 +190,8 @@ class ChunkRecord:
 
     @property
     def indexed_text(self) -> str:
-        """The text the keyword index scores: the title, then the keyword body, with Chinese,
-        Japanese and Korean runs as character pairs (`cjk.bigrams`, as a query's
-        `EngineQuery.keyword_query`)."""
+        """The text the keyword index scores: the title, then the keyword body, in the keyword
+        form (`keyword_form`: Chinese, Japanese and Korean as character pairs, Cyrillic words
+        stemmed; as a query's `EngineQuery.keyword_query`)."""
         body = self.keyword_body
-        return bigrams(f"{self.chunk.title}\n{body}" if self.chunk.title else body)
+        return keyword_form(f"{self.chunk.title}\n{body}" if self.chunk.title else body)

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from services.common import cjk
+from services.common import keyword_form
 from services.common.errors import FieldViolation, InvalidArgument
 from services.search_tool.chunking import Chunker
 from services.search_tool.documents import (
@@ -47,9 +47,6 @@ from services.search_tool.limits import DEFAULT_LIMITS, DOCUMENT_TOO_LARGE, Requ
 
 log = logging.getLogger(__name__)
 
-CJK_KEYWORD_FORM = "cjk-bigrams"
-"""Marks the fingerprint of a document with Chinese, Japanese or Korean text: its keyword text
-is indexed as character pairs (`cjk.bigrams`)."""
 METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -314,10 +311,10 @@ class Ingestor:
 
     def _fingerprint(self, document: Document) -> str:
         recipe = f"{self._embedder.model_name}/{self._limits.chunking_recipe}"
-        if cjk.present(document.title) or cjk.present(document.text):
-            # its keyword text is indexed as character pairs: one stored before they were is
+        if keyword_form.rewrites(document.title) or keyword_form.rewrites(document.text):
+            # its keyword text is indexed in the keyword form: one stored before it was is
             # rewritten when sent again, changed or not; every other document keeps its hash
-            recipe += f"/{CJK_KEYWORD_FORM}"
+            recipe += f"/{keyword_form.FORM}"
         return content_fingerprint(document, recipe)
 
 

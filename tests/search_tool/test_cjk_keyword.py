@@ -1,5 +1,5 @@
 """Chinese, Japanese and Korean documents are found by the words inside their sentences through
-the search tool's API (`cjk.bigrams` on the stored keyword text and on the query); a document
+the search tool's API (`keyword_form` on the stored keyword text and on the query); a document
 stored before that is rewritten on its next upsert, and no other document is. A HYBRID query the
 embedder cannot read (MiniLM: not in the Latin script) is ranked by BM25 first."""
 

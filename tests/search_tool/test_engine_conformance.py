@@ -163,19 +163,26 @@ CJK_DOCUMENTS = {
     "ja": "東京は日本の首都であり、世界最大の都市圏の一つです。",
     "zh": "北京是中华人民共和国的首都，也是全国的政治和文化中心。",
     "ko": "서울은 한국의 수도이며 가장 큰 도시입니다.",
+    "ru": "Москва — столица России и крупнейший город страны.",
 }
 
 
 @pytest.mark.parametrize(
     ("query", "expected"),
-    [("都市圏", "ja"), ("文化中心", "zh"), ("수도", "ko"), ("世界最大の都市", "ja")],
+    [
+        ("都市圏", "ja"),
+        ("文化中心", "zh"),
+        ("수도", "ko"),
+        ("世界最大の都市", "ja"),
+        ("столицы городов", "ru"),
+    ],
 )
-async def test_a_chinese_japanese_or_korean_word_inside_a_sentence_is_found_by_keyword(
+async def test_a_cjk_word_inside_a_sentence_or_a_cyrillic_word_inflected_is_found_by_keyword(
     engine: tuple[SearchEngine, str], query: str, expected: str
 ) -> None:
-    """Words of these languages are not separated by spaces: each engine's keyword side sees a
-    run of their characters as its character pairs (`cjk.bigrams`), on the stored text and on
-    the query alike, so a word inside a longer run is found."""
+    """Chinese and Japanese words are not separated by spaces, and Russian ones inflect: each
+    engine's keyword side sees a run of CJK characters as its character pairs and a Cyrillic word
+    as its stem (`keyword_form`), on the stored text and on the query alike."""
     opened, name = engine
     await opened.upsert(
         name,

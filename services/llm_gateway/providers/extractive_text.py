@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import regex
 
-from services.common.cjk import bigrams
+from services.common.keyword_form import keyword_form
 from services.llm_gateway.model import Message, Role
 
 _SECTION = re.compile(r"^## (?P<name>[^\n]+)\n(?P<body>.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
@@ -28,8 +28,8 @@ _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[\p{Lu}\p{N}])|(?<=[。
 """A sentence ends at `.`, `!` or `?` before a space and a capital or a digit (in any script), or
 at a Chinese or Japanese full stop, exclamation or question mark, spaced or not."""
 _WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{M}\p{N}'\-]*")
-"""A word of any script; Chinese, Japanese and Korean text is compared as character pairs
-(`cjk.bigrams`), as the search tool's keyword index compares it."""
+"""A word of any script; Chinese, Japanese and Korean text is compared as character pairs and
+Cyrillic words by their stems (`keyword_form`), as the search tool's keyword index compares them."""
 _K1 = 1.2
 _B = 0.75
 
@@ -129,7 +129,7 @@ def parse_search_result(text: str, *, is_error: bool = False) -> SearchOutcome:
 def salient_terms(text: str) -> list[str]:
     """Lower-case content words of `text`, first occurrence order, stopwords removed."""
     seen: dict[str, None] = {}
-    for word in _WORD.findall(bigrams(text.lower())):
+    for word in _WORD.findall(keyword_form(text.lower())):
         if word not in STOPWORDS and len(word) > 1:
             seen.setdefault(word, None)
     return list(seen)
@@ -177,7 +177,7 @@ def _bm25(
 
 
 def _tokens(text: str) -> list[str]:
-    return [w for w in _WORD.findall(bigrams(text.lower())) if w not in STOPWORDS]
+    return [w for w in _WORD.findall(keyword_form(text.lower())) if w not in STOPWORDS]
 
 
 def _unique(sentences: list[Sentence]) -> list[Sentence]:

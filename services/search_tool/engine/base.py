@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from services.common.cjk import bigrams
+from services.common.keyword_form import keyword_form
 from services.search_tool.documents import Chunk, ChunkRecord, MetadataValue
 from services.search_tool.filters import FieldType, FilterExpression
 
@@ -76,10 +76,11 @@ class EngineQuery:
 
     @property
     def keyword_query(self) -> str:
-        """`keyword_text` as the keyword index holds text: Chinese, Japanese and Korean runs as
-        character pairs (`cjk.bigrams`, as `ChunkRecord.indexed_text`); any other text as is.
-        What every engine's keyword side searches for."""
-        return bigrams(self.keyword_text)
+        """`keyword_text` in the form the keyword index holds text (`keyword_form`: Chinese,
+        Japanese and Korean runs as character pairs, Cyrillic words stemmed; as
+        `ChunkRecord.indexed_text`); any other text as is. What every engine's keyword side
+        searches for."""
+        return keyword_form(self.keyword_text)
 
 
 @dataclass(frozen=True)
