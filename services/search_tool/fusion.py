@@ -29,10 +29,11 @@ methods take the best cosine. A single list keeps its own scores.
 A blend's dense weight is the configured `alpha` only for a query written in the scripts the
 embedder was trained on (`read_by_the_embedder`): MiniLM, trained on English, gives vectors of
 Chinese, Japanese, Korean or Russian text that rank far below BM25 (Debian package descriptions,
-nDCG@10 SEMANTIC 0.24–0.37 against KEYWORD 0.67–0.82), and at alpha 0.7 they pulled HYBRID below
-KEYWORD on all four (by 0.02–0.12). A query's dense weight is therefore `alpha` times the share of
-its letters in the embedder's scripts, and at least `UNREAD_DENSE_SHARE` of `alpha`: enough to
-order what BM25 ties or does not match at all, too little to outweigh it.
+nDCG@10 SEMANTIC 0.24–0.37 against KEYWORD 0.67–0.82 when the rule was set), and at alpha 0.7
+they pulled HYBRID below KEYWORD on all four (by 0.02–0.12). A query's dense weight is
+therefore `alpha` times the share of its letters in the embedder's scripts, and at least
+`UNREAD_DENSE_SHARE` of `alpha`: enough to order what BM25 ties or does not match at all, too
+little to outweigh it.
 """
 
 from __future__ import annotations
