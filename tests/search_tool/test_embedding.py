@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import uvicorn
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -111,6 +112,19 @@ def test_build_embedder_defaults_to_minilm() -> None:
     embedder = build_embedder(EmbeddingSettings(batch_size=8))
     assert isinstance(embedder, MiniLmEmbedder)
     assert embedder.dimensions == 384
+
+
+def test_the_scripts_an_embedder_reads_are_the_models_own_unless_configured() -> None:
+    assert build_embedder(EmbeddingSettings()).scripts == frozenset({"Latin"})
+    configured = EmbeddingSettings(scripts=["Latin", "Cyrillic"])
+    assert build_embedder(configured).scripts == frozenset({"Latin", "Cyrillic"})
+    assert build_embedder(EmbeddingSettings(scripts=["any"])).scripts is None
+
+
+@pytest.mark.parametrize("scripts", [["Klingon"], [], ["Latin", "no such script"]])
+def test_a_script_name_unicode_does_not_know_is_refused_at_start_up(scripts: list[str]) -> None:
+    with pytest.raises(ValidationError, match="scripts"):
+        EmbeddingSettings(scripts=scripts)
 
 
 def test_build_embedder_for_openai_without_a_key_names_the_variable() -> None:
@@ -278,5 +292,6 @@ async def test_build_embedder_for_openai_reads_the_key_from_the_environment(
     vectors = await embedder.embed(["a", "b"])
     assert vectors.shape == (2, 4)
     assert embedder.model_name == "text-embedding-3-small"
+    assert embedder.scripts is None  # trained on every script
     assert len(api.requests) == 1
     await embedder.close()

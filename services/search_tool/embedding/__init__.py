@@ -42,11 +42,13 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder:
             dimensions=settings.openai_dimensions,
             timeout_s=settings.openai_timeout_s,
             batch_size=settings.openai_batch_size,
+            scripts=settings.script_set(None),
         )
-    from services.search_tool.embedding.minilm import MiniLmEmbedder
+    from services.search_tool.embedding.minilm import SCRIPTS, MiniLmEmbedder
 
     return MiniLmEmbedder(
         batch_size=settings.batch_size,
         max_tokens=settings.max_tokens,
         threads=settings.threads,
+        scripts=settings.script_set(SCRIPTS),
     )

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+import regex
+from pydantic import BaseModel, Field, field_validator
+
+EVERY_SCRIPT = "any"
+"""`embedding.scripts: [any]`: the model reads every script."""
 
 
 class EmbeddingSettings(BaseModel):
@@ -31,3 +35,31 @@ class EmbeddingSettings(BaseModel):
     """Per-request timeout; the SDK's own retries are off."""
     openai_batch_size: int = Field(default=256, ge=1, le=2048)
     """Texts per embeddings request."""
+    scripts: list[str] | None = None
+    """The Unicode scripts the model was trained on (`Latin`, `Han`, `Cyrillic` ...; `[any]` for
+    every one), which weigh a HYBRID query's vectors (`fusion.read_by_the_embedder`); None: the
+    model's own (MiniLM `[Latin]`, OpenAI's every script). Set it for a model behind
+    `openai_base_url` that reads fewer, or to turn the weighing off (`[any]`)."""
+
+    @field_validator("scripts")
+    @classmethod
+    def _known_scripts(cls, scripts: list[str] | None) -> list[str] | None:
+        if scripts is None or scripts == [EVERY_SCRIPT]:
+            return scripts
+        if not scripts:
+            raise ValueError(f"name at least one script, or [{EVERY_SCRIPT}]")
+        for name in scripts:
+            try:
+                regex.compile(rf"\p{{Script={name}}}")
+            except regex.error:
+                raise ValueError(
+                    f"{name!r} is not a Unicode script name (e.g. Latin, Han, Cyrillic), "
+                    f"nor [{EVERY_SCRIPT}]"
+                ) from None
+        return scripts
+
+    def script_set(self, default: frozenset[str] | None) -> frozenset[str] | None:
+        """The scripts the embedder reads: these settings', else the model's `default`."""
+        if self.scripts is None:
+            return default
+        return None if self.scripts == [EVERY_SCRIPT] else frozenset(self.scripts)

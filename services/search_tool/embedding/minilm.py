@@ -80,8 +80,10 @@ class MiniLmEmbedder:
         max_tokens: int = 256,
         threads: int = 0,
         model_path: Path | None = None,
+        scripts: frozenset[str] | None = SCRIPTS,
     ) -> None:
         self._batch_size = batch_size
+        self._scripts = scripts
         self._tokenizer = load_tokenizer(max_tokens)
         self._word_pieces = WordPieceTokenizer()
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
@@ -107,8 +109,8 @@ class MiniLmEmbedder:
         return self._word_pieces
 
     @property
-    def scripts(self) -> frozenset[str]:
-        return SCRIPTS
+    def scripts(self) -> frozenset[str] | None:
+        return self._scripts
 
     async def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         if not texts:

@@ -67,7 +67,9 @@ class OpenAiEmbedder:
         dimensions: int | None = None,
         timeout_s: float = 30.0,
         batch_size: int = 32,
+        scripts: frozenset[str] | None = None,
     ) -> None:
+        self._scripts = scripts
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0
         )
@@ -86,9 +88,9 @@ class OpenAiEmbedder:
         return self._tokenizer
 
     @property
-    def scripts(self) -> None:
-        """OpenAI's embedding models are trained on text of every script."""
-        return None
+    def scripts(self) -> frozenset[str] | None:
+        """None by default: OpenAI's embedding models are trained on text of every script."""
+        return self._scripts
 
     @property
     def dimensions(self) -> int:
