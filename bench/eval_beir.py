@@ -11,10 +11,11 @@ configured fusion and with the fusion the collection calibrates for itself.
    hundred chunks a minute on a loaded 2-core machine).
 2. Replays the engine's scored candidates of every judged query (`qrels/test.tsv`) through
    `fusion.fuse`: SEMANTIC is the dense side alone, KEYWORD the keyword side alone, HYBRID the
-   configured fusion and the calibrated one, each query's as the search tool serves it
-   (`fusion.read_by_the_embedder`: the dense weight of a query written in other scripts than the
-   embedder's is lowered) (`services/search_tool/calibration.py`: pseudo-queries
-   from the collection's own documents, nothing from the judgements).
+   configured fusion and the calibrated one (`services/search_tool/calibration.py`: pseudo-queries
+   from the collection's own documents, nothing from the judgements), each query's as the search
+   tool serves it (`fusion.read_by_the_embedder`: the dense weight of a query written in other
+   scripts than the embedder's is lowered; "HYBRID (configured alpha for every query)" is without
+   it, and `served_minus_alpha_for_every_query` the paired difference).
 3. With `--grpc`, also runs the judged queries through a search tool's gRPC API, served with the
    configured fusion as the product ships it (`search_tool.fusion`, calibration off by default),
    and reports those figures beside the replayed ones: its HYBRID is the replayed "HYBRID
