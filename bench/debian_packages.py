@@ -64,16 +64,21 @@ def packages(translation: str) -> Iterator[Package]:
         name, description, field = "", [], ""
         for line in stanza.split("\n"):
             if line.startswith((" ", "\t")):
-                if field.startswith("Description-") and field != "Description-md5":
+                if _is_description(field):
                     description.append(line[1:])
                 continue
             field, _, value = line.partition(":")
             if field == "Package":
                 name = value.strip()
-            elif field.startswith("Description-") and field != "Description-md5":
+            elif _is_description(field):
                 description = [value.strip()]
         if name and description:
             yield Package(name, " ".join(description[0].split()), _paragraphs(description[1:]))
+
+
+def _is_description(field: str) -> bool:
+    """`Description-<language>`, the translated synopsis and long description (not its md5)."""
+    return field.startswith("Description-") and field != "Description-md5"
 
 
 def _paragraphs(lines: list[str]) -> str:

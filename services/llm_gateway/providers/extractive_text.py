@@ -129,7 +129,7 @@ def parse_search_result(text: str, *, is_error: bool = False) -> SearchOutcome:
 def salient_terms(text: str) -> list[str]:
     """Lower-case content words of `text`, first occurrence order, stopwords removed."""
     seen: dict[str, None] = {}
-    for word in _WORD.findall(keyword_form(text.lower())):
+    for word in _words(text):
         if word not in STOPWORDS and len(word) > 1:
             seen.setdefault(word, None)
     return list(seen)
@@ -177,7 +177,13 @@ def _bm25(
 
 
 def _tokens(text: str) -> list[str]:
-    return [w for w in _WORD.findall(keyword_form(text.lower())) if w not in STOPWORDS]
+    return [w for w in _words(text) if w not in STOPWORDS]
+
+
+def _words(text: str) -> list[str]:
+    """The lower-case words of `text` in the search tool's keyword form."""
+    words: list[str] = _WORD.findall(keyword_form(text.lower()))
+    return words
 
 
 def _unique(sentences: list[Sentence]) -> list[Sentence]:
