@@ -62,7 +62,7 @@ def keyword_form(text: str) -> str:
 def _rewritten(run: regex.Match[str], text: str) -> str:
     characters = run.group()
     if run.group("cyrillic") is not None:
-        form = _stemmed(characters.lower())
+        form: str = _russian().stemWord(characters.lower())  # PyStemmer caches stems itself
     elif len(characters) == 1:
         form = characters
     else:
@@ -71,12 +71,6 @@ def _rewritten(run: regex.Match[str], text: str) -> str:
     before = " " if start > 0 and _WORD_CHARACTER.match(text[start - 1]) else ""
     after = " " if end < len(text) and _WORD_CHARACTER.match(text[end]) else ""
     return f"{before}{form}{after}"
-
-
-@lru_cache(maxsize=65_536)
-def _stemmed(word: str) -> str:
-    stemmed: str = _russian().stemWord(word)
-    return stemmed
 
 
 @lru_cache(maxsize=1)
