@@ -2,7 +2,7 @@
 configured fusion and with the fusion the collection calibrates for itself.
 
     python bench/eval_beir.py --dataset /work/datasets/cranfield [--work-dir DIR] [--out FILE]
-        [--split test] [--grpc] [--per-query]
+        [--split test] [--grpc] [--per-query] [--keyword-language english]
 
 1. Builds the collection (named after the dataset directory) once under `--work-dir` (default
    `var/eval/<name>`) through the product's ingest, in process; the embedder's vectors are cached
@@ -23,6 +23,9 @@ configured fusion and with the fusion the collection calibrates for itself.
 
 4. With `--per-query`, also writes each judged query's nDCG@10 by strategy, so that two runs (the
    same collection before and after a change) compare query by query (`bench/paired_runs.py`).
+
+5. With `--keyword-language`, the collection's words are stemmed in that language
+   (`search_tool.keyword.language`; its collection is rebuilt, its vectors reused).
 
 Scored as BEIR scores: nDCG@10 with linear gains, recall@100, over the judged queries of
 `--split` (default `test`); a query that is itself a corpus document (ArguAna, Quora: same id,
@@ -77,6 +80,7 @@ from bench.harness import (
     warm_up,
 )
 from bench.scifact_collection import build_collection, cached_embedder
+from services.common.keyword_form import ENGLISH
 from services.search_tool.calibration import ALPHA_GRID
 from services.search_tool.calibrations import DIRECTORY as CALIBRATION_DIRECTORY
 from services.search_tool.calibrations import FusionCalibrations
@@ -113,10 +117,14 @@ def paired_interval(
 
 
 async def prepared(
-    data_dir: Path, name: str, data: SciFact, embedder: CachedEmbedder
+    data_dir: Path,
+    name: str,
+    data: SciFact,
+    embedder: CachedEmbedder,
+    settings: SearchToolSettings | None = None,
 ) -> dict[str, Any]:
     """The collection built (or reused) and every row folded into the indexes."""
-    report = await build_collection(data_dir, data, embedder, collection=name)
+    report = await build_collection(data_dir, data, embedder, settings, collection=name)
     engine = await LanceDBEngine.open(data_dir, policy=settings_for(data_dir).engine.index_policy())
     try:
         await engine.refresh(name)
@@ -133,18 +141,25 @@ async def evaluate(
     through_grpc: bool,
     split: str = "test",
     with_per_query: bool = False,
+    keyword_language: str = ENGLISH,
 ) -> dict[str, Any]:
     data = load_beir(dataset, split=split)
     data_dir = work_dir / "lance"
     embedder = cached_embedder(work_dir / "vectors.npz")
-    ingest = await prepared(data_dir, name, data, embedder)
-    settings = settings_for(data_dir)
-    calibrated = settings_for(data_dir, calibrate=True)
+    settings = settings_for(data_dir, keyword_language=keyword_language)
+    calibrated = settings_for(data_dir, calibrate=True, keyword_language=keyword_language)
+    ingest = await prepared(data_dir, name, data, embedder, settings)
     engine = await LanceDBEngine.open(data_dir, policy=settings.engine.index_policy())
     try:
-        replays: dict[str, Replay] = await collect_replays(engine, embedder, data, collection=name)
+        replays: dict[str, Replay] = await collect_replays(
+            engine, embedder, data, collection=name, keyword_language=keyword_language
+        )
         calibrations = FusionCalibrations(
-            engine, embedder, calibrated.fusion, data_dir / CALIBRATION_DIRECTORY
+            engine,
+            embedder,
+            calibrated.fusion,
+            data_dir / CALIBRATION_DIRECTORY,
+            language_of=calibrated.keyword.language_of,
         )
         started = time.monotonic()
         calibration = await calibrations.calibrate(name)
@@ -201,6 +216,7 @@ async def evaluate(
         "ndcg@10_by_alpha": alpha_curve,
         "calibration": {**calibration.as_json(), "seconds": calibration_s},
         "configured_fusion": settings.fusion.model_dump(),
+        "keyword_language": keyword_language,
         "ingest": ingest,
         "machine": machine(),
     }
@@ -254,6 +270,11 @@ def main() -> None:
         action="store_true",
         help="also write each judged query's nDCG@10 by strategy (`bench/paired_runs.py`)",
     )
+    parser.add_argument(
+        "--keyword-language",
+        default=ENGLISH,
+        help="the language the collection's words are stemmed in (search_tool.keyword.language)",
+    )
     args = parser.parse_args()
     name = args.name or args.dataset.resolve().name
     work_dir = args.work_dir or VAR_DIR / "eval" / name
@@ -265,6 +286,7 @@ def main() -> None:
             through_grpc=args.grpc,
             split=args.split,
             with_per_query=args.per_query,
+            keyword_language=args.keyword_language,
         )
     )
     suffix = "" if args.split == "test" else f"-{args.split}"

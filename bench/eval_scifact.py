@@ -68,6 +68,7 @@ from bench.harness import (
     settings_for,
 )
 from bench.scifact_collection import COLLECTION, build_collection, cached_embedder
+from services.common.keyword_form import ENGLISH
 from services.common.postgres import PostgresSettings
 from services.search_tool.config import (
     EngineSettings,
@@ -199,7 +200,12 @@ def replayed(
 
 
 async def collect_replays(
-    engine: LanceDBEngine, embedder: CachedEmbedder, data: SciFact, *, collection: str = COLLECTION
+    engine: LanceDBEngine,
+    embedder: CachedEmbedder,
+    data: SciFact,
+    *,
+    collection: str = COLLECTION,
+    keyword_language: str = ENGLISH,
 ) -> dict[str, Replay]:
     ids = sorted(data.queries)
     vectors = await embedder.embed([data.queries[q] for q in ids])
@@ -211,6 +217,7 @@ async def collect_replays(
             data.queries[query_id],
             np.stack([vector]),
             limit=CHUNKS_PER_QUERY,
+            keyword_language=keyword_language,
         )
         scored, chunks = await engine.scored_candidates(collection, query)
         replays[query_id] = Replay(scored, _document_ids(chunks))

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.common.keyword_form import ENGLISH
 from services.common.settings import ServerSettings
-from services.search_tool.config import FusionSettings, SearchToolSettings
+from services.search_tool.config import FusionSettings, KeywordSettings, SearchToolSettings
 from services.search_tool.embedding.config import EmbeddingSettings
 from services.search_tool.limits import RequestLimits
 from services.search_tool.server import build_search_tool_server
@@ -32,7 +33,11 @@ says (a worktree checked out elsewhere)."""
 
 
 def settings_for(
-    data_dir: Path, *, fusion: FusionSettings | None = None, calibrate: bool = False
+    data_dir: Path,
+    *,
+    fusion: FusionSettings | None = None,
+    calibrate: bool = False,
+    keyword_language: str = ENGLISH,
 ) -> SearchToolSettings:
     """Search tool settings on `data_dir`, port 0, quiet logs, defaults otherwise.
 
@@ -43,7 +48,10 @@ def settings_for(
 
     Query vectors are not kept (`embedding.query_cache_entries` 0): a bench sends the same
     queries again (warm-up, rounds, one query per strategy), and each search is to embed its
-    query as one never seen before does (`bench/search_latency.py` measures a kept one)."""
+    query as one never seen before does (`bench/search_latency.py` measures a kept one).
+
+    `keyword_language`: the language every collection's words are stemmed in
+    (`search_tool.keyword.language`)."""
     fusion = (fusion or FusionSettings()).model_copy(update={"calibrate": calibrate})
     return SearchToolSettings(
         server=ServerSettings(host="127.0.0.1", port=0),
@@ -53,6 +61,7 @@ def settings_for(
         limits=BENCH_LIMITS,
         max_document_bytes=BENCH_DOCUMENT_BYTES,
         embedding=EmbeddingSettings(query_cache_entries=0),
+        keyword=KeywordSettings(language=keyword_language),
     )
 
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from services.common.keyword_form import ENGLISH
 from services.search_tool.config import FusionSettings
 from services.search_tool.documents import Chunk
 from services.search_tool.embedding import Embedder
@@ -249,8 +250,11 @@ async def calibrate_collection(
     embedder: Embedder,
     name: str,
     settings: FusionSettings,
+    *,
+    language: str = ENGLISH,
 ) -> Calibration:
-    """Measure `name`'s blend on its own pseudo-queries (about one HYBRID search each)."""
+    """Measure `name`'s blend on its own pseudo-queries (about one HYBRID search each; their
+    keyword text stemmed in the collection's `language`, as its searches are)."""
     configured = settings.to_fusion()
     stats = await engine.describe(name)
     if configured.method is FusionMethod.RRF or stats.document_count < MIN_DOCUMENTS:
@@ -271,6 +275,7 @@ async def calibrate_collection(
             vectors[i : i + 1],
             limit=RANKED_DOCUMENTS,
             fusion=configured,
+            keyword_language=language,
         )
         scored, chunks = await engine.scored_candidates(name, engine_query)
         measured.append(

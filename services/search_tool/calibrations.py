@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from services.common.keyword_form import ENGLISH
 from services.search_tool.calibration import (
     RECALIBRATE_CHANGE,
     CalibratingEngine,
@@ -51,8 +52,10 @@ class FusionCalibrations:
         directory: Path | None,
         *,
         building: Callable[[str], bool] = lambda _: False,
+        language_of: Callable[[str], str] = lambda _: ENGLISH,
     ) -> None:
         self._engine = engine
+        self._language_of = language_of
         self._embedder = embedder
         self._settings = settings
         self._directory = directory
@@ -79,7 +82,11 @@ class FusionCalibrations:
     async def calibrate(self, collection: str) -> Calibration:
         """Measure `collection` now and keep (and store) the result."""
         calibration = await calibrate_collection(
-            self._engine, self._embedder, collection, self._settings
+            self._engine,
+            self._embedder,
+            collection,
+            self._settings,
+            language=self._language_of(collection),
         )
         self._held[collection] = calibration
         self._store(collection, calibration)

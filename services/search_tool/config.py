@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from services.common import keyword_form
 from services.common.postgres import PostgresSettings
 from services.common.settings import QuarrySettings, ServerSettings
 from services.search_tool.embedding.config import EmbeddingSettings
@@ -60,6 +61,43 @@ class ChunkingSettings(BaseModel):
         if self.overlap_tokens > self.chunk_tokens // 2:
             raise ValueError("overlap_tokens must be at most half of chunk_tokens")
         return self
+
+
+class KeywordSettings(BaseModel):
+    """The language of a collection's words, for its keyword (BM25) side."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    language: str = keyword_form.ENGLISH
+    """The language words are stemmed in (a Snowball stemmer: `german`, `french`, `spanish` ...),
+    so that their inflected forms meet. `english`: the keyword index's own English stemmer alone.
+    Chinese, Japanese and Korean are paired and Cyrillic words stemmed as Russian whatever it is
+    (`services/common/keyword_form.py`). A document is indexed in the language its collection had
+    when it was written: one written under another is rewritten when it is sent again."""
+    collection_languages: dict[str, str] = Field(default_factory=dict)
+    """Collection name -> its language, where it is not `language`."""
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, language: str) -> str:
+        return _stemmer_language(language)
+
+    @field_validator("collection_languages")
+    @classmethod
+    def _known_languages(cls, languages: dict[str, str]) -> dict[str, str]:
+        return {name: _stemmer_language(language) for name, language in languages.items()}
+
+    def language_of(self, collection: str) -> str:
+        """The language `collection`'s words are stemmed in."""
+        return self.collection_languages.get(collection, self.language)
+
+
+def _stemmer_language(language: str) -> str:
+    if language.lower() not in keyword_form.LANGUAGES:
+        raise ValueError(
+            f"{language!r} has no stemmer; one of: {', '.join(sorted(keyword_form.LANGUAGES))}"
+        )
+    return language.lower()
 
 
 class FusionSettings(BaseModel):
@@ -242,6 +280,8 @@ class SearchToolSettings(QuarrySettings):
     """The engine."""
     fusion: FusionSettings = Field(default_factory=FusionSettings)
     """Hybrid fusion."""
+    keyword: KeywordSettings = Field(default_factory=KeywordSettings)
+    """The language of each collection's words (keyword side)."""
     max_document_bytes: int = Field(default=262_144, ge=1)
     """Largest document text accepted, in UTF-8 bytes (a document must also fit
     `limits.upsert_total_word_pieces`, the embedder's work for one call)."""

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import numpy.typing as npt
 
-from services.common.keyword_form import keyword_form
+from services.common.keyword_form import ENGLISH, keyword_form
 from services.search_tool.filters import FieldType
 
 MetadataValue = str | int | float | bool
@@ -181,6 +181,8 @@ class ChunkRecord:
     keyword_text: str = ""
     """What the keyword (BM25) index sees after the title: the chunk's text and its neighbourhood
     (`chunking.TextChunk.keyword_text`); empty means the chunk's text alone."""
+    keyword_language: str = ENGLISH
+    """The language of its collection, which its keyword text is stemmed in (`keyword_form`)."""
 
     @property
     def keyword_body(self) -> str:
@@ -192,6 +194,7 @@ class ChunkRecord:
     def indexed_text(self) -> str:
         """The text the keyword index scores: the title, then the keyword body, in the keyword
         form (`keyword_form`: Chinese, Japanese and Korean as character pairs, Cyrillic words
-        stemmed; as a query's `EngineQuery.keyword_query`)."""
+        stemmed, words stemmed in `keyword_language`; as a query's `EngineQuery.keyword_query`)."""
         body = self.keyword_body
-        return keyword_form(f"{self.chunk.title}\n{body}" if self.chunk.title else body)
+        text = f"{self.chunk.title}\n{body}" if self.chunk.title else body
+        return keyword_form(text, self.keyword_language)

@@ -19,7 +19,7 @@ import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -113,12 +113,20 @@ class Ingestor:
     """Turns documents into stored, embedded chunks."""
 
     def __init__(
-        self, engine: SearchEngine, embedder: Embedder, chunker: Chunker, limits: IngestLimits
+        self,
+        engine: SearchEngine,
+        embedder: Embedder,
+        chunker: Chunker,
+        limits: IngestLimits,
+        *,
+        language_of: Callable[[str], str] = lambda _collection: keyword_form.ENGLISH,
     ) -> None:
         self._engine = engine
         self._embedder = embedder
         self._chunker = chunker
         self._limits = limits
+        self._language_of = language_of
+        """A collection's language, which its keyword text is stemmed in (`keyword_form`)."""
         self._write_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._generations: defaultdict[str, int] = defaultdict(int)
 
@@ -130,9 +138,10 @@ class Ingestor:
         known = await self._engine.fields(collection) if existed else {}
         validate_documents(documents, known, self._limits)
         # Tokenising is CPU work (about a second per megabyte): never on the event loop.
-        chunked = await asyncio.to_thread(self._chunk_all, documents)
+        language = self._language_of(collection)
+        chunked = await asyncio.to_thread(self._chunk_all, documents, language)
         try:
-            return await self._upsert(collection, documents, chunked)
+            return await self._upsert(collection, documents, chunked, language)
         except Exception:
             if not existed:
                 await self._drop_if_empty(collection)
@@ -153,7 +162,11 @@ class Ingestor:
             log.exception("could not drop the collection a failed first write created")
 
     async def _upsert(
-        self, collection: str, documents: Sequence[Document], chunked: Sequence[_Chunked]
+        self,
+        collection: str,
+        documents: Sequence[Document],
+        chunked: Sequence[_Chunked],
+        language: str,
     ) -> IngestResult:
         await self._engine.ensure_collection(
             collection, CollectionSpec(self._embedder.model_name, self._embedder.dimensions)
@@ -164,12 +177,12 @@ class Ingestor:
             for start in range(0, len(documents), size)
         ]
         written = deleted = 0
-        prepared = await self._prepare(collection, batches[0])
+        prepared = await self._prepare(collection, batches[0], language)
         for following in [*batches[1:], None]:
             async with asyncio.TaskGroup() as group:
                 writing = group.create_task(self._write(collection, prepared))
                 if following is not None:
-                    preparing = group.create_task(self._prepare(collection, following))
+                    preparing = group.create_task(self._prepare(collection, following, language))
             batch_written, batch_deleted = writing.result()
             written += batch_written
             deleted += batch_deleted
@@ -182,7 +195,7 @@ class Ingestor:
         return IngestResult(len(documents), written, deleted)
 
     async def _prepare(
-        self, collection: str, batch: Sequence[tuple[Document, _Chunked]]
+        self, collection: str, batch: Sequence[tuple[Document, _Chunked]], language: str
     ) -> _Prepared:
         """Embed the documents of a batch that changed (no lock held)."""
         generation = self._generations[collection]
@@ -197,7 +210,7 @@ class Ingestor:
             ):
                 continue
             pending.append((document, chunks, fingerprint))
-        records = await self._embed(pending)
+        records = await self._embed(pending, language)
         return _Prepared(pending, records, stored, generation)
 
     async def _write(self, collection: str, prepared: _Prepared) -> tuple[int, int]:
@@ -230,10 +243,12 @@ class Ingestor:
             deleted = await self._engine.delete_chunks(collection, stale)
         return len(prepared.records), deleted
 
-    def _chunk_all(self, documents: Sequence[Document]) -> list[_Chunked]:
+    def _chunk_all(
+        self, documents: Sequence[Document], language: str = keyword_form.ENGLISH
+    ) -> list[_Chunked]:
         """Each document's chunks and content fingerprint, once the model's work for all of them
         is within `upsert_total_word_pieces` (pure CPU: run in a worker thread)."""
-        chunked = [_Chunked(self._chunks(d), self._fingerprint(d)) for d in documents]
+        chunked = [_Chunked(self._chunks(d), self._fingerprint(d, language)) for d in documents]
         self._check_model_work(chunked)
         return chunked
 
@@ -292,7 +307,9 @@ class Ingestor:
             chunks.append(_Split(chunk, piece.keyword_text))
         return chunks
 
-    async def _embed(self, pending: list[tuple[Document, list[_Split], str]]) -> list[ChunkRecord]:
+    async def _embed(
+        self, pending: list[tuple[Document, list[_Split], str]], language: str
+    ) -> list[ChunkRecord]:
         chunks = [
             (split, fingerprint) for _, doc_chunks, fingerprint in pending for split in doc_chunks
         ]
@@ -305,16 +322,21 @@ class Ingestor:
                 vector=vectors[i],
                 content_hash=fingerprint,
                 keyword_text=s.keyword_text,
+                keyword_language=language,
             )
             for i, (s, fingerprint) in enumerate(chunks)
         ]
 
-    def _fingerprint(self, document: Document) -> str:
+    def _fingerprint(self, document: Document, language: str) -> str:
         recipe = f"{self._embedder.model_name}/{self._limits.chunking_recipe}"
-        if keyword_form.rewrites(document.title) or keyword_form.rewrites(document.text):
-            # its keyword text is indexed in the keyword form: one stored before it was is
-            # rewritten when sent again, changed or not; every other document keeps its hash
-            recipe += f"/{keyword_form.FORM}"
+        form = keyword_form.form_of(document.title, language) or keyword_form.form_of(
+            document.text, language
+        )
+        if form is not None:
+            # its keyword text is indexed in that form: one stored before it was, or in another
+            # language, is rewritten when sent again, changed or not; every other document keeps
+            # its hash
+            recipe += f"/{form}"
         return content_fingerprint(document, recipe)
 
 

@@ -155,7 +155,9 @@ class SearchService:
             sizes=settings.limits,
             model_max_tokens=settings.embedding.max_tokens,
         )
-        self._ingestor = Ingestor(engine, embedder, chunker, limits)
+        self._ingestor = Ingestor(
+            engine, embedder, chunker, limits, language_of=settings.keyword.language_of
+        )
         queue = settings.work_queue
         self._queue = WorkQueue(
             "the search tool's work queue",
@@ -178,11 +180,16 @@ class SearchService:
                 settings.fusion,
                 settings.data_dir / CALIBRATION_DIRECTORY if embedded else None,
                 building=self.is_building,
+                language_of=settings.keyword.language_of,
             )
 
     @property
     def engine(self) -> SearchEngine:
         return self._engine
+
+    def keyword_language(self, collection: str) -> str:
+        """The language `collection`'s words are stemmed in (`search_tool.keyword`)."""
+        return self._settings.keyword.language_of(collection)
 
     async def close(self) -> None:
         if self.calibrations is not None:
@@ -319,6 +326,7 @@ class SearchService:
             offset=request.offset,
             fusion=self._fusion_for(request),
             timeout_s=timeout,
+            keyword_language=self.keyword_language(request.collection),
         )
         if request.strategy is Strategy.HYBRID and isinstance(self._engine, EmbeddingOverlap):
             vectors = self._query_vectors(request)  # embedded while the keyword side runs

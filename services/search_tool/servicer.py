@@ -178,6 +178,7 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
             )
         message = collection_to_proto(stats)
         message.building = service.is_building(request.collection)
+        message.keyword_language = service.keyword_language(request.collection)
         return search_tool_pb2.GetCollectionResponse(collection=message)
 
     async def ListCollections(
@@ -189,6 +190,7 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
         messages = [collection_to_proto(c, full=False) for c in collections if c.name in visible]
         for message in messages:
             message.building = service.is_building(message.name)
+            message.keyword_language = service.keyword_language(message.name)
         return search_tool_pb2.ListCollectionsResponse(collections=messages)
 
     async def DeleteCollection(

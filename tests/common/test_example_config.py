@@ -58,3 +58,15 @@ def test_example_config_names_the_admission_and_drain_settings() -> None:
     assert search.work_queue == SearchToolSettings().work_queue
     agent = load_settings(AgentSettings, EXAMPLE)
     assert agent.server.max_concurrent_rpcs == AgentSettings().server.max_concurrent_rpcs == 16
+
+
+def test_the_example_keyword_languages_load_when_uncommented(tmp_path: Path) -> None:
+    lines = EXAMPLE.read_text().splitlines()
+    start = lines.index("  # keyword:")
+    block = [line.replace("  # ", "  ", 1) for line in lines[start : start + 3]]
+    config = tmp_path / "keyword.yaml"
+    config.write_text("search_tool:\n" + "\n".join(block) + "\n")
+    keyword = load_settings(SearchToolSettings, config).keyword
+    assert keyword.language_of("handbuch") == "german"
+    assert keyword.language_of("manuel") == "french"
+    assert keyword.language_of("anything else") == "english"

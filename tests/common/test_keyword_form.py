@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.keyword_form import keyword_form, rewrites
+from services.common.keyword_form import (
+    FORM,
+    LANGUAGES,
+    form_of,
+    keyword_form,
+    rewrites,
+    stemmer,
+)
 from services.search_tool.engine.bm25 import tokens
 
 
@@ -57,3 +64,60 @@ def test_cyrillic_words_become_their_stems_so_inflected_forms_meet() -> None:
     assert tokens(keyword_form("бібліотеки")) == tokens(keyword_form("бібліотека"))
     assert keyword_form("Qt5-библиотека") == "Qt5-библиотек"
     assert rewrites("игра")
+
+
+def test_a_collection_in_german_meets_the_inflected_forms_of_its_words() -> None:
+    assert keyword_form("Die Häuser der Städte", "german") == "die haus der stadt"
+    assert tokens(keyword_form("Haus", "german")) == tokens(keyword_form("Häusern", "german"))
+    # the English stemmer the index applies alone keeps them apart
+    assert tokens(keyword_form("Haus")) != tokens(keyword_form("Häusern"))
+
+
+@pytest.mark.parametrize(
+    ("language", "one", "other"),
+    [
+        ("french", "bibliothèque", "bibliothèques"),
+        ("spanish", "canciones", "canción"),
+        ("german", "Verbindungen", "Verbindung"),
+    ],
+)
+def test_each_language_meets_its_own_inflections(language: str, one: str, other: str) -> None:
+    assert tokens(keyword_form(one, language)) == tokens(keyword_form(other, language))
+
+
+def test_another_language_still_pairs_cjk_and_stems_cyrillic_and_keeps_digits() -> None:
+    assert keyword_form("Qt5-Bibliotheken 東京都の Москва", "german") == (
+        "qt5-bibliothek 東京 京都 都の москв"
+    )
+
+
+def test_english_text_is_left_to_the_index_and_names_no_form() -> None:
+    text = "Straßenbahn in München"
+    assert keyword_form(text, "english") == text
+    assert form_of(text) is None
+    assert form_of("東京") == FORM
+
+
+def test_the_form_of_text_in_another_language_names_the_language() -> None:
+    assert form_of("Haus", "german") != form_of("Haus", "french")
+    assert form_of("Haus", "german") != FORM
+    assert form_of("2024 — 17", "german") is None  # no letter: nothing to stem
+    assert rewrites("Haus", "german")
+
+
+def test_a_language_without_a_stemmer_is_refused() -> None:
+    assert "german" in LANGUAGES
+    assert "english" in LANGUAGES
+    with pytest.raises(KeyError, match="klingon"):
+        keyword_form("Haus", "klingon")
+
+
+def test_each_thread_stems_with_its_own_stemmer_as_pystemmer_requires() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    here = stemmer("german")
+    assert stemmer("german") is here
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        there = pool.submit(stemmer, "german").result()
+    assert there is not here
+    assert there.stemWord("häuser") == here.stemWord("häuser") == "haus"

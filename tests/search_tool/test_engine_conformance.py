@@ -196,3 +196,28 @@ async def test_a_cjk_word_inside_a_sentence_or_a_cyrillic_word_inflected_is_foun
     assert [h.chunk.document_id for h in hits][:1] == [expected]
     english = replace(query_, keyword_text="release wheels")
     assert [h.chunk.id for h in (await opened.search(name, english)).hits][:1] == ["gamma__chunk_0"]
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "query"),
+    [
+        ("german", "Die Häuser am See wurden 1910 gebaut.", "Haus"),
+        ("french", "Les chevaux du village paissent au bord de l'eau.", "cheval"),
+    ],
+)
+async def test_a_word_inflected_in_the_collections_language_is_found_by_keyword(
+    engine: tuple[SearchEngine, str], language: str, text: str, query: str
+) -> None:
+    """A collection in another language (`search_tool.keyword.language`): each engine's keyword
+    side sees its words as their stems in that language, on the stored text and the query alike;
+    English text beside it is still found."""
+    opened, name = engine
+    stored = record(replace(FIXTURE[0], id="inflected", title="", text=text))
+    await opened.upsert(name, [replace(stored, keyword_language=language)])
+    query_ = EngineQuery(
+        Strategy.KEYWORD, query, np.zeros((0, DIMENSIONS), np.float32), keyword_language=language
+    )
+    hits = (await opened.search(name, query_)).hits
+    assert [h.chunk.document_id for h in hits][:1] == ["inflected"]
+    english = replace(query_, keyword_text="release wheels")
+    assert [h.chunk.id for h in (await opened.search(name, english)).hits][:1] == ["gamma__chunk_0"]

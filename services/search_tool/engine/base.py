@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from services.common.keyword_form import keyword_form
+from services.common.keyword_form import ENGLISH, keyword_form
 from services.search_tool.documents import Chunk, ChunkRecord, MetadataValue
 from services.search_tool.filters import FieldType, FilterExpression
 
@@ -73,14 +73,16 @@ class EngineQuery:
     """How HYBRID (and several dense vectors) are fused."""
     timeout_s: float | None = None
     """Per-query time budget; None means no limit."""
+    keyword_language: str = ENGLISH
+    """The collection's language, which the keyword text is stemmed in (`keyword_form`)."""
 
     @property
     def keyword_query(self) -> str:
         """`keyword_text` in the form the keyword index holds text (`keyword_form`: Chinese,
-        Japanese and Korean runs as character pairs, Cyrillic words stemmed; as
-        `ChunkRecord.indexed_text`); any other text as is. What every engine's keyword side
-        searches for."""
-        return keyword_form(self.keyword_text)
+        Japanese and Korean runs as character pairs, Cyrillic words stemmed, words stemmed in
+        `keyword_language`; as `ChunkRecord.indexed_text`); any other text as is. What every
+        engine's keyword side searches for."""
+        return keyword_form(self.keyword_text, self.keyword_language)
 
 
 @dataclass(frozen=True)

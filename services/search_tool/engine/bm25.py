@@ -32,6 +32,8 @@ from functools import lru_cache
 import regex
 import Stemmer
 
+from services.common.keyword_form import ENGLISH, stemmer
+
 K1 = 1.2
 B = 0.75
 MAX_TOKEN_BYTES = 40
@@ -84,9 +86,8 @@ _FOLDED = {
 decomposing a vulgar fraction gives is dropped (LanceDB's index holds `¼` as `14`)."""
 
 
-@lru_cache(maxsize=1)
 def _stemmer() -> Stemmer.Stemmer:
-    return Stemmer.Stemmer("english")
+    return stemmer(ENGLISH)  # this thread's: a stemmer is used by one thread at a time
 
 
 def _fold(token: str) -> str:

@@ -192,7 +192,7 @@ class FieldInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[FieldType, str]] = ...) -> None: ...
 
 class Collection(_message.Message):
-    __slots__ = ("name", "document_count", "chunk_count", "sources", "entity_types", "fields", "earliest_created_at", "latest_created_at", "embedding_model", "embedding_dimensions", "building", "damage")
+    __slots__ = ("name", "document_count", "chunk_count", "sources", "entity_types", "fields", "earliest_created_at", "latest_created_at", "embedding_model", "embedding_dimensions", "building", "damage", "keyword_language")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +205,7 @@ class Collection(_message.Message):
     EMBEDDING_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     BUILDING_FIELD_NUMBER: _ClassVar[int]
     DAMAGE_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     document_count: int
     chunk_count: int
@@ -217,7 +218,8 @@ class Collection(_message.Message):
     embedding_dimensions: int
     building: bool
     damage: str
-    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., entity_types: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., fields: _Optional[_Iterable[_Union[FieldInfo, _Mapping]]] = ..., earliest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., latest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedding_model: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., building: _Optional[bool] = ..., damage: _Optional[str] = ...) -> None: ...
+    keyword_language: str
+    def __init__(self, name: _Optional[str] = ..., document_count: _Optional[int] = ..., chunk_count: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., entity_types: _Optional[_Iterable[_Union[FacetCount, _Mapping]]] = ..., fields: _Optional[_Iterable[_Union[FieldInfo, _Mapping]]] = ..., earliest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., latest_created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., embedding_model: _Optional[str] = ..., embedding_dimensions: _Optional[int] = ..., building: _Optional[bool] = ..., damage: _Optional[str] = ..., keyword_language: _Optional[str] = ...) -> None: ...
 
 class GetCollectionResponse(_message.Message):
     __slots__ = ("collection",)

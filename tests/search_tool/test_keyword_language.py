@@ -1,0 +1,124 @@
+"""A collection in another language than English (`search_tool.keyword.language`,
+`collection_languages`) is keyword-searched by its words' stems in that language, through the
+search tool's API: an inflected form finds the document that uses another, and GetCollection
+says which language a collection is in. Its documents are rewritten when sent again after the
+language changed, and no other collection's are. A language without a stemmer stops start-up,
+naming the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from quarry.common.v1 import search_pb2
+from quarry.searchtool.v1 import search_tool_pb2
+
+from services.common.settings import load_settings
+from services.search_tool.config import KeywordSettings, SearchToolSettings
+from services.search_tool.embedding import Embedder
+from tests.search_tool.grpc_helpers import document, search, serving
+
+KEYWORD = search_pb2.RETRIEVAL_STRATEGY_KEYWORD
+HYBRID = search_pb2.RETRIEVAL_STRATEGY_HYBRID
+HOUSES = document("haus", "Die Häuser am See wurden 1910 gebaut.", title="Am See")
+LIBRARY = document("bibliothek", "Die Stadt hat eine große Bibliothek.", title="Bibliothek")
+
+
+async def _upsert(stub: Any, collection: str, *documents: Any) -> Any:
+    return await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection=collection, documents=list(documents))
+    )
+
+
+async def _found(stub: Any, collection: str, text: str, strategy: Any = KEYWORD) -> list[str]:
+    reply = await stub.Search(search(collection, text, strategy, limit=5))
+    return [r.chunk.document_id for r in reply.results]
+
+
+def _in(settings: SearchToolSettings, keyword: KeywordSettings) -> SearchToolSettings:
+    return settings.model_copy(update={"keyword": keyword})
+
+
+async def test_an_inflected_word_finds_the_document_in_a_german_collection_and_not_in_english(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    german = _in(settings, KeywordSettings(collection_languages={"de": "german"}))
+    async with serving(german, embedder) as stub:
+        for collection in ("de", "en"):
+            await _upsert(stub, collection, HOUSES, LIBRARY)
+        assert await _found(stub, "de", "Haus") == ["haus"]  # the text says "Häuser"
+        assert await _found(stub, "de", "Bibliotheken") == ["bibliothek"]
+        assert (await _found(stub, "de", "ein altes Haus am See", HYBRID))[:1] == ["haus"]
+        assert await _found(stub, "en", "Haus") == []  # English stems keep them apart
+        assert await _found(stub, "en", "Häuser") == ["haus"]
+
+
+async def test_get_and_list_collections_say_which_language_each_collection_is_stemmed_in(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    german = _in(settings, KeywordSettings(collection_languages={"de": "german"}))
+    async with serving(german, embedder) as stub:
+        for collection in ("de", "en"):
+            await _upsert(stub, collection, HOUSES)
+        got = await stub.GetCollection(search_tool_pb2.GetCollectionRequest(collection="de"))
+        assert got.collection.keyword_language == "german"
+        listed = await stub.ListCollections(search_tool_pb2.ListCollectionsRequest())
+        assert {c.name: c.keyword_language for c in listed.collections} == {
+            "de": "german",
+            "en": "english",
+        }
+
+
+async def test_after_the_language_changes_a_document_sent_again_is_rewritten_in_it(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    async with serving(settings, embedder) as stub:
+        await _upsert(stub, "de", HOUSES, LIBRARY)
+        await _upsert(stub, "other", HOUSES)
+        assert await _found(stub, "de", "Haus") == []
+    german = _in(settings, KeywordSettings(collection_languages={"de": "german"}))
+    async with serving(german, embedder) as stub:
+        # stored in English: not found by the other form until it is sent again
+        assert await _found(stub, "de", "Haus") == []
+        again = await _upsert(stub, "de", HOUSES)
+        assert (again.documents_upserted, again.chunks_upserted) == (1, 1)
+        assert await _found(stub, "de", "Haus") == ["haus"]
+        assert (await _upsert(stub, "de", HOUSES)).chunks_upserted == 0  # now unchanged
+        assert (await _upsert(stub, "other", HOUSES)).chunks_upserted == 0  # still English
+
+
+async def test_the_service_wide_language_applies_to_every_collection_not_listed(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    french = _in(settings, KeywordSettings(language="french"))
+    horses = document("chevaux", "Les chevaux du village paissent au bord de l'eau.")
+    async with serving(french, embedder) as stub:
+        await _upsert(stub, "fr", horses)
+        assert await _found(stub, "fr", "cheval") == ["chevaux"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "setting"),
+    [
+        ("QUARRY_SEARCH_TOOL_KEYWORD__LANGUAGE", "klingon", "language"),
+        ("QUARRY_SEARCH_TOOL_KEYWORD__COLLECTION_LANGUAGES", '{"docs": "elvish"}', "docs"),
+    ],
+)
+def test_a_language_without_a_stemmer_stops_start_up_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, setting: str
+) -> None:
+    config = tmp_path / "quarry.yaml"
+    config.write_text("search_tool: {}\n")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as refused:
+        load_settings(SearchToolSettings, config)
+    assert "keyword" in str(refused.value)
+    assert setting in str(refused.value)
+    assert "has no stemmer" in str(refused.value)
+
+
+def test_language_names_are_read_in_any_case() -> None:
+    assert KeywordSettings(language="German").language_of("x") == "german"
+    assert KeywordSettings(collection_languages={"a": "FRENCH"}).language_of("a") == "french"
