@@ -156,6 +156,8 @@ async def _show(client: SearchToolClient, args: argparse.Namespace) -> int:
     console.print(f"[bold]{c.name}[/]{state}")
     console.print(f"  {c.document_count} documents, {c.chunk_count} chunks")
     console.print(f"  embedding {c.embedding_model} ({c.embedding_dimensions} dimensions)")
+    if c.keyword_language:
+        console.print(f"  keyword search in {c.keyword_language} (words stemmed in it)")
     if c.HasField("earliest_created_at"):
         first = c.earliest_created_at.ToDatetime().date()
         last = c.latest_created_at.ToDatetime().date()

@@ -36,6 +36,8 @@ async def test_collections_list_show_and_delete_speak_protobuf_json_with_proto_f
     shown = await quarry("collections", "show", "mine", "--address", search_tool.address)
     assert "12 documents, 12 chunks" in shown.stdout
     assert "metadata.content_sha256:string" in shown.stdout
+    assert "keyword search in english" in shown.stdout
+    assert mine["keyword_language"] == "english"
     refused = await quarry("collections", "delete", "mine", "--address", search_tool.address)
     assert refused.returncode == 2
     deleted = await quarry(
