@@ -41,13 +41,18 @@ def _in(settings: SearchToolSettings, keyword: KeywordSettings) -> SearchToolSet
     return settings.model_copy(update={"keyword": keyword})
 
 
+async def _in_both(stub: Any, *documents: Any) -> None:
+    """`documents` in the German collection `de` and the English one `en`."""
+    for collection in ("de", "en"):
+        await _upsert(stub, collection, *documents)
+
+
 async def test_an_inflected_word_finds_the_document_in_a_german_collection_and_not_in_english(
     settings: SearchToolSettings, embedder: Embedder
 ) -> None:
     german = _in(settings, KeywordSettings(collection_languages={"de": "german"}))
     async with serving(german, embedder) as stub:
-        for collection in ("de", "en"):
-            await _upsert(stub, collection, HOUSES, LIBRARY)
+        await _in_both(stub, HOUSES, LIBRARY)
         assert await _found(stub, "de", "Haus") == ["haus"]  # the text says "Häuser"
         assert await _found(stub, "de", "Bibliotheken") == ["bibliothek"]
         assert (await _found(stub, "de", "ein altes Haus am See", HYBRID))[:1] == ["haus"]
@@ -60,8 +65,7 @@ async def test_get_and_list_collections_say_which_language_each_collection_is_st
 ) -> None:
     german = _in(settings, KeywordSettings(collection_languages={"de": "german"}))
     async with serving(german, embedder) as stub:
-        for collection in ("de", "en"):
-            await _upsert(stub, collection, HOUSES)
+        await _in_both(stub, HOUSES)
         got = await stub.GetCollection(search_tool_pb2.GetCollectionRequest(collection="de"))
         assert got.collection.keyword_language == "german"
         listed = await stub.ListCollections(search_tool_pb2.ListCollectionsRequest())
