@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import SettingsConfigDict
 
 from services.common import keyword_form
+from services.common.names import collection_name_problem
 from services.common.postgres import PostgresSettings
 from services.common.settings import QuarrySettings, ServerSettings
 from services.search_tool.embedding.config import EmbeddingSettings
@@ -85,6 +86,10 @@ class KeywordSettings(BaseModel):
     @field_validator("collection_languages")
     @classmethod
     def _known_languages(cls, languages: dict[str, str]) -> dict[str, str]:
+        for name in languages:
+            problem = collection_name_problem(name)
+            if problem is not None:  # a key no collection can have would never apply
+                raise ValueError(problem)
         return {name: _stemmer_language(language) for name, language in languages.items()}
 
     def language_of(self, collection: str) -> str:

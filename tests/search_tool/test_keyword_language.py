@@ -2,8 +2,8 @@
 `collection_languages`) is keyword-searched by its words' stems in that language, through the
 search tool's API: an inflected form finds the document that uses another, and GetCollection
 says which language a collection is in. Its documents are rewritten when sent again after the
-language changed, and no other collection's are. A language without a stemmer stops start-up,
-naming the setting."""
+language changed, and no other collection's are. A language without a stemmer, or a name no
+collection can have, stops start-up naming the setting."""
 
 from __future__ import annotations
 
@@ -104,23 +104,33 @@ async def test_the_service_wide_language_applies_to_every_collection_not_listed(
 
 
 @pytest.mark.parametrize(
-    ("variable", "value", "setting"),
+    ("variable", "value", "named", "why"),
     [
-        ("QUARRY_SEARCH_TOOL_KEYWORD__LANGUAGE", "klingon", "language"),
-        ("QUARRY_SEARCH_TOOL_KEYWORD__COLLECTION_LANGUAGES", '{"docs": "elvish"}', "docs"),
+        ("QUARRY_SEARCH_TOOL_KEYWORD__LANGUAGE", "klingon", "language", "has no stemmer"),
+        (
+            "QUARRY_SEARCH_TOOL_KEYWORD__COLLECTION_LANGUAGES",
+            '{"docs": "elvish"}',
+            "collection_languages",
+            "'elvish' has no stemmer",
+        ),
+        (
+            "QUARRY_SEARCH_TOOL_KEYWORD__COLLECTION_LANGUAGES",
+            '{"my docs": "german"}',
+            "collection_languages",
+            "is not a collection name",
+        ),
     ],
 )
-def test_a_language_without_a_stemmer_stops_start_up_naming_the_setting(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, setting: str
+def test_a_language_without_a_stemmer_or_a_name_no_collection_has_stops_start_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, named: str, why: str
 ) -> None:
     config = tmp_path / "quarry.yaml"
     config.write_text("search_tool: {}\n")
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValidationError) as refused:
         load_settings(SearchToolSettings, config)
-    assert "keyword" in str(refused.value)
-    assert setting in str(refused.value)
-    assert "has no stemmer" in str(refused.value)
+    assert f"keyword.{named}" in str(refused.value)
+    assert why in str(refused.value)
 
 
 def test_language_names_are_read_in_any_case() -> None:
