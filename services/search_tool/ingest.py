@@ -316,7 +316,7 @@ class Ingestor:
         if not chunks:
             return []
         vectors = await self._embedder.embed([embedding_text(s.chunk) for s, _ in chunks])
-        return [
+        records = [
             ChunkRecord(
                 chunk=s.chunk,
                 vector=vectors[i],
@@ -326,6 +326,10 @@ class Ingestor:
             )
             for i, (s, fingerprint) in enumerate(chunks)
         ]
+        # the keyword form (stems, character pairs: about a millisecond a chunk in another
+        # language) is made here, off the event loop the engine writes the records on
+        await asyncio.to_thread(lambda: [r.indexed_text for r in records])
+        return records
 
     def _fingerprint(self, document: Document, language: str) -> str:
         recipe = f"{self._embedder.model_name}/{self._limits.chunking_recipe}"

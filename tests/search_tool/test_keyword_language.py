@@ -7,6 +7,7 @@ collection can have, stops start-up naming the setting."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ from pydantic import ValidationError
 from quarry.common.v1 import search_pb2
 from quarry.searchtool.v1 import search_tool_pb2
 
+from services.common.keyword_form import keyword_form
 from services.common.settings import load_settings
+from services.search_tool import documents
 from services.search_tool.config import KeywordSettings, SearchToolSettings
 from services.search_tool.embedding import Embedder
 from tests.search_tool.grpc_helpers import document, search, serving
@@ -136,3 +139,23 @@ def test_a_language_without_a_stemmer_or_a_name_no_collection_has_stops_start_up
 def test_language_names_are_read_in_any_case() -> None:
     assert KeywordSettings(language="German").language_of("x") == "german"
     assert KeywordSettings(collection_languages={"a": "FRENCH"}).language_of("a") == "french"
+
+
+async def test_the_keyword_form_of_written_chunks_is_made_off_the_event_loop(
+    settings: SearchToolSettings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stemming a chunk with its neighbours' text takes about a millisecond: a batch of long
+    documents would hold the loop (and every search waiting on it) for seconds."""
+    threads: list[int] = []
+
+    def recorded(text: str, language: str = "english") -> str:
+        threads.append(threading.get_ident())
+        return keyword_form(text, language)
+
+    monkeypatch.setattr(documents, "keyword_form", recorded)
+    german = _in(settings, KeywordSettings(collection_languages={"de": "german"}))
+    async with serving(german, embedder) as stub:
+        await _upsert(stub, "de", HOUSES, LIBRARY)
+        assert await _found(stub, "de", "Haus") == ["haus"]
+    assert threads
+    assert threading.get_ident() not in threads
