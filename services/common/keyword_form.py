@@ -14,7 +14,8 @@ mirror, `search_tool/engine/bm25.py`, English Snowball stemming included), Vespa
   these scripts without a dictionary.
 * **Russian, Ukrainian, Serbian ... inflect their words**, and the English stemmer leaves Cyrillic
   untouched, so `столица` never met `столицы`. Each Cyrillic word becomes its Russian Snowball stem
-  (`столицы` -> `столиц`), lower-cased.
+  (`столицы` -> `столиц`), lower-cased; in a collection set to Serbian, its Serbian stem (which
+  Serbian words written in the Latin alphabet share).
 
 * **Words of a language other than English**: every keyword index stems words with the English
   Snowball stemmer, which leaves `Häuser` and `Haus` apart. A collection set to another language
@@ -84,7 +85,9 @@ def keyword_form(text: str, language: str = ENGLISH) -> str:
     Unchanged when `rewrites` says so. A language must be one of `LANGUAGES` (KeyError)."""
     if language != ENGLISH:
         stems = stemmer(language)
-        rewritten_words: str = _IN_A_LANGUAGE.sub(lambda run: _rewritten(run, text, stems), text)
+        rewritten_words: str = _IN_A_LANGUAGE.sub(
+            lambda run: _rewritten(run, text, stems, language), text
+        )
         return rewritten_words
     if text.isascii():
         return text
@@ -92,13 +95,16 @@ def keyword_form(text: str, language: str = ENGLISH) -> str:
     return rewritten
 
 
-def _rewritten(run: regex.Match[str], text: str, stems: Stemmer.Stemmer | None = None) -> str:
+def _rewritten(
+    run: regex.Match[str], text: str, stems: Stemmer.Stemmer | None = None, language: str = ENGLISH
+) -> str:
     characters = run.group()
     if stems is not None and run.lastgroup == "word":
         stem: str = stems.stemWord(characters.lower())
         return stem  # a word: nothing beside it to split from
     if run.group("cyrillic") is not None:
-        form: str = _russian().stemWord(characters.lower())  # PyStemmer caches stems itself
+        # PyStemmer caches stems itself
+        form: str = _cyrillic_stemmer(language).stemWord(characters.lower())
     elif len(characters) == 1:
         form = characters
     else:
@@ -109,8 +115,14 @@ def _rewritten(run: regex.Match[str], text: str, stems: Stemmer.Stemmer | None =
     return f"{before}{form}{after}"
 
 
-def _russian() -> Stemmer.Stemmer:
-    return stemmer("russian")
+CYRILLIC_LANGUAGES = frozenset({"russian", "serbian"})
+"""The languages whose Snowball stemmer reads Cyrillic (Serbian's also reads its Latin alphabet,
+and stems both to one form). Cyrillic in a collection of any other language is stemmed as
+Russian: Ukrainian and Serbian collections gained with it (session 18)."""
+
+
+def _cyrillic_stemmer(language: str) -> Stemmer.Stemmer:
+    return stemmer(language if language in CYRILLIC_LANGUAGES else "russian")
 
 
 _PER_THREAD = threading.local()

@@ -72,9 +72,10 @@ class KeywordSettings(BaseModel):
     language: str = keyword_form.ENGLISH
     """The language words are stemmed in (a Snowball stemmer: `german`, `french`, `spanish` ...),
     so that their inflected forms meet. `english`: the keyword index's own English stemmer alone.
-    Chinese, Japanese and Korean are paired and Cyrillic words stemmed as Russian whatever it is
-    (`services/common/keyword_form.py`). A document is indexed in the language its collection had
-    when it was written: one written under another is rewritten when it is sent again."""
+    Chinese, Japanese and Korean are paired whatever it is, and Cyrillic words stemmed as
+    Russian unless it is `serbian` (`services/common/keyword_form.py`). A document is indexed in
+    the language its collection had when it was written: one written under another is rewritten
+    when it is sent again."""
     collection_languages: dict[str, str] = Field(default_factory=dict)
     """Collection name -> its language, where it is not `language`."""
 

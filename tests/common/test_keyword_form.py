@@ -121,3 +121,10 @@ def test_each_thread_stems_with_its_own_stemmer_as_pystemmer_requires() -> None:
         there = pool.submit(stemmer, "german").result()
     assert there is not here
     assert there.stemWord("häuser") == here.stemWord("häuser") == "haus"
+
+
+def test_a_serbian_collection_stems_cyrillic_as_serbian_so_both_alphabets_meet() -> None:
+    cyrillic, latin = keyword_form("Библиотеке", "serbian"), keyword_form("biblioteka", "serbian")
+    assert tokens(cyrillic) == tokens(latin) == ["bibliotek"]
+    # any other language keeps the Russian stem for Cyrillic (as English does)
+    assert keyword_form("Библиотеке", "german") == keyword_form("Библиотеке") == "библиотек"

@@ -159,3 +159,13 @@ async def test_the_keyword_form_of_written_chunks_is_made_off_the_event_loop(
         assert await _found(stub, "de", "Haus") == ["haus"]
     assert threads
     assert threading.get_ident() not in threads
+
+
+async def test_a_serbian_collection_finds_a_word_written_in_the_other_alphabet(
+    settings: SearchToolSettings, embedder: Embedder
+) -> None:
+    serbian = _in(settings, KeywordSettings(collection_languages={"sr": "serbian"}))
+    library = document("lib", "Градска библиотека је отворена сваког дана.")
+    async with serving(serbian, embedder) as stub:
+        await _upsert(stub, "sr", library)
+        assert set(await _found(stub, "sr", "biblioteke")) == {"lib"}  # Latin, another case
