@@ -54,10 +54,7 @@ _REWRITTEN = regex.compile(
 """A run of characters of the scripts written without spaces between words (U+30FC and its
 half-width form U+FF70, the prolonged sound mark `ー`, belong to no script yet sit inside Katakana
 words), or a run of Cyrillic letters."""
-_IN_A_LANGUAGE = regex.compile(
-    r"(?P<cjk>[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u30fc\uff70]+)|(?P<cyrillic>\p{Cyrillic}+)"
-    r"|(?P<word>[\p{Alphabetic}\p{M}]+)"
-)
+_IN_A_LANGUAGE = regex.compile(_REWRITTEN.pattern + r"|(?P<word>[\p{Alphabetic}\p{M}]+)")
 """`_REWRITTEN`, and a run of letters of any other script (stemmed in the collection's language)."""
 _WORD_CHARACTER = regex.compile(r"[\p{Alphabetic}\p{N}]")
 _LETTER = regex.compile(r"\p{Alphabetic}")
@@ -84,28 +81,31 @@ def keyword_form(text: str, language: str = ENGLISH) -> str:
     Cyrillic word by its stem, separated by spaces from a letter or digit next to them; in a
     `language` other than English, each word of any other script by its stem in that language.
     Unchanged when `rewrites` says so. A language must be one of `LANGUAGES` (KeyError)."""
-    if language != ENGLISH:
-        stems = stemmer(language)
-        rewritten_words: str = _IN_A_LANGUAGE.sub(
-            lambda run: _rewritten(run, text, stems, language), text
-        )
-        return rewritten_words
-    if text.isascii():
-        return text
-    rewritten: str = _REWRITTEN.sub(lambda run: _rewritten(run, text), text)
+    if language == ENGLISH:
+        if text.isascii():
+            return text
+        runs, words = _REWRITTEN, None
+    else:
+        runs, words = _IN_A_LANGUAGE, stemmer(language)
+    cyrillic = _cyrillic_stemmer(language)
+    rewritten: str = runs.sub(lambda run: _rewritten(run, text, words, cyrillic), text)
     return rewritten
 
 
 def _rewritten(
-    run: regex.Match[str], text: str, stems: Stemmer.Stemmer | None = None, language: str = ENGLISH
+    run: regex.Match[str],
+    text: str,
+    words: Stemmer.Stemmer | None,
+    cyrillic: Stemmer.Stemmer,
 ) -> str:
+    """One run's form: a word of another script its stem (`words`: the collection's language's
+    stemmer), a Cyrillic word its stem, a CJK run its character pairs (PyStemmer caches stems)."""
     characters = run.group()
-    if stems is not None and run.lastgroup == "word":
-        stem: str = stems.stemWord(characters.lower())
+    if words is not None and run.lastgroup == "word":
+        stem: str = words.stemWord(characters.lower())
         return stem  # a word: nothing beside it to split from
     if run.group("cyrillic") is not None:
-        # PyStemmer caches stems itself
-        form: str = _cyrillic_stemmer(language).stemWord(characters.lower())
+        form: str = cyrillic.stemWord(characters.lower())
     elif len(characters) == 1:
         form = characters
     else:

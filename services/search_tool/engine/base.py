@@ -14,6 +14,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -76,12 +77,13 @@ class EngineQuery:
     keyword_language: str = ENGLISH
     """The collection's language, which the keyword text is stemmed in (`keyword_form`)."""
 
-    @property
+    @cached_property
     def keyword_query(self) -> str:
         """`keyword_text` in the form the keyword index holds text (`keyword_form`: Chinese,
         Japanese and Korean runs as character pairs, Cyrillic words stemmed, words stemmed in
         `keyword_language`; as `ChunkRecord.indexed_text`); any other text as is. What every
-        engine's keyword side searches for."""
+        engine's keyword side searches for; made once a query (Vespa reads it up to three
+        times: the keyword list, the dense request's and the count)."""
         return keyword_form(self.keyword_text, self.keyword_language)
 
 
