@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as pb_grpc
 
@@ -39,6 +38,7 @@ from services.llm_gateway.model import (
 )
 from services.llm_gateway.retry import RetryPolicy
 from services.llm_gateway.server import build_gateway_server
+from tests.grpc_serving import stub_of
 
 SEARCH_PARAMETERS = {
     "type": "object",
@@ -75,12 +75,8 @@ async def running_gateway(
 ) -> AsyncIterator[pb_grpc.LlmGatewayServiceStub]:
     """A started gateway and a stub connected to it."""
     server: QuarryServer = build_gateway_server(settings, telemetry)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield pb_grpc.LlmGatewayServiceStub(channel)
-    finally:
-        await server.stop(0)
+    async with stub_of(server, pb_grpc.LlmGatewayServiceStub) as stub:
+        yield stub
 
 
 def agent_question(question: str, *, thinking: bool = False) -> str:

@@ -18,6 +18,7 @@ from services.common.status import StatusDetails, details_of_rpc_error
 from services.search_tool.config import SearchToolSettings
 from services.search_tool.embedding import Embedder
 from services.search_tool.server import build_search_tool_server
+from tests.grpc_serving import stub_of
 
 Op = search_pb2.FilterOperator
 
@@ -105,9 +106,5 @@ async def serving(
 ) -> AsyncIterator[search_tool_pb2_grpc.SearchToolServiceStub]:
     """A search tool on `settings` with `embedder`, started in process, and a stub to it."""
     server = build_search_tool_server(settings, embedder_factory=lambda: embedder)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(server.address) as channel:
-            yield search_tool_pb2_grpc.SearchToolServiceStub(channel)
-    finally:
-        await server.stop(0)
+    async with stub_of(server, search_tool_pb2_grpc.SearchToolServiceStub) as stub:
+        yield stub
