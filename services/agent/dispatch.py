@@ -150,6 +150,7 @@ class ToolRunner:
             route=self.model_route,
             step=self.steps.index,
             expansions=self.expansions,
+            keyword_language=self.conversation.collection.keyword_language,
         )
 
     async def _run_one(self, tool: Tool, call: ToolCall) -> AsyncIterator[AgentEvent]:

@@ -24,6 +24,10 @@ FORCE_ANSWER = (
     "so far. If no direct answer was found, say so honestly."
 )
 SUMMARY_HEADING = "## Previous search history summary"
+KEYWORD_LANGUAGE_LABEL = "keyword language"
+"""The `## Collection` line naming the language its keyword side stems words in: a model searches
+in it, and the offline `extractive` provider compares words in its form
+(`docs/agent-tool-contract.md`)."""
 
 
 @cache
@@ -102,6 +106,8 @@ def describe_collection(info: CollectionInfo) -> str:
     if info.earliest_created_at and info.latest_created_at:
         earliest, latest = _date(info.earliest_created_at), _date(info.latest_created_at)
         lines.append(f"created_at range: {earliest} to {latest}")
+    if info.keyword_language:
+        lines.append(f"{KEYWORD_LANGUAGE_LABEL}: {info.keyword_language}")
     return "\n".join(lines)
 
 

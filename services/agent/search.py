@@ -166,3 +166,6 @@ class CollectionInfo:
     """Filterable fields as (name, type), e.g. ("created_at", "timestamp")."""
     earliest_created_at: datetime | None = None
     latest_created_at: datetime | None = None
+    keyword_language: str = ""
+    """The language the collection's keyword side stems words in (`search_tool.keyword`), as the
+    search tool reports it; empty when unknown."""

@@ -267,6 +267,7 @@ def collection_info(message: search_tool_pb2.Collection) -> CollectionInfo:
         latest_created_at=_datetime(message.latest_created_at)
         if message.HasField("latest_created_at")
         else None,
+        keyword_language=message.keyword_language,
     )
 
 

@@ -165,10 +165,13 @@ class FakeSearch:
         gate: asyncio.Event | None = None,
         web_pages: Iterable[FakeWebPage] | None = None,
         web_errors: Iterable[WebProviderError | None] = (),
+        keyword_language: str = "english",
     ) -> None:
         """`web_pages`: the pages `web_search` finds (None: web search not configured, as a
-        search tool without providers); `web_errors`: provider failures of the next tries."""
+        search tool without providers); `web_errors`: provider failures of the next tries;
+        `keyword_language`: what the collection reports its keyword side stems words in."""
         self.collection = collection
+        self.keyword_language = keyword_language
         self.documents = list(documents)
         self.errors: deque[BaseException | None] = deque(errors)
         self.latency_s = latency_s
@@ -306,6 +309,7 @@ class FakeSearch:
             fields=tuple((n, str(t)) for n, t in fields.items()),
             earliest_created_at=min(dates, default=None),
             latest_created_at=max(dates, default=None),
+            keyword_language=self.keyword_language,
         )
 
     def fields(self) -> dict[str, FieldType]:

@@ -63,3 +63,18 @@ async def test_a_caller_filter_matching_nothing_reveals_no_counts_or_values(
     section = await _collection_section(search, caller_filter([("source", "equals", "nowhere")]))
     assert "documents: 0; chunks: 0" in section
     assert not any(d.source in section or d.entity_type in section for d in FIXTURE)
+
+
+async def test_the_model_is_told_the_language_the_collection_is_keyword_searched_in(
+    search: SearchClient,
+) -> None:
+    section = await _collection_section(search, CallerFilter())
+    assert "\nkeyword language: english" in section
+
+
+async def test_a_collection_in_another_language_is_described_in_that_language() -> None:
+    search = FakeSearch(
+        [_fake(d) for d in FIXTURE], collection=COLLECTION, keyword_language="german"
+    )
+    section = await _collection_section(search, CallerFilter())
+    assert "\nkeyword language: german" in section

@@ -353,6 +353,7 @@ async def _collection_outcome(search: SearchClient, caller: CallerFilter) -> Out
             "entity_types": sorted((f.value, f.count) for f in info.entity_types),
             "fields": sorted(info.fields),
             "dates": (info.earliest_created_at, info.latest_created_at),
+            "keyword_language": info.keyword_language,
         },
     )
 
@@ -375,6 +376,7 @@ async def test_the_fake_search_tool_describes_a_collection_under_a_caller_filter
     assert len(whole["sources"]) == 4
     assert github["sources"] == [("github", 1)]
     assert github["documents"] == 1
+    assert whole["keyword_language"] == github["keyword_language"] == "english"
     assert ("metadata.score", "double") in whole["fields"]
     assert ("metadata.score", "double") not in github["fields"]
     assert outcomes["nothing"][1]["documents"] == 0

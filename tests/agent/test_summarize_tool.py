@@ -81,7 +81,10 @@ async def test_a_summary_of_seen_results_replaces_their_texts_and_keeps_citation
     assert structured.schema_name == "summary"
     assert structured.route == "agent"
     sent = structured.messages[-1].text
-    assert sent.startswith("## Focus\ncleanup\n\n## Results\n### [tempfile__chunk_0]")
+    assert sent.startswith(
+        "## Focus\ncleanup\n\n## Collection\nkeyword language: english\n\n"
+        "## Results\n### [tempfile__chunk_0]"
+    )
     assert "removed automatically" in sent
     search_result, summary_result = tool_messages(model, 2)
     assert search_result[0] == "q"
@@ -110,6 +113,18 @@ async def test_a_summary_of_seen_results_replaces_their_texts_and_keeps_citation
     [record] = summarise_step.tool_calls
     assert record.result_ids == tuple(IDS)
     assert record.total_count == 2
+
+
+async def test_the_summary_input_names_the_language_the_collection_is_keyword_searched_in() -> None:
+    model, _ = summarizing_run([SUMMARY])
+    search = FakeSearch(DOCUMENTS, collection="python-docs", keyword_language="german")
+    await run_events(
+        AgentLoop(model, search), mode=Mode.THINKING, allowed_tools=frozenset({"summarize"})
+    )
+    [structured] = model.structured_requests
+    assert "\n\n## Collection\nkeyword language: german\n\n## Results\n" in (
+        structured.messages[-1].text
+    )
 
 
 class _CostlySummaries(ScriptedModel):

@@ -7,6 +7,7 @@ file under the temp directory, shown when a service does not come up.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -55,6 +56,9 @@ DOCUMENTS = [
     ("json-dumps", "json.dumps", "json.dumps(obj) serializes obj to a JSON formatted str."),
 ]
 CHUNK_IDS = {f"{doc_id}__chunk_0" for doc_id, _, _ in DOCUMENTS}
+GERMAN_COLLECTION = "e2e-handbuch"
+"""A collection name the search tool keyword-searches in German (`keyword.collection_languages`);
+a test fills it itself."""
 STARTUP_TIMEOUT_S = 120.0
 
 
@@ -177,6 +181,9 @@ def running_stack(root: Path, extra_env: Mapping[str, str] | None = None) -> Ite
         "ANTHROPIC_API_KEY": "sk-ant-e2e-fake",
         "QUARRY_AGENT_ROUTE": "agent",
         "QUARRY_AGENT_HISTORY__PATH": str(root / "agent-runs.sqlite3"),
+        "QUARRY_SEARCH_TOOL_KEYWORD__COLLECTION_LANGUAGES": json.dumps(
+            {GERMAN_COLLECTION: "german"}
+        ),
         **(extra_env or {}),
     }
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)

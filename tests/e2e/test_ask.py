@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 from quarry.agent.v1 import agent_pb2
+from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent.client import AgentClient, ModeName, RunOptions
 from services.llm_gateway.testing import Reply, ScriptedToolCall
-from tests.e2e.conftest import CHUNK_IDS, COLLECTION, Stack
+from tests.e2e.conftest import CHUNK_IDS, COLLECTION, GERMAN_COLLECTION, Stack
 
 pytestmark = pytest.mark.slow
 QUESTION = "How do I create a temporary directory that is removed automatically?"
@@ -95,3 +97,48 @@ async def test_vendor_provider_runs_the_scripted_conversation(stack: Stack, prov
     second = json.dumps(requests[1].body)
     assert ids[0] in second
     assert "Found " in second
+
+
+HANDBUCH = [
+    ("haeuser", "Häuser", "Die Dächer der Häuser sind aus Schiefer. Die Stadt liegt im Norden."),
+    ("bruecke", "Brücke", "Woraus die Brücke besteht, ist unklar. Die Brücke ist alt."),
+]
+GERMAN_QUESTION = "Woraus ist das Dach des Hauses?"
+"""Its words meet the first document only as German stems (Dach / Dächer, Hauses / Häuser)."""
+
+
+async def _ask_in(stack: Stack, collection: str) -> agent_pb2.RunResponse:
+    async with grpc.aio.insecure_channel(stack.search_tool) as channel:
+        await search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
+            search_tool_pb2.UpsertDocumentsRequest(
+                collection=collection,
+                documents=[
+                    search_tool_pb2.Document(id=i, title=t, text=x, source="handbuch")
+                    for i, t, x in HANDBUCH
+                ],
+            ),
+            timeout=60,
+        )
+    async with AgentClient(stack.agent) as agent:
+        events = [
+            e
+            async for e in agent.stream_run(
+                GERMAN_QUESTION, RunOptions(collection=collection, mode="fast", timeout_s=60)
+            )
+        ]
+    assert _kinds(events)[-1] == "done", events[-1]
+    return events[-1].done.response
+
+
+async def test_the_offline_answer_in_a_german_collection_meets_its_question_in_german_stems(
+    stack: Stack,
+) -> None:
+    """The collection's language travels from the search tool's setting through the agent's
+    description of the collection to the extractive answer; an English collection holding the
+    same documents answers from the other one."""
+    german = await _ask_in(stack, GERMAN_COLLECTION)
+    assert german.answer.text.startswith("Die Dächer der Häuser sind aus Schiefer. [1]")
+    assert german.answer.citations[0].result_id == "haeuser__chunk_0"
+    english = await _ask_in(stack, "e2e-handbook")
+    assert "Schiefer" not in english.answer.text
+    assert [c.result_id for c in english.answer.citations] == ["bruecke__chunk_0"]

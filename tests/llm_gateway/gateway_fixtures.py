@@ -79,8 +79,9 @@ async def running_gateway(
         yield stub
 
 
-def agent_question(question: str, *, thinking: bool = False) -> str:
-    """The first user message as the agent writes it (docs/agent-tool-contract.md)."""
+def agent_question(question: str, *, thinking: bool = False, language: str = "") -> str:
+    """The first user message as the agent writes it (docs/agent-tool-contract.md); `language`:
+    the collection's keyword language line, when given."""
     mode = (
         "THINKING — search as often as needed, then call submit_answer."
         if thinking
@@ -88,7 +89,7 @@ def agent_question(question: str, *, thinking: bool = False) -> str:
     )
     return (
         f"## Query\n{question}\n\n## Mode\n{mode}\n\n## Caller filter\nnone\n\n"
-        "## Collection\nname: demo\n"
+        "## Collection\nname: demo\n" + (f"keyword language: {language}\n" if language else "")
     )
 
 

@@ -8,6 +8,10 @@ import json
 import jsonschema
 import pytest
 
+from services.agent.filters import CallerFilter
+from services.agent.prompt import task_message
+from services.agent.run import Mode
+from services.agent.search import CollectionInfo
 from services.llm_gateway.model import (
     ChatRequest,
     Completed,
@@ -55,8 +59,12 @@ PASSAGES = [
 ]
 
 
-def _conversation(question: str, *results: str, thinking: bool = False) -> list[Message]:
-    messages = [Message(Role.USER, text=agent_question(question, thinking=thinking))]
+def _conversation(
+    question: str, *results: str, thinking: bool = False, language: str = ""
+) -> list[Message]:
+    messages = [
+        Message(Role.USER, text=agent_question(question, thinking=thinking, language=language))
+    ]
     for number, result in enumerate(results, start=1):
         call = ToolCall(f"c{number}", "search", "{}")
         messages.append(Message(Role.ASSISTANT, tool_calls=(call,)))
@@ -301,3 +309,56 @@ async def test_a_question_in_another_alphabet_is_answered_from_its_words() -> No
     answer = await _answer(_conversation("Когда основан город Москва?", search_result(passages)))
     assert "1147" in str(answer["text"])
     assert [c["result_id"] for c in answer["citations"]][:1] == ["moscow__chunk_0"]  # type: ignore[attr-defined]
+
+
+GERMAN_PASSAGES = [
+    (
+        "haeuser__chunk_0",
+        "Häuser",
+        "Die Dächer der Häuser sind aus Schiefer. Die Stadt liegt im Norden.",
+    ),
+    ("bruecke__chunk_0", "Brücke", "Woraus die Brücke besteht, ist unklar. Die Brücke ist alt."),
+]
+GERMAN_QUESTION = "Woraus ist das Dach des Hauses?"
+"""Its words meet the first passage's only as German stems (Dach / Dächer, Hauses / Häuser) and
+the second passage's as they are written (Woraus, ist)."""
+
+
+async def test_a_german_collections_answer_is_the_sentence_its_question_meets_in_german_stems() -> (
+    None
+):
+    german = await _answer(
+        _conversation(GERMAN_QUESTION, search_result(GERMAN_PASSAGES), language="german")
+    )
+    assert str(german["text"]).startswith("Die Dächer der Häuser sind aus Schiefer. [1]")
+    assert [c["result_id"] for c in german["citations"]][:1] == ["haeuser__chunk_0"]  # type: ignore[attr-defined]
+    english = await _answer(_conversation(GERMAN_QUESTION, search_result(GERMAN_PASSAGES)))
+    assert "Schiefer" not in str(english["text"])
+    assert [c["result_id"] for c in english["citations"]] == ["bruecke__chunk_0"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("language", ["klingon", "porter", "ENGLISH", ""])
+async def test_a_collection_language_without_a_stemmer_compares_words_as_english(
+    language: str,
+) -> None:
+    answer = await _answer(
+        _conversation(GERMAN_QUESTION, search_result(GERMAN_PASSAGES), language=language)
+    )
+    assert [c["result_id"] for c in answer["citations"]] == ["bruecke__chunk_0"]  # type: ignore[attr-defined]
+
+
+async def test_the_language_the_agent_names_for_the_collection_is_the_one_the_answer_uses() -> None:
+    """Both sides of the contract: the agent's own first message for a German collection."""
+    first = task_message(
+        GERMAN_QUESTION,
+        Mode.FAST,
+        CallerFilter(),
+        CollectionInfo(name="handbuch", keyword_language="german"),
+    )
+    messages = [
+        Message(Role.USER, text=first),
+        Message(Role.ASSISTANT, tool_calls=(ToolCall("c1", "search", "{}"),)),
+        Message(Role.TOOL, text=search_result(GERMAN_PASSAGES), tool_call_id="c1"),
+    ]
+    answer = await _answer(messages)
+    assert [c["result_id"] for c in answer["citations"]][:1] == ["haeuser__chunk_0"]  # type: ignore[attr-defined]

@@ -10,6 +10,8 @@ import jsonschema
 import pytest
 from quarry.llmgateway.v1 import llm_gateway_pb2 as pb
 
+from services.agent.search import SearchHit
+from services.agent.tools.summarize import summary_input
 from services.common.status import details_of_rpc_error
 from services.llm_gateway.errors import FatalProviderError
 from services.llm_gateway.model import ChatRequest, Message, Role
@@ -131,3 +133,46 @@ async def test_generate_structured_named_summary_answers_offline_through_grpc() 
     assert reply.provider == "extractive"
     assert value["points"][0]["result_ids"] == ["web_0123456789abcdef"]
     assert details_of_rpc_error(caught.value).code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+HANDBUCH = [
+    SearchHit(
+        id="haeuser__chunk_0",
+        document_id="haeuser",
+        title="Häuser",
+        text="Die Dächer der Häuser sind aus Schiefer. Die Stadt liegt im Norden.",
+        score=0.5,
+    ),
+    SearchHit(
+        id="bruecke__chunk_0",
+        document_id="bruecke",
+        title="Brücke",
+        text="Woraus die Brücke besteht, ist unklar. Die Brücke ist alt.",
+        score=0.5,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("language", "first_point"),
+    [
+        ("german", "Die Dächer der Häuser sind aus Schiefer."),
+        ("", "Woraus die Brücke besteht, ist unklar."),
+    ],
+)
+async def test_the_summary_compares_words_in_the_language_the_agent_names_for_the_collection(
+    language: str, first_point: str
+) -> None:
+    """Both sides of the contract: the agent's own summary input. In German the focus meets
+    "Dächer der Häuser" by its stems; without the collection's language only "Woraus" meets."""
+    sent = summary_input(
+        "Woraus ist das Dach des Hauses?", HANDBUCH, max_chars=10_000, keyword_language=language
+    )
+    assert ("## Collection\nkeyword language: german\n" in sent.text) is bool(language)
+    request = ChatRequest(
+        (Message(Role.SYSTEM, text="Summarise."), Message(Role.USER, text=sent.text)),
+        response_schema=SUMMARY_SCHEMA,
+        response_schema_name="summary",
+    )
+    value = json.loads((await ExtractiveProvider().generate(request)).text)
+    assert value["points"][0]["text"] == first_point

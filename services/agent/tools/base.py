@@ -145,6 +145,8 @@ class ToolContext:
     """The step (model turn, from 1) the call belongs to: the `step` of the event it emits."""
     expansions: RunExpansions = field(default_factory=RunExpansions)
     """The run's query expansions (`loop.expand_queries`): a query is expanded once a run."""
+    keyword_language: str = ""
+    """The collection's keyword language, as the search tool reported it (empty: unknown)."""
 
     def failed(self, call: ToolCall, text: str, event: ToolEvent | None = None) -> ToolOutcome:
         """A tool error for the model: logged, and marked on the current span."""

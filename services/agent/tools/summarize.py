@@ -98,9 +98,12 @@ class SummaryInput:
     """Characters of result text sent."""
 
 
-def summary_input(focus: str, hits: Sequence[SearchHit], *, max_chars: int) -> SummaryInput:
-    """`## Focus` and `## Results` (the results' full texts, whole, until `max_chars`; the first
-    result is cut to the bound rather than sent with nothing)."""
+def summary_input(
+    focus: str, hits: Sequence[SearchHit], *, max_chars: int, keyword_language: str = ""
+) -> SummaryInput:
+    """`## Focus`, `## Collection` (the collection's keyword language, when known) and
+    `## Results` (the results' full texts, whole, until `max_chars`; the first result is cut to
+    the bound rather than sent with nothing)."""
     blocks: list[str] = []
     used = 0
     for hit in hits:
@@ -114,7 +117,10 @@ def summary_input(focus: str, hits: Sequence[SearchHit], *, max_chars: int) -> S
         used += len(blocks[-1])
     included = tuple(hits[: len(blocks)])
     left_out = tuple(h.id for h in hits[len(blocks) :])
-    message = f"## Focus\n{focus}\n\n## Results\n" + "".join(blocks)
+    collection = (
+        f"## Collection\nkeyword language: {keyword_language}\n\n" if keyword_language else ""
+    )
+    message = f"## Focus\n{focus}\n\n{collection}## Results\n" + "".join(blocks)
     return SummaryInput(message, included, left_out, used)
 
 
@@ -237,6 +243,7 @@ class SummarizeTool(Tool):
             plan.focus,
             [context.seen[i] for i in named],
             max_chars=context.settings.summarize_max_chars,
+            keyword_language=context.keyword_language,
         )
         request = StructuredRequest(
             route=context.settings.summarize_route or context.route,

@@ -181,8 +181,8 @@ def _second_search(call_id: str, question: str, first: SearchOutcome) -> tuple[s
 
 
 def _best_passage(request: ChatRequest) -> Passage | None:
-    question = read_question(request.messages).text
-    ranked = rank_sentences(question, _passages(request.messages))
+    question = read_question(request.messages)
+    ranked = rank_sentences(question.text, _passages(request.messages), question.language)
     if not ranked:
         return None
     by_id = {p.result_id: p for p in _passages(request.messages)}
@@ -191,8 +191,8 @@ def _best_passage(request: ChatRequest) -> Passage | None:
 
 def compose_answer(request: ChatRequest) -> tuple[str, list[str]]:
     """The most relevant passage sentences with `[n]` markers, and the result ids they cite."""
-    question = read_question(request.messages).text
-    chosen = _choose(rank_sentences(question, _passages(request.messages)))
+    question = read_question(request.messages)
+    chosen = _choose(rank_sentences(question.text, _passages(request.messages), question.language))
     if not chosen:
         return NOT_FOUND_TEXT, []
     citations: list[str] = []

@@ -2,8 +2,9 @@
 
 Asked for structured output named `summary`, it reads the focus (`## Focus`) and the results
 (`### [result_id] title` blocks under `## Results`) of the last user message and answers with the
-sentences of those results closest to the focus (BM25 over sentences, as its answers are
-built), best first, each with the id of the result it came from:
+sentences of those results closest to the focus (BM25 over sentences, as its answers are built,
+words compared in the language `## Collection` names), best first, each with the id of the result
+it came from:
 
     {"summary": "<the sentences, joined>",
      "points": [{"text": "<one sentence>", "result_ids": ["<its result id>"]}, ...]}
@@ -18,6 +19,7 @@ from typing import Any
 from services.llm_gateway.model import ChatRequest, Role
 from services.llm_gateway.providers.extractive_text import (
     Sentence,
+    keyword_language,
     parse_search_result,
     rank_sentences,
     sections,
@@ -37,7 +39,8 @@ def summarize(request: ChatRequest) -> dict[str, Any]:
     parts = sections(users[-1].text) if users else {}
     focus = " ".join(parts.get("focus", "").split())
     passages = list(parse_search_result(parts.get("results", "")).passages)
-    chosen = _choose(rank_sentences(focus, passages))
+    language = keyword_language(parts.get("collection", ""))
+    chosen = _choose(rank_sentences(focus, passages, language))
     if not chosen:
         shown = focus or "(no focus given)"
         return {"summary": f"No sentence of these results matches the focus: {shown}", "points": []}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import regex
 
-from services.common.keyword_form import keyword_form
+from services.common.keyword_form import ENGLISH, LANGUAGES, keyword_form
 from services.llm_gateway.model import Message, Role
 
 _SECTION = re.compile(r"^## (?P<name>[^\n]+)\n(?P<body>.*?)(?=^## |\Z)", re.MULTILINE | re.DOTALL)
@@ -23,6 +23,8 @@ _RESULT = re.compile(
 )
 _PREVIEW = re.compile(r" … \[preview: \d+ more characters\]\s*$")
 FULL_TEXT_HEADING = "Full text of the results"
+_KEYWORD_LANGUAGE = re.compile(r"^keyword language: *(?P<language>\S+) *$", re.MULTILINE)
+"""The `## Collection` line naming the language the collection's keyword side stems words in."""
 """How the agent's message with the full text of previewed results begins."""
 _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[\p{Lu}\p{N}])|(?<=[。！？])\s*")
 """A sentence ends at `.`, `!` or `?` before a space and a capital or a digit (in any script), or
@@ -54,6 +56,10 @@ class AgentQuestion:
     """The user's question (`## Query`), or the last user message."""
     thinking: bool
     """`## Mode` starts with THINKING: more than one search is allowed."""
+    language: str = ENGLISH
+    """The collection's keyword language (`## Collection`), in whose form words are compared:
+    a German collection's question meets "Haus" where its passage says "Häuser", as the search
+    tool's keyword index does. English when not given, or not a language with a stemmer."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,19 @@ def read_question(messages: tuple[Message, ...]) -> AgentQuestion:
     parts = sections(users[0].text)
     mode = parts.get("mode", "").strip().upper()
     query = parts.get("query", "").strip()
-    return AgentQuestion(text=query or users[-1].text.strip(), thinking=mode.startswith("THINKING"))
+    return AgentQuestion(
+        text=query or users[-1].text.strip(),
+        thinking=mode.startswith("THINKING"),
+        language=keyword_language(parts.get("collection", "")),
+    )
+
+
+def keyword_language(collection: str) -> str:
+    """The language named by a `## Collection` section's `keyword language` line, if it has a
+    stemmer; else English."""
+    named = _KEYWORD_LANGUAGE.search(collection)
+    language = named.group("language").lower() if named else ENGLISH
+    return language if language in LANGUAGES else ENGLISH
 
 
 def read_searches(messages: tuple[Message, ...], tool_name: str = "search") -> list[SearchOutcome]:
@@ -126,18 +144,22 @@ def parse_search_result(text: str, *, is_error: bool = False) -> SearchOutcome:
     return SearchOutcome(total=total, passages=passages)
 
 
-def salient_terms(text: str) -> list[str]:
-    """Lower-case content words of `text`, first occurrence order, stopwords removed."""
+def salient_terms(text: str, language: str = ENGLISH) -> list[str]:
+    """Lower-case content words of `text` in `language`'s keyword form, first occurrence order,
+    stopwords removed."""
     seen: dict[str, None] = {}
-    for word in _words(text):
+    for word in _words(text, language):
         if word not in STOPWORDS and len(word) > 1:
             seen.setdefault(word, None)
     return list(seen)
 
 
-def rank_sentences(question: str, passages: list[Passage]) -> list[Sentence]:
-    """Every sentence of the passages matching the question, best first (BM25 over sentences)."""
-    terms = salient_terms(question)
+def rank_sentences(
+    question: str, passages: list[Passage], language: str = ENGLISH
+) -> list[Sentence]:
+    """Every sentence of the passages matching the question, best first (BM25 over sentences),
+    their words compared in `language`'s keyword form."""
+    terms = salient_terms(question, language)
     candidates = [
         (sentence, passage.result_id)
         for passage in passages
@@ -145,7 +167,7 @@ def rank_sentences(question: str, passages: list[Passage]) -> list[Sentence]:
     ]
     if not terms or not candidates:
         return []
-    tokenised = [_tokens(sentence) for sentence, _ in candidates]
+    tokenised = [_tokens(sentence, language) for sentence, _ in candidates]
     average = sum(len(t) for t in tokenised) / len(tokenised) or 1.0
     frequency = Counter(term for tokens in tokenised for term in set(tokens))
     ranked = []
@@ -176,13 +198,13 @@ def _bm25(
     return score
 
 
-def _tokens(text: str) -> list[str]:
-    return [w for w in _words(text) if w not in STOPWORDS]
+def _tokens(text: str, language: str) -> list[str]:
+    return [w for w in _words(text, language) if w not in STOPWORDS]
 
 
-def _words(text: str) -> list[str]:
-    """The lower-case words of `text` in the search tool's keyword form."""
-    words: list[str] = _WORD.findall(keyword_form(text.lower()))
+def _words(text: str, language: str) -> list[str]:
+    """The lower-case words of `text` in the search tool's keyword form of `language`."""
+    words: list[str] = _WORD.findall(keyword_form(text.lower(), language))
     return words
 
 
