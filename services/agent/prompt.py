@@ -12,7 +12,7 @@ from importlib import resources
 
 from services.agent.filters import NO_VALUE, CallerFilter
 from services.agent.run import Mode
-from services.agent.search import CollectionInfo, Facet
+from services.agent.search import KEYWORD_LANGUAGE_LABEL, CollectionInfo, Facet
 from services.agent.tools import DEFAULT_TOOLS, Tool
 
 MODE_INSTRUCTIONS = {
@@ -24,10 +24,6 @@ FORCE_ANSWER = (
     "so far. If no direct answer was found, say so honestly."
 )
 SUMMARY_HEADING = "## Previous search history summary"
-KEYWORD_LANGUAGE_LABEL = "keyword language"
-"""The `## Collection` line naming the language its keyword side stems words in: a model searches
-in it, and the offline `extractive` provider compares words in its form
-(`docs/agent-tool-contract.md`)."""
 
 
 @cache

@@ -153,6 +153,12 @@ class Facet:
     count: int
 
 
+KEYWORD_LANGUAGE_LABEL = "keyword language"
+"""The `## Collection` line naming the language the collection's keyword side stems words in, in
+the first message and the summary input: a model searches in it, and the offline `extractive`
+provider compares words in its form (`docs/agent-tool-contract.md`)."""
+
+
 @dataclass(frozen=True)
 class CollectionInfo:
     """What the model is told about the collection it searches."""

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from services.agent.messages import ToolCall, system, user
 from services.agent.ports import ContextWindowExceeded, StructuredRequest, StructuredResponse
-from services.agent.search import SearchHit
+from services.agent.search import KEYWORD_LANGUAGE_LABEL, SearchHit
 from services.agent.tools.base import (
     FAILURES_THAT_END_THE_RUN,
     Tool,
@@ -118,7 +118,9 @@ def summary_input(
     included = tuple(hits[: len(blocks)])
     left_out = tuple(h.id for h in hits[len(blocks) :])
     collection = (
-        f"## Collection\nkeyword language: {keyword_language}\n\n" if keyword_language else ""
+        f"## Collection\n{KEYWORD_LANGUAGE_LABEL}: {keyword_language}\n\n"
+        if keyword_language
+        else ""
     )
     message = f"## Focus\n{focus}\n\n{collection}## Results\n" + "".join(blocks)
     return SummaryInput(message, included, left_out, used)
