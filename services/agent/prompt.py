@@ -12,7 +12,7 @@ from importlib import resources
 
 from services.agent.filters import NO_VALUE, CallerFilter
 from services.agent.run import Mode
-from services.agent.search import KEYWORD_LANGUAGE_LABEL, CollectionInfo, Facet
+from services.agent.search import CollectionInfo, Facet, keyword_language_line
 from services.agent.tools import DEFAULT_TOOLS, Tool
 
 MODE_INSTRUCTIONS = {
@@ -102,8 +102,8 @@ def describe_collection(info: CollectionInfo) -> str:
     if info.earliest_created_at and info.latest_created_at:
         earliest, latest = _date(info.earliest_created_at), _date(info.latest_created_at)
         lines.append(f"created_at range: {earliest} to {latest}")
-    if info.keyword_language:
-        lines.append(f"{KEYWORD_LANGUAGE_LABEL}: {info.keyword_language}")
+    if language := keyword_language_line(info.keyword_language):
+        lines.append(language)
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Literal
 
 from services.agent.filters import CallerFilter, FilterGroup, Scalar
+from services.common.keyword_form import ENGLISH
 
 Strategy = Literal["semantic", "keyword", "hybrid"]
 WEB_SOURCE = "web"
@@ -156,7 +157,18 @@ class Facet:
 KEYWORD_LANGUAGE_LABEL = "keyword language"
 """The `## Collection` line naming the language the collection's keyword side stems words in, in
 the first message and the summary input: a model searches in it, and the offline `extractive`
-provider compares words in its form (`docs/agent-tool-contract.md`)."""
+provider compares words in its form (`docs/agent-tool-contract.md`). Written only for a language
+other than English, so an English collection's prompts are what they were before it existed
+(measured: the line alone turned one of the real-model proof's three greedy answers into an echo
+of the question)."""
+
+
+def keyword_language_line(language: str) -> str:
+    """The `keyword language` line for a collection stemmed in `language`; empty for English (or
+    none reported)."""
+    if not language or language == ENGLISH:
+        return ""
+    return f"{KEYWORD_LANGUAGE_LABEL}: {language}"
 
 
 @dataclass(frozen=True)

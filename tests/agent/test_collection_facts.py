@@ -65,11 +65,12 @@ async def test_a_caller_filter_matching_nothing_reveals_no_counts_or_values(
     assert not any(d.source in section or d.entity_type in section for d in FIXTURE)
 
 
-async def test_the_model_is_told_the_language_the_collection_is_keyword_searched_in(
+async def test_an_english_collection_is_described_as_before_without_a_language_line(
     search: SearchClient,
 ) -> None:
+    """English is the default: its prompts stay byte for byte what a real model was measured on."""
     section = await _collection_section(search, CallerFilter())
-    assert "\nkeyword language: english" in section
+    assert "keyword language" not in section
 
 
 async def test_a_collection_in_another_language_is_described_in_that_language() -> None:

@@ -81,10 +81,7 @@ async def test_a_summary_of_seen_results_replaces_their_texts_and_keeps_citation
     assert structured.schema_name == "summary"
     assert structured.route == "agent"
     sent = structured.messages[-1].text
-    assert sent.startswith(
-        "## Focus\ncleanup\n\n## Collection\nkeyword language: english\n\n"
-        "## Results\n### [tempfile__chunk_0]"
-    )
+    assert sent.startswith("## Focus\ncleanup\n\n## Results\n### [tempfile__chunk_0]")
     assert "removed automatically" in sent
     search_result, summary_result = tool_messages(model, 2)
     assert search_result[0] == "q"

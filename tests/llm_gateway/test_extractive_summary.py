@@ -157,7 +157,7 @@ HANDBUCH = [
     ("language", "first_point"),
     [
         ("german", "Die Dächer der Häuser sind aus Schiefer."),
-        ("", "Woraus die Brücke besteht, ist unklar."),
+        ("english", "Woraus die Brücke besteht, ist unklar."),
     ],
 )
 async def test_the_summary_compares_words_in_the_language_the_agent_names_for_the_collection(
@@ -168,7 +168,8 @@ async def test_the_summary_compares_words_in_the_language_the_agent_names_for_th
     sent = summary_input(
         "Woraus ist das Dach des Hauses?", HANDBUCH, max_chars=10_000, keyword_language=language
     )
-    assert ("## Collection\nkeyword language: german\n" in sent.text) is bool(language)
+    assert ("## Collection\nkeyword language: german\n" in sent.text) is (language == "german")
+    assert "keyword language: english" not in sent.text
     request = ChatRequest(
         (Message(Role.SYSTEM, text="Summarise."), Message(Role.USER, text=sent.text)),
         response_schema=SUMMARY_SCHEMA,

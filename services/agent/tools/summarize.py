@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from services.agent.messages import ToolCall, system, user
 from services.agent.ports import ContextWindowExceeded, StructuredRequest, StructuredResponse
-from services.agent.search import KEYWORD_LANGUAGE_LABEL, SearchHit
+from services.agent.search import SearchHit, keyword_language_line
 from services.agent.tools.base import (
     FAILURES_THAT_END_THE_RUN,
     Tool,
@@ -101,7 +101,7 @@ class SummaryInput:
 def summary_input(
     focus: str, hits: Sequence[SearchHit], *, max_chars: int, keyword_language: str = ""
 ) -> SummaryInput:
-    """`## Focus`, `## Collection` (the collection's keyword language, when known) and
+    """`## Focus`, `## Collection` (the collection's keyword language, unless English) and
     `## Results` (the results' full texts, whole, until `max_chars`; the first result is cut to
     the bound rather than sent with nothing)."""
     blocks: list[str] = []
@@ -117,11 +117,8 @@ def summary_input(
         used += len(blocks[-1])
     included = tuple(hits[: len(blocks)])
     left_out = tuple(h.id for h in hits[len(blocks) :])
-    collection = (
-        f"## Collection\n{KEYWORD_LANGUAGE_LABEL}: {keyword_language}\n\n"
-        if keyword_language
-        else ""
-    )
+    language = keyword_language_line(keyword_language)
+    collection = f"## Collection\n{language}\n\n" if language else ""
     message = f"## Focus\n{focus}\n\n{collection}## Results\n" + "".join(blocks)
     return SummaryInput(message, included, left_out, used)
 
