@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Literal
 
 from services.agent.filters import CallerFilter, FilterGroup, Scalar
-from services.common.keyword_form import ENGLISH
 
 Strategy = Literal["semantic", "keyword", "hybrid"]
 WEB_SOURCE = "web"
@@ -154,6 +153,9 @@ class Facet:
     count: int
 
 
+DEFAULT_KEYWORD_LANGUAGE = "english"
+"""The search tool's default keyword language (`search_tool.keyword.language`). Written out here:
+the agent does not stem, so it does not import the search tool's stemmers (its image lacks them)."""
 KEYWORD_LANGUAGE_LABEL = "keyword language"
 """The `## Collection` line naming the language the collection's keyword side stems words in, in
 the first message and the summary input: a model searches in it, and the offline `extractive`
@@ -166,7 +168,7 @@ of the question)."""
 def keyword_language_line(language: str) -> str:
     """The `keyword language` line for a collection stemmed in `language`; empty for English (or
     none reported)."""
-    if not language or language == ENGLISH:
+    if not language or language == DEFAULT_KEYWORD_LANGUAGE:
         return ""
     return f"{KEYWORD_LANGUAGE_LABEL}: {language}"
 

@@ -10,7 +10,9 @@ from services.agent.filters import CallerFilter
 from services.agent.loop import AgentLoop
 from services.agent.ports import SearchClient
 from services.agent.run import RunRequest
+from services.agent.search import DEFAULT_KEYWORD_LANGUAGE
 from services.agent.testing import ScriptedModel, answer_call, turn
+from services.search_tool.config import KeywordSettings
 from tests.agent.conftest import FILTER_COLLECTION as COLLECTION
 from tests.agent.conftest import caller_filter, collect
 from tests.agent.fake_search import FakeSearch
@@ -79,3 +81,8 @@ async def test_a_collection_in_another_language_is_described_in_that_language() 
     )
     section = await _collection_section(search, CallerFilter())
     assert "\nkeyword language: german" in section
+
+
+def test_the_language_the_agent_leaves_unsaid_is_the_search_tools_default() -> None:
+    """The agent writes the default out (it does not import the stemmers); the two must agree."""
+    assert KeywordSettings().language == DEFAULT_KEYWORD_LANGUAGE
