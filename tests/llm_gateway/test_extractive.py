@@ -362,3 +362,23 @@ async def test_the_language_the_agent_names_for_the_collection_is_the_one_the_an
     ]
     answer = await _answer(messages)
     assert [c["result_id"] for c in answer["citations"]][:1] == ["haeuser__chunk_0"]  # type: ignore[attr-defined]
+
+
+async def test_a_markdown_headings_marks_stay_out_of_the_answer_and_its_words_stay_in() -> None:
+    """A Markdown file's chunk opens with its heading: the answer's sentence keeps the heading's
+    words (the context it names), without the `#` or the underline."""
+    passages = [
+        (
+            "install__chunk_0",
+            "Installing",
+            "# Installing Quarry\n\nRun `make run` to start the three services.\n\n"
+            "Configuration\n-------------\nThe default port of the agent is 50053.",
+        ),
+    ]
+    answer = await _answer(
+        _conversation("What is the default port of the agent?", search_result(passages))
+    )
+    text = str(answer["text"])
+    assert "Configuration The default port of the agent is 50053. [1]" in text
+    assert "#" not in text
+    assert "---" not in text

@@ -177,3 +177,27 @@ async def test_the_summary_compares_words_in_the_language_the_agent_names_for_th
     )
     value = json.loads((await ExtractiveProvider().generate(request)).text)
     assert value["points"][0]["text"] == first_point
+
+
+async def test_a_markdown_results_own_headings_do_not_end_the_results() -> None:
+    """A Markdown file's chunk has `## ` lines of its own (one even named like the message's
+    section): its text after them is summarised too."""
+    readme = SearchHit(
+        id="readme__chunk_0",
+        document_id="readme",
+        title="README",
+        text="# Quarry\n\nQuarry searches collections.\n\n## Results\n\nIt finds them.\n\n"
+        "## Install\n\nRun make run to install the services.",
+        score=0.5,
+    )
+    sent = summary_input("how to install the services", [readme], max_chars=10_000)
+    request = ChatRequest(
+        (Message(Role.SYSTEM, text="Summarise."), Message(Role.USER, text=sent.text)),
+        response_schema=SUMMARY_SCHEMA,
+        response_schema_name="summary",
+    )
+    value = json.loads((await ExtractiveProvider().generate(request)).text)
+    assert value["points"][0] == {
+        "text": "Install Run make run to install the services.",
+        "result_ids": ["readme__chunk_0"],
+    }

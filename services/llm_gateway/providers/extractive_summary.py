@@ -23,6 +23,7 @@ from services.llm_gateway.providers.extractive_text import (
     parse_search_result,
     rank_sentences,
     sections,
+    split_at_last_section,
 )
 
 SUMMARY_SCHEMA_NAME = "summary"
@@ -36,9 +37,10 @@ RELATIVE_CUTOFF = 0.35
 def summarize(request: ChatRequest) -> dict[str, Any]:
     """The summary of the last user message's results under its focus."""
     users = [m for m in request.messages if m.role is Role.USER]
-    parts = sections(users[-1].text) if users else {}
+    head, results = split_at_last_section(users[-1].text if users else "", "Results")
+    parts = sections(head)
     focus = " ".join(parts.get("focus", "").split())
-    passages = list(parse_search_result(parts.get("results", "")).passages)
+    passages = list(parse_search_result(results).passages)
     language = keyword_language(parts.get("collection", ""))
     chosen = _choose(rank_sentences(focus, passages, language))
     if not chosen:

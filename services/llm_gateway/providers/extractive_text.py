@@ -29,6 +29,9 @@ _KEYWORD_LANGUAGE = re.compile(r"^keyword language: *(?P<language>\S+) *$", re.M
 _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[\p{Lu}\p{N}])|(?<=[。！？])\s*")
 """A sentence ends at `.`, `!` or `?` before a space and a capital or a digit (in any script), or
 at a Chinese or Japanese full stop, exclamation or question mark, spaced or not."""
+_HEADING_MARKS = re.compile(r"^[ \t]{0,3}(?:#{1,6}(?=[ \t]|$)|[=\-~^*#]{3,}[ \t]*$)", re.MULTILINE)
+"""The `#`s that open a Markdown heading line, or a whole line of one repeated mark that
+underlines a Markdown or reStructuredText heading (`=====`, `-----`) or breaks a section."""
 _WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{M}\p{N}'\-]*")
 """A word of any script; Chinese, Japanese and Korean text is compared as character pairs and
 Cyrillic words by their stems (`keyword_form`), as the search tool's keyword index compares them."""
@@ -180,7 +183,10 @@ def rank_sentences(
 
 
 def split_sentences(text: str) -> list[str]:
-    flat = " ".join(text.split())
+    """The sentences of `text`, its lines joined; a heading's marks are left out (the `#` of a
+    Markdown heading, a line of `=====` or `-----` under one) and its words kept: a section's
+    first sentence carries its heading, as an API entry's carries its name and signature."""
+    flat = " ".join(_HEADING_MARKS.sub(" ", text).split())
     return [s.strip() for s in _SENTENCE_END.split(flat) if len(s.strip()) > 1]
 
 
@@ -221,6 +227,16 @@ def _unique(sentences: list[Sentence]) -> list[Sentence]:
 def sections(text: str) -> dict[str, str]:
     """The `## Name` sections of a message, by lower-case name."""
     return {m.group("name").strip().lower(): m.group("body") for m in _SECTION.finditer(text)}
+
+
+def split_at_last_section(text: str, name: str) -> tuple[str, str]:
+    """`text` before its first `## <name>` line, and all of it after that line: for a message
+    whose last section holds results, whose texts may have `## ` lines of their own (a Markdown
+    file's headings) that `sections` would take for sections."""
+    match = re.search(rf"^## {re.escape(name)}[ \t]*$\n?", text, re.MULTILINE | re.IGNORECASE)
+    if match is None:
+        return text, ""
+    return text[: match.start()], text[match.end() :]
 
 
 def _passage_text(body: str) -> str:
