@@ -23,9 +23,9 @@ _RESULT = re.compile(
 )
 _PREVIEW = re.compile(r" … \[preview: \d+ more characters\]\s*$")
 FULL_TEXT_HEADING = "Full text of the results"
+"""How the agent's message with the full text of previewed results begins."""
 _KEYWORD_LANGUAGE = re.compile(r"^keyword language: *(?P<language>\S+) *$", re.MULTILINE)
 """The `## Collection` line naming the language the collection's keyword side stems words in."""
-"""How the agent's message with the full text of previewed results begins."""
 _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[\p{Lu}\p{N}])|(?<=[。！？])\s*")
 """A sentence ends at `.`, `!` or `?` before a space and a capital or a digit (in any script), or
 at a Chinese or Japanese full stop, exclamation or question mark, spaced or not."""
