@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +152,24 @@ def _ingest(address: str) -> None:
                         url=f"https://docs.python.org/3/{doc_id}.html",
                     )
                     for doc_id, title, text in DOCUMENTS
+                ],
+            ),
+            timeout=60,
+        )
+
+
+def upsert(
+    address: str, collection: str, documents: Sequence[tuple[str, str, str]], source: str
+) -> None:
+    """(id, title, text) documents from `source` into `collection` of the search tool at
+    `address`."""
+    with grpc.insecure_channel(address) as channel:
+        search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
+            search_tool_pb2.UpsertDocumentsRequest(
+                collection=collection,
+                documents=[
+                    search_tool_pb2.Document(id=i, title=t, text=x, source=source)
+                    for i, t, x in documents
                 ],
             ),
             timeout=60,

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 
-import grpc
 import pytest
 from quarry.agent.v1 import agent_pb2
-from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from services.agent.client import AgentClient, ModeName, RunOptions
 from services.llm_gateway.testing import Reply, ScriptedToolCall
-from tests.e2e.conftest import CHUNK_IDS, COLLECTION, GERMAN_COLLECTION, Stack
+from tests.e2e.conftest import CHUNK_IDS, COLLECTION, GERMAN_COLLECTION, Stack, upsert
 
 pytestmark = pytest.mark.slow
 QUESTION = "How do I create a temporary directory that is removed automatically?"
@@ -108,17 +106,7 @@ GERMAN_QUESTION = "Woraus ist das Dach des Hauses?"
 
 
 async def _ask_in(stack: Stack, collection: str) -> agent_pb2.RunResponse:
-    async with grpc.aio.insecure_channel(stack.search_tool) as channel:
-        await search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
-            search_tool_pb2.UpsertDocumentsRequest(
-                collection=collection,
-                documents=[
-                    search_tool_pb2.Document(id=i, title=t, text=x, source="handbuch")
-                    for i, t, x in HANDBUCH
-                ],
-            ),
-            timeout=60,
-        )
+    upsert(stack.search_tool, collection, HANDBUCH, "handbuch")
     async with AgentClient(stack.agent) as agent:
         events = [
             e

@@ -25,7 +25,7 @@ from quarry_cli.cli import main
 from services.agent.client import AgentClient, RunOptions
 from services.common.errors import Unavailable
 from services.llm_gateway.testing import Reply, ScriptedToolCall
-from tests.e2e.conftest import DOCUMENTS, Stack, _wait_serving, free_port
+from tests.e2e.conftest import DOCUMENTS, Stack, _wait_serving, free_port, upsert
 
 pytestmark = pytest.mark.slow
 REPLAY_COLLECTION = "e2e-replay"
@@ -47,17 +47,7 @@ def _ask(address: str, options: RunOptions) -> list[agent_pb2.StreamRunResponse]
 
 
 def _upsert(stack: Stack, documents: list[tuple[str, str, str]]) -> None:
-    with grpc.insecure_channel(stack.search_tool) as channel:
-        search_tool_pb2_grpc.SearchToolServiceStub(channel).UpsertDocuments(
-            search_tool_pb2.UpsertDocumentsRequest(
-                collection=REPLAY_COLLECTION,
-                documents=[
-                    search_tool_pb2.Document(id=i, title=t, text=x, source="python-docs")
-                    for i, t, x in documents
-                ],
-            ),
-            timeout=60,
-        )
+    upsert(stack.search_tool, REPLAY_COLLECTION, documents, "python-docs")
 
 
 def _delete(stack: Stack, document_id: str) -> None:
