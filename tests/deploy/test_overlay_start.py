@@ -43,7 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.common.server import LIVENESS_SERVICE
 from tests.common.certs import issue, make_ca
 from tests.deploy.test_manifests import AGENT_DB_SECRET, OVERLAYS, QUARRY, Doc, rendered
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0
@@ -186,7 +186,7 @@ def _lay_out(
     if read_only.exists():
         for path in [read_only, *read_only.rglob("*")]:
             path.chmod(0o555)
-    port, health_port = free_port(), free_port()
+    port, health_port = free_ports(2)
     module = container["args"][0]
     section = "QUARRY_" + module.removeprefix("services.").upper()
     env = {

@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.server import LIVENESS_SERVICE
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0
@@ -93,7 +93,7 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 def test_each_image_entry_command_starts_a_service_from_the_wheel(
     module: str, installed: Path, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    port, health_port = free_port(), free_port()
+    port, health_port = free_ports(2)
     log = tmp_path / "service.log"
     env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": str(tmp_path)}
     env["QUARRY_SEARCH_TOOL_DATA_DIR"] = str(tmp_path / "data")

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,9 +75,22 @@ class Stack:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    (port,) = free_ports(1)
+    return port
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each bound to port 0 while the others are still held, since
+    one released port can be handed out again by the next bind (two services of one test once
+    got the same port)."""
+    with ExitStack() as held:
+        probes = [
+            held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def _gateway_config(path: Path, openai_url: str, anthropic_url: str) -> None:
@@ -191,7 +204,7 @@ def running_stack(root: Path, extra_env: Mapping[str, str] | None = None) -> Ite
     anthropic.start()
     config = root / "gateway.yaml"
     _gateway_config(config, openai.base_url, anthropic.base_url)
-    ports = {name: free_port() for name in ("search_tool", "llm_gateway", "agent")}
+    ports = dict(zip(("search_tool", "llm_gateway", "agent"), free_ports(3), strict=True))
     address = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     env = {
         **os.environ,

@@ -29,7 +29,7 @@ from services.agent.client import AgentClient, RunOptions
 from services.common.channels import open_channel
 from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer, Reply
 from services.llm_gateway.testing import ScriptedToolCall as Call
-from tests.e2e.conftest import COLLECTION, _gateway_config, _ingest, _wait_serving, free_port
+from tests.e2e.conftest import COLLECTION, _gateway_config, _ingest, _wait_serving, free_ports
 from tests.postgres_server import PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -74,7 +74,8 @@ def replicas(
     env = {**os.environ, "OPENAI_API_KEY": "sk-fake", "ANTHROPIC_API_KEY": "sk-ant-fake"}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     env.pop("QUARRY_AGENT_HISTORY__PATH", None)
-    ports = {n: free_port() for n in ("search_tool", "llm_gateway", "agent-a", "agent-b")}
+    names = ("search_tool", "llm_gateway", "agent-a", "agent-b")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     address = {n: f"127.0.0.1:{p}" for n, p in ports.items()}
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:

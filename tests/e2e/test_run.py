@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_ports
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def _read_until(process: subprocess.Popen[bytes], marker: str, timeout_s: float)
 
 
 def test_quarry_run_starts_three_processes_and_stops_them_on_ctrl_c(tmp_path: Path) -> None:
-    ports = [str(free_port()) for _ in range(3)]
+    ports = [str(port) for port in free_ports(3)]
     command = [
         sys.executable,
         "-m",
@@ -85,7 +85,7 @@ def test_quarry_run_starts_three_processes_and_stops_them_on_ctrl_c(tmp_path: Pa
 def test_quarry_run_on_custom_ports_reports_a_stopped_child_refuses_busy_ports_and_ends_on_sighup(
     tmp_path: Path,
 ) -> None:
-    ports = [str(free_port()) for _ in range(3)]
+    ports = [str(port) for port in free_ports(3)]
     command = [
         sys.executable, "-m", "quarry_cli.cli", "run", "--no-demo",
         "--search-tool-port", ports[0], "--llm-gateway-port", ports[1], "--agent-port", ports[2],
@@ -135,7 +135,7 @@ def test_quarry_run_on_custom_ports_reports_a_stopped_child_refuses_busy_ports_a
 def test_quarry_run_takes_its_ports_from_the_address_variables_the_clients_read_and_gives_the_config_to_the_search_tool(  # noqa: E501
     tmp_path: Path,
 ) -> None:
-    ports = [free_port() for _ in range(4)]
+    ports = free_ports(4)
     env = {
         **os.environ,
         "QUARRY_SEARCH_TOOL_ADDRESS": f"127.0.0.1:{ports[0]}",
