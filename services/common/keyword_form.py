@@ -27,12 +27,12 @@ mirror, `search_tool/engine/bm25.py`, English Snowball stemming included), Vespa
 `keyword_form` is applied to both sides alike: to the text a chunk's keyword index holds
 (`ChunkRecord.indexed_text`) and to a query's keyword text (`EngineQuery.keyword_query`), so every
 engine sees the same terms; and to the sentences and questions the `extractive` answerer compares
-(in English's form: it does not know the collection). In English, the default, text without CJK or
-Cyrillic is returned unchanged, byte for byte, so nothing else any index holds or any query matches
-changes. KEYWORD nDCG@10 on Debian's translated package descriptions: Chinese
-0.449 -> 0.824, Japanese 0.398 -> 0.734, Korean 0.581 -> 0.717 (pairs); Russian, Ukrainian and
-Serbian each gained with the stems (README, "Collections in other languages").
-"""
+(in the language the agent names for the collection, English when it names none). In English, the
+default, text without CJK or Cyrillic is returned unchanged, byte for byte, so nothing else any
+index holds or any query matches changes. KEYWORD nDCG@10 on Debian's translated package
+descriptions: Chinese 0.449 -> 0.824, Japanese 0.398 -> 0.734, Korean 0.581 -> 0.717 (pairs);
+Russian, Ukrainian and Serbian each gained with the stems (README, "Collections in other
+languages")."""
 
 from __future__ import annotations
 
