@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.ports import free_port
 from services.agent.client import AgentClient, RunOptions
 
 RESULTS = Path(__file__).parent / "results" / "agent_concurrency.json"
@@ -134,12 +134,6 @@ def _cpu_s(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -150,7 +144,7 @@ def _peak_rss_mb(pid: int) -> float:
 
 def _measure(args: argparse.Namespace, history: Path | None) -> dict[str, float | int]:
     """One agent process, `--sessions` concurrent runs; history on when `history` is a path."""
-    port = _free_port()
+    port = free_port()
     child = subprocess.Popen(
         [
             *(sys.executable, "-m", "bench.agent_concurrency", "--serve", str(port)),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ from pathlib import Path
 import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.ports import free_port
 
 BENCH_KEY_ENV = "QUARRY_BENCH_OPENAI_KEY"
 BENCH_KEY = "sk-bench-not-a-real-key-0000"
@@ -31,12 +32,6 @@ class Processes:
     gateway_address: str
     gateway_pid: int
     fake_pid: int
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @contextmanager

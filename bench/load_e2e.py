@@ -29,7 +29,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
 from bench.harness import REPO_ROOT, RESULTS_DIR, emit, machine, note, percentile
+from bench.ports import free_ports
 from services.common.status import details_of_rpc_error
 
 COLLECTION = "load-e2e"
@@ -111,16 +111,10 @@ class Stack:
     logs: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def running_services(root: Path, extra_env: dict[str, str]) -> Iterator[Stack]:
     """The three services as processes (logs and data under `root`); stopped with SIGTERM."""
-    ports = {name: _free_port() for name in SERVICES}
+    ports = dict(zip(SERVICES, free_ports(len(SERVICES)), strict=True))
     address = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     # the run history in the bench's own directory, not in the repository's var/ (a user's own)
     env = {

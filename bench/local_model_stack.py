@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.ports import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_MODEL = REPO_ROOT / "scripts" / "local_model.py"
@@ -44,12 +45,6 @@ class LocalStack:
     model_url: str
     logs: Path
     pids: dict[str, int]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _tail(log: Path, lines: int = 30) -> str:
@@ -115,20 +110,19 @@ def local_model_stack(
 ) -> Iterator[LocalStack]:
     """The model server (unless `with_model` is false: only the `extractive` route then works)
     and the three services, running until the block ends: on `port_base` and the next three
-    ports when given (a shared machine's assigned range), else on free ports. `call_timeout_s`
-    bounds one model call (the gateway's `timeout_s` of the local provider): a first call that
-    evaluates the whole uncached prompt takes minutes of wall time on a busy machine. `judge`
-    also starts the judge server (`serve --judge`) and configures the `rerank` route on it, the
-    agent judging its search hits there. `expand`: the agent expands its searches' queries with a
-    passage the model writes (`agent.loop.expand_queries`)."""
+    ports (four with `judge`, the last) when given (a shared machine's assigned range), else on
+    free ports, picked together. `call_timeout_s` bounds one model call (the gateway's
+    `timeout_s` of the local provider): a first call that evaluates the whole uncached prompt
+    takes minutes of wall time on a busy machine. `judge` also starts the judge server (`serve
+    --judge`) and configures the `rerank` route on it, the agent judging its search hits there.
+    `expand`: the agent expands its searches' queries with a passage the model writes
+    (`agent.loop.expand_queries`)."""
     root.mkdir(parents=True, exist_ok=True)
-    assigned = iter(range(port_base, port_base + 1 + len(SERVICES))) if port_base else None
-
-    def pick() -> int:
-        return next(assigned) if assigned is not None else free_port()
-
-    port = model_port or pick()
-    judge_port = free_port() if judge else None
+    # picked together: a port released by one pick can be handed out again by the next
+    wanted = 1 + len(SERVICES) + int(judge)
+    picked = list(range(port_base, port_base + wanted)) if port_base else free_ports(wanted)
+    port = model_port or picked[0]
+    judge_port = picked[-1] if judge else None
     model_url = f"http://127.0.0.1:{port}/v1"
     config = root / "quarry-local.yaml"
     subprocess.run(
@@ -151,7 +145,7 @@ def local_model_stack(
             env.pop(key)
     env.pop("QUARRY_CONFIG", None)
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
-    ports = {name: pick() for name in SERVICES}
+    ports = dict(zip(SERVICES, picked[1 : 1 + len(SERVICES)], strict=True))
     address = {name: f"127.0.0.1:{p}" for name, p in ports.items()}
     commands = {
         "search_tool": [

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from quarry.agent.v1 import agent_pb2
 
-from bench.agent_concurrency import _documents, _free_port, _wait_ready
+from bench.agent_concurrency import _documents, _wait_ready
 from bench.harness import emit, machine, percentile
+from bench.ports import free_port
 from services.agent.client import AgentClient, RunOptions
 
 RESULTS = Path(__file__).parent / "results" / "questions.json"
@@ -106,7 +107,7 @@ def main() -> None:
     if args.serve is not None:
         asyncio.run(_serve(args.serve, args.latency_ms / 1000))
         return
-    port = _free_port()
+    port = free_port()
     child = subprocess.Popen(
         [
             *(sys.executable, "-m", "bench.questions", "--serve", str(port)),

@@ -42,8 +42,9 @@ from typing import Any
 
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
-from bench.agent_concurrency import _documents, _free_port, _wait_ready
+from bench.agent_concurrency import _documents, _wait_ready
 from bench.harness import emit, machine, percentile
+from bench.ports import free_port
 from services.agent.client import AgentClient, RunOptions
 from services.common.channels import open_channel
 
@@ -100,7 +101,7 @@ async def _serve(port: int, latency_s: float) -> None:
 def _agent(
     env: dict[str, str], latency_ms: float, name: str, logs: Path
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = _free_port()
+    port = free_port()
     with (logs / f"{name}.log").open("wb") as out:
         child = subprocess.Popen(
             [

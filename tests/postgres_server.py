@@ -26,7 +26,6 @@ import importlib.util
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -36,6 +35,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
+from bench.ports import free_port
 
 TEMPLATE_DATABASE = "quarry_template"
 """Created once with the extensions; every test database is a copy of it."""
@@ -80,13 +81,6 @@ def _admin(dsn: str) -> psycopg.Connection[tuple[object, ...]]:
     return psycopg.connect(
         dsn, autocommit=True, connect_timeout=10, options="-c statement_timeout=120s"
     )
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from quarry.llmgateway.v1 import llm_gateway_pb2 as gw
 from quarry.llmgateway.v1 import llm_gateway_pb2_grpc as gw_grpc
 from quarry.searchtool.v1 import search_tool_pb2_grpc as st_grpc
 
+from bench.ports import free_port
 from services.agent.server import SERVICE_NAME
 from services.common.server import LIVENESS_SERVICE, QuarryServer, ServiceRegistration, build_server
 from services.common.settings import ServerSettings
@@ -48,12 +48,6 @@ class StalledGateway(FakeGateway):
     async def Generate(self, request: gw.GenerateRequest, context: Any) -> gw.GenerateResponse:
         await self.release.wait()
         raise AssertionError("released only at teardown")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
@@ -90,7 +84,7 @@ async def dependencies() -> AsyncIterator[tuple[str, str]]:
 async def _start_agent(
     gateway: str, search: str, tmp_path: Path, **server: str
 ) -> tuple[asyncio.subprocess.Process, str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **{f"QUARRY_AGENT_SERVER__{k.upper()}": v for k, v in server.items()}}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     with (tmp_path / "agent.log").open("wb") as log:

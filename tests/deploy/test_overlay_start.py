@@ -40,10 +40,10 @@ import psycopg
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.ports import free_ports
 from services.common.server import LIVENESS_SERVICE
 from tests.common.certs import issue, make_ca
 from tests.deploy.test_manifests import AGENT_DB_SECRET, OVERLAYS, QUARRY, Doc, rendered
-from tests.e2e.conftest import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0

@@ -17,8 +17,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.ports import free_ports
 from services.common.server import LIVENESS_SERVICE
-from tests.e2e.conftest import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0

@@ -1,7 +1,7 @@
 """The three real services as separate processes, a small collection, and fake vendor APIs.
 
 Started once per module: the search tool loads its embedding model, which takes seconds. Ports are
-picked by binding port 0 and releasing it (processes cannot share port 0); each process logs to a
+picked together by `bench.ports.free_ports` (processes cannot share port 0); each process logs to a
 file under the temp directory, shown when a service does not come up.
 """
 
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from bench.ports import free_ports
 from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer
 
 COLLECTION = "e2e-docs"
@@ -72,25 +72,6 @@ class Stack:
     logs: Path
     pids: dict[str, int]
     """Process id of each service, by name (`search_tool`, `llm_gateway`, `agent`)."""
-
-
-def free_port() -> int:
-    (port,) = free_ports(1)
-    return port
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: each bound to port 0 while the others are still held, since
-    one released port can be handed out again by the next bind (two services of one test once
-    got the same port)."""
-    with ExitStack() as held:
-        probes = [
-            held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            for _ in range(count)
-        ]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def _gateway_config(path: Path, openai_url: str, anthropic_url: str) -> None:

@@ -25,11 +25,12 @@ import psycopg
 import pytest
 from quarry.agent.v1 import agent_pb2, agent_pb2_grpc
 
+from bench.ports import free_ports
 from services.agent.client import AgentClient, RunOptions
 from services.common.channels import open_channel
 from services.llm_gateway.testing import FakeAnthropicServer, FakeOpenAIServer, Reply
 from services.llm_gateway.testing import ScriptedToolCall as Call
-from tests.e2e.conftest import COLLECTION, _gateway_config, _ingest, _wait_serving, free_ports
+from tests.e2e.conftest import COLLECTION, _gateway_config, _ingest, _wait_serving
 from tests.postgres_server import PostgresServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.conftest import free_ports
+from bench.ports import free_ports
 
 pytestmark = pytest.mark.slow
 

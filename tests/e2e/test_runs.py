@@ -21,11 +21,12 @@ import pytest
 from quarry.agent.v1 import agent_pb2
 from quarry.searchtool.v1 import search_tool_pb2, search_tool_pb2_grpc
 
+from bench.ports import free_port
 from quarry_cli.cli import main
 from services.agent.client import AgentClient, RunOptions
 from services.common.errors import Unavailable
 from services.llm_gateway.testing import Reply, ScriptedToolCall
-from tests.e2e.conftest import DOCUMENTS, Stack, _wait_serving, free_port, upsert
+from tests.e2e.conftest import DOCUMENTS, Stack, _wait_serving, upsert
 
 pytestmark = pytest.mark.slow
 REPLAY_COLLECTION = "e2e-replay"
