@@ -382,3 +382,30 @@ async def test_a_markdown_headings_marks_stay_out_of_the_answer_and_its_words_st
     assert "Configuration The default port of the agent is 50053. [1]" in text
     assert "#" not in text
     assert "---" not in text
+
+
+async def test_a_tables_rule_lines_stay_out_of_the_answer_and_its_rows_stay_in() -> None:
+    """A docstring's reStructuredText grid table: the answer quotes the rows' words, not the
+    `+-----+` and `+=====+` borders between them (they showed in the demo's answer about JSON)."""
+    passages = [
+        (
+            "json__chunk_0",
+            "json.JSONEncoder",
+            "Extensible JSON encoder for Python data structures.\n\n"
+            "Supports the following objects and types by default:\n\n"
+            "    +-------------------+---------------+\n"
+            "    | Python            | JSON          |\n"
+            "    +===================+===============+\n"
+            "    | dict              | object        |\n"
+            "    +-------------------+---------------+\n"
+            "    | list, tuple       | array         |\n"
+            "    +-------------------+---------------+\n",
+        ),
+    ]
+    answer = await _answer(
+        _conversation("Which JSON type does a Python dict become?", search_result(passages))
+    )
+    text = str(answer["text"])
+    assert "| dict | object |" in text
+    assert "+--" not in text
+    assert "+==" not in text
