@@ -29,13 +29,13 @@ _KEYWORD_LANGUAGE = re.compile(r"^keyword language: *(?P<language>\S+) *$", re.M
 _SENTENCE_END = regex.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[\p{Lu}\p{N}])|(?<=[。！？])\s*")
 """A sentence ends at `.`, `!` or `?` before a space and a capital or a digit (in any script), or
 at a Chinese or Japanese full stop, exclamation or question mark, spaced or not."""
-_HEADING_MARKS = re.compile(r"^[ \t]{0,3}(?:#{1,6}(?=[ \t]|$)|[=\-~^*#]{3,}[ \t]*$)", re.MULTILINE)
-"""The `#`s that open a Markdown heading line, or a whole line of one repeated mark that
-underlines a Markdown or reStructuredText heading (`=====`, `-----`) or breaks a section."""
-_TABLE_RULES = re.compile(r"^[ \t]*(?=[^\n]*[-=]{3})[-=+|: \t]+$", re.MULTILINE)
-"""A table's rule line, which holds no word: a reStructuredText grid table's borders
-(`+-----+-----+`, `+=====+=====+`), a simple table's (`=====  =====`) or a Markdown table's
-header rule (`|---|:---:|`). The rows between them keep their words."""
+_HEADING_MARKS = re.compile(r"^[ \t]{0,3}#{1,6}(?=[ \t]|$)", re.MULTILINE)
+"""The `#`s that open a Markdown heading line."""
+_RULE_LINES = re.compile(r"^[ \t]*(?=[^\n]*[-=~^*#]{3})[-=~^*#+|: \t]+$", re.MULTILINE)
+"""A line that holds no word, only marks with three of `-=~^*#` in a row: a Markdown or
+reStructuredText heading's underline (`=====`, `-----`), a section break (`***`), a table's rules
+(`+-----+-----+`, `+=====+=====+`, a simple table's `=====  =====`, a Markdown table's
+`|---|:---:|`). The rows of a table keep their words."""
 _WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{M}\p{N}'\-]*")
 """A word of any script; Chinese, Japanese and Korean text is compared as character pairs and
 Cyrillic words by their stems (`keyword_form`), as the search tool's keyword index compares them."""
@@ -189,9 +189,9 @@ def rank_sentences(
 def split_sentences(text: str) -> list[str]:
     """The sentences of `text`, its lines joined; a heading's marks are left out (the `#` of a
     Markdown heading, a line of `=====` or `-----` under one) and its words kept: a section's
-    first sentence carries its heading, as an API entry's carries its name and signature. A
-    table's rule lines are left out too (`_TABLE_RULES`), its rows kept."""
-    flat = " ".join(_HEADING_MARKS.sub(" ", _TABLE_RULES.sub(" ", text)).split())
+    first sentence carries its heading, as an API entry's carries its name and signature. Other
+    lines of marks alone, a table's rules among them, are left out too (`_RULE_LINES`)."""
+    flat = " ".join(_HEADING_MARKS.sub(" ", _RULE_LINES.sub(" ", text)).split())
     return [s.strip() for s in _SENTENCE_END.split(flat) if len(s.strip()) > 1]
 
 
