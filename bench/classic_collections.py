@@ -15,7 +15,9 @@ outside the repository (e.g. `/work/datasets/<name>`).
 * cranfield: 1,400 aeronautics abstracts (title + text), 225 judged questions, graded 1-4.
 * cisi: 1,460 library-science abstracts, 76 judged long, vague information needs, binary.
 * npl: 11,429 one-line electrical-engineering abstracts (no title), 93 judged short queries,
-  binary (three records of the source are empty and dropped: 11,426 documents).
+  binary; an empty record is dropped. Complete copies (and ir_datasets) hold 11,429 records; the
+  README's figures were taken on a copy holding 11,426 (one public copy lost three records,
+  6984, 8139 and 8143, in a later commit).
 * cacm: 3,204 bibliographic records of Communications of the ACM 1958-1979, 52 judged queries
   (64 in `query.text`), binary. Half the records are a title alone (1,617 have no abstract):
   short titles, short texts, the kind of collection where BM25 has little to hold on to. A record
