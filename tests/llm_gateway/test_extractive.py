@@ -409,3 +409,94 @@ async def test_a_tables_rule_lines_stay_out_of_the_answer_and_its_rows_stay_in()
     assert "| dict | object |" in text
     assert "+--" not in text
     assert "+==" not in text
+
+
+async def test_an_examples_lines_keep_their_breaks_and_the_marker_follows_them() -> None:
+    """A docstring's `>>>` example quoted in the answer reads as it was written, a line each, its
+    output under its call, and the `[n]` marker on a line of its own where it cannot be taken for
+    output; the prose lines around it are joined as before."""
+    passages = [
+        (
+            "median__chunk_0",
+            "statistics.median",
+            "Return the median (middle value) of numeric data.\n\n"
+            "When the number of data points is even, the median is\n"
+            "interpolated by taking the average of the two middle values:\n\n"
+            "    >>> median([1, 3, 5, 7])\n"
+            "    4.0\n\n"
+            "The data may be a sequence or an iterable.",
+        ),
+    ]
+    answer = await _answer(
+        _conversation(
+            "How is the median of an even number of values interpolated?", search_result(passages)
+        )
+    )
+    text = str(answer["text"])
+    assert (
+        "When the number of data points is even, the median is interpolated by taking the "
+        "average of the two middle values:\n>>> median([1, 3, 5, 7])\n4.0\n"
+        "The data may be a sequence or an iterable. [1]"
+    ) in text
+
+
+async def test_a_fenced_code_block_keeps_its_lines_and_indentation_in_the_answer() -> None:
+    """A Markdown file's fenced example keeps its indentation (Python's blocks depend on it)."""
+    passages = [
+        (
+            "guide__chunk_2",
+            "Retries",
+            "To retry a flaky call, wrap it in a loop with a backoff:\n\n"
+            "```python\n"
+            "for attempt in range(3):\n"
+            "    try:\n"
+            "        return call()\n"
+            "    except TimeoutError:\n"
+            "        sleep(2 ** attempt)\n"
+            "```\n",
+        ),
+    ]
+    answer = await _answer(
+        _conversation("How do I retry a flaky call with a backoff?", search_result(passages))
+    )
+    text = str(answer["text"])
+    assert (
+        "To retry a flaky call, wrap it in a loop with a backoff:\n```python\n"
+        "for attempt in range(3):\n    try:\n        return call()\n"
+        "    except TimeoutError:\n        sleep(2 ** attempt)\n```\n[1]"
+    ) in text
+
+
+async def test_a_tables_rows_stay_one_to_a_line_in_the_answer() -> None:
+    passages = [
+        (
+            "json__chunk_0",
+            "json.JSONEncoder",
+            "Supports the following objects and types by default:\n\n"
+            "    | Python      | JSON   |\n"
+            "    | dict        | object |\n"
+            "    | list, tuple | array  |\n",
+        ),
+    ]
+    answer = await _answer(
+        _conversation("Which JSON type does a Python dict become?", search_result(passages))
+    )
+    text = str(answer["text"])
+    assert "| Python | JSON |\n| dict | object |\n| list, tuple | array |\n[1]" in text
+
+
+async def test_a_citation_marker_after_an_examples_output_goes_on_a_line_of_its_own() -> None:
+    """`4.0 [1]` would read as the call's output; the marker follows on the next line."""
+    passages = [
+        (
+            "median__chunk_0",
+            "statistics.median",
+            "When the number of data points is even, the median is the average of the two middle "
+            "values:\n\n    >>> median([1, 3, 5, 7])\n    4.0\n",
+        ),
+    ]
+    answer = await _answer(
+        _conversation("What is the median of an even number of values?", search_result(passages))
+    )
+    text = str(answer["text"])
+    assert text.endswith(">>> median([1, 3, 5, 7])\n4.0\n[1]")

@@ -41,6 +41,8 @@ from services.llm_gateway.providers.extractive_text import (
     Passage,
     SearchOutcome,
     Sentence,
+    ends_verbatim,
+    join_sentences,
     parse_search_result,
     rank_sentences,
     read_question,
@@ -203,8 +205,10 @@ def compose_answer(request: ChatRequest) -> tuple[str, list[str]]:
             continue
         if sentence.result_id not in citations:
             citations.append(sentence.result_id)
-        parts.append(f"{sentence.text} [{citations.index(sentence.result_id) + 1}]")
-    return " ".join(parts), citations
+        marker = f"[{citations.index(sentence.result_id) + 1}]"
+        gap = "\n" if ends_verbatim(sentence.text) else " "
+        parts.append(f"{sentence.text}{gap}{marker}")
+    return join_sentences(parts), citations
 
 
 def _choose(ranked: list[Sentence]) -> list[Sentence]:
@@ -284,7 +288,7 @@ def _summary(request: ChatRequest) -> str:
         if m.role in (Role.ASSISTANT, Role.TOOL) and m.text and not m.is_error
     ]
     sentences = [s for source in sources for s in split_sentences(source)]
-    return " ".join(sentences[:MAX_SENTENCES]) or NOT_FOUND_TEXT
+    return join_sentences(sentences[:MAX_SENTENCES]) or NOT_FOUND_TEXT
 
 
 class _Filler:

@@ -19,6 +19,7 @@ from typing import Any
 from services.llm_gateway.model import ChatRequest, Role
 from services.llm_gateway.providers.extractive_text import (
     Sentence,
+    join_sentences,
     keyword_language,
     parse_search_result,
     rank_sentences,
@@ -47,7 +48,7 @@ def summarize(request: ChatRequest) -> dict[str, Any]:
         shown = focus or "(no focus given)"
         return {"summary": f"No sentence of these results matches the focus: {shown}", "points": []}
     return {
-        "summary": " ".join(s.text for s in chosen),
+        "summary": join_sentences([s.text for s in chosen]),
         "points": [{"text": s.text, "result_ids": [s.result_id]} for s in chosen],
     }
 

@@ -36,6 +36,8 @@ _RULE_LINES = re.compile(r"^[ \t]*(?=[^\n]*[-=~^*#]{3})[-=~^*#+|: \t]+$", re.MUL
 reStructuredText heading's underline (`=====`, `-----`), a section break (`***`), a table's rules
 (`+-----+-----+`, `+=====+=====+`, a simple table's `=====  =====`, a Markdown table's
 `|---|:---:|`). The rows of a table keep their words."""
+_VERBATIM_OPENINGS = (">>>", "...", "|", "```", "~~~")
+"""How an example's, a table's or a fenced block's lines open (`_verbatim_lines`)."""
 _WORD = regex.compile(r"[\p{L}\p{N}][\p{L}\p{M}\p{N}'\-]*")
 """A word of any script; Chinese, Japanese and Korean text is compared as character pairs and
 Cyrillic words by their stems (`keyword_form`), as the search tool's keyword index compares them."""
@@ -190,9 +192,86 @@ def split_sentences(text: str) -> list[str]:
     """The sentences of `text`, its lines joined; a heading's marks are left out (the `#` of a
     Markdown heading, a line of `=====` or `-----` under one) and its words kept: a section's
     first sentence carries its heading, as an API entry's carries its name and signature. Other
-    lines of marks alone, a table's rules among them, are left out too (`_RULE_LINES`)."""
-    flat = " ".join(_HEADING_MARKS.sub(" ", _RULE_LINES.sub(" ", text)).split())
+    lines of marks alone, a table's rules among them, are left out too (`_RULE_LINES`). Prose
+    lines are joined by a space; lines that are read line by line — an interactive example's
+    (`>>>`, `...` and its output), a fenced code block's, a table's rows — keep their line
+    breaks (`_verbatim_lines`), so an answer quoting them shows them as they were written."""
+    flat = _joined(_HEADING_MARKS.sub(" ", _RULE_LINES.sub(" ", text)))
     return [s.strip() for s in _SENTENCE_END.split(flat) if len(s.strip()) > 1]
+
+
+def _joined(text: str) -> str:
+    """`text`'s lines, prose joined by single spaces, verbatim lines on lines of their own (and
+    the prose after them on a new line). Where sentences end does not change: an example still
+    belongs to the sentence it follows, and its last output line to the sentence after it unless
+    a full stop ends the output."""
+    flat: list[str] = []
+    after_verbatim = False
+    for line, verbatim in _verbatim_lines(text):
+        if flat:
+            flat.append("\n" if verbatim or after_verbatim else " ")
+        flat.append(line)
+        after_verbatim = verbatim
+    return "".join(flat)
+
+
+def _verbatim_lines(text: str) -> list[tuple[str, bool]]:
+    """The non-blank lines of `text`, each with whether it is read line by line: inside a fenced
+    code block (its indentation kept, less the fence's), an interactive example's `>>>` or `...`
+    line and the output lines after it (up to a blank line), or a table's row (`| a | b |`).
+    Other lines are prose, their spaces collapsed."""
+    lines: list[tuple[str, bool]] = []
+    fence = ""  # the open fence's indentation and marks, "" outside a fenced block
+    example = False
+    for raw in text.split("\n"):
+        stripped = raw.strip()
+        if fence:
+            if stripped.startswith(fence.lstrip()):
+                fence = ""
+                lines.append((stripped, True))
+            elif stripped:
+                indent = len(fence) - len(fence.lstrip())
+                line = raw[indent:] if not raw[:indent].strip() else raw.lstrip()
+                lines.append((line.rstrip(), True))
+            continue
+        if not stripped:
+            example = False
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = raw[: len(raw) - len(raw.lstrip())] + stripped[:3]
+            lines.append((stripped, True))
+        elif stripped.startswith(">>>") or (example and stripped.startswith("...")):
+            example = True
+            lines.append((stripped, True))
+        elif example:
+            lines.append((stripped, True))
+        elif stripped.startswith("|") and stripped.endswith("|"):
+            lines.append((" ".join(stripped.split()), True))
+        else:
+            lines.append((" ".join(stripped.split()), False))
+    return lines
+
+
+def ends_verbatim(sentence: str) -> bool:
+    """Whether a sentence of `split_sentences` ends in a verbatim line, so that a citation marker
+    after it goes on a line of its own, where it cannot be read as the example's output. Its last
+    line is taken for prose when it ends as a sentence does and opens as no verbatim line does."""
+    if "\n" not in sentence:
+        return False
+    last = sentence.rsplit("\n", 1)[1]
+    return last[-1] not in ".!?:;" or last.startswith(_VERBATIM_OPENINGS)
+
+
+def join_sentences(parts: list[str]) -> str:
+    """Sentences one after another: by a space, or by a line break beside a verbatim line."""
+    joined: list[str] = []
+    previous = ""
+    for part in parts:
+        if joined:
+            joined.append("\n" if "\n" in part or "\n" in previous else " ")
+        joined.append(part)
+        previous = part
+    return "".join(joined)
 
 
 def _bm25(
