@@ -9,6 +9,12 @@ aimed at a document the first set aims at: a fresh check of what was chosen on t
 and enough questions for a difference at rank 1 to rise above noise. Unlike the first set, they
 also count a module's overview as answering when its text states the answer.
 
+A third set, `HELD_OUT_2_QUESTIONS` (100, session 22, `--questions held-out-2`), was written the
+same way by two more people who read only the first 700 characters of each document (no search
+run), each question aimed at a document none of the first 198 aims at (the modules are shared:
+few were left untouched), at most four a module. It was written to confirm a borderline result on
+the 150 (`docs/first-search.md`, session 22) and has been used for that comparison alone.
+
 Each question is paraphrased so that its keywords do not name the answer: it describes what the
 user wants to do, not the function. `documents` are the demo document ids whose text answers it
 (citing a chunk of any of them counts); `facts` are strings of which at least one must appear in
@@ -1453,8 +1459,890 @@ HELD_OUT_QUESTIONS: tuple[Question, ...] = (
     ),
 )
 
-QUESTION_SETS = ("tuned", "held-out", "all")
-"""`--questions` of the benches: the first set, the held-out set, or both."""
+HELD_OUT_2_QUESTIONS: tuple[Question, ...] = (
+    Question(
+        (
+            "My class decorator fills in implementations for the methods subclasses are required to"
+            " override, after the class already exists, but instantiating it still fails. How do I "
+            "make Python recompute which required methods are still missing?"
+        ),
+        ("py:abc.update_abstractmethods",),
+        ("update_abstractmethods",),
+    ),
+    Question(
+        (
+            "In asyncio, how do I make a fixed number of tasks all wait at a checkpoint until every"
+            " one of them has arrived, and then release them together?"
+        ),
+        ("py:asyncio.Barrier",),
+        ("Barrier",),
+    ),
+    Question(
+        (
+            "From an asyncio stream I need to consume a fixed-size 16-byte header, no more and no "
+            "fewer bytes. Which method does that, and what gets raised if the peer closes the "
+            "connection before everything arrives?"
+        ),
+        ("py:asyncio.StreamReader.readexactly",),
+        (
+            "readexactly",
+            "IncompleteReadError",
+        ),
+    ),
+    Question(
+        (
+            "From a different OS-level worker (not the one running the event loop), how do I hand a"
+            " plain non-coroutine callback to the asyncio loop so it runs at the next opportunity, "
+            "without race conditions?"
+        ),
+        ("py:asyncio.BaseEventLoop.call_soon_threadsafe",),
+        ("call_soon_threadsafe",),
+    ),
+    Question(
+        (
+            "Using a thread or process pool, how do I schedule a single function call with some "
+            "arguments and immediately get back an object that represents its pending result?"
+        ),
+        (
+            "py:concurrent.futures.Executor.submit",
+            "py:concurrent.futures.ThreadPoolExecutor.submit",
+            "py:concurrent.futures.ProcessPoolExecutor.submit",
+        ),
+        ("submit",),
+    ),
+    Question(
+        (
+            "When applying a function over a long iterable with a pool executor, there is an option"
+            " to batch the items into pieces. Does that batching option have any effect when the "
+            "pool is thread-based?"
+        ),
+        ("py:concurrent.futures.Executor.map",),
+        (
+            "chunksize",
+            "ThreadPoolExecutor",
+        ),
+    ),
+    Question(
+        (
+            "How can I build a class with auto-generated __init__/__repr__ from field declarations "
+            "at runtime, given just a class name and a list of field names, and what annotation is "
+            "assumed when I don't give a field's type?"
+        ),
+        ("py:dataclasses.make_dataclass",),
+        (
+            "make_dataclass",
+            "typing.Any",
+        ),
+    ),
+    Question(
+        (
+            "Given a code object, how do I find which bytecode offsets begin each new source line, "
+            "as (offset, line number) pairs?"
+        ),
+        ("py:dis.findlinestarts",),
+        ("findlinestarts",),
+    ),
+    Question(
+        (
+            "For a set of named constants, which base class should I use if every constant must "
+            "itself be a string value, so it can be passed directly wherever a str is expected?"
+        ),
+        ("py:enum.StrEnum",),
+        ("StrEnum",),
+    ),
+    Question(
+        (
+            "Inside an Enum class body, how do I define a constant attribute that should stay a "
+            "plain attribute instead of being turned into one of the enumeration's choices?"
+        ),
+        ("py:enum.nonmember",),
+        ("nonmember",),
+    ),
+    Question(
+        (
+            "I want to turn the float 0.3 into an exact rational number. Which alternate "
+            "constructor does that, and will the result be equal to 3/10?"
+        ),
+        (
+            "py:fractions.Fraction.from_float",
+            "py:fractions.Fraction",
+        ),
+        (
+            "from_float",
+            "Fraction",
+        ),
+    ),
+    Question(
+        (
+            "My file names contain characters like '[' and '*' that shell-style wildcard matching "
+            "treats specially. How can I make such a name match literally when searching the "
+            "filesystem with wildcard patterns?"
+        ),
+        ("py:glob.escape",),
+        ("escape",),
+    ),
+    Question(
+        (
+            "How do I gzip a bytes object entirely in memory with one function call, and what "
+            "values can the level argument take?"
+        ),
+        ("py:gzip.compress",),
+        (
+            "compress",
+            "0-9",
+        ),
+    ),
+    Question(
+        (
+            "What's a quick way to get the k lowest items from a large iterable, optionally using a"
+            " key function, without fully sorting it myself?"
+        ),
+        ("py:heapq.nsmallest",),
+        ("nsmallest",),
+    ),
+    Question(
+        (
+            "In a subclass of the standard library's HTML parser, how can I retrieve the exact "
+            "original source of the most recently seen opening element, e.g. '<a href=x class=y>', "
+            "attributes and all?"
+        ),
+        ("py:html.parser.HTMLParser.get_starttag_text",),
+        ("get_starttag_text",),
+    ),
+    Question(
+        (
+            "Given the iterator returned by calling a function that uses yield, how can I tell "
+            "whether it hasn't started yet, is paused, is currently running, or has already "
+            "finished?"
+        ),
+        ("py:inspect.getgeneratorstate",),
+        (
+            "getgeneratorstate",
+            "GEN_SUSPENDED",
+        ),
+    ),
+    Question(
+        (
+            "After binding call arguments to a function's signature, how do I make the resulting "
+            "mapping also contain the fallback values declared for parameters the caller left out?"
+        ),
+        ("py:inspect.BoundArguments.apply_defaults",),
+        ("apply_defaults",),
+    ),
+    Question(
+        (
+            "A function has been decorated several times with functools.wraps-style decorators. How"
+            " do I get at the innermost original function by following the __wrapped__ chain?"
+        ),
+        ("py:inspect.unwrap",),
+        ("unwrap",),
+    ),
+    Question(
+        (
+            "How do I generate all unordered selections of r items from a sequence where the same "
+            "item may be picked more than once, e.g. ('A','A'), ('A','B') from 'ABC'?"
+        ),
+        ("py:itertools.combinations_with_replacement",),
+        ("combinations_with_replacement",),
+    ),
+    Question(
+        (
+            "How can I split one iterator into several independent iterators that can each be "
+            "consumed separately?"
+        ),
+        ("py:itertools.tee",),
+        ("tee",),
+    ),
+    Question(
+        (
+            "How do I skip the leading items of an iterable as long as a condition holds, and then "
+            "yield every remaining item after that point?"
+        ),
+        ("py:itertools.dropwhile",),
+        ("dropwhile",),
+    ),
+    Question(
+        (
+            "How do I get the exact floor of the square root of a huge integer as an int, without "
+            "going through floating point?"
+        ),
+        ("py:math.isqrt",),
+        ("isqrt",),
+    ),
+    Question(
+        (
+            "Which math function gives x minus the nearest integer multiple of y (with ties going "
+            "to an even multiple), as opposed to the % operator or fmod?"
+        ),
+        ("py:math.remainder",),
+        ("remainder",),
+    ),
+    Question(
+        (
+            "I need ln(1 + x) for extremely small x, and computing it naively loses precision. What"
+            " should I call instead?"
+        ),
+        ("py:math.log1p",),
+        ("log1p",),
+    ),
+    Question(
+        (
+            "How do I delete an empty leaf directory and then also prune each parent directory that"
+            " becomes empty as a result?"
+        ),
+        ("py:os.removedirs",),
+        ("removedirs",),
+    ),
+    Question(
+        (
+            "Given several filesystem locations like '/usr/lib/a.so' and '/usr/local/bin/b', how do"
+            " I compute the deepest parent folder they all share?"
+        ),
+        ("py:os.path.commonpath",),
+        ("commonpath",),
+    ),
+    Question(
+        (
+            "For multithreaded code I need a thread-safe container that hands back the most "
+            "recently inserted item first (stack order). Which class should I use?"
+        ),
+        ("py:queue.LifoQueue",),
+        ("LifoQueue",),
+    ),
+    Question(
+        (
+            "After matching a regex that uses named captures like (?P<year>\\d+), how do I get all "
+            "of them at once as a mapping keyed by name?"
+        ),
+        ("py:re.Match.groupdict",),
+        ("groupdict",),
+    ),
+    Question(
+        (
+            "How do I lazily loop over every non-overlapping regex match in a string, getting match"
+            " objects (with positions) instead of a list of strings?"
+        ),
+        (
+            "py:re.finditer",
+            "py:re.Pattern.finditer",
+        ),
+        ("finditer",),
+    ),
+    Question(
+        "What's a cryptographically secure way to pick a random integer in the range 0 to n-1?",
+        ("py:secrets.randbelow",),
+        ("randbelow",),
+    ),
+    Question(
+        (
+            "How can I copy a file's permission bits and its access/modification timestamps onto "
+            "another existing file without touching its contents or owner?"
+        ),
+        ("py:shutil.copystat",),
+        ("copystat",),
+    ),
+    Question(
+        (
+            "If Python can't query the real console dimensions (for example when output is piped), "
+            "what column and line count does the standard helper fall back to by default?"
+        ),
+        ("py:shutil.get_terminal_size",),
+        (
+            "80",
+            "24",
+        ),
+    ),
+    Question(
+        (
+            "When recursively copying a directory, how can I skip files whose names match wildcards"
+            " such as '*.pyc' or 'tmp*'?"
+        ),
+        ("py:shutil.ignore_patterns",),
+        ("ignore_patterns",),
+    ),
+    Question(
+        (
+            "How do I create two network endpoints that are already connected to each other, for "
+            "talking between parts of the same program, with a Unix-domain family used by default "
+            "where available?"
+        ),
+        ("py:socket.socketpair",),
+        ("socketpair",),
+    ),
+    Question(
+        (
+            "How can I close a socket object while leaving its underlying OS file descriptor open "
+            "so I can reuse the descriptor elsewhere?"
+        ),
+        ("py:socket.socket.detach",),
+        ("detach",),
+    ),
+    Question(
+        (
+            "Is there a simple standard-library way to substitute $name-style placeholders in a "
+            "string, similar to shell variables?"
+        ),
+        ("py:string.Template",),
+        ("Template",),
+    ),
+    Question(
+        (
+            "How do I send some data to a child process's standard input, then read everything it "
+            "wrote to stdout and stderr and wait for it to exit?"
+        ),
+        ("py:subprocess.Popen.communicate",),
+        ("communicate",),
+    ),
+    Question(
+        (
+            "I ran a command without check=True and got a finished-process result object back. How "
+            "can I turn a nonzero exit status into an exception after the fact?"
+        ),
+        ("py:subprocess.CompletedProcess.check_returncode",),
+        (
+            "check_returncode",
+            "CalledProcessError",
+        ),
+    ),
+    Question(
+        (
+            "How do I add a prefix such as '> ' to the start of every non-blank line in a "
+            "multi-line string?"
+        ),
+        ("py:textwrap.indent",),
+        ("indent",),
+    ),
+    Question(
+        (
+            "How do I turn a date string like '2024-03-15 14:30' into a time tuple, given a format "
+            "such as '%Y-%m-%d %H:%M'?"
+        ),
+        ("py:time.strptime",),
+        ("strptime",),
+    ),
+    Question(
+        (
+            "In the 9-field tuple returned by localtime(), is the year stored as an offset from "
+            "1900 the way the C library's tm record does it?"
+        ),
+        ("py:time.struct_time",),
+        (
+            "actual year",
+            "tm_year",
+        ),
+    ),
+    Question(
+        (
+            "How do I parse TOML text that I already have in a Python str rather than in a binary "
+            "file?"
+        ),
+        ("py:tomllib.loads",),
+        ("loads",),
+    ),
+    Question(
+        (
+            "How can I drop the references to local variables kept alive by each stack level of a "
+            "traceback object, so that large objects can be freed?"
+        ),
+        ("py:traceback.clear_frames",),
+        ("clear_frames",),
+    ),
+    Question(
+        (
+            "How can I snapshot a caught error, with its stack, into an intermediate object that "
+            "keeps no references to the original but can still be fully rendered or printed later?"
+        ),
+        ("py:traceback.TracebackException",),
+        ("TracebackException",),
+    ),
+    Question(
+        (
+            "How do I declare a distinct named wrapper like OrderId that static checkers treat as a"
+            " special kind of int (not interchangeable with plain ints), while at runtime it costs "
+            "almost nothing?"
+        ),
+        ("py:typing.NewType",),
+        ("NewType",),
+    ),
+    Question(
+        (
+            "In a match statement over a union type, what can I call in the catch-all branch so the"
+            " type checker reports an error if that branch could ever be reached?"
+        ),
+        ("py:typing.assert_never",),
+        ("assert_never",),
+    ),
+    Question(
+        (
+            "How do I make mypy report what it inferred for a particular variable, and what does "
+            "that helper call do if the code is actually run?"
+        ),
+        ("py:typing.reveal_type",),
+        ("reveal_type",),
+    ),
+    Question(
+        (
+            "How do I get this machine's hardware (MAC) address as an integer, and what does Python"
+            " use if it cannot determine the real one?"
+        ),
+        ("py:uuid.getnode",),
+        (
+            "getnode",
+            "48-bit",
+        ),
+    ),
+    Question(
+        (
+            "A plain non-owning reference to a bound callable such as obj.handler dies immediately "
+            "because the bound object is temporary. What should I use instead?"
+        ),
+        ("py:weakref.WeakMethod",),
+        ("WeakMethod",),
+    ),
+    Question(
+        (
+            "What error is raised when I ask for an IANA tz database key that doesn't exist on the "
+            "system?"
+        ),
+        ("py:zoneinfo.ZoneInfoNotFoundError",),
+        ("ZoneInfoNotFoundError",),
+    ),
+    Question(
+        (
+            "The intro paragraph shown at the top of my command-line tool's usage screen has line "
+            "breaks and indentation I laid out by hand, but the parser reflows it. Which class can "
+            "I hand to the parser so that intro paragraph keeps its original layout?"
+        ),
+        ("py:argparse.RawDescriptionHelpFormatter",),
+        ("RawDescriptionHelpFormatter",),
+    ),
+    Question(
+        (
+            "My custom converter for a command-line option receives a string it can't turn into the"
+            " value I need. Which exception class should the converter raise so the parser reports "
+            "a clean message?"
+        ),
+        ("py:argparse.ArgumentTypeError",),
+        ("ArgumentTypeError",),
+    ),
+    Question(
+        (
+            "Users keep typing the digits 0 and 1 in codes written with the RFC 3548 32-character "
+            "alphabet. When decoding such text, is there an option that maps those digits to "
+            "letters (for example 1 to L)?"
+        ),
+        ("py:base64.b32decode",),
+        ("map01",),
+    ),
+    Question(
+        (
+            "How do I turn base64 text that uses '-' and '_' in place of '+' and '/' (for example "
+            "tokens copied out of a web address) back into raw bytes?"
+        ),
+        ("py:base64.urlsafe_b64decode",),
+        ("urlsafe_b64decode",),
+    ),
+    Question(
+        (
+            "I keep a tally of how often each word appears. How do I lower those tallies using "
+            "another list of words, letting values drop below zero instead of disappearing?"
+        ),
+        ("py:collections.Counter.subtract",),
+        ("subtract",),
+    ),
+    Question(
+        (
+            "I use a layered lookup over several dictionaries (like nested scopes). How do I put a "
+            "fresh, empty dictionary in front of the existing layers and get a new view back?"
+        ),
+        ("py:collections.ChainMap.new_child",),
+        ("new_child",),
+    ),
+    Question(
+        (
+            "How do I shift every element of a double-ended queue n places to the right (or to the "
+            "left for a negative n) in place?"
+        ),
+        ("py:collections.deque.rotate",),
+        ("rotate",),
+    ),
+    Question(
+        (
+            "Is there a with-block helper that switches the process into another folder and goes "
+            "back to the previous one on exit? Is it safe to use from multiple threads?"
+        ),
+        ("py:contextlib.chdir",),
+        (
+            "chdir",
+            "thread-safe",
+        ),
+    ),
+    Question(
+        (
+            "I'm using an object that has a close() method but doesn't support the with statement. "
+            "What wrapper lets me use it in a with block so close() is guaranteed to run at the "
+            "end?"
+        ),
+        ("py:contextlib.closing",),
+        ("closing",),
+    ),
+    Question(
+        (
+            "Which predefined CSV format class matches files saved by Microsoft's spreadsheet "
+            "program where columns are split by the \\t character instead of commas?"
+        ),
+        ("py:csv.excel_tab",),
+        ("excel_tab",),
+    ),
+    Question(
+        (
+            "I have a year, a week-of-year number and a day-of-week number from the international "
+            "standard week numbering. How do I turn those three integers into a date object?"
+        ),
+        ("py:datetime.date.fromisocalendar",),
+        ("fromisocalendar",),
+    ),
+    Question(
+        "Which date method numbers the days so that Monday is 0 and Sunday is 6?",
+        ("py:datetime.date.weekday",),
+        ("weekday",),
+    ),
+    Question(
+        (
+            "If I create a fixed-offset zone object without giving it a name, what does asking it "
+            "for its zone name return?"
+        ),
+        ("py:datetime.timezone.tzname",),
+        (
+            "tzname",
+            "UTC",
+        ),
+    ),
+    Question(
+        (
+            "I'm composing outgoing email and need a unique, standards-compliant value for the "
+            "message identifier header. Which helper produces it, and what does it put after the @ "
+            "by default?"
+        ),
+        ("py:email.utils.make_msgid",),
+        (
+            "make_msgid",
+            "hostname",
+        ),
+    ),
+    Question(
+        (
+            "From several raw To and Cc header values, how do I extract a list of (display name, "
+            "address) pairs covering all of them?"
+        ),
+        ("py:email.utils.getaddresses",),
+        ("getaddresses",),
+    ),
+    Question(
+        (
+            "How do I check a file name against a shell-style wildcard pattern so that upper/lower "
+            "case always matters, regardless of the operating system's conventions?"
+        ),
+        (
+            "py:fnmatch.fnmatchcase",
+            "py:fnmatch",
+            "py:fnmatch.fnmatch",
+        ),
+        ("fnmatchcase",),
+    ),
+    Question(
+        (
+            "Inside a class, I want one method to run different implementations depending on the "
+            "type of the first argument after self. Which decorator supports that?"
+        ),
+        ("py:functools.singledispatchmethod",),
+        ("singledispatchmethod",),
+    ),
+    Question(
+        (
+            "Is there a way to define a class attribute that behaves like an existing method with "
+            "some of its arguments already filled in?"
+        ),
+        ("py:functools.partialmethod",),
+        ("partialmethod",),
+    ),
+    Question(
+        (
+            "Ordering a dependency graph failed because some nodes depend on each other in a loop. "
+            "How do I get the list of nodes forming that loop from the raised exception?"
+        ),
+        ("py:graphlib.CycleError",),
+        (
+            "CycleError",
+            "args",
+        ),
+    ),
+    Question(
+        (
+            "When processing a dependency graph in parallel, how do I tell the sorter that nodes it"
+            " handed me are finished, so that the nodes depending on them become available?"
+        ),
+        (
+            "py:graphlib.TopologicalSorter.done",
+            "py:graphlib.TopologicalSorter.get_ready",
+        ),
+        ("done",),
+    ),
+    Question(
+        (
+            "What's the quickest one-shot way to compute a keyed-hash authentication code for a "
+            "message, without creating and updating an object?"
+        ),
+        ("py:hmac.digest",),
+        ("hmac.digest",),
+    ),
+    Question(
+        (
+            "I changed a module's source file while my interactive session is still running. How do"
+            " I re-execute that already-imported module to pick up the edits?"
+        ),
+        ("py:importlib.reload",),
+        ("reload",),
+    ),
+    Question(
+        (
+            "I'm writing a library function whose codec argument defaults to None. Which helper "
+            "picks the default codec for reading and writing strings (locale or UTF-8, depending on"
+            " UTF-8 mode) and can emit a warning when no codec was given?"
+        ),
+        ("py:io.text_encoding",),
+        ("text_encoding",),
+    ),
+    Question(
+        (
+            "When parsing malformed JSON fails, which attributes of the raised exception tell me "
+            "the line and column where it went wrong?"
+        ),
+        ("py:json.JSONDecodeError",),
+        (
+            "lineno",
+            "colno",
+        ),
+    ),
+    Question(
+        (
+            "To make the JSON serializer handle my own objects (for example arbitrary iterators), "
+            "which method do I override in a subclass of the encoder class?"
+        ),
+        ("py:json.JSONEncoder.default",),
+        ("default",),
+    ),
+    Question(
+        (
+            "With one call, how do I silence every log message at a given severity and below across"
+            " the whole program?"
+        ),
+        ("py:logging.disable",),
+        ("disable",),
+    ),
+    Question(
+        (
+            "I have a logger named after my package. How do I obtain a logger nested beneath it, "
+            "e.g. 'abc.def.ghi' from 'abc', without spelling out the full dotted name?"
+        ),
+        ("py:logging.Logger.getChild",),
+        ("getChild",),
+    ),
+    Question(
+        (
+            "I need a callable that, given an object, invokes a particular member function on it by"
+            " name with preset arguments, e.g. to use as a sort key. What does the operator module "
+            "offer?"
+        ),
+        ("py:operator.methodcaller",),
+        ("methodcaller",),
+    ),
+    Question(
+        (
+            "Using a path object, how do I move a file to a new name so that an existing file at "
+            "the destination gets overwritten?"
+        ),
+        ("py:pathlib.Path.replace",),
+        ("replace",),
+    ),
+    Question(
+        (
+            "Given a path object, how do I change the file's base name while keeping its extension,"
+            " e.g. report.txt to summary.txt?"
+        ),
+        ("py:pathlib.PurePath.with_stem",),
+        ("with_stem",),
+    ),
+    Question(
+        (
+            "Which function produces a repr-style string that won't break on data structures that "
+            "contain themselves?"
+        ),
+        (
+            "py:pprint.saferepr",
+            "py:pprint",
+        ),
+        ("saferepr",),
+    ),
+    Question(
+        (
+            "I want random numbers drawn from the OS's own entropy source (e.g. /dev/urandom) "
+            "instead of the default pseudo-random generator. Which class should I instantiate?"
+        ),
+        ("py:random.SystemRandom",),
+        ("SystemRandom",),
+    ),
+    Question(
+        (
+            "I need random floats between a lower and an upper bound that cluster around a chosen "
+            "peak value in between. Which distribution function should I call?"
+        ),
+        (
+            "py:random.triangular",
+            "py:random.Random.triangular",
+        ),
+        ("triangular",),
+    ),
+    Question(
+        (
+            "With the standard event scheduler, how do I queue an action for a specific point in "
+            "time rather than after a relative delay?"
+        ),
+        ("py:sched.scheduler.enterabs",),
+        ("enterabs",),
+    ),
+    Question(
+        (
+            "Given a list of command arguments, how do I produce one shell-escaped command-line "
+            "string from them (the reverse of splitting)?"
+        ),
+        ("py:shlex.join",),
+        ("join",),
+    ),
+    Question(
+        (
+            "How can I get the set of signal numbers that are actually usable on the platform my "
+            "program runs on?"
+        ),
+        ("py:signal.valid_signals",),
+        ("valid_signals",),
+    ),
+    Question(
+        (
+            "How do I run a string holding several SQL statements separated by semicolons in one "
+            "call with Python's built-in SQLite module?"
+        ),
+        (
+            "py:sqlite3.Connection.executescript",
+            "py:sqlite3.Cursor.executescript",
+        ),
+        ("executescript",),
+    ),
+    Question(
+        (
+            "If I shut down my SQLite connection object without committing first, are the pending "
+            "changes saved automatically?"
+        ),
+        ("py:sqlite3.Connection.close",),
+        (
+            "close",
+            "not committed",
+        ),
+    ),
+    Question(
+        (
+            "Which function fits a straight line through paired x/y data by minimizing squared "
+            "errors and gives back its slope and intercept?"
+        ),
+        ("py:statistics.linear_regression",),
+        ("linear_regression",),
+    ),
+    Question(
+        (
+            "For a dataset with an even number of points, how do I pick the lesser of the two "
+            "centre values rather than interpolating between them?"
+        ),
+        ("py:statistics.median_low",),
+        ("median_low",),
+    ),
+    Question(
+        (
+            "Why is the tempfile function that just hands back an unused file name, without "
+            "creating the file, considered dangerous?"
+        ),
+        (
+            "py:tempfile.mktemp",
+            "py:tempfile",
+        ),
+        ("mktemp",),
+    ),
+    Question(
+        (
+            "How do I make a fixed group of threads each pause at a sync point until all of them "
+            "have reached it, and then let them all continue together?"
+        ),
+        (
+            "py:threading.Barrier",
+            "py:threading.Barrier.wait",
+        ),
+        ("Barrier",),
+    ),
+    Question(
+        (
+            "How can I have a function called once in the background after, say, 30 seconds, with "
+            "the option of calling it off before it runs?"
+        ),
+        ("py:threading.Timer",),
+        ("Timer",),
+    ),
+    Question(
+        (
+            "My benchmarked snippet raised an exception; how do I display a traceback that shows "
+            "the lines of the timed source code?"
+        ),
+        ("py:timeit.Timer.print_exc",),
+        ("print_exc",),
+    ),
+    Question(
+        "What is a right bit-shift by n positions equivalent to, arithmetically, in Python?",
+        ("topic:shifting",),
+        ("floor division",),
+    ),
+    Question(
+        (
+            "In an arithmetic expression mixing an int and a float (no complex numbers involved), "
+            "what common type are both operands converted to?"
+        ),
+        ("topic:conversions",),
+        ("floating point",),
+    ),
+    Question(
+        "At runtime, what class is the object produced by an annotation written as int | str?",
+        ("py:types.UnionType",),
+        ("UnionType",),
+    ),
+    Question(
+        "How do I split a URL into the part before '#' and the anchor text after it?",
+        ("py:urllib.parse.urldefrag",),
+        ("urldefrag",),
+    ),
+    Question(
+        "How do I wipe out every warning filter so that none remain in effect?",
+        ("py:warnings.resetwarnings",),
+        ("resetwarnings",),
+    ),
+    Question(
+        (
+            "When stream-decoding zlib data that was produced with a preset dictionary, what must I"
+            " supply to the decoder object?"
+        ),
+        ("py:zlib.decompressobj",),
+        ("zdict",),
+    ),
+)
+
+QUESTION_SETS = ("tuned", "held-out", "held-out-2", "all")
+"""`--questions` of the benches: the first set, a held-out set, or every set."""
 
 
 def add_question_set_argument(parser: argparse.ArgumentParser, flag: str = "--questions") -> None:
@@ -1463,17 +2351,19 @@ def add_question_set_argument(parser: argparse.ArgumentParser, flag: str = "--qu
         flag,
         choices=QUESTION_SETS,
         default="tuned",
-        help="the first 48 questions, the 150 held out, or all (bench/answer_quality_questions.py)",
+        help="the first 48 questions, the 150 held out, the 100 of session 22 or all "
+        "(bench/answer_quality_questions.py)",
     )
 
 
 def set_of(key: str) -> str:
-    """The set a `question_set` key belongs to: `tuned` or `held-out`."""
-    return "held-out" if key.startswith("h") else "tuned"
+    """The set a `question_set` key belongs to: `tuned`, `held-out` or `held-out-2`."""
+    return {"h": "held-out", "n": "held-out-2"}.get(key[:1], "tuned")
 
 
 def question_set(name: str) -> dict[str, Question]:
-    """The questions of a set by stable key: `q01` … of the first set, `h001` … held out."""
+    """The questions of a set by stable key: `q01` … of the first set, `h001` … held out,
+    `n001` … of the second held-out set."""
     if name not in QUESTION_SETS:
         raise ValueError(f"unknown question set {name!r}: one of {', '.join(QUESTION_SETS)}")
     out: dict[str, Question] = {}
@@ -1481,4 +2371,6 @@ def question_set(name: str) -> dict[str, Question]:
         out.update((f"q{i:02d}", q) for i, q in enumerate(QUESTIONS, start=1))
     if name in ("held-out", "all"):
         out.update((f"h{i:03d}", q) for i, q in enumerate(HELD_OUT_QUESTIONS, start=1))
+    if name in ("held-out-2", "all"):
+        out.update((f"n{i:03d}", q) for i, q in enumerate(HELD_OUT_2_QUESTIONS, start=1))
     return out
