@@ -11,11 +11,12 @@ It starts the real local model (`make local-model`: Qwen2.5-Coder-1.5B through l
 and Quarry's services as processes (`bench/local_model_stack.py`). Each question is sent to the
 search tool as a client sends it (`Search`, 10 hits, HYBRID and SEMANTIC); then its passage is
 written as the agent's `search` tool has it written (`services.agent.expand.expand` through the
-LLM gateway's `Generate`, the `local` route) and the same searches are sent again with the
-question followed by the passage as a variation. Reported for each strategy, before and after:
-answering document at rank 1, within the top 3, MRR@10, each difference with its 95 % paired
-bootstrap interval (questions resampled); the expansions that failed; the seconds an expansion
-takes.
+LLM gateway's `Generate`, the `local` route) and the same searches are sent again as the agent
+sends them: the question followed by the passage as a variation, and the passage's words in the
+keyword query (`query.keyword_expansion`, since session 22). Reported for each strategy, before
+and after: answering document at rank 1, within the top 3, MRR@10, each difference with its 95 %
+paired bootstrap interval (questions resampled); the expansions that failed; the seconds an
+expansion takes.
 
 The collection is read from a copy of `--data-dir` (`bench/answer_quality.py` builds it there).
 
@@ -63,6 +64,7 @@ from services.agent.run import Deadline
 from services.agent.search_tool_client import search_hit
 from services.search_tool.engine.base import EngineQuery, Strategy
 from services.search_tool.engine.lancedb import LanceDBEngine
+from services.search_tool.service import SearchRequest, keyword_text
 
 ROUTE = "local"
 """The agent's route in the local model's configuration (`scripts/local_model.py config`)."""
@@ -90,12 +92,18 @@ async def measure(args: argparse.Namespace, search_address: str, gateway: str) -
         model = GatewayModelClient(gateway_channel)
 
         async def first_rank(
-            strategy: search_pb2.RetrievalStrategy, variations: list[str], text: str, docs: set[str]
+            strategy: search_pb2.RetrievalStrategy,
+            variations: list[str],
+            text: str,
+            docs: set[str],
+            keyword_expansion: str = "",
         ) -> int | None:
             reply = await stub.Search(
                 search_tool_pb2.SearchRequest(
                     collection=COLLECTION,
-                    query=search_pb2.SearchQuery(primary=text, variations=variations),
+                    query=search_pb2.SearchQuery(
+                        primary=text, variations=variations, keyword_expansion=keyword_expansion
+                    ),
                     strategy=strategy,
                     limit=PAGE,
                 )
@@ -121,7 +129,9 @@ async def measure(args: argparse.Namespace, search_address: str, gateway: str) -
             moved = []
             for label, strategy in STRATEGIES.items():
                 before = await first_rank(strategy, [], question.text, answering)
-                after = await first_rank(strategy, variations, question.text, answering)
+                after = await first_rank(
+                    strategy, variations, question.text, answering, expansion.passage
+                )
                 rows[label]["question"][key] = figures(before)
                 rows[label]["expanded"][key] = figures(after)
                 moved.append(f"{label} {before} -> {after}")
@@ -231,8 +241,14 @@ async def heldout(
                 else arms["question"]
             )
             for arm, vectors in arms.items():
+                # the expanded search's keyword side as the search tool has it (`keyword_text`)
+                keywords = SearchRequest(
+                    name,
+                    texts[query_id],
+                    keyword_expansion=passages[query_id] if arm == "expanded" else "",
+                )
                 query = EngineQuery(
-                    Strategy.HYBRID, texts[query_id], vectors, limit=CHUNKS_PER_QUERY
+                    Strategy.HYBRID, keyword_text(keywords), vectors, limit=CHUNKS_PER_QUERY
                 )
                 scored, chunks = await engine.scored_candidates(name, query)
                 runs[arm][query_id] = Replay(scored, {a: c.document_id for a, c in chunks.items()})
@@ -242,6 +258,7 @@ async def heldout(
         "queries": len(chosen),
         "expansions_failed": sum(1 for q in chosen if not passages[q]),
         "seconds_per_expansion_p50": round(sorted(seconds)[len(seconds) // 2], 2),
+        "passages": passages,
     }
     fusions = strategies(settings.fusion.to_fusion())
     out.update(paired_ndcg(runs["expanded"], runs["question"], fusions, data, arm="expanded"))

@@ -62,6 +62,8 @@ class SearchRequest:
     collection: str
     primary: str
     variations: tuple[str, ...] = ()
+    keyword_expansion: str = ""
+    """Words for the keyword side only (the model's passage, `agent.loop.expand_queries`)."""
     strategy: Strategy = "hybrid"
     filter_groups: tuple[FilterGroup, ...] = ()
     """The model's filter; the search tool applies it within `caller_filter`."""

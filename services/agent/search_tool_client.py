@@ -141,7 +141,11 @@ class SearchToolClient:
 def search_request(request: SearchRequest) -> search_tool_pb2.SearchRequest:
     return search_tool_pb2.SearchRequest(
         collection=request.collection,
-        query=search_pb2.SearchQuery(primary=request.primary, variations=request.variations),
+        query=search_pb2.SearchQuery(
+            primary=request.primary,
+            variations=request.variations,
+            keyword_expansion=request.keyword_expansion,
+        ),
         strategy=_STRATEGIES[request.strategy],  # type: ignore[arg-type]
         filter=filter_message(request.filter_groups),
         caller_filter=caller_filter_message(request.caller_filter),

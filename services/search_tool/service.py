@@ -92,6 +92,8 @@ class SearchRequest:
     """Feeds both keyword and dense retrieval."""
     variations: tuple[str, ...] = ()
     """Extra dense queries, at most 9."""
+    keyword_expansion: str = ""
+    """Words for the keyword side only, searched after `primary`'s (a model's passage)."""
     strategy: Strategy = Strategy.HYBRID
     """Which sides run."""
     filter: RawFilter = field(default_factory=RawFilter)
@@ -319,7 +321,7 @@ class SearchService:
             timeout = min(timeout, max(request.deadline_s, 0.001))
         query = EngineQuery(
             strategy=request.strategy,
-            keyword_text=request.primary,
+            keyword_text=keyword_text(request),
             vectors=np.zeros((0, self._embedder.dimensions), dtype=np.float32),
             filter=expression,
             limit=limit,
@@ -551,6 +553,7 @@ def _validate_search(request: SearchRequest, limits: RequestLimits) -> int:
         if not variation.strip():
             violations.append(FieldViolation(f"query.variations[{i}]", "must not be empty"))
         violations.extend(_query_length(f"query.variations[{i}]", variation, limits))
+    violations.extend(_query_length("query.keyword_expansion", request.keyword_expansion, limits))
     limit = request.limit or DEFAULT_LIMIT
     if not 1 <= limit <= MAX_LIMIT:
         violations.append(
@@ -565,6 +568,25 @@ def _validate_search(request: SearchRequest, limits: RequestLimits) -> int:
     if violations:
         raise InvalidArgument.for_violations(violations)
     return limit
+
+
+KEYWORD_EXPANSION_WEIGHT = 0.25
+"""What a word of `keyword_expansion` weighs in BM25 against a word of the primary query. A model's
+passage in the keyword query at the primary's own weight lost on prose collections (its generic
+words outweighed the query's); at a quarter it kept what its names gain on API documentation and
+lost nowhere beyond noise (docs/first-search.md, session 22)."""
+
+
+def keyword_text(request: SearchRequest) -> str:
+    """What the keyword side searches: the primary query, then the keyword expansion's words at
+    `KEYWORD_EXPANSION_WEIGHT` of the primary's. Every engine's BM25 counts a repeated query word
+    again (`bm25.query_terms`, as Lance does), and every fusion scales BM25 by its own candidates,
+    so the primary sent 1 / weight times with the expansion once is that weighting."""
+    expansion = " ".join(request.keyword_expansion.split())
+    if not expansion:
+        return request.primary
+    repeats = round(1 / KEYWORD_EXPANSION_WEIGHT)
+    return " ".join([request.primary] * repeats + [expansion])
 
 
 def _query_length(path: str, text: str, limits: RequestLimits) -> list[FieldViolation]:

@@ -123,6 +123,7 @@ class SearchToolServicer(search_tool_pb2_grpc.SearchToolServiceServicer):  # typ
                     collection=request.collection,
                     primary=request.query.primary,
                     variations=tuple(request.query.variations),
+                    keyword_expansion=request.query.keyword_expansion,
                     strategy=strategy_from_proto(request.strategy),
                     filter=filter_from_proto(request.filter),
                     caller_filter=filter_from_proto(request.caller_filter),

@@ -1,6 +1,7 @@
 """Expanding a search's query with a passage a model writes to answer it (`loop.expand_queries`,
-HyDE): the search also runs with the query followed by the passage as one more variation; the
-keyword side and the model's own variations are untouched; a query is expanded once a run; a
+HyDE): the search also runs with the query followed by the passage as one more variation, and
+the passage's words join the keyword query (`keyword_expansion`); the model's own variations are
+untouched; a query is expanded once a run; a
 failed expansion leaves the search as the model asked for it; the caller's deadline still ends
 the run; off by default."""
 
@@ -85,6 +86,7 @@ async def test_a_search_also_runs_with_the_query_and_the_models_passage_as_a_var
     assert asked.primary == QUESTION
     passage = "TemporaryDirectory() creates a temporary directory, removed automatically."
     assert asked.variations == (f"{QUESTION}\n{passage}",)
+    assert asked.keyword_expansion == passage
     assert _shown_ids(model, 1)[0] == "tempfile__chunk_0"
     [write] = model.writes
     assert write.route == model.requests[0].route  # no expand_route: the run's own
@@ -111,6 +113,7 @@ async def test_without_expand_queries_no_passage_is_asked_for_and_the_search_goe
 
     assert model.writes == []
     assert search.requests[0].variations == ()
+    assert search.requests[0].keyword_expansion == ""
     assert _shown_ids(model, 1) == []  # nothing found: the question's words are not the docs'
     [searching] = _searching(events)
     assert searching.expansion is None
@@ -178,6 +181,7 @@ async def test_a_route_whose_first_provider_is_the_offline_extractive_one_is_not
 
     assert model.writes == []
     assert search.requests[0].variations == ()
+    assert search.requests[0].keyword_expansion == ""
     assert _searching(events)[0].expansion is None
 
 
@@ -205,6 +209,7 @@ async def test_a_keyword_search_is_not_expanded() -> None:
 
     assert model.writes == []
     assert search.requests[0].variations == ()
+    assert search.requests[0].keyword_expansion == ""
     assert _searching(events)[0].expansion is None
 
 
@@ -293,8 +298,9 @@ async def test_a_search_tool_that_refuses_the_passage_gets_the_search_as_asked()
 
     refused, again, second = search.requests
     assert len(refused.variations) == 2
-    assert again.variations == ("x",)
-    assert (second.offset, second.variations) == (10, ("x",))
+    assert refused.keyword_expansion
+    assert (again.variations, again.keyword_expansion) == (("x",), "")
+    assert (second.offset, second.variations, second.keyword_expansion) == (10, ("x",), "")
     assert len(model.writes) == 1
     one, two = _searching(events)
     assert one.error == ""
@@ -304,6 +310,26 @@ async def test_a_search_tool_that_refuses_the_passage_gets_the_search_as_asked()
     assert convert.event_message(one).searching.expansion.failed
     assert (two.expansion_reused, two.error) == (True, "")
     assert result_of(events).steps[0].usage.input_tokens == 100 + 40  # the passage still cost
+
+
+async def test_a_search_tool_that_refuses_the_keyword_expansion_gets_the_search_as_asked() -> None:
+    """The passage's words in the keyword query refused (a search tool with a smaller bound):
+    the search goes again as the model asked for it, without the passage on either side."""
+    _model, search, loop = _run(search_call(QUESTION))
+    search.errors.append(
+        InvalidArgument.for_field("query.keyword_expansion", "longer than 50 characters")
+    )
+
+    events = await run_events(loop, mode=Mode.THINKING)
+
+    refused, again = search.requests
+    assert refused.keyword_expansion
+    assert len(refused.variations) == 1
+    assert (again.variations, again.keyword_expansion) == ((), "")
+    [searching] = _searching(events)
+    assert searching.error == ""
+    assert searching.expansion is not None
+    assert searching.expansion.failed
 
 
 async def test_a_refusal_of_another_field_fails_the_search_as_before() -> None:

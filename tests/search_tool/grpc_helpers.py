@@ -80,9 +80,12 @@ def search(
     **fields: Any,
 ) -> search_tool_pb2.SearchRequest:
     variations = fields.pop("variations", [])
+    keyword_expansion = fields.pop("keyword_expansion", "")
     return search_tool_pb2.SearchRequest(
         collection=collection,
-        query=search_pb2.SearchQuery(primary=primary, variations=variations),
+        query=search_pb2.SearchQuery(
+            primary=primary, variations=variations, keyword_expansion=keyword_expansion
+        ),
         strategy=strategy,
         **fields,
     )

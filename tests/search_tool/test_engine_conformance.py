@@ -147,6 +147,22 @@ async def test_keyword_and_hybrid_find_the_document_whose_words_match(
     assert top.dense_score == pytest.approx(1.0, abs=1e-3)
 
 
+async def test_a_query_word_sent_again_counts_again_on_every_engine(
+    engine: tuple[SearchEngine, str],
+) -> None:
+    """The search tool weighs a keyword expansion's words by sending the query's words again
+    (`service.keyword_text`): every engine's BM25 must count a repeated query word again."""
+    opened, name = engine
+    none = np.zeros((0, DIMENSIONS), np.float32)
+    once = await opened.search(name, EngineQuery(Strategy.KEYWORD, "wheels", none))
+    four = await opened.search(name, EngineQuery(Strategy.KEYWORD, "wheels " * 4, none))
+    assert [h.chunk.id for h in four.hits] == [h.chunk.id for h in once.hits]
+    assert once.hits
+    for one, repeated in zip(once.hits, four.hits, strict=True):
+        assert one.keyword_score is not None
+        assert repeated.keyword_score == pytest.approx(4 * one.keyword_score, rel=1e-4)
+
+
 @pytest.mark.parametrize(
     "text", ['"release wheels"', '"unbalanced AND (release OR', "NOT release", "release:*"]
 )

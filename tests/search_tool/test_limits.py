@@ -120,6 +120,7 @@ def _eq(value: Any) -> search_pb2.FilterCondition:
     [
         ({"primary": "q" * 51}, "query.primary", "51 characters; the limit is 50"),
         ({"variations": ["ok", "v" * 51]}, "query.variations[1]", "the limit is 50"),
+        ({"keyword_expansion": "k" * 51}, "query.keyword_expansion", "the limit is 50"),
         ({"filter": where(*[[_eq("s")]] * 4)}, "filter.groups", "4 groups; the limit is 3"),
         (
             {"caller_filter": where(*[[_eq("s")]] * 4)},

@@ -127,6 +127,47 @@ async def test_variations_add_dense_queries_whose_best_similarity_counts(loaded:
     assert await bread_similarity(["baking a loaf"]) > await bread_similarity([]) + 0.2
 
 
+async def test_a_keyword_expansion_feeds_the_keyword_side_alone(loaded: Stub) -> None:
+    """A model's passage sent as `keyword_expansion`: its words find what the query's do not on
+    the keyword side, and the dense side and its scores are as without it."""
+    alone = await loaded.Search(search("docs", "zzzz qqqq", KEYWORD, limit=3))
+    assert list(alone.results) == []
+    expanded = await loaded.Search(
+        search("docs", "zzzz qqqq", KEYWORD, keyword_expansion="knead the dough\nthen bake")
+    )
+    assert [r.chunk.document_id for r in expanded.results][:1] == ["recipe-bread"]
+
+    def dense(reply: search_tool_pb2.SearchResponse) -> list[tuple[str, float]]:
+        return [(r.chunk.document_id, round(r.dense_score, 6)) for r in reply.results]
+
+    plain = await loaded.Search(search("docs", "parsing JSON", SEMANTIC))
+    semantic = await loaded.Search(
+        search("docs", "parsing JSON", SEMANTIC, keyword_expansion="bread dough")
+    )
+    assert dense(semantic) == dense(plain)
+    hybrid = await loaded.Search(
+        search("docs", "zzzz qqqq", HYBRID, keyword_expansion="knead the dough", limit=3)
+    )
+    [bread] = [r for r in hybrid.results if r.chunk.document_id == "recipe-bread"]
+    assert bread.HasField("keyword_score")
+    assert bread.keyword_score > 0
+
+
+async def test_a_keyword_expansions_word_weighs_a_quarter_of_a_query_word(stub: Stub) -> None:
+    """Two chunks alike but for one word each: the one matching the query's word scores four
+    times the one matching the expansion's (KEYWORD_EXPANSION_WEIGHT)."""
+    twins = [
+        document("alpha", "the alphaword sits here among common filler text", title="A"),
+        document("omega", "the omegaword sits here among common filler text", title="A"),
+    ]
+    await stub.UpsertDocuments(
+        search_tool_pb2.UpsertDocumentsRequest(collection="twins", documents=twins)
+    )
+    reply = await stub.Search(search("twins", "alphaword", KEYWORD, keyword_expansion="omegaword"))
+    scores = {r.chunk.document_id: r.keyword_score for r in reply.results}
+    assert scores["alpha"] == pytest.approx(4 * scores["omega"], rel=1e-6)
+
+
 async def test_search_returns_every_chunk_field(loaded: Stub) -> None:
     reply = await loaded.Search(search("docs", "asyncio", KEYWORD, limit=1))
     chunk = reply.results[0].chunk

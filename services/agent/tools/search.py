@@ -181,15 +181,21 @@ class SearchTool(Tool):
         asked = request.variations
         expansion, reused = await self._expansion(request, context)
         expanded = None if expansion is None or reused else expansion.usage  # a model call made
-        expanded_field = ""  # the field of the passage's variation in the request, once sent
+        expanded_fields: tuple[str, ...] = ()  # the passage's fields in the request, once sent
         if expansion is not None and not expansion.failed:
             # within the search tool's bound on a query (the same as the agent's by default)
-            variation = expansion_text(request.primary, expansion.passage)
-            variation = variation[: context.settings.max_query_chars]
+            bound = context.settings.max_query_chars
+            variation = expansion_text(request.primary, expansion.passage)[:bound]
             # a model that filled every variation loses its last one: the passage is worth more
             kept = asked[: MAX_VARIATIONS - 1]
-            request = replace(request, variations=(*kept, variation))
-            expanded_field = f"query.variations[{len(kept)}]"
+            # the passage's words join the keyword query too: the names and terms it uses are
+            # often the documents' where the query's are not (docs/first-search.md, session 22)
+            request = replace(
+                request,
+                variations=(*kept, variation),
+                keyword_expansion=expansion.passage[:bound],
+            )
+            expanded_fields = (f"query.variations[{len(kept)}]", "query.keyword_expansion")
 
         def event(
             result_count: int,
@@ -222,14 +228,14 @@ class SearchTool(Tool):
                     request, remaining_s=context.deadline.remaining()
                 )
             except InvalidArgument as error:
-                if expansion is None or not expanded_field or not _names(error, expanded_field):
+                if expansion is None or not any(_names(error, f) for f in expanded_fields):
                     raise
                 expansion = context.expansions.refused(request.primary, expansion)
                 log.warning(
                     "the search tool refused the expanded query; the search goes as asked",
-                    extra={"field": expanded_field, "error": error.message},
+                    extra={"fields": list(expanded_fields), "error": error.message},
                 )
-                request = replace(request, variations=asked)
+                request = replace(request, variations=asked, keyword_expansion="")
                 page = await context.search.search(
                     request, remaining_s=context.deadline.remaining()
                 )

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dquarry/common/v1/search.proto\x12\x10quarry.common.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"{\n\x0f\x46ilterCondition\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x32\n\x08operator\x18\x02 \x01(\x0e\x32 .quarry.common.v1.FilterOperator\x12%\n\x05value\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\"D\n\x0b\x46ilterGroup\x12\x35\n\nconditions\x18\x01 \x03(\x0b\x32!.quarry.common.v1.FilterCondition\"7\n\x06\x46ilter\x12-\n\x06groups\x18\x01 \x03(\x0b\x32\x1d.quarry.common.v1.FilterGroup\"2\n\x0bSearchQuery\x12\x0f\n\x07primary\x18\x01 \x01(\t\x12\x12\n\nvariations\x18\x02 \x03(\t\";\n\nBreadcrumb\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x03 \x01(\t\"r\n\rMetadataValue\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x42\x06\n\x04kind\"\xaa\x03\n\x05\x43hunk\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x03 \x01(\x05\x12\r\n\x05title\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03url\x18\n \x01(\t\x12\x31\n\x0b\x62readcrumbs\x18\x0b \x03(\x0b\x32\x1c.quarry.common.v1.Breadcrumb\x12\x37\n\x08metadata\x18\x0c \x03(\x0b\x32%.quarry.common.v1.Chunk.MetadataEntry\x1aP\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.quarry.common.v1.MetadataValue:\x02\x38\x01\"\xc7\x01\n\x0cSearchResult\x12&\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x17.quarry.common.v1.Chunk\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x18\n\x0b\x64\x65nse_score\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\rkeyword_score\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12(\n\x03web\x18\x05 \x01(\x0b\x32\x1b.quarry.common.v1.WebOriginB\x0e\n\x0c_dense_scoreB\x10\n\x0e_keyword_score\"M\n\tWebOrigin\x12\x10\n\x08provider\x18\x01 \x01(\t\x12.\n\nfetched_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x97\x01\n\x11RetrievalStrategy\x12\"\n\x1eRETRIEVAL_STRATEGY_UNSPECIFIED\x10\x00\x12\x1f\n\x1bRETRIEVAL_STRATEGY_SEMANTIC\x10\x01\x12\x1e\n\x1aRETRIEVAL_STRATEGY_KEYWORD\x10\x02\x12\x1d\n\x19RETRIEVAL_STRATEGY_HYBRID\x10\x03*\xd3\x02\n\x0e\x46ilterOperator\x12\x1f\n\x1b\x46ILTER_OPERATOR_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x46ILTER_OPERATOR_EQUALS\x10\x01\x12\x1e\n\x1a\x46ILTER_OPERATOR_NOT_EQUALS\x10\x02\x12\x1c\n\x18\x46ILTER_OPERATOR_CONTAINS\x10\x03\x12 \n\x1c\x46ILTER_OPERATOR_GREATER_THAN\x10\x04\x12)\n%FILTER_OPERATOR_GREATER_THAN_OR_EQUAL\x10\x05\x12\x1d\n\x19\x46ILTER_OPERATOR_LESS_THAN\x10\x06\x12&\n\"FILTER_OPERATOR_LESS_THAN_OR_EQUAL\x10\x07\x12\x16\n\x12\x46ILTER_OPERATOR_IN\x10\x08\x12\x1a\n\x16\x46ILTER_OPERATOR_NOT_IN\x10\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dquarry/common/v1/search.proto\x12\x10quarry.common.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"{\n\x0f\x46ilterCondition\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x32\n\x08operator\x18\x02 \x01(\x0e\x32 .quarry.common.v1.FilterOperator\x12%\n\x05value\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\"D\n\x0b\x46ilterGroup\x12\x35\n\nconditions\x18\x01 \x03(\x0b\x32!.quarry.common.v1.FilterCondition\"7\n\x06\x46ilter\x12-\n\x06groups\x18\x01 \x03(\x0b\x32\x1d.quarry.common.v1.FilterGroup\"M\n\x0bSearchQuery\x12\x0f\n\x07primary\x18\x01 \x01(\t\x12\x12\n\nvariations\x18\x02 \x03(\t\x12\x19\n\x11keyword_expansion\x18\x03 \x01(\t\";\n\nBreadcrumb\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x03 \x01(\t\"r\n\rMetadataValue\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x13\n\tint_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x03 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x42\x06\n\x04kind\"\xaa\x03\n\x05\x43hunk\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x03 \x01(\x05\x12\r\n\x05title\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0b\n\x03url\x18\n \x01(\t\x12\x31\n\x0b\x62readcrumbs\x18\x0b \x03(\x0b\x32\x1c.quarry.common.v1.Breadcrumb\x12\x37\n\x08metadata\x18\x0c \x03(\x0b\x32%.quarry.common.v1.Chunk.MetadataEntry\x1aP\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.quarry.common.v1.MetadataValue:\x02\x38\x01\"\xc7\x01\n\x0cSearchResult\x12&\n\x05\x63hunk\x18\x01 \x01(\x0b\x32\x17.quarry.common.v1.Chunk\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x18\n\x0b\x64\x65nse_score\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x1a\n\rkeyword_score\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12(\n\x03web\x18\x05 \x01(\x0b\x32\x1b.quarry.common.v1.WebOriginB\x0e\n\x0c_dense_scoreB\x10\n\x0e_keyword_score\"M\n\tWebOrigin\x12\x10\n\x08provider\x18\x01 \x01(\t\x12.\n\nfetched_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x97\x01\n\x11RetrievalStrategy\x12\"\n\x1eRETRIEVAL_STRATEGY_UNSPECIFIED\x10\x00\x12\x1f\n\x1bRETRIEVAL_STRATEGY_SEMANTIC\x10\x01\x12\x1e\n\x1aRETRIEVAL_STRATEGY_KEYWORD\x10\x02\x12\x1d\n\x19RETRIEVAL_STRATEGY_HYBRID\x10\x03*\xd3\x02\n\x0e\x46ilterOperator\x12\x1f\n\x1b\x46ILTER_OPERATOR_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x46ILTER_OPERATOR_EQUALS\x10\x01\x12\x1e\n\x1a\x46ILTER_OPERATOR_NOT_EQUALS\x10\x02\x12\x1c\n\x18\x46ILTER_OPERATOR_CONTAINS\x10\x03\x12 \n\x1c\x46ILTER_OPERATOR_GREATER_THAN\x10\x04\x12)\n%FILTER_OPERATOR_GREATER_THAN_OR_EQUAL\x10\x05\x12\x1d\n\x19\x46ILTER_OPERATOR_LESS_THAN\x10\x06\x12&\n\"FILTER_OPERATOR_LESS_THAN_OR_EQUAL\x10\x07\x12\x16\n\x12\x46ILTER_OPERATOR_IN\x10\x08\x12\x1a\n\x16\x46ILTER_OPERATOR_NOT_IN\x10\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,10 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CHUNK_METADATAENTRY']._loaded_options = None
   _globals['_CHUNK_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_RETRIEVALSTRATEGY']._serialized_start=1306
-  _globals['_RETRIEVALSTRATEGY']._serialized_end=1457
-  _globals['_FILTEROPERATOR']._serialized_start=1460
-  _globals['_FILTEROPERATOR']._serialized_end=1799
+  _globals['_RETRIEVALSTRATEGY']._serialized_start=1333
+  _globals['_RETRIEVALSTRATEGY']._serialized_end=1484
+  _globals['_FILTEROPERATOR']._serialized_start=1487
+  _globals['_FILTEROPERATOR']._serialized_end=1826
   _globals['_FILTERCONDITION']._serialized_start=114
   _globals['_FILTERCONDITION']._serialized_end=237
   _globals['_FILTERGROUP']._serialized_start=239
@@ -46,17 +46,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FILTER']._serialized_start=309
   _globals['_FILTER']._serialized_end=364
   _globals['_SEARCHQUERY']._serialized_start=366
-  _globals['_SEARCHQUERY']._serialized_end=416
-  _globals['_BREADCRUMB']._serialized_start=418
-  _globals['_BREADCRUMB']._serialized_end=477
-  _globals['_METADATAVALUE']._serialized_start=479
-  _globals['_METADATAVALUE']._serialized_end=593
-  _globals['_CHUNK']._serialized_start=596
-  _globals['_CHUNK']._serialized_end=1022
-  _globals['_CHUNK_METADATAENTRY']._serialized_start=942
-  _globals['_CHUNK_METADATAENTRY']._serialized_end=1022
-  _globals['_SEARCHRESULT']._serialized_start=1025
-  _globals['_SEARCHRESULT']._serialized_end=1224
-  _globals['_WEBORIGIN']._serialized_start=1226
-  _globals['_WEBORIGIN']._serialized_end=1303
+  _globals['_SEARCHQUERY']._serialized_end=443
+  _globals['_BREADCRUMB']._serialized_start=445
+  _globals['_BREADCRUMB']._serialized_end=504
+  _globals['_METADATAVALUE']._serialized_start=506
+  _globals['_METADATAVALUE']._serialized_end=620
+  _globals['_CHUNK']._serialized_start=623
+  _globals['_CHUNK']._serialized_end=1049
+  _globals['_CHUNK_METADATAENTRY']._serialized_start=969
+  _globals['_CHUNK_METADATAENTRY']._serialized_end=1049
+  _globals['_SEARCHRESULT']._serialized_start=1052
+  _globals['_SEARCHRESULT']._serialized_end=1251
+  _globals['_WEBORIGIN']._serialized_start=1253
+  _globals['_WEBORIGIN']._serialized_end=1330
 # @@protoc_insertion_point(module_scope)

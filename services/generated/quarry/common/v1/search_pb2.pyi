@@ -68,12 +68,14 @@ class Filter(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[FilterGroup, _Mapping]]] = ...) -> None: ...
 
 class SearchQuery(_message.Message):
-    __slots__ = ("primary", "variations")
+    __slots__ = ("primary", "variations", "keyword_expansion")
     PRIMARY_FIELD_NUMBER: _ClassVar[int]
     VARIATIONS_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_EXPANSION_FIELD_NUMBER: _ClassVar[int]
     primary: str
     variations: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, primary: _Optional[str] = ..., variations: _Optional[_Iterable[str]] = ...) -> None: ...
+    keyword_expansion: str
+    def __init__(self, primary: _Optional[str] = ..., variations: _Optional[_Iterable[str]] = ..., keyword_expansion: _Optional[str] = ...) -> None: ...
 
 class Breadcrumb(_message.Message):
     __slots__ = ("id", "name", "entity_type")
