@@ -9,6 +9,7 @@ the same fields — so a fake that is laxer than the real service (the bug that 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, cast
 
 from google.protobuf import json_format, struct_pb2
@@ -385,3 +386,15 @@ async def test_the_fake_search_tool_describes_a_collection_under_a_caller_filter
         ["caller_filter.groups[0].conditions[0].field"],
     )
     assert outcomes["bad operator"][0] == "INVALID_ARGUMENT"
+
+
+async def test_the_agents_keyword_expansion_reaches_the_real_search_tools_keyword_side(
+    real_search: SearchToolClient,
+) -> None:
+    """The passage the agent sends as `keyword_expansion` (loop.expand_queries) is searched by the
+    real search tool's keyword side: its words find what the query's alone do not."""
+    plain = SearchRequest(collection=COLLECTION, primary="zzzz qqqq", strategy="keyword")
+    assert not (await real_search.search(plain, remaining_s=30)).hits
+    expanded = replace(plain, keyword_expansion="publish the wheels of a release")
+    page = await real_search.search(expanded, remaining_s=30)
+    assert [hit.document_id for hit in page.hits][:1] == ["gamma"]
