@@ -500,3 +500,35 @@ async def test_a_citation_marker_after_an_examples_output_goes_on_a_line_of_its_
     )
     text = str(answer["text"])
     assert text.endswith(">>> median([1, 3, 5, 7])\n4.0\n[1]")
+
+
+async def test_a_literal_block_under_a_double_colon_keeps_its_lines_and_indentation() -> None:
+    """A reStructuredText docstring's `Example::` and the indented block under it: the block's
+    lines and indentation kept, the paragraph shown with one colon as reStructuredText renders
+    it, and the prose after the block back on a line of its own."""
+    passages = [
+        (
+            "wraps__chunk_0",
+            "functools.wraps",
+            "Use it in a decorator like this::\n\n"
+            "    def logged(func):\n"
+            "        @wraps(func)\n"
+            "        def inner(*args):\n"
+            "            return func(*args)\n"
+            "        return inner\n\n"
+            "The wrapper then keeps the wrapped function's name.",
+        ),
+    ]
+    answer = await _answer(
+        _conversation(
+            "How do I write a decorator so the wrapper keeps the function's name?",
+            search_result(passages),
+        )
+    )
+    text = str(answer["text"])
+    assert (
+        "Use it in a decorator like this:\ndef logged(func):\n    @wraps(func)\n"
+        "    def inner(*args):\n        return func(*args)\n    return inner\n"
+        "The wrapper then keeps the wrapped function's name. [1]"
+    ) in text
+    assert "::" not in text

@@ -218,13 +218,26 @@ def _joined(text: str) -> str:
 def _verbatim_lines(text: str) -> list[tuple[str, bool]]:
     """The non-blank lines of `text`, each with whether it is read line by line: inside a fenced
     code block (its indentation kept, less the fence's), an interactive example's `>>>` or `...`
-    line and the output lines after it (up to a blank line), or a table's row (`| a | b |`).
-    Other lines are prose, their spaces collapsed."""
+    line and the output lines after it (up to a blank line), a table's row (`| a | b |`), or a
+    reStructuredText literal block: the lines indented under a paragraph that ends with `::`
+    (their indentation kept, less the block's first line's). Other lines are prose, their spaces
+    collapsed."""
     lines: list[tuple[str, bool]] = []
     fence = ""  # the open fence's indentation and marks, "" outside a fenced block
     example = False
+    literal: int | None = None  # the indentation of the `::` paragraph a literal block is under
+    block = 0  # the indentation of the literal block's first line
     for raw in text.split("\n"):
         stripped = raw.strip()
+        if literal is not None and stripped:
+            indent = len(raw) - len(raw.lstrip())
+            if indent > literal:
+                if block < 0:
+                    block = indent
+                line = raw[block:] if not raw[:block].strip() else raw.lstrip()
+                lines.append((line.rstrip(), True))
+                continue
+            literal = None
         if fence:
             if stripped.startswith(fence.lstrip()):
                 fence = ""
@@ -247,6 +260,12 @@ def _verbatim_lines(text: str) -> list[tuple[str, bool]]:
             lines.append((stripped, True))
         elif stripped.startswith("|") and stripped.endswith("|"):
             lines.append((" ".join(stripped.split()), True))
+        elif stripped.endswith("::"):  # shown as reStructuredText renders it: `text:`
+            literal, block = len(raw) - len(raw.lstrip()), -1
+            prose = " ".join(stripped.split())
+            shown = prose[:-1] if prose[-3:-2].strip() else prose[:-2].rstrip()
+            if shown:
+                lines.append((shown, False))
         else:
             lines.append((" ".join(stripped.split()), False))
     return lines
