@@ -13,7 +13,8 @@ A third set, `HELD_OUT_2_QUESTIONS` (100, session 22, `--questions held-out-2`),
 same way by two more people who read only the first 700 characters of each document (no search
 run), each question aimed at a document none of the first 198 aims at (the modules are shared:
 few were left untouched), at most four a module. It was written to confirm a borderline result on
-the 150 (`docs/first-search.md`, session 22) and has been used for that comparison alone.
+the 150 (`docs/first-search.md`, session 22, lab 6), and used once more, pooled with the 150, for
+lab 7.
 
 Each question is paraphrased so that its keywords do not name the answer: it describes what the
 user wants to do, not the function. `documents` are the demo document ids whose text answers it
