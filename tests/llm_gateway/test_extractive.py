@@ -79,6 +79,12 @@ async def _answer(messages: list[Message], tools: tuple[Tool, ...] = TOOLS) -> d
     return json.loads(call.arguments_json)  # type: ignore[no-any-return]
 
 
+async def _answer_text(question: str, passages: list[tuple[str, str, str]]) -> str:
+    """The answer's text to `question` after one search that found `passages`."""
+    answer = await _answer(_conversation(question, search_result(passages)))
+    return str(answer["text"])
+
+
 async def test_first_turn_searches_the_question_under_query_with_the_contract_defaults() -> None:
     question = "Where does photosynthesis take place?"
     response = await ExtractiveProvider().generate(
@@ -375,10 +381,7 @@ async def test_a_markdown_headings_marks_stay_out_of_the_answer_and_its_words_st
             "Configuration\n-------------\nThe default port of the agent is 50053.",
         ),
     ]
-    answer = await _answer(
-        _conversation("What is the default port of the agent?", search_result(passages))
-    )
-    text = str(answer["text"])
+    text = await _answer_text("What is the default port of the agent?", passages)
     assert "Configuration The default port of the agent is 50053. [1]" in text
     assert "#" not in text
     assert "---" not in text
@@ -402,10 +405,7 @@ async def test_a_tables_rule_lines_stay_out_of_the_answer_and_its_rows_stay_in()
             "    +-------------------+---------------+\n",
         ),
     ]
-    answer = await _answer(
-        _conversation("Which JSON type does a Python dict become?", search_result(passages))
-    )
-    text = str(answer["text"])
+    text = await _answer_text("Which JSON type does a Python dict become?", passages)
     assert "| dict | object |" in text
     assert "+--" not in text
     assert "+==" not in text
@@ -427,12 +427,9 @@ async def test_an_examples_lines_keep_their_breaks_and_the_marker_follows_them()
             "The data may be a sequence or an iterable.",
         ),
     ]
-    answer = await _answer(
-        _conversation(
-            "How is the median of an even number of values interpolated?", search_result(passages)
-        )
+    text = await _answer_text(
+        "How is the median of an even number of values interpolated?", passages
     )
-    text = str(answer["text"])
     assert (
         "When the number of data points is even, the median is interpolated by taking the "
         "average of the two middle values:\n>>> median([1, 3, 5, 7])\n4.0\n"
@@ -456,10 +453,7 @@ async def test_a_fenced_code_block_keeps_its_lines_and_indentation_in_the_answer
             "```\n",
         ),
     ]
-    answer = await _answer(
-        _conversation("How do I retry a flaky call with a backoff?", search_result(passages))
-    )
-    text = str(answer["text"])
+    text = await _answer_text("How do I retry a flaky call with a backoff?", passages)
     assert (
         "To retry a flaky call, wrap it in a loop with a backoff:\n```python\n"
         "for attempt in range(3):\n    try:\n        return call()\n"
@@ -478,10 +472,7 @@ async def test_a_tables_rows_stay_one_to_a_line_in_the_answer() -> None:
             "    | list, tuple | array  |\n",
         ),
     ]
-    answer = await _answer(
-        _conversation("Which JSON type does a Python dict become?", search_result(passages))
-    )
-    text = str(answer["text"])
+    text = await _answer_text("Which JSON type does a Python dict become?", passages)
     assert "| Python | JSON |\n| dict | object |\n| list, tuple | array |\n[1]" in text
 
 
@@ -495,10 +486,7 @@ async def test_a_citation_marker_after_an_examples_output_goes_on_a_line_of_its_
             "values:\n\n    >>> median([1, 3, 5, 7])\n    4.0\n",
         ),
     ]
-    answer = await _answer(
-        _conversation("What is the median of an even number of values?", search_result(passages))
-    )
-    text = str(answer["text"])
+    text = await _answer_text("What is the median of an even number of values?", passages)
     assert text.endswith(">>> median([1, 3, 5, 7])\n4.0\n[1]")
 
 
@@ -519,13 +507,9 @@ async def test_a_literal_block_under_a_double_colon_keeps_its_lines_and_indentat
             "The wrapper then keeps the wrapped function's name.",
         ),
     ]
-    answer = await _answer(
-        _conversation(
-            "How do I write a decorator so the wrapper keeps the function's name?",
-            search_result(passages),
-        )
+    text = await _answer_text(
+        "How do I write a decorator so the wrapper keeps the function's name?", passages
     )
-    text = str(answer["text"])
     assert (
         "Use it in a decorator like this:\ndef logged(func):\n    @wraps(func)\n"
         "    def inner(*args):\n        return func(*args)\n    return inner\n"

@@ -223,35 +223,32 @@ def _verbatim_lines(text: str) -> list[tuple[str, bool]]:
     (their indentation kept, less the block's first line's). Other lines are prose, their spaces
     collapsed."""
     lines: list[tuple[str, bool]] = []
-    fence = ""  # the open fence's indentation and marks, "" outside a fenced block
+    fence = ""  # the open fenced block's marks (three backticks or `~~~`), "" outside one
+    fence_at = 0  # the open fence's indentation
     example = False
     literal: int | None = None  # the indentation of the `::` paragraph a literal block is under
     block = 0  # the indentation of the literal block's first line
     for raw in text.split("\n"):
         stripped = raw.strip()
         if literal is not None and stripped:
-            indent = len(raw) - len(raw.lstrip())
-            if indent > literal:
+            if _indentation(raw) > literal:
                 if block < 0:
-                    block = indent
-                line = raw[block:] if not raw[:block].strip() else raw.lstrip()
-                lines.append((line.rstrip(), True))
+                    block = _indentation(raw)
+                lines.append((_dedented(raw, block), True))
                 continue
             literal = None
         if fence:
-            if stripped.startswith(fence.lstrip()):
+            if stripped.startswith(fence):
                 fence = ""
                 lines.append((stripped, True))
             elif stripped:
-                indent = len(fence) - len(fence.lstrip())
-                line = raw[indent:] if not raw[:indent].strip() else raw.lstrip()
-                lines.append((line.rstrip(), True))
+                lines.append((_dedented(raw, fence_at), True))
             continue
         if not stripped:
             example = False
             continue
         if stripped.startswith(("```", "~~~")):
-            fence = raw[: len(raw) - len(raw.lstrip())] + stripped[:3]
+            fence, fence_at = stripped[:3], _indentation(raw)
             lines.append((stripped, True))
         elif stripped.startswith(">>>") or (example and stripped.startswith("...")):
             example = True
@@ -261,7 +258,7 @@ def _verbatim_lines(text: str) -> list[tuple[str, bool]]:
         elif stripped.startswith("|") and stripped.endswith("|"):
             lines.append((" ".join(stripped.split()), True))
         elif stripped.endswith("::"):  # shown as reStructuredText renders it: `text:`
-            literal, block = len(raw) - len(raw.lstrip()), -1
+            literal, block = _indentation(raw), -1
             prose = " ".join(stripped.split())
             shown = prose[:-1] if prose[-3:-2].strip() else prose[:-2].rstrip()
             if shown:
@@ -269,6 +266,15 @@ def _verbatim_lines(text: str) -> list[tuple[str, bool]]:
         else:
             lines.append((" ".join(stripped.split()), False))
     return lines
+
+
+def _indentation(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _dedented(line: str, indent: int) -> str:
+    """`line` less `indent` leading blanks (all of them when it has fewer), less trailing ones."""
+    return (line[indent:] if not line[:indent].strip() else line.lstrip()).rstrip()
 
 
 def ends_verbatim(sentence: str) -> bool:
